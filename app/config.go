@@ -1,0 +1,144 @@
+// Package app wires keepstate together: it turns a Config into a running
+// processor, store and HTTP server, and implements the subcommands (run,
+// demo, produce, reset). cmd/keepstate only maps flags and environment
+// variables onto Config and calls into this package.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ErrConfig is wrapped by every configuration error returned by Validate.
+var ErrConfig = errors.New("invalid configuration")
+
+// Store names accepted by Config.Store.
+const (
+	StoreClover = "clover"
+	StoreRedis  = "redis"
+)
+
+// Config is every setting of keepstate. Each field has a flag of the same
+// name in kebab case and an environment variable KEEPSTATE_<FLAG> with
+// dashes turned into underscores (see Flags). Start from Default().
+type Config struct {
+	Brokers           []string      // --brokers: Kafka bootstrap servers
+	SchemaRegistry    string        // --schema-registry: Schema Registry URL
+	ApplicationID     string        // --application-id: group id and internal topic prefix
+	InputTopic        string        // --input-topic: Avro ratings
+	OutputTopic       string        // --output-topic: averages (long key, double value)
+	Store             string        // --store: clover | redis
+	DataDir           string        // --data-dir: clover store directory
+	RedisURL          string        // --redis-url: redis://[user:pass@]host:port/db
+	RedisStreamLen    int64         // --redis-stream-maxlen: MAXLEN ~ of the averages stream
+	HTTPAddr          string        // --http-addr: API listen address
+	CommitInterval    time.Duration // --commit-interval: flush and commit period
+	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs
+	LogLevel          string        // --log-level: debug | info | warn | error
+	InstanceID        string        // --instance-id: static group membership id (empty: dynamic)
+	Partitions        int32         // --partitions: partitions of created topics (0: as many as the input topic)
+	ReplicationFactor int16         // --replication-factor: of created topics
+	Fsync             bool          // --fsync: clover fsyncs every batch (off risks the last batches on power loss)
+}
+
+// Default returns the defaults documented in the README.
+func Default() Config {
+	return Config{
+		Brokers:           []string{"localhost:9092"},
+		SchemaRegistry:    "http://localhost:8081",
+		ApplicationID:     "keepstate",
+		InputTopic:        "ratings",
+		OutputTopic:       "rating-averages",
+		Store:             StoreClover,
+		DataDir:           "./data",
+		RedisURL:          "redis://localhost:6379/0",
+		RedisStreamLen:    100000,
+		HTTPAddr:          ":7001",
+		CommitInterval:    time.Second,
+		CacheMaxDocs:      10000,
+		LogLevel:          "info",
+		Partitions:        0,
+		ReplicationFactor: 1,
+		Fsync:             true,
+	}
+}
+
+// Validate checks every field and returns all problems at once, each
+// naming its flag, wrapped in ErrConfig.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: "+format, append([]any{flag}, args...)...))
+	}
+	if len(c.Brokers) == 0 {
+		bad("brokers", "at least one broker is required")
+	}
+	for _, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			bad("brokers", "%q is not host:port", b)
+		}
+	}
+	if u, err := url.Parse(c.SchemaRegistry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("schema-registry", "%q is not an http(s) URL", c.SchemaRegistry)
+	}
+	if c.ApplicationID == "" || strings.ContainsAny(c.ApplicationID, " /\\") {
+		bad("application-id", "%q must be non-empty without spaces or slashes", c.ApplicationID)
+	}
+	if c.InputTopic == "" {
+		bad("input-topic", "must not be empty")
+	}
+	if c.OutputTopic == "" {
+		bad("output-topic", "must not be empty")
+	}
+	switch c.Store {
+	case StoreClover:
+		if c.DataDir == "" {
+			bad("data-dir", "must not be empty with --store=clover")
+		}
+	case StoreRedis:
+		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+			bad("redis-url", "%q is not a redis:// or rediss:// URL", c.RedisURL)
+		}
+	default:
+		bad("store", "unknown store %q (want %s or %s)", c.Store, StoreClover, StoreRedis)
+	}
+	if c.RedisStreamLen < 0 {
+		bad("redis-stream-maxlen", "must not be negative")
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		bad("http-addr", "%q is not [host]:port", c.HTTPAddr)
+	}
+	if c.CommitInterval <= 0 {
+		bad("commit-interval", "must be positive")
+	}
+	if c.CacheMaxDocs <= 0 {
+		bad("cache-max-docs", "must be positive")
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		bad("log-level", "%v", err)
+	}
+	if c.Partitions < 0 {
+		bad("partitions", "must not be negative")
+	}
+	if c.ReplicationFactor < 1 {
+		bad("replication-factor", "must be at least 1")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+}
+
+// ParseLogLevel maps debug, info, warn and error to slog levels.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", s)
+	}
+	return l, nil
+}

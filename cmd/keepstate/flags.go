@@ -1,0 +1,83 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/keepstate/keepstate/app"
+)
+
+// envName returns the environment variable of a flag: KEEPSTATE_ + upper
+// case with dashes as underscores.
+func envName(flagName string) string {
+	return "KEEPSTATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// commonFlags registers the flags shared by run, demo and reset on fs.
+func commonFlags(fs *flag.FlagSet, c *app.Config) {
+	fs.Func("brokers", "Kafka bootstrap servers, comma separated (default localhost:9092)", func(s string) error {
+		c.Brokers = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.SchemaRegistry, "schema-registry", c.SchemaRegistry, "Schema Registry URL")
+	fs.StringVar(&c.ApplicationID, "application-id", c.ApplicationID, "consumer group id and prefix of internal topics")
+	fs.StringVar(&c.InputTopic, "input-topic", c.InputTopic, "topic of Avro ratings")
+	fs.StringVar(&c.OutputTopic, "output-topic", c.OutputTopic, "topic of averages (long key, double value)")
+	fs.StringVar(&c.Store, "store", c.Store, "state store: clover or redis")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the clover store")
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL: redis[s]://[user:password@]host:port/db")
+	fs.Int64Var(&c.RedisStreamLen, "redis-stream-maxlen", c.RedisStreamLen, "approximate MAXLEN of the Redis averages stream")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address of the API")
+	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often state is flushed and offsets committed")
+	fs.IntVar(&c.CacheMaxDocs, "cache-max-docs", c.CacheMaxDocs, "flush a partition early when it holds this many changed documents")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.InstanceID, "instance-id", c.InstanceID, "static group membership id, stable per instance (empty: dynamic membership)")
+	fs.Func("partitions", "partitions of the topics keepstate creates (default: as many as the input topic)", func(s string) error {
+		var n int32
+		if _, err := fmt.Sscan(s, &n); err != nil {
+			return fmt.Errorf("not a number: %q", s)
+		}
+		c.Partitions = n
+		return nil
+	})
+	fs.Func("replication-factor", "replication factor of the topics keepstate creates (default 1)", func(s string) error {
+		var n int16
+		if _, err := fmt.Sscan(s, &n); err != nil {
+			return fmt.Errorf("not a number: %q", s)
+		}
+		c.ReplicationFactor = n
+		return nil
+	})
+	fs.BoolVar(&c.Fsync, "fsync", c.Fsync, "clover: fsync every batch (turning it off risks the last batches on power loss)")
+}
+
+// applyEnv sets every flag of fs that was not given on the command line from
+// its environment variable, if that is set.
+func applyEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
+			}
+		}
+	})
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
