@@ -1,0 +1,49 @@
+package engine
+
+import "sync/atomic"
+
+// Stats is a snapshot of the engine's counters since the process started.
+type Stats struct {
+	// RecordsProcessed counts ratings applied to an aggregate.
+	RecordsProcessed int64
+	// RecordsRekeyed counts input records forwarded to the repartition topic.
+	RecordsRekeyed int64
+	// DuplicatesSkipped counts repartition records skipped as replays or
+	// rekey duplicates by the version/sources check.
+	DuplicatesSkipped int64
+	// DeadLettered counts records sent to the dead-letter topic.
+	DeadLettered int64
+	// ChangelogRestored counts changelog records read during restores.
+	ChangelogRestored int64
+	// StoreBatches counts atomic batch writes to the store.
+	StoreBatches int64
+	// StoreDocsWritten counts documents written in those batches.
+	StoreDocsWritten int64
+	// FencedWrites counts batches refused because another writer owns the partition.
+	FencedWrites int64
+	// PartitionsAssigned is the number of repartition partitions this instance owns.
+	PartitionsAssigned int64
+	// PartitionsRunning is how many of them finished restoring.
+	PartitionsRunning int64
+}
+
+// counters are the live, atomically updated values behind Stats.
+type counters struct {
+	processed, rekeyed, duplicates, dead, restored, batches, docs, fenced atomic.Int64
+	assigned, running                                                     atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		RecordsProcessed:   c.processed.Load(),
+		RecordsRekeyed:     c.rekeyed.Load(),
+		DuplicatesSkipped:  c.duplicates.Load(),
+		DeadLettered:       c.dead.Load(),
+		ChangelogRestored:  c.restored.Load(),
+		StoreBatches:       c.batches.Load(),
+		StoreDocsWritten:   c.docs.Load(),
+		FencedWrites:       c.fenced.Load(),
+		PartitionsAssigned: c.assigned.Load(),
+		PartitionsRunning:  c.running.Load(),
+	}
+}
