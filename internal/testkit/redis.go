@@ -1,0 +1,444 @@
+package testkit
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RedisInstall says how to get the redis-server binary.
+const RedisInstall = "apt-get install redis-server"
+
+// ErrRedisMissing is returned by LaunchRedis when no redis-server binary is
+// on the PATH.
+var ErrRedisMissing = errors.New("redis-server binary not found on PATH")
+
+// RedisPersistence selects how a test redis-server keeps its data in its
+// directory across Stop and Start.
+type RedisPersistence int
+
+const (
+	// RedisNoPersistence keeps data in memory only: a restarted server is
+	// empty. This is the default.
+	RedisNoPersistence RedisPersistence = iota
+	// RedisAOF appends every write to an append-only file, fsynced on every
+	// write, so data survives Stop and even Kill.
+	RedisAOF
+	// RedisRDB writes a dump.rdb snapshot when the server is stopped with
+	// SIGTERM (Stop); data written since the last snapshot is lost on Kill.
+	RedisRDB
+)
+
+// RedisOption configures StartRedis and LaunchRedis.
+type RedisOption func(*redisConfig)
+
+type redisConfig struct {
+	persistence RedisPersistence
+	password    string
+	args        []string
+	readyWithin time.Duration
+}
+
+// WithRedisPersistence makes the server keep its data in its directory
+// across restarts (see RedisPersistence).
+func WithRedisPersistence(p RedisPersistence) RedisOption {
+	return func(c *redisConfig) { c.persistence = p }
+}
+
+// WithRedisPassword starts the server with --requirepass pw; URL then
+// carries the password and readiness checks authenticate.
+func WithRedisPassword(pw string) RedisOption {
+	return func(c *redisConfig) { c.password = pw }
+}
+
+// WithRedisArgs appends raw redis-server arguments (for example
+// "--maxmemory", "10mb").
+func WithRedisArgs(args ...string) RedisOption {
+	return func(c *redisConfig) { c.args = append(c.args, args...) }
+}
+
+// Redis is a real redis-server process listening on a loopback port with
+// its own data directory. Its methods are safe for concurrent use (a
+// goroutine may Start the server while the test goroutine uses it); they
+// return errors instead of failing a test, so they may be called from any
+// goroutine.
+type Redis struct {
+	bin  string
+	dir  string
+	port int
+	cfg  redisConfig
+	// ownDir is true when Close must remove dir (LaunchRedis).
+	ownDir bool
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// StartRedis starts a redis-server for the test on a free loopback port in a
+// temporary directory and waits until it answers PING. The server is stopped
+// when the test ends. When the binary is missing the test is skipped (or
+// fails when KEEPSTATE_REQUIRE_SERVICES=1).
+func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
+	t.Helper()
+	bin := LookPath(t, "redis-server", RedisInstall)
+	r, err := newRedis(bin, t.TempDir(), false, opts)
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("stop redis-server: %v", err)
+		}
+	})
+	return r
+}
+
+// LaunchRedis is StartRedis for callers without a testing.TB (TestMain or a
+// server shared by several benchmarks): the caller must Close it. It returns
+// ErrRedisMissing when the binary is not installed.
+func LaunchRedis(opts ...RedisOption) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrRedisMissing
+	}
+	dir, err := os.MkdirTemp("", "keepstate-redis-")
+	if err != nil {
+		return nil, fmt.Errorf("create redis dir: %w", err)
+	}
+	r, err := newRedis(bin, dir, true, opts)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return r, nil
+}
+
+func newRedis(bin, dir string, ownDir bool, opts []RedisOption) (*Redis, error) {
+	cfg := redisConfig{readyWithin: 15 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var lastErr error
+	// A free port can be taken by another process between probing and the
+	// server's bind; try a few ports before giving up.
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		r := &Redis{bin: bin, dir: dir, port: port, cfg: cfg, ownDir: ownDir}
+		if lastErr = r.Start(); lastErr == nil {
+			return r, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr returns host:port of the server.
+func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+// Port returns the server's TCP port (the same across restarts).
+func (r *Redis) Port() int { return r.port }
+
+// Dir returns the server's data directory (the same across restarts).
+func (r *Redis) Dir() string { return r.dir }
+
+// Password returns the password given with WithRedisPassword, or "".
+func (r *Redis) Password() string { return r.cfg.password }
+
+// URL returns redis://[:password@]127.0.0.1:port/0.
+func (r *Redis) URL() string {
+	if r.cfg.password != "" {
+		return "redis://:" + r.cfg.password + "@" + r.Addr() + "/0"
+	}
+	return "redis://" + r.Addr() + "/0"
+}
+
+// Running reports whether the server process is alive.
+func (r *Redis) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runningLocked()
+}
+
+func (r *Redis) runningLocked() bool {
+	if r.cmd == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (r *Redis) serverArgs() []string {
+	args := []string{
+		"--port", strconv.Itoa(r.port),
+		"--bind", "127.0.0.1",
+		"--dir", r.dir,
+		"--daemonize", "no",
+		"--logfile", filepath.Join(r.dir, "redis.log"),
+		"--dbfilename", "dump.rdb",
+	}
+	switch r.cfg.persistence {
+	case RedisAOF:
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
+	case RedisRDB:
+		// A snapshot at shutdown (SIGTERM) and rarely otherwise.
+		args = append(args, "--appendonly", "no", "--save", "3600 1")
+	default:
+		args = append(args, "--appendonly", "no", "--save", "")
+	}
+	if r.cfg.password != "" {
+		args = append(args, "--requirepass", r.cfg.password)
+	}
+	return append(args, r.cfg.args...)
+}
+
+// Start starts the server again on the same port and directory (after Stop
+// or Kill) and waits until it answers PING. With persistence it reloads its
+// data. Starting a running server is an error.
+func (r *Redis) Start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runningLocked() {
+		return errors.New("redis-server is already running")
+	}
+	cmd := exec.Command(r.bin, r.serverArgs()...)
+	cmd.Dir = r.dir
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", r.bin, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	r.cmd, r.done = cmd, done
+	if err := r.waitReady(done); err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("redis-server on %s not ready: %w; log: %s", r.Addr(), err, r.logTail())
+	}
+	return nil
+}
+
+func (r *Redis) waitReady(done <-chan struct{}) error {
+	deadline := time.Now().Add(r.cfg.readyWithin)
+	wait := 5 * time.Millisecond
+	var last error
+	for {
+		select {
+		case <-done:
+			return errors.New("process exited")
+		default:
+		}
+		if last = r.ping(); last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no PONG within %v: %w", r.cfg.readyWithin, last)
+		}
+		time.Sleep(wait)
+		if wait < 100*time.Millisecond {
+			wait *= 2
+		}
+	}
+}
+
+// ping sends (AUTH and) PING with the plain RESP protocol and expects PONG.
+func (r *Redis) ping() error {
+	var cmds [][]string
+	if r.cfg.password != "" {
+		cmds = append(cmds, []string{"AUTH", r.cfg.password})
+	}
+	cmds = append(cmds, []string{"PING"})
+	replies, err := RedisDo(r.Addr(), time.Second, cmds...)
+	if err != nil {
+		return err
+	}
+	if got := replies[len(replies)-1]; got != "PONG" {
+		return fmt.Errorf("PING answered %q", got)
+	}
+	return nil
+}
+
+// Stop stops the server with SIGTERM (a clean shutdown: an RDB server saves
+// its snapshot) and waits for the process to exit, killing it after 10 s.
+// Stopping a stopped server does nothing.
+func (r *Redis) Stop() error { return r.stop(syscall.SIGTERM) }
+
+// Kill stops the server with SIGKILL (a crash: nothing is saved beyond what
+// the AOF already holds) and waits for the process to exit.
+func (r *Redis) Kill() error { return r.stop(syscall.SIGKILL) }
+
+func (r *Redis) stop(sig syscall.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.runningLocked() {
+		return nil
+	}
+	if err := r.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal redis-server: %w", err)
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-time.After(10 * time.Second):
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.done
+	return fmt.Errorf("redis-server did not exit within 10s of %v; killed", sig)
+}
+
+// Wipe deletes the server's persisted data (dump.rdb and the append-only
+// files) so the next Start begins empty. The server must be stopped.
+func (r *Redis) Wipe() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.runningLocked() {
+		return errors.New("wipe a running redis-server: stop it first")
+	}
+	for _, name := range []string{"dump.rdb", "appendonlydir", "appendonly.aof"} {
+		if err := os.RemoveAll(filepath.Join(r.dir, name)); err != nil {
+			return fmt.Errorf("wipe redis data: %w", err)
+		}
+	}
+	return nil
+}
+
+// Restart stops the server with SIGTERM and starts it again with its data
+// (when persistent).
+func (r *Redis) Restart() error {
+	if err := r.Stop(); err != nil {
+		return err
+	}
+	return r.Start()
+}
+
+// RestartEmpty stops the server, deletes its data and starts it again on the
+// same port: the server comes back with nothing in it, like a lost volume.
+func (r *Redis) RestartEmpty() error {
+	if err := r.Stop(); err != nil {
+		return err
+	}
+	if err := r.Wipe(); err != nil {
+		return err
+	}
+	return r.Start()
+}
+
+// Close stops the server and, for a LaunchRedis server, removes its
+// directory.
+func (r *Redis) Close() error {
+	err := r.Stop()
+	if r.ownDir {
+		if rerr := os.RemoveAll(r.dir); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func (r *Redis) logTail() string {
+	b, err := os.ReadFile(filepath.Join(r.dir, "redis.log"))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	const max = 2000
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// RedisDo sends commands to a Redis server at addr over one connection with
+// the plain RESP protocol and returns one reply per command: simple strings
+// and integers as text, bulk strings as their content, a nil bulk as "(nil)".
+// An error reply is returned as an error. Arrays are not supported. It lets
+// tests inspect a server without going through the code under test.
+func RedisDo(addr string, timeout time.Duration, cmds ...[]string) ([]string, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, err
+	}
+	var sb strings.Builder
+	for _, c := range cmds {
+		fmt.Fprintf(&sb, "*%d\r\n", len(c))
+		for _, a := range c {
+			fmt.Fprintf(&sb, "$%d\r\n%s\r\n", len(a), a)
+		}
+	}
+	if _, err := conn.Write([]byte(sb.String())); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(conn)
+	replies := make([]string, 0, len(cmds))
+	for range cmds {
+		s, err := readRESP(br)
+		if err != nil {
+			return replies, err
+		}
+		replies = append(replies, s)
+	}
+	return replies, nil
+}
+
+func readRESP(br *bufio.Reader) (string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty RESP reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", fmt.Errorf("redis error reply: %s", line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", fmt.Errorf("bad bulk length %q", line)
+		}
+		if n < 0 {
+			return "(nil)", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("unsupported RESP reply %q", line)
+}
