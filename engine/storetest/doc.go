@@ -1,0 +1,15 @@
+// Package storetest is the one conformance suite every engine.Store
+// implementation runs: round trips, atomic batches with their checkpoint,
+// version and epoch fencing, partition drops, range queries with cursor
+// paging (checked against a brute-force model), whole-batch visibility for
+// concurrent readers, and the optional PartitionScanner and Resetter
+// abilities when a store has them.
+//
+// A store's test calls Run with a function that opens a fresh, empty store:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) engine.Store { return openEmpty(t) })
+//	}
+//
+// Only tests import this package.
+package storetest
