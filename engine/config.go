@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures an Engine. Start from DefaultConfig and set Brokers.
+type Config struct {
+	// Brokers are the Kafka bootstrap servers.
+	Brokers []string
+	// ApplicationID is the consumer group id and the prefix of internal topics.
+	ApplicationID string
+	// InputTopic holds Confluent-framed Avro ratings.
+	InputTopic string
+	// OutputTopic receives averages (8-byte long key, 8-byte double value).
+	OutputTopic string
+	// CommitInterval is how often tasks flush state and commit offsets.
+	CommitInterval time.Duration
+	// CacheMaxDocs flushes a partition early when it holds this many changed documents.
+	CacheMaxDocs int
+	// InstanceID enables static group membership when non-empty.
+	InstanceID string
+	// Partitions of the topics the engine creates; 0 means as many as the input topic.
+	Partitions int32
+	// ReplicationFactor of the topics the engine creates.
+	ReplicationFactor int16
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults: application id keepstate, topics
+// ratings and rating-averages, 1 s commit interval, 10000 cached documents.
+func DefaultConfig() Config {
+	return Config{
+		Brokers:           []string{"localhost:9092"},
+		ApplicationID:     "keepstate",
+		InputTopic:        "ratings",
+		OutputTopic:       "rating-averages",
+		CommitInterval:    time.Second,
+		CacheMaxDocs:      10000,
+		ReplicationFactor: 1,
+	}
+}
+
+// Validate reports every invalid field, wrapping ErrInvalid.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("no brokers"))
+	}
+	if c.ApplicationID == "" || c.InputTopic == "" || c.OutputTopic == "" {
+		errs = append(errs, errors.New("application id, input and output topic must be set"))
+	}
+	if c.CommitInterval <= 0 {
+		errs = append(errs, errors.New("commit interval must be positive"))
+	}
+	if c.CacheMaxDocs <= 0 {
+		errs = append(errs, errors.New("cache max docs must be positive"))
+	}
+	if c.ReplicationFactor < 1 || c.Partitions < 0 {
+		errs = append(errs, errors.New("replication factor must be >= 1 and partitions >= 0"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("engine config: %w: %w", ErrInvalid, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Topics are the names of the topics an application uses.
+type Topics struct {
+	Input, Output, Repartition, Changelog, DLQ string
+}
+
+// TopicsFor derives the internal topic names from the application id, as
+// Kafka Streams would name them.
+func (c Config) Topics() Topics {
+	return Topics{
+		Input:       c.InputTopic,
+		Output:      c.OutputTopic,
+		Repartition: c.ApplicationID + "-ratings-by-movie-repartition",
+		Changelog:   c.ApplicationID + "-movie-stats-changelog",
+		DLQ:         c.ApplicationID + "-dlq",
+	}
+}

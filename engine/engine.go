@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/avro"
+)
+
+// ErrKafkaUnavailable means the Kafka brokers could not be reached.
+var ErrKafkaUnavailable = errors.New("kafka unavailable")
+
+// ErrInstanceFenced means another live instance joined the group with the
+// same static instance id; this one must stop.
+var ErrInstanceFenced = errors.New("another instance with the same --instance-id joined the group")
+
+// Serde encodes and decodes the Avro records the engine reads and writes.
+// *avro.Registry implements it. Implementations must be safe for concurrent
+// use; decode errors wrapping avro.ErrRegistryUnavailable are retried, any
+// other decode error sends the record to the dead-letter topic.
+type Serde interface {
+	DecodeRating(ctx context.Context, b []byte) (avro.Rating, error)
+	EncodeCountAndSum(ctx context.Context, subject string, v avro.CountAndSum) ([]byte, error)
+	DecodeCountAndSum(ctx context.Context, b []byte) (avro.CountAndSum, error)
+}
+
+// Engine runs the rekey and aggregate stages of one application instance.
+// Create it with New and call Run once; Stats, Ready and Partitions may be
+// called concurrently from any goroutine.
+type Engine struct {
+	cfg    Config
+	topics Topics
+	store  Store
+	serde  Serde
+	log    *slog.Logger
+
+	c     counters
+	parts partitionTracker
+
+	client   sarama.Client
+	producer sarama.SyncProducer
+	nParts   int32 // repartition/changelog partitions
+	nOut     int32 // output topic partitions
+	nDLQ     int32
+
+	mu            sync.Mutex
+	cancelSession context.CancelFunc
+}
+
+// New checks cfg and returns an engine that will use store and serde. It
+// does not connect to anything; Run does.
+func New(cfg Config, store Store, serde Serde) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || serde == nil {
+		return nil, fmt.Errorf("engine: store and serde are required: %w", ErrInvalid)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Engine{cfg: cfg, topics: cfg.Topics(), store: store, serde: serde, log: log}, nil
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats { return e.c.snapshot() }
+
+// Topics returns the topic names the engine uses.
+func (e *Engine) Topics() Topics { return e.topics }
+
+// saramaConfig is the client configuration shared by consumer and producer:
+// idempotent producer with acks=all and one request in flight, manual
+// offset commits, static membership when an instance id is set.
+func (e *Engine) saramaConfig() *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.ClientID = e.cfg.ApplicationID
+	sc.Version = sarama.V3_6_0_0
+	sc.Net.DialTimeout = 5 * time.Second
+	sc.Metadata.Retry.Max = 2
+	sc.Metadata.Retry.Backoff = 200 * time.Millisecond
+	sc.Producer.Idempotent = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Return.Successes = true
+	sc.Producer.Retry.Max = 10
+	sc.Producer.Retry.Backoff = 200 * time.Millisecond
+	sc.Producer.Partitioner = sarama.NewManualPartitioner
+	sc.Producer.Flush.Messages = 1000
+	sc.Producer.Flush.Frequency = 5 * time.Millisecond
+	sc.Net.MaxOpenRequests = 1
+	sc.Consumer.Offsets.AutoCommit.Enable = false
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	sc.Consumer.Group.InstanceId = e.cfg.InstanceID
+	sc.Consumer.Group.Session.Timeout = 10 * time.Second
+	sc.Consumer.Group.Heartbeat.Interval = time.Second
+	return sc
+}
+
+// connect opens the client and producer and creates the internal topics.
+func (e *Engine) connect(ctx context.Context) error {
+	client, err := sarama.NewClient(e.cfg.Brokers, e.saramaConfig())
+	if err != nil {
+		return fmt.Errorf("%w: cannot reach brokers %s (%v); start Kafka or set --brokers (try `keepstate demo` for an in-process broker)",
+			ErrKafkaUnavailable, strings.Join(e.cfg.Brokers, ","), err)
+	}
+	e.client = client
+	if err := e.ensureTopics(ctx); err != nil {
+		return err
+	}
+	producer, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		return fmt.Errorf("engine: producer: %w", err)
+	}
+	e.producer = producer
+	return nil
+}
+
+// Run connects, creates the internal topics and processes until ctx is
+// canceled or a fatal error occurs. It closes its Kafka clients before
+// returning but not the store.
+func (e *Engine) Run(ctx context.Context) error {
+	if err := e.connect(ctx); err != nil {
+		e.close()
+		return err
+	}
+	defer e.close()
+	group, err := sarama.NewConsumerGroupFromClient(e.cfg.ApplicationID, e.client)
+	if err != nil {
+		return fmt.Errorf("engine: consumer group: %w", err)
+	}
+	defer group.Close()
+	go func() {
+		for err := range group.Errors() {
+			e.log.Warn("consumer group error", "err", err)
+		}
+	}()
+	h := &groupHandler{e: e}
+	topics := []string{e.topics.Input, e.topics.Repartition}
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		sessCtx, cancel := context.WithCancel(ctx)
+		e.mu.Lock()
+		e.cancelSession = cancel
+		e.mu.Unlock()
+		err := group.Consume(sessCtx, topics, h)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, sarama.ErrFencedInstancedId):
+			return fmt.Errorf("%w (--instance-id=%q): stop the other one or give each instance its own id", ErrInstanceFenced, e.cfg.InstanceID)
+		case err != nil:
+			e.log.Warn("consumer group session ended", "err", err, "retry_in", backoff)
+			if !sleepCtx(ctx, backoff) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// restartSession ends the current group session so that the instance
+// rejoins: used after a fatal task error or a fenced write.
+func (e *Engine) restartSession(reason string, err error) {
+	e.log.Warn("restarting group session", "reason", reason, "err", err)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancelSession != nil {
+		e.cancelSession()
+	}
+}
+
+func (e *Engine) close() {
+	if e.producer != nil {
+		_ = e.producer.Close()
+		e.producer = nil
+	}
+	if e.client != nil {
+		_ = e.client.Close()
+		e.client = nil
+	}
+}
+
+// sleepCtx sleeps d or until ctx is done; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

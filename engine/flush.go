@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/avro"
+)
+
+// flush persists the task's changed documents: (1) changelog records and
+// averages are produced and acknowledged, (2) documents and the changelog
+// checkpoint are written to the store in one atomic batch, (3) the
+// repartition offset is committed. A crash between any two steps replays at
+// most this batch, and the version checks make the replay a no-op.
+func (t *task) flush(ctx context.Context) error {
+	e := t.e
+	if len(t.dirty) > 0 {
+		docs := make([]MovieStats, 0, len(t.dirty))
+		msgs := make([]*sarama.ProducerMessage, 0, 2*len(t.dirty))
+		for id := range t.dirty {
+			d := t.cache[id].Clone()
+			docs = append(docs, d)
+			cl, err := e.changelogRecord(ctx, d)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, cl, e.averageRecord(d))
+		}
+		if err := e.producer.SendMessages(msgs); err != nil {
+			return fmt.Errorf("send changelog and averages: %w", err)
+		}
+		checkpoint := int64(-1)
+		for _, m := range msgs {
+			if m.Topic == e.topics.Changelog && m.Offset+1 > checkpoint {
+				checkpoint = m.Offset + 1
+			}
+		}
+		b := Batch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint}
+		err := e.retryUnavailable(ctx, "apply", func() error { return e.store.Apply(ctx, b) })
+		if errors.Is(err, ErrFenced) {
+			e.c.fenced.Add(1)
+			t.cache = map[int64]*MovieStats{}
+			t.dirty = map[int64]struct{}{}
+			return fmt.Errorf("partition %d: %w", t.p, err)
+		}
+		if err != nil {
+			return fmt.Errorf("store batch: %w", err)
+		}
+		e.c.batches.Add(1)
+		e.c.docs.Add(int64(len(docs)))
+		t.dirty = map[int64]struct{}{}
+		if len(t.cache) > e.cfg.CacheMaxDocs {
+			t.cache = map[int64]*MovieStats{}
+		}
+	}
+	if t.next > t.committed {
+		t.sess.MarkOffset(e.topics.Repartition, t.p, t.next, "")
+		t.sess.Commit()
+		t.committed = t.next
+	}
+	return nil
+}
+
+// changelogRecord is the compacted changelog record of d: key the movie id,
+// value Avro CountAndSum, processing metadata in headers.
+func (e *Engine) changelogRecord(ctx context.Context, d MovieStats) (*sarama.ProducerMessage, error) {
+	v, err := e.serde.EncodeCountAndSum(ctx, e.topics.Changelog+"-value", avro.CountAndSum{Count: d.Count, Sum: d.Sum})
+	if err != nil {
+		return nil, fmt.Errorf("encode changelog value: %w", err)
+	}
+	return &sarama.ProducerMessage{
+		Topic:     e.topics.Changelog,
+		Partition: d.Partition,
+		Key:       sarama.ByteEncoder(EncodeMovieKey(d.MovieID)),
+		Value:     sarama.ByteEncoder(v),
+		Headers: []sarama.RecordHeader{
+			header(HeaderVersion, strconv.FormatInt(d.Version, 10)),
+			header(HeaderSources, encodeSources(d.Sources)),
+		},
+	}, nil
+}
+
+// averageRecord is the output record of d: 8-byte big-endian long key and
+// 8-byte big-endian IEEE-754 double value, as Java's serializers write them.
+func (e *Engine) averageRecord(d MovieStats) *sarama.ProducerMessage {
+	key := EncodeMovieKey(d.MovieID)
+	return &sarama.ProducerMessage{
+		Topic:     e.topics.Output,
+		Partition: PartitionFor(key, e.nOut),
+		Key:       sarama.ByteEncoder(key),
+		Value:     sarama.ByteEncoder(EncodeDouble(d.Avg())),
+	}
+}
+
+// EncodeDouble encodes v as Java's DoubleSerializer does.
+func EncodeDouble(v float64) []byte {
+	return binary.BigEndian.AppendUint64(nil, math.Float64bits(v))
+}
+
+// DecodeDouble decodes a value written by Java's DoubleSerializer; it
+// returns ErrInvalid unless b is 8 bytes.
+func DecodeDouble(b []byte) (float64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("double must be 8 bytes, got %d: %w", len(b), ErrInvalid)
+	}
+	return math.Float64frombits(binary.BigEndian.Uint64(b)), nil
+}

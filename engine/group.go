@@ -1,0 +1,52 @@
+package engine
+
+import (
+	"github.com/IBM/sarama"
+)
+
+// groupHandler dispatches the claims of a consumer group session: input
+// partitions to the rekey loop, repartition partitions to aggregate tasks.
+type groupHandler struct{ e *Engine }
+
+// Setup marks the session's repartition partitions as RESTORING.
+func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
+	e := h.e
+	ps := s.Claims()[e.topics.Repartition]
+	for _, p := range ps {
+		e.parts.set(p, Restoring)
+	}
+	e.c.assigned.Store(int64(len(ps)))
+	e.c.running.Store(0)
+	e.parts.setJoined()
+	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
+		"aggregate", ps, "input", s.Claims()[e.topics.Input])
+	return nil
+}
+
+// Cleanup forgets the session's partitions; tasks flushed on their way out.
+func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
+	e := h.e
+	for _, p := range s.Claims()[e.topics.Repartition] {
+		e.parts.remove(p)
+	}
+	e.c.assigned.Store(0)
+	e.c.running.Store(0)
+	return nil
+}
+
+// ConsumeClaim runs the stage of one claimed partition until the session
+// ends. A fatal error restarts the session, so the partition is restored
+// and reprocessed from its last commit.
+func (h *groupHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	e := h.e
+	var err error
+	if c.Topic() == e.topics.Input {
+		err = e.rekey(s, c)
+	} else {
+		err = newTask(e, s, c).run()
+	}
+	if err != nil && s.Context().Err() == nil {
+		e.restartSession("partition "+c.Topic()+"/"+itoa(int64(c.Partition())), err)
+	}
+	return err
+}

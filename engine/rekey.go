@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/avro"
+)
+
+// maxDrain bounds how many buffered records a stage takes in one step.
+const maxDrain = 2000
+
+// drain returns first plus the records already buffered in ch (at most
+// maxDrain), without blocking.
+func drain(first *sarama.ConsumerMessage, ch <-chan *sarama.ConsumerMessage) []*sarama.ConsumerMessage {
+	batch := []*sarama.ConsumerMessage{first}
+	for len(batch) < maxDrain {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, m)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// rekey forwards input ratings to the repartition topic keyed by movie id,
+// with the input position in headers; bad records go to the dead-letter
+// topic. Offsets are marked only after the broker acknowledged the sends.
+func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	ctx := s.Context()
+	lastCommit := time.Now()
+	for {
+		var first *sarama.ConsumerMessage
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-c.Messages():
+			if !ok {
+				return nil
+			}
+			first = m
+		}
+		batch := drain(first, c.Messages())
+		out := make([]*sarama.ProducerMessage, 0, len(batch))
+		dead := 0
+		for _, m := range batch {
+			r, err := e.decodeRating(ctx, m.Value)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				out = append(out, e.deadLetter(m, err))
+				dead++
+				continue
+			}
+			key := EncodeMovieKey(r.MovieID)
+			out = append(out, &sarama.ProducerMessage{
+				Topic:     e.topics.Repartition,
+				Partition: PartitionFor(key, e.nParts),
+				Key:       sarama.ByteEncoder(key),
+				Value:     sarama.ByteEncoder(m.Value),
+				Headers: []sarama.RecordHeader{
+					header(HeaderSourcePartition, strconv.FormatInt(int64(m.Partition), 10)),
+					header(HeaderSourceOffset, strconv.FormatInt(m.Offset, 10)),
+				},
+			})
+		}
+		if err := e.producer.SendMessages(out); err != nil {
+			return fmt.Errorf("rekey: send to %s: %w", e.topics.Repartition, err)
+		}
+		e.c.rekeyed.Add(int64(len(batch) - dead))
+		e.c.dead.Add(int64(dead))
+		s.MarkMessage(batch[len(batch)-1], "")
+		if time.Since(lastCommit) >= e.cfg.CommitInterval {
+			s.Commit()
+			lastCommit = time.Now()
+		}
+	}
+}
+
+// errBadRating is wrapped by ratings outside 0..10 or not finite.
+var errBadRating = errors.New("rating out of range")
+
+// decodeRating decodes and validates a Confluent-framed Avro rating,
+// retrying while the Schema Registry is unreachable. Any other failure is
+// returned and the record is dead-lettered.
+func (e *Engine) decodeRating(ctx context.Context, b []byte) (avro.Rating, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		r, err := e.serde.DecodeRating(ctx, b)
+		if errors.Is(err, avro.ErrRegistryUnavailable) {
+			e.log.Warn("schema registry unavailable, retrying", "err", err, "retry_in", backoff)
+			if !sleepCtx(ctx, backoff) {
+				return avro.Rating{}, ctx.Err()
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		if err != nil {
+			return r, err
+		}
+		if math.IsNaN(r.Rating) || math.IsInf(r.Rating, 0) || r.Rating < 0 || r.Rating > 10 {
+			return r, fmt.Errorf("%w: movie %d rating %v (want 0..10)", errBadRating, r.MovieID, r.Rating)
+		}
+		return r, nil
+	}
+}
+
+// deadLetter builds the dead-letter record for m with the reason and the
+// original position in headers; the value and key are kept as they were.
+func (e *Engine) deadLetter(m *sarama.ConsumerMessage, reason error) *sarama.ProducerMessage {
+	e.log.Warn("dead-lettering record", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "reason", reason)
+	pm := &sarama.ProducerMessage{
+		Topic:     e.topics.DLQ,
+		Partition: m.Partition % e.nDLQ,
+		Value:     sarama.ByteEncoder(m.Value),
+		Headers: []sarama.RecordHeader{
+			header(HeaderDLQReason, reason.Error()),
+			header(HeaderDLQTopic, m.Topic),
+			header(HeaderDLQPartition, strconv.FormatInt(int64(m.Partition), 10)),
+			header(HeaderDLQOffset, strconv.FormatInt(m.Offset, 10)),
+		},
+	}
+	if m.Key != nil {
+		pm.Key = sarama.ByteEncoder(m.Key)
+	}
+	return pm
+}

@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/avro"
+)
+
+// finalFlushTimeout bounds the flush a task does when its session ends.
+const finalFlushTimeout = 30 * time.Second
+
+// task aggregates one repartition partition: it restores the partition,
+// then applies records to a write-behind cache that is flushed every commit
+// interval (changelog and output first, then one atomic store write, then
+// the offset commit). A task is used by one goroutine only.
+type task struct {
+	e     *Engine
+	sess  sarama.ConsumerGroupSession
+	claim sarama.ConsumerGroupClaim
+	p     int32
+	epoch int64
+
+	cache map[int64]*MovieStats
+	dirty map[int64]struct{}
+	// next is the repartition offset to commit (last seen + 1); committed
+	// is the last value committed.
+	next, committed int64
+}
+
+func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {
+	return &task{e: e, sess: s, claim: c, p: c.Partition(),
+		cache: map[int64]*MovieStats{}, dirty: map[int64]struct{}{}, next: -1, committed: -1}
+}
+
+// run restores the partition and processes it until the session ends.
+func (t *task) run() error {
+	e := t.e
+	ctx := t.sess.Context()
+	if err := t.restore(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("restore partition %d: %w", t.p, err)
+	}
+	e.parts.set(t.p, Running)
+	e.c.running.Add(1)
+	ticker := time.NewTicker(e.cfg.CommitInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return t.finalFlush()
+		case <-ticker.C:
+			if err := t.flush(ctx); err != nil {
+				return t.stop(err)
+			}
+		case m, ok := <-t.claim.Messages():
+			if !ok {
+				return t.finalFlush()
+			}
+			if err := t.process(ctx, drain(m, t.claim.Messages())); err != nil {
+				return t.stop(err)
+			}
+			if len(t.dirty) >= e.cfg.CacheMaxDocs {
+				if err := t.flush(ctx); err != nil {
+					return t.stop(err)
+				}
+			}
+		}
+	}
+}
+
+// stop turns a flush or process error into the task's result.
+func (t *task) stop(err error) error {
+	if t.sess.Context().Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// finalFlush writes what the task holds when its session ends; the
+// session's context is already canceled, so it uses its own deadline.
+func (t *task) finalFlush() error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.sess.Context()), finalFlushTimeout)
+	defer cancel()
+	if err := t.flush(ctx); err != nil && !errors.Is(err, ErrFenced) {
+		t.e.log.Warn("final flush failed; the next owner reprocesses from the last commit", "partition", t.p, "err", err)
+	}
+	return nil
+}
+
+// process applies a batch of repartition records to the cache.
+func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) error {
+	e := t.e
+	ids := make([]int64, 0, len(batch))
+	keys := make([]int64, len(batch))
+	for i, m := range batch {
+		id, err := DecodeMovieKey(m.Key)
+		if err != nil {
+			keys[i] = math.MinInt64
+			continue
+		}
+		keys[i] = id
+		if _, ok := t.cache[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 0 {
+		var loaded map[int64]MovieStats
+		err := e.retryUnavailable(ctx, "load", func() (err error) {
+			loaded, err = e.store.Load(ctx, ids)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("load documents: %w", err)
+		}
+		for _, id := range ids {
+			if d, ok := loaded[id]; ok {
+				d := d
+				t.cache[id] = &d
+			}
+		}
+	}
+	var dead []*sarama.ProducerMessage
+	for i, m := range batch {
+		t.next = m.Offset + 1
+		if keys[i] == math.MinInt64 {
+			dead = append(dead, e.deadLetter(m, fmt.Errorf("bad repartition key: %w", ErrInvalid)))
+			continue
+		}
+		r, err := e.decodeRating(ctx, m.Value)
+		if err == nil && r.MovieID != keys[i] {
+			err = fmt.Errorf("key %d does not match movie_id %d: %w", keys[i], r.MovieID, ErrInvalid)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			dead = append(dead, e.deadLetter(m, err))
+			continue
+		}
+		srcP, srcO, hasSrc, err := sourceOf(m.Headers)
+		if err != nil {
+			dead = append(dead, e.deadLetter(m, err))
+			continue
+		}
+		t.apply(m.Offset, r, srcP, srcO, hasSrc)
+	}
+	if len(dead) > 0 {
+		if err := e.producer.SendMessages(dead); err != nil {
+			return fmt.Errorf("send to %s: %w", e.topics.DLQ, err)
+		}
+		e.c.dead.Add(int64(len(dead)))
+	}
+	return nil
+}
+
+// apply adds one rating unless the document already reflects it: its
+// repartition offset is not above the document's version, or its input
+// offset is not above the one recorded for its input partition.
+func (t *task) apply(offset int64, r avro.Rating, srcP int32, srcO int64, hasSrc bool) {
+	d := t.cache[r.MovieID]
+	if d == nil {
+		d = &MovieStats{MovieID: r.MovieID, Partition: t.p, Version: -1}
+		t.cache[r.MovieID] = d
+	}
+	if offset <= d.Version {
+		t.e.c.duplicates.Add(1)
+		return
+	}
+	if hasSrc {
+		if last, ok := d.Sources[srcP]; ok && srcO <= last {
+			t.e.c.duplicates.Add(1)
+			return
+		}
+	}
+	d.Count++
+	d.Sum += r.Rating
+	d.Version = offset
+	if hasSrc {
+		if d.Sources == nil {
+			d.Sources = map[int32]int64{}
+		}
+		d.Sources[srcP] = srcO
+	}
+	t.dirty[r.MovieID] = struct{}{}
+	t.e.c.processed.Add(1)
+}

@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/IBM/sarama"
+)
+
+// defaultInputPartitions is used when the input topic does not exist and
+// Config.Partitions is 0.
+const defaultInputPartitions = 3
+
+// ensureTopics creates the topics the engine needs and records their
+// partition counts. Internal topics get as many partitions as the input
+// topic (or Config.Partitions); the changelog is compacted.
+func (e *Engine) ensureTopics(ctx context.Context) error {
+	admin, err := sarama.NewClusterAdmin(e.cfg.Brokers, e.saramaConfig())
+	if err != nil {
+		return fmt.Errorf("%w: admin client: %v", ErrKafkaUnavailable, err)
+	}
+	defer admin.Close()
+	existing, err := admin.ListTopics()
+	if err != nil {
+		return fmt.Errorf("%w: list topics: %v", ErrKafkaUnavailable, err)
+	}
+	n := e.cfg.Partitions
+	if d, ok := existing[e.topics.Input]; ok && n == 0 {
+		n = d.NumPartitions
+	}
+	if n == 0 {
+		n = defaultInputPartitions
+	}
+	compact := "compact"
+	want := []struct {
+		name    string
+		entries map[string]*string
+	}{
+		{e.topics.Input, nil},
+		{e.topics.Repartition, nil},
+		{e.topics.Changelog, map[string]*string{"cleanup.policy": &compact}},
+		{e.topics.Output, nil},
+		{e.topics.DLQ, nil},
+	}
+	for _, w := range want {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, ok := existing[w.name]; ok {
+			continue
+		}
+		err := admin.CreateTopic(w.name, &sarama.TopicDetail{
+			NumPartitions: n, ReplicationFactor: e.cfg.ReplicationFactor, ConfigEntries: w.entries,
+		}, false)
+		var te *sarama.TopicError
+		if err != nil && !(errors.As(err, &te) && te.Err == sarama.ErrTopicAlreadyExists) {
+			return fmt.Errorf("engine: create topic %s: %w", w.name, err)
+		}
+		e.log.Info("created topic", "topic", w.name, "partitions", n)
+	}
+	if err := e.client.RefreshMetadata(); err != nil {
+		return fmt.Errorf("%w: metadata: %v", ErrKafkaUnavailable, err)
+	}
+	count := func(topic string) (int32, error) {
+		ps, err := e.client.Partitions(topic)
+		if err != nil {
+			return 0, fmt.Errorf("engine: partitions of %s: %w", topic, err)
+		}
+		return int32(len(ps)), nil
+	}
+	if e.nParts, err = count(e.topics.Repartition); err != nil {
+		return err
+	}
+	nc, err := count(e.topics.Changelog)
+	if err != nil {
+		return err
+	}
+	if nc != e.nParts {
+		return fmt.Errorf("engine: %s has %d partitions but %s has %d: they must be co-partitioned (reset with --reprocess)",
+			e.topics.Changelog, nc, e.topics.Repartition, e.nParts)
+	}
+	if e.nOut, err = count(e.topics.Output); err != nil {
+		return err
+	}
+	e.nDLQ, err = count(e.topics.DLQ)
+	return err
+}
