@@ -1,0 +1,25 @@
+package avro
+
+import "errors"
+
+// Sentinel errors. Check them with errors.Is; returned errors wrap them with
+// context (schema id, subject, registry URL).
+var (
+	// ErrNotFramed means the bytes are not in the Confluent wire format:
+	// shorter than 5 bytes or a magic byte other than 0. Permanent.
+	ErrNotFramed = errors.New("not a confluent-framed avro record")
+	// ErrUnknownSchema means the registry answered that the schema id (or
+	// subject) does not exist. Permanent for the record.
+	ErrUnknownSchema = errors.New("unknown schema")
+	// ErrRegistryUnavailable means the registry could not be asked: network
+	// error, timeout, 5xx, authentication failure or an answer that is not
+	// a registry's. Transient: retry rather than dead-letter.
+	ErrRegistryUnavailable = errors.New("schema registry unavailable")
+	// ErrDecode means the Avro payload is truncated, malformed or has
+	// trailing bytes, or the writer schema is unusable or lacks a needed
+	// field (or has it with a type that cannot be read). Permanent.
+	ErrDecode = errors.New("avro decode failed")
+	// ErrSchemaRejected means the registry refused to register a schema
+	// (invalid, or incompatible with the subject's earlier versions).
+	ErrSchemaRejected = errors.New("schema rejected by registry")
+)

@@ -1,0 +1,270 @@
+package avro
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/riferrei/srclient"
+	"golang.org/x/sync/singleflight"
+)
+
+// Defaults of the Registry options.
+const (
+	DefaultTimeout    = 10 * time.Second
+	DefaultUnknownTTL = time.Minute
+)
+
+// Registry is a Confluent Schema Registry client (srclient underneath) with
+// caches: schema id -> compiled writer schema, and subject+schema -> id.
+// Registry ids are immutable, so cached schemas never expire; after the
+// first lookup of an id, decoding needs no network and takes no lock. An id
+// the registry does not know is remembered for the unknown-TTL so that a
+// stream of such records does not hammer the registry. Concurrent misses of
+// one id or subject share one request. Safe for concurrent use.
+type Registry struct {
+	url        string
+	httpClient *http.Client
+	transport  http.RoundTripper
+	timeout    time.Duration
+	unknownTTL time.Duration
+	user       string
+	password   string
+	log        *slog.Logger
+
+	mu      sync.Mutex // serializes writers of the copy-on-write maps
+	schemas atomic.Pointer[map[int]*writerSchema]
+	ids     atomic.Pointer[map[subjectSchema]int]
+	flight  singleflight.Group
+}
+
+type subjectSchema struct{ subject, schema string }
+
+// Option configures a Registry.
+type Option func(*Registry)
+
+// WithHTTPClient makes the Registry send requests with c's transport,
+// redirect policy and cookie jar. c.Timeout, when set, becomes the request
+// timeout unless WithTimeout is also given.
+func WithHTTPClient(c *http.Client) Option {
+	return func(r *Registry) {
+		if c != nil {
+			r.httpClient = c
+		}
+	}
+}
+
+// WithTimeout bounds every registry request (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option {
+	return func(r *Registry) {
+		if d > 0 {
+			r.timeout = d
+		}
+	}
+}
+
+// WithLogger sets the logger (nil, the default, discards).
+func WithLogger(l *slog.Logger) Option { return func(r *Registry) { r.log = l } }
+
+// WithBasicAuth sends HTTP basic credentials with every request.
+func WithBasicAuth(user, password string) Option {
+	return func(r *Registry) { r.user, r.password = user, password }
+}
+
+// WithUnknownTTL sets how long an id the registry said it does not know is
+// answered from the cache with ErrUnknownSchema (default DefaultUnknownTTL;
+// 0 or less asks the registry every time).
+func WithUnknownTTL(d time.Duration) Option {
+	return func(r *Registry) { r.unknownTTL = max(d, 0) }
+}
+
+// NewRegistry returns a client of the registry at rawURL (http or https,
+// e.g. "http://localhost:8081"). It sends no request; call Ping to check
+// the registry answers. It fails only when rawURL is not an http(s) URL.
+func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("schema registry url %q is not an http(s) url", rawURL)
+	}
+	r := &Registry{
+		url:        strings.TrimRight(rawURL, "/"),
+		httpClient: &http.Client{},
+		unknownTTL: DefaultUnknownTTL,
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.timeout == 0 {
+		r.timeout = r.httpClient.Timeout
+	}
+	if r.timeout == 0 {
+		r.timeout = DefaultTimeout
+	}
+	r.transport = r.httpClient.Transport
+	if r.transport == nil {
+		r.transport = http.DefaultTransport
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	r.schemas.Store(&map[int]*writerSchema{})
+	r.ids.Store(&map[subjectSchema]int{})
+	return r, nil
+}
+
+// URL returns the registry URL without a trailing slash.
+func (r *Registry) URL() string { return r.url }
+
+// Ping checks that the registry answers (GET /config). Any failure, a
+// cancelled ctx included, wraps ErrRegistryUnavailable and names the URL.
+func (r *Registry) Ping(ctx context.Context) error {
+	err := r.call(ctx, "ping", false, func(c *srclient.SchemaRegistryClient) error {
+		_, err := c.GetGlobalCompatibilityLevel()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %s does not answer: %w", ErrRegistryUnavailable, r.url, err)
+	}
+	return nil
+}
+
+// Register registers schema (Avro JSON) under subject, as the Confluent
+// serializer does with auto-registration ("<topic>-value" subjects, see
+// ValueSubject), and returns its id. It is idempotent: registering the
+// same schema again returns the same id, from the cache after the first
+// success. Errors wrap ErrRegistryUnavailable, ErrSchemaRejected or the
+// context's error.
+func (r *Registry) Register(ctx context.Context, subject, schema string) (int, error) {
+	key := subjectSchema{subject, schema}
+	if id, ok := (*r.ids.Load())[key]; ok {
+		return id, nil
+	}
+	v, err := r.shared(ctx, "register\x00"+subject+"\x00"+schema, func(fctx context.Context) (any, error) {
+		if id, ok := (*r.ids.Load())[key]; ok {
+			return id, nil
+		}
+		var got *srclient.Schema
+		op := "register subject " + subject
+		err := r.call(fctx, op, true, func(c *srclient.SchemaRegistryClient) (err error) {
+			got, err = c.CreateSchema(subject, schema, srclient.Avro)
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		st := ""
+		if t := got.SchemaType(); t != nil {
+			st = t.String()
+		}
+		r.publishSchema(newWriterSchema(got.ID(), st, got.Schema()))
+		r.publishID(key, got.ID())
+		r.log.Debug("registered schema", "subject", subject, "id", got.ID(), "version", got.Version())
+		return got.ID(), nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
+}
+
+// writer returns the compiled writer schema of id, fetching it on a miss.
+// Errors wrap ErrUnknownSchema, ErrRegistryUnavailable or ctx's error.
+func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
+	if w, err, ok := r.cachedWriter(id); ok {
+		return w, err
+	}
+	if id < 0 {
+		return nil, fmt.Errorf("%w: schema id %d is negative", ErrUnknownSchema, id)
+	}
+	v, err := r.shared(ctx, "id\x00"+strconv.Itoa(id), func(fctx context.Context) (any, error) {
+		// A flight that ended just before this one may have filled the cache.
+		if w, err, ok := r.cachedWriter(id); ok {
+			return w, err
+		}
+		var got *srclient.Schema
+		err := r.call(fctx, "fetch schema id "+strconv.Itoa(id), false, func(c *srclient.SchemaRegistryClient) (err error) {
+			got, err = c.GetSchema(id)
+			return err
+		})
+		if err != nil {
+			if isUnknown(err) && r.unknownTTL > 0 {
+				r.publishSchema(&writerSchema{id: id, unknownUntil: time.Now().Add(r.unknownTTL)})
+			}
+			r.log.Debug("schema fetch failed", "id", id, "err", err)
+			return nil, err
+		}
+		st := ""
+		if t := got.SchemaType(); t != nil {
+			st = t.String()
+		}
+		w := newWriterSchema(id, st, got.Schema())
+		r.publishSchema(w)
+		r.log.Debug("fetched schema", "id", id, "usable", w.err == nil)
+		return w, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*writerSchema), nil
+}
+
+// cachedWriter answers from the cache; ok is false on a miss.
+func (r *Registry) cachedWriter(id int) (w *writerSchema, err error, ok bool) {
+	w, ok = (*r.schemas.Load())[id]
+	switch {
+	case !ok:
+		return nil, nil, false
+	case w.unknownUntil.IsZero():
+		return w, nil, true
+	case time.Now().Before(w.unknownUntil):
+		return nil, fmt.Errorf("%w: schema id %d not in registry %s (cached)", ErrUnknownSchema, id, r.url), true
+	}
+	return nil, nil, false
+}
+
+// shared runs fetch once for all concurrent callers with the same key. The
+// fetch is detached from any one caller's cancellation (it is bounded by
+// the registry timeout); each caller stops waiting when its own ctx ends.
+func (r *Registry) shared(ctx context.Context, key string, fetch func(context.Context) (any, error)) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("schema registry %s: %w", r.url, err)
+	}
+	ch := r.flight.DoChan(key, func() (any, error) {
+		return fetch(context.WithoutCancel(ctx))
+	})
+	select {
+	case res := <-ch:
+		return res.Val, res.Err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("schema registry %s: %w", r.url, ctx.Err())
+	}
+}
+
+func (r *Registry) publishSchema(w *writerSchema) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := *r.schemas.Load()
+	if cur, ok := old[w.id]; ok && cur.unknownUntil.IsZero() {
+		return // ids are immutable: keep the first compiled schema
+	}
+	next := maps.Clone(old)
+	next[w.id] = w
+	r.schemas.Store(&next)
+}
+
+func (r *Registry) publishID(k subjectSchema, id int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := maps.Clone(*r.ids.Load())
+	next[k] = id
+	r.ids.Store(&next)
+}

@@ -1,0 +1,184 @@
+package avro
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/linkedin/goavro/v2"
+)
+
+func init() {
+	// A writer schema with an array or map lets a record announce up to
+	// MaxBlockCount items, which goavro allocates before reading them.
+	if goavro.MaxBlockCount > 1<<20 {
+		goavro.MaxBlockCount = 1 << 20
+	}
+}
+
+// pairFields names the two fields read from a record: an integer one and a
+// numeric one (Rating: movie_id, rating; CountAndSum: count, sum).
+type pairFields struct {
+	id, num string
+}
+
+var (
+	ratingFields      = pairFields{id: "movie_id", num: "rating"}
+	countAndSumFields = pairFields{id: "count", num: "sum"}
+)
+
+// pairPlan locates a pairFields in a writer schema's fields.
+type pairPlan struct {
+	idIdx, numIdx int
+	err           error // the writer schema cannot give these fields
+}
+
+// writerSchema is a cached schema id: its codec and decoding plans, or the
+// permanent reason it cannot be used, or (unknownUntil set) the fact that
+// the registry does not know the id. Immutable once published.
+type writerSchema struct {
+	id           int
+	codec        *goavro.Codec
+	fast         *fastRecord // nil: decode with goavro's generic codec
+	rating       pairPlan
+	countAndSum  pairPlan
+	err          error     // wraps ErrDecode: the schema is unusable
+	unknownUntil time.Time // non-zero: negative cache entry
+}
+
+type recordJSON struct {
+	Type   json.RawMessage `json:"type"`
+	Fields []struct {
+		Name string          `json:"name"`
+		Type json.RawMessage `json:"type"`
+	} `json:"fields"`
+}
+
+// newWriterSchema compiles the schema text the registry holds for id.
+// schemaType is the registry's schemaType ("" or "AVRO" for Avro).
+func newWriterSchema(id int, schemaType, text string) *writerSchema {
+	w := &writerSchema{id: id}
+	if schemaType != "" && schemaType != "AVRO" {
+		w.err = fmt.Errorf("%w: schema id %d is a %s schema, not Avro", ErrDecode, id, schemaType)
+		return w
+	}
+	codec, err := goavro.NewCodec(text)
+	if err != nil {
+		w.err = fmt.Errorf("%w: schema id %d does not compile: %v", ErrDecode, id, err)
+		return w
+	}
+	w.codec = codec
+
+	var rec recordJSON
+	var typ string
+	if json.Unmarshal([]byte(text), &rec) != nil || json.Unmarshal(rec.Type, &typ) != nil || typ != "record" {
+		// Not a plain record: let goavro decode and check at run time.
+		w.rating = pairPlan{idIdx: -1, numIdx: -1}
+		w.countAndSum = w.rating
+		return w
+	}
+	names := make([]string, len(rec.Fields))
+	kinds := make([]kind, len(rec.Fields))
+	fast := true
+	for i, f := range rec.Fields {
+		names[i] = f.Name
+		var prim string
+		if json.Unmarshal(f.Type, &prim) == nil {
+			kinds[i] = kindNames[prim] // 0 for a named type
+		}
+		if kinds[i] == 0 {
+			fast = false
+		}
+	}
+	if fast {
+		w.fast = &fastRecord{kinds: kinds}
+	}
+	w.rating = w.plan(names, kinds, ratingFields)
+	w.countAndSum = w.plan(names, kinds, countAndSumFields)
+	return w
+}
+
+// plan finds the fields of p; with a fast decoder it also checks their types.
+func (w *writerSchema) plan(names []string, kinds []kind, p pairFields) pairPlan {
+	pp := pairPlan{idIdx: -1, numIdx: -1}
+	for i, n := range names {
+		switch n {
+		case p.id:
+			pp.idIdx = i
+		case p.num:
+			pp.numIdx = i
+		}
+	}
+	switch {
+	case pp.idIdx < 0:
+		pp.err = fmt.Errorf("%w: schema id %d has no field %q", ErrDecode, w.id, p.id)
+	case pp.numIdx < 0:
+		pp.err = fmt.Errorf("%w: schema id %d has no field %q", ErrDecode, w.id, p.num)
+	case w.fast == nil:
+	case kinds[pp.idIdx] != kindInt && kinds[pp.idIdx] != kindLong:
+		pp.err = fmt.Errorf("%w: schema id %d: field %q is not a long or int", ErrDecode, w.id, p.id)
+	case kinds[pp.numIdx] < kindInt || kinds[pp.numIdx] > kindDouble:
+		pp.err = fmt.Errorf("%w: schema id %d: field %q is not a double, float, long or int", ErrDecode, w.id, p.num)
+	}
+	return pp
+}
+
+// decodePair decodes payload with the writer schema and returns fields p as
+// planned by pp. Every error wraps ErrDecode. It never panics.
+func (w *writerSchema) decodePair(payload []byte, pp *pairPlan, p pairFields) (int64, float64, error) {
+	if w.err != nil {
+		return 0, 0, w.err
+	}
+	if pp.err != nil {
+		return 0, 0, pp.err
+	}
+	if w.fast != nil {
+		id, num, err := w.fast.decodePair(payload, pp.idIdx, pp.numIdx)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%w: schema id %d: %v", ErrDecode, w.id, err)
+		}
+		return id, num, nil
+	}
+	return w.decodeGeneric(payload, p)
+}
+
+// decodeGeneric is the slow path through goavro's native maps.
+func (w *writerSchema) decodeGeneric(payload []byte, p pairFields) (id int64, num float64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			id, num, err = 0, 0, fmt.Errorf("%w: schema id %d: decoder panic: %v", ErrDecode, w.id, r)
+		}
+	}()
+	native, rest, err := w.codec.NativeFromBinary(payload)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: schema id %d: %v", ErrDecode, w.id, err)
+	}
+	if len(rest) != 0 {
+		return 0, 0, fmt.Errorf("%w: schema id %d: %d trailing bytes after the record", ErrDecode, w.id, len(rest))
+	}
+	m, ok := native.(map[string]any)
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: schema id %d is not a record", ErrDecode, w.id)
+	}
+	switch v := m[p.id].(type) {
+	case int64:
+		id = v
+	case int32:
+		id = int64(v)
+	default:
+		return 0, 0, fmt.Errorf("%w: schema id %d: field %q is missing or not a long or int (%T)", ErrDecode, w.id, p.id, v)
+	}
+	switch v := m[p.num].(type) {
+	case float64:
+		num = v
+	case float32:
+		num = float64(v)
+	case int64:
+		num = float64(v)
+	case int32:
+		num = float64(v)
+	default:
+		return 0, 0, fmt.Errorf("%w: schema id %d: field %q is missing or not a double, float, long or int (%T)", ErrDecode, w.id, p.num, v)
+	}
+	return id, num, nil
+}
