@@ -1,0 +1,10 @@
+// Package web is keepstate's HTTP server (echo): the query API over an
+// engine.Querier (GET /movies/{id}, GET /movies), health and readiness
+// probes, Prometheus metrics, the OpenAPI document with an embedded Swagger
+// UI, and a small dashboard page. Every error is a JSON body
+// {"error":"..."}; nothing is fetched from outside the process at run time.
+//
+// JSON numbers are written by encoding/json: an average of exactly 9 is
+// rendered as 9, not 9.0 (the same JSON number). Movie ids are int64; clients
+// in JavaScript lose precision above 2^53.
+package web

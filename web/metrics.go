@@ -1,0 +1,182 @@
+package web
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// unmatchedRoute is the route label of requests that matched no route, so
+// that scanners cannot grow the label set.
+const unmatchedRoute = "unmatched"
+
+// statMetric maps one engine.Stats field to a Prometheus metric.
+type statMetric struct {
+	name, help string
+	kind       prometheus.ValueType
+	get        func(engine.Stats) int64
+}
+
+var statMetrics = []statMetric{
+	{"keepstate_records_processed_total", "Ratings applied to an aggregate.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.RecordsProcessed }},
+	{"keepstate_records_rekeyed_total", "Input records forwarded to the repartition topic.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.RecordsRekeyed }},
+	{"keepstate_duplicates_skipped_total", "Repartition records skipped as replays or rekey duplicates.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.DuplicatesSkipped }},
+	{"keepstate_dead_lettered_total", "Records sent to the dead-letter topic.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.DeadLettered }},
+	{"keepstate_changelog_restored_total", "Changelog records read during restores.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.ChangelogRestored }},
+	{"keepstate_store_batches_total", "Atomic batch writes to the store.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StoreBatches }},
+	{"keepstate_store_docs_written_total", "Documents written in store batches.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StoreDocsWritten }},
+	{"keepstate_fenced_writes_total", "Batches refused because another writer owns the partition.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.FencedWrites }},
+	{"keepstate_partitions_assigned", "Repartition partitions this instance owns.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsAssigned }},
+	{"keepstate_partitions_running", "Owned partitions that finished restoring.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsRunning }},
+}
+
+// statsCollector reads engine.Stats (and readiness) at scrape time.
+type statsCollector struct {
+	stats     func() engine.Stats
+	ready     func() error
+	descs     []*prometheus.Desc
+	readyDesc *prometheus.Desc
+}
+
+func newStatsCollector(stats func() engine.Stats, ready func() error) *statsCollector {
+	c := &statsCollector{
+		stats:     stats,
+		ready:     ready,
+		readyDesc: prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil),
+	}
+	for _, m := range statMetrics {
+		c.descs = append(c.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+	ch <- c.readyDesc
+}
+
+// Collect implements prometheus.Collector; it takes one Stats snapshot.
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	for i, m := range statMetrics {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], m.kind, float64(m.get(st)))
+	}
+	ready := 0.0
+	if c.ready() == nil {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.readyDesc, prometheus.GaugeValue, ready)
+}
+
+// metrics is the server's own Prometheus registry: engine stats, HTTP
+// request metrics, Go runtime and process metrics. It never touches the
+// global default registry.
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	routes   map[string]string // echo path -> route label
+}
+
+func newMetrics(stats func() engine.Stats, ready func() error) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "keepstate_http_requests_total",
+			Help: "HTTP requests answered, by route, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "keepstate_http_request_duration_seconds",
+			Help:    "HTTP request latency, by route and method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route", "method"}),
+		routes: map[string]string{},
+	}
+	m.reg.MustRegister(
+		newStatsCollector(stats, ready),
+		m.requests, m.duration,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// knownRoutes records the registered routes; the route label of a request
+// is its route in OpenAPI form ("/movies/{id}") or "unmatched".
+func (m *metrics) knownRoutes(rs []*echo.Route) {
+	for _, r := range rs {
+		m.routes[r.Path] = openAPIPath(r.Path)
+	}
+}
+
+// handler returns the exposition handler of the registry.
+func (m *metrics) handler(log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{log},
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      m.reg,
+	})
+}
+
+// promLogger adapts slog to promhttp.Logger.
+type promLogger struct{ log *slog.Logger }
+
+func (l promLogger) Println(v ...any) { l.log.Warn("metrics exposition", "err", fmt.Sprint(v...)) }
+
+// observe is the outermost middleware: it turns handler errors into answers
+// (so that the final status is known), then counts and times the request.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		if err := next(c); err != nil {
+			c.Error(err)
+		}
+		route, ok := s.metrics.routes[c.Path()]
+		if !ok {
+			route = unmatchedRoute
+		}
+		method := methodLabel(c.Request().Method)
+		status := c.Response().Status
+		elapsed := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+		s.metrics.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
+		s.log.Debug("http request", "method", method, "route", route, "status", status, "duration", elapsed)
+		return nil
+	}
+}
+
+// methodLabel returns m for standard methods and "other" for anything else,
+// so that odd clients cannot grow the label set.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// openAPIPath turns an echo route path ("/movies/:id") into its OpenAPI
+// form ("/movies/{id}").
+func openAPIPath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, part := range parts {
+		if strings.HasPrefix(part, ":") {
+			parts[i] = "{" + part[1:] + "}"
+		}
+	}
+	return strings.Join(parts, "/")
+}

@@ -1,0 +1,171 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// Default values used when the corresponding Options field is zero.
+const (
+	DefaultQueryTimeout    = 5 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Options configures a Server. Only Querier is needed to answer queries;
+// every other field has a usable zero value.
+type Options struct {
+	// Querier answers the movie queries. When nil, the movie routes answer
+	// 503 (store unavailable).
+	Querier engine.Querier
+	// Ready reports readiness for /readyz and the dashboard: nil means
+	// ready, an error is the reason it is not. A nil func means always ready.
+	// It is called concurrently from request goroutines.
+	Ready func() error
+	// Stats returns the engine counters for /metrics and /api/stats. A nil
+	// func reports zeros. It is called concurrently from request goroutines.
+	Stats func() engine.Stats
+	// Logger receives request errors and server events; nil discards them.
+	Logger *slog.Logger
+	// QueryTimeout bounds each store query (DefaultQueryTimeout when zero);
+	// a query that runs out of time answers 503 with Retry-After.
+	QueryTimeout time.Duration
+	// ShutdownTimeout bounds the graceful shutdown of Serve after its
+	// context is cancelled (DefaultShutdownTimeout when zero).
+	ShutdownTimeout time.Duration
+}
+
+// Server is keepstate's HTTP server. It is safe for concurrent use; Serve
+// may be called several times (for example on several listeners).
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	e       *echo.Echo
+	metrics *metrics
+}
+
+// New returns a Server for opts with every route registered. It does not
+// listen; use Handler, Serve or ListenAndServe.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Ready == nil {
+		opts.Ready = func() error { return nil }
+	}
+	if opts.Stats == nil {
+		opts.Stats = func() engine.Stats { return engine.Stats{} }
+	}
+	if opts.QueryTimeout <= 0 {
+		opts.QueryTimeout = DefaultQueryTimeout
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	s := &Server{opts: opts, log: opts.Logger}
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	e.Logger.SetOutput(echoLogWriter{s.log})
+	s.e = e
+	s.metrics = newMetrics(opts.Stats, opts.Ready)
+
+	e.Use(s.observe, s.recoverPanic, secureHeaders)
+	s.routes()
+	s.metrics.knownRoutes(e.Routes())
+	return s
+}
+
+// routes registers every route. The OpenAPI document (openapi.json) lists
+// exactly these; TestOpenAPICoversRoutes keeps the two in step.
+func (s *Server) routes() {
+	e := s.e
+	e.GET("/movies/:id", s.getMovie)
+	e.GET("/movies", s.rangeMovies)
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
+	e.GET("/api-docs", s.apiDocs)
+	e.GET("/api/stats", s.apiStats)
+	e.GET("/", s.dashboardIndex)
+	e.GET("/dashboard/:file", s.dashboardAsset)
+	e.GET("/swagger-ui", s.swaggerRedirect)
+	e.GET("/swagger-ui/", s.swaggerIndex)
+	e.GET("/swagger-ui/:file", s.swaggerAsset)
+}
+
+// Handler returns the server's http.Handler, for tests or for mounting in
+// another server.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Serve answers HTTP on ln until ctx is cancelled, then shuts down
+// gracefully: it stops accepting connections and waits up to
+// ShutdownTimeout for in-flight requests. It returns nil after a clean
+// shutdown, or the error that stopped serving. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.e,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("http server listening", "addr", ln.Addr().String())
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve http on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		s.log.Warn("http serve ended with error during shutdown", "err", serr)
+	}
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown http on %s: %w", ln.Addr(), err)
+	}
+	s.log.Info("http server stopped", "addr", ln.Addr().String())
+	return nil
+}
+
+// ListenAndServe listens on the TCP address addr (host:port) and calls Serve.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen http on %s: %w", addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// echoLogWriter forwards echo's own (rare) log lines to slog.
+type echoLogWriter struct{ log *slog.Logger }
+
+func (w echoLogWriter) Write(p []byte) (int, error) {
+	w.log.Warn("echo", "msg", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// secureHeaders sets headers that are right for every response.
+func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+		return next(c)
+	}
+}
