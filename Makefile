@@ -1,0 +1,91 @@
+# keepstate: build, lint and test. `make test` is what CI runs (.ci/run).
+#
+#   make build        static binary in bin/keepstate
+#   make deps         install test dependencies (scripts/install-test-deps.sh)
+#   make lint         gofmt, go vet, staticcheck
+#   make unit         all tests with -race (Kafka tests on the in-process kfake)
+#   make integration  TestIntegration*/TestE2E* on one real Apache Kafka broker
+#   make fuzz         short fuzz run of the Avro rating decoder
+#   make test         deps + lint + unit + fuzz + integration
+#   make bench        benchmarks
+#   make demo         everything in one process (kfake, srfake, clover, API on :7001)
+#   make image        docker image, when a docker engine answers
+#
+# PKGS narrows the packages, e.g. make lint unit PKGS=./internal/testkit/...
+
+SHELL := /bin/bash
+GO ?= go
+PKGS ?= ./...
+# gofmt takes directories: ./internal/testkit/... -> ./internal/testkit
+GOFMT_DIRS = $(patsubst %/...,%,$(PKGS))
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
+# Timeouts make a hung test fail instead of eating CI's budget (CI: 2 cores).
+UNIT_TIMEOUT ?= 8m
+INTEGRATION_TIMEOUT ?= 8m
+INTEGRATION_RUN ?= Integration|E2E
+FUZZ_TIME ?= 15s
+BENCH_TIME ?= 1s
+BENCH_TIMEOUT ?= 15m
+IMAGE ?= keepstate:dev
+
+.PHONY: all build deps lint unit integration fuzz test bench demo image clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/keepstate ./cmd/keepstate
+
+deps:
+	scripts/install-test-deps.sh
+
+lint:
+	@unformatted="$$(gofmt -l $(GOFMT_DIRS))"; \
+	if [[ -n "$$unformatted" ]]; then \
+		echo "gofmt: these files are not formatted (run gofmt -w):"; echo "$$unformatted"; exit 1; \
+	fi
+	$(GO) vet $(PKGS)
+	$(STATICCHECK) $(PKGS)
+
+unit:
+	$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) $(PKGS)
+
+# One broker serves the whole run; the trap stops it even when tests fail,
+# and the script stops it by itself should this shell be killed.
+integration:
+	@set -euo pipefail; \
+	if ! why="$$(scripts/kafka.sh check 2>&1)"; then \
+		if [[ "$${KEEPSTATE_REQUIRE_SERVICES:-}" == 1 ]]; then \
+			echo "integration: $$why" >&2; exit 1; \
+		fi; \
+		echo "integration: skipped: $$why" >&2; exit 0; \
+	fi; \
+	dir="$$(mktemp -d "$${TMPDIR:-/tmp}/keepstate-it-kafka.XXXXXX")"; \
+	trap 'scripts/kafka.sh stop "$$dir"; rm -rf "$$dir"' EXIT; \
+	trap 'exit 130' INT TERM; \
+	start=$$SECONDS; \
+	brokers="$$(KEEPSTATE_KAFKA_OWNER_PID=$$$$ scripts/kafka.sh start "$$dir")"; \
+	echo "integration: Apache Kafka at $$brokers (started in $$((SECONDS - start))s)"; \
+	KEEPSTATE_TEST_KAFKA=real KEEPSTATE_KAFKA_BROKERS="$$brokers" \
+		$(GO) test -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -run '$(INTEGRATION_RUN)' $(PKGS)
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeRating -fuzztime=$(FUZZ_TIME) -timeout 3m ./avro
+
+test: deps lint unit fuzz integration
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCH_TIME) -timeout $(BENCH_TIMEOUT) $(PKGS)
+
+demo:
+	$(GO) run ./cmd/keepstate demo
+
+image:
+	@if docker info >/dev/null 2>&1; then \
+		docker build -t $(IMAGE) . ; \
+	else \
+		echo "image: no docker engine answers (docker info failed): start dockerd, or build the image where docker runs" >&2; \
+		exit 1; \
+	fi
+
+clean:
+	rm -rf bin

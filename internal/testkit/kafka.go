@@ -1,0 +1,307 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Environment variables that choose the broker of Kafka and RealKafka.
+const (
+	// KafkaEnv selects the broker of Kafka: "real" for Apache Kafka,
+	// empty or "kfake" for the in-process kfake.
+	KafkaEnv = "KEEPSTATE_TEST_KAFKA"
+	// BrokersEnv, when set, lists the bootstrap servers (comma separated)
+	// of an already running real broker; the Makefile starts one for the
+	// whole integration run.
+	BrokersEnv = "KEEPSTATE_KAFKA_BROKERS"
+)
+
+// kafkaHow tells how to make the real broker available.
+const kafkaHow = "run scripts/kafka.sh fetch (needs java and mvn)"
+
+// Kafka returns the bootstrap servers of a broker for a test that must pass
+// on both kfake and Apache Kafka. By default it starts a kfake cluster for
+// this test (closed by t.Cleanup). With KEEPSTATE_TEST_KAFKA=real it returns
+// RealKafka(t). The broker may be shared with other tests and processes, so
+// name topics and groups with UniqueName. Safe for parallel tests.
+func Kafka(t testing.TB) []string {
+	t.Helper()
+	switch mode := os.Getenv(KafkaEnv); mode {
+	case "", "kfake":
+		return StartKfake(t).Brokers()
+	case "real":
+		return RealKafka(t)
+	default:
+		t.Fatalf("testkit: %s=%q: want real, kfake or empty", KafkaEnv, mode)
+		return nil
+	}
+}
+
+// RealKafka returns the bootstrap servers of an Apache Kafka broker. It uses
+// KEEPSTATE_KAFKA_BROKERS when set (failing the test when that broker does
+// not answer); otherwise it starts one broker with scripts/kafka.sh the first
+// time it is called in this test process and shares it with every later
+// caller. Main stops that broker when the tests end; should the process die
+// first, the script stops it on its own. Without java or the broker jars the
+// test is skipped, or fails when KEEPSTATE_REQUIRE_SERVICES=1 (see Missing).
+// Name tests that use it TestIntegration* or TestE2E*: the Makefile runs
+// those with a broker it started, so no test process starts its own. Safe
+// for parallel tests.
+func RealKafka(t testing.TB) []string {
+	t.Helper()
+	if env := os.Getenv(BrokersEnv); env != "" {
+		brokers := splitBrokers(env)
+		if len(brokers) == 0 {
+			t.Fatalf("testkit: %s=%q lists no broker", BrokersEnv, env)
+		}
+		conn, err := net.DialTimeout("tcp", brokers[0], 5*time.Second)
+		if err != nil {
+			t.Fatalf("testkit: %s=%q: broker does not answer: %v", BrokersEnv, env, err)
+		}
+		_ = conn.Close()
+		return brokers
+	}
+	brokers, missing, err := shared.get()
+	if missing != "" {
+		Missing(t, "Apache Kafka", missing)
+	}
+	if err != nil {
+		t.Fatalf("testkit: start Apache Kafka: %v", err)
+	}
+	return brokers
+}
+
+// Main runs the tests of a package and then stops the broker RealKafka may
+// have started. Call it from TestMain: func TestMain(m *testing.M) {
+// testkit.Main(m) }. It does not return.
+func Main(m *testing.M) {
+	code := m.Run()
+	if err := StopRealKafka(); err != nil {
+		fmt.Fprintln(os.Stderr, "testkit:", err)
+	}
+	os.Exit(code)
+}
+
+// StopRealKafka stops the broker RealKafka started in this process, if any,
+// and removes its files; later RealKafka calls fail. Main calls it; other
+// callers need it only when they cannot use Main. Safe to call more than once.
+func StopRealKafka() error { return shared.stop() }
+
+// shared is the broker RealKafka starts once per test process.
+var shared sharedBroker
+
+// sharedBroker starts a scriptBroker at most once and stops it at most once.
+type sharedBroker struct {
+	once     sync.Once
+	stopOnce sync.Once
+	mu       sync.Mutex // guards the fields below once start has run
+	broker   *scriptBroker
+	brokers  []string
+	missing  string // why the broker cannot run here, for Missing
+	err      error  // why it failed to start, or that it was stopped
+	stopErr  error
+}
+
+func (s *sharedBroker) start() {
+	script, missing := findScript()
+	if missing != "" {
+		s.missing = missing
+		return
+	}
+	if missing := checkScript(script); missing != "" {
+		s.missing = missing
+		return
+	}
+	dir, err := os.MkdirTemp("", "keepstate-kafka-")
+	if err != nil {
+		s.err = fmt.Errorf("temp dir: %w", err)
+		return
+	}
+	b, err := startScriptBroker(script, dir, os.Getpid())
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		s.err = err
+		return
+	}
+	s.broker, s.brokers = b, b.Brokers
+}
+
+// get starts the broker on the first call and returns its brokers, or why
+// it cannot run here, or why it failed.
+func (s *sharedBroker) get() ([]string, string, error) {
+	s.once.Do(s.start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.brokers...), s.missing, s.err
+}
+
+func (s *sharedBroker) stop() error {
+	s.stopOnce.Do(func() {
+		// Block a start that has not begun; wait for one that runs.
+		s.once.Do(func() {})
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.broker != nil {
+			s.stopErr = s.broker.stop()
+		}
+		s.broker, s.brokers = nil, nil
+		if s.missing == "" {
+			s.err = errors.New("the broker was already stopped (StopRealKafka)")
+		}
+	})
+	return s.stopErr
+}
+
+// scriptBroker is one Apache Kafka broker run by scripts/kafka.sh from Dir.
+type scriptBroker struct {
+	Script  string
+	Dir     string
+	Brokers []string
+}
+
+// scriptTimeout bounds one call of scripts/kafka.sh (start waits <= 60 s).
+const scriptTimeout = 120 * time.Second
+
+// startScriptBroker runs "kafka.sh start dir"; the script stops the broker
+// on its own once process owner has exited.
+func startScriptBroker(script, dir string, owner int) (*scriptBroker, error) {
+	out, err := runScript(script, []string{"KEEPSTATE_KAFKA_OWNER_PID=" + strconv.Itoa(owner)}, "start", dir)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	addr := strings.TrimSpace(lines[len(lines)-1])
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("kafka.sh start printed %q, want host:port: %w", out, err)
+	}
+	return &scriptBroker{Script: script, Dir: dir, Brokers: []string{addr}}, nil
+}
+
+// stop stops the broker and removes its directory.
+func (b *scriptBroker) stop() error {
+	_, err := runScript(b.Script, nil, "stop", b.Dir)
+	if rmErr := os.RemoveAll(b.Dir); err == nil && rmErr != nil {
+		err = fmt.Errorf("remove %s: %w", b.Dir, rmErr)
+	}
+	return err
+}
+
+// runScript runs scripts/kafka.sh with args, adding env to the environment,
+// and returns its standard output.
+func runScript(script string, env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("kafka.sh %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// findScript locates scripts/kafka.sh in the module root, found by walking
+// up from the working directory (a test runs in its package directory). The
+// second result is non-empty when the script cannot run here.
+func findScript() (string, string) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		return "", "bash not found"
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", "working directory: " + err.Error()
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			script := filepath.Join(dir, "scripts", "kafka.sh")
+			if _, err := os.Stat(script); err != nil {
+				return "", fmt.Sprintf("%s not found", script)
+			}
+			return script, ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", "no go.mod above the working directory, so no scripts/kafka.sh"
+		}
+		dir = parent
+	}
+}
+
+// checkScript returns why the broker cannot start here (no java, no jars),
+// or "" when it can.
+func checkScript(script string) string {
+	if _, err := exec.LookPath("java"); err != nil {
+		return "java not found; install a JDK 17+ and " + kafkaHow
+	}
+	if _, err := runScript(script, nil, "check"); err != nil {
+		return err.Error() + "; " + kafkaHow
+	}
+	return ""
+}
+
+func splitBrokers(s string) []string {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// UniqueName returns prefix-<test name>-<random hex>, usable as a Kafka
+// topic, consumer group id, instance id or Redis key prefix: only lower-case
+// letters, digits and dashes, at most 100 characters. Names differ between
+// calls, tests and processes sharing a broker. Safe for concurrent use.
+func UniqueName(t testing.TB, prefix string) string {
+	t.Helper()
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		t.Fatalf("testkit: random name: %v", err)
+	}
+	parts := []string{sanitizeName(prefix, 30), sanitizeName(t.Name(), 55), hex.EncodeToString(r[:])}
+	var kept []string
+	for _, p := range parts {
+		if p != "" {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, "-")
+}
+
+// sanitizeName lower-cases s, turns every run of other characters than
+// [a-z0-9] into one dash, trims dashes and cuts to max bytes.
+func sanitizeName(s string, max int) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	out := b.String()
+	if len(out) > max {
+		out = out[:max]
+	}
+	return strings.Trim(out, "-")
+}

@@ -1,0 +1,117 @@
+package testkit
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Kfake is an in-process Kafka cluster (github.com/twmb/franz-go/pkg/kfake)
+// started by StartKfake. Its methods are safe for concurrent use; it is
+// closed by the test's cleanup.
+type Kfake struct {
+	cluster *kfake.Cluster
+	brokers []string
+}
+
+// KfakeOption changes how StartKfake builds the cluster.
+type KfakeOption func(*kfakeConfig)
+
+type kfakeConfig struct {
+	partitions int
+	brokers    int
+	addr       string
+	seeds      []kfakeSeed
+	extra      []kfake.Opt
+}
+
+type kfakeSeed struct {
+	partitions int32
+	topics     []string
+}
+
+// DefaultKfakePartitions is the partition count kfake gives a topic created
+// with "-1 partitions" (sarama's NumPartitions: -1); it matches
+// num.partitions of the real test broker started by scripts/kafka.sh.
+const DefaultKfakePartitions = 3
+
+// WithPartitions sets the partition count for topics created without an
+// explicit count (default DefaultKfakePartitions).
+func WithPartitions(n int) KfakeOption {
+	return func(c *kfakeConfig) { c.partitions = n }
+}
+
+// WithTopics creates topics with the given partition count before the
+// cluster accepts connections; partitions < 1 means the default count. It may
+// be given several times.
+func WithTopics(partitions int32, topics ...string) KfakeOption {
+	return func(c *kfakeConfig) {
+		c.seeds = append(c.seeds, kfakeSeed{partitions: partitions, topics: topics})
+	}
+}
+
+// WithAddr makes the (single) broker listen on addr, such as
+// "127.0.0.1:9092", instead of a free loopback port.
+func WithAddr(addr string) KfakeOption {
+	return func(c *kfakeConfig) { c.addr = addr }
+}
+
+// WithBrokers sets the number of brokers (default 1). WithAddr allows one.
+func WithBrokers(n int) KfakeOption {
+	return func(c *kfakeConfig) { c.brokers = n }
+}
+
+// WithKfakeOpts passes raw kfake options through, for tests that need
+// faults, ACLs or other kfake features.
+func WithKfakeOpts(opts ...kfake.Opt) KfakeOption {
+	return func(c *kfakeConfig) { c.extra = append(c.extra, opts...) }
+}
+
+// StartKfake starts an in-process Kafka cluster on loopback and registers
+// its shutdown with t.Cleanup. Topics are not auto-created (like the real
+// test broker); create them with an admin client or WithTopics. The group
+// session timeout may go down to 1 s, as on the real test broker. It fails
+// the test when the cluster cannot start.
+func StartKfake(t testing.TB, opts ...KfakeOption) *Kfake {
+	t.Helper()
+	cfg := kfakeConfig{partitions: DefaultKfakePartitions, brokers: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	kopts := []kfake.Opt{
+		kfake.NumBrokers(cfg.brokers),
+		kfake.DefaultNumPartitions(cfg.partitions),
+		kfake.GroupMinSessionTimeout(time.Second),
+		kfake.ClusterID("keepstate-test"),
+	}
+	if cfg.addr != "" {
+		if cfg.brokers != 1 {
+			t.Fatalf("testkit: WithAddr needs one broker, got %d", cfg.brokers)
+		}
+		addr := cfg.addr
+		kopts = append(kopts, kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, addr)
+		}))
+	}
+	for _, s := range cfg.seeds {
+		kopts = append(kopts, kfake.SeedTopics(s.partitions, s.topics...))
+	}
+	kopts = append(kopts, cfg.extra...)
+	c, err := kfake.NewCluster(kopts...)
+	if err != nil {
+		t.Fatalf("testkit: start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &Kfake{cluster: c, brokers: c.ListenAddrs()}
+}
+
+// Brokers returns the bootstrap addresses ("127.0.0.1:PORT").
+func (k *Kfake) Brokers() []string { return append([]string(nil), k.brokers...) }
+
+// Cluster returns the kfake cluster, for control functions and faults.
+func (k *Kfake) Cluster() *kfake.Cluster { return k.cluster }
+
+// Close stops the cluster before the test ends (cleanup then does nothing).
+func (k *Kfake) Close() { k.cluster.Close() }

@@ -1,0 +1,31 @@
+package testkit
+
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+)
+
+// Registry is an in-process Confluent-compatible Schema Registry
+// (github.com/twmb/franz-go/pkg/sr/srfake) served over HTTP on a free
+// loopback port. Its methods are safe for concurrent use; it is closed by
+// the test's cleanup.
+type Registry struct {
+	fake *srfake.Registry
+}
+
+// StartRegistry starts an empty in-process Schema Registry and registers its
+// shutdown with t.Cleanup.
+func StartRegistry(t testing.TB) *Registry {
+	t.Helper()
+	r := srfake.New()
+	t.Cleanup(r.Close)
+	return &Registry{fake: r}
+}
+
+// URL returns the registry's base URL ("http://127.0.0.1:PORT").
+func (r *Registry) URL() string { return r.fake.URL() }
+
+// Fake returns the srfake registry, to seed schemas, inspect subjects or
+// intercept requests.
+func (r *Registry) Fake() *srfake.Registry { return r.fake }
