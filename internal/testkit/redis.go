@@ -230,6 +230,13 @@ func (r *Redis) Start() error {
 	cmd := exec.Command(r.bin, r.serverArgs()...)
 	cmd.Dir = r.dir
 	cmd.SysProcAttr = procAttr()
+	// Errors in the arguments are printed before the log file is opened.
+	out, err := os.OpenFile(filepath.Join(r.dir, "redis.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("create redis output file: %w", err)
+	}
+	defer out.Close() // the child keeps its own descriptor
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", r.bin, err)
 	}
@@ -364,16 +371,24 @@ func (r *Redis) Close() error {
 	return err
 }
 
+// logTail returns the end of the server's output and log file.
 func (r *Redis) logTail() string {
-	b, err := os.ReadFile(filepath.Join(r.dir, "redis.log"))
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
+	var parts []string
+	for _, name := range []string{"redis.out", "redis.log"} {
+		b, err := os.ReadFile(filepath.Join(r.dir, name))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		const max = 2000
+		if len(b) > max {
+			b = b[len(b)-max:]
+		}
+		parts = append(parts, name+": "+strings.TrimSpace(string(b)))
 	}
-	const max = 2000
-	if len(b) > max {
-		b = b[len(b)-max:]
+	if len(parts) == 0 {
+		return "(no output)"
 	}
-	return strings.TrimSpace(string(b))
+	return strings.Join(parts, "\n")
 }
 
 // RedisDo sends commands to a Redis server at addr over one connection with

@@ -164,3 +164,15 @@ func TestLaunchRedisClose(t *testing.T) {
 		t.Fatalf("%s still accepts connections after Close", r.Addr())
 	}
 }
+
+func TestLaunchRedisBadArgument(t *testing.T) {
+	LookPath(t, "redis-server", RedisInstall)
+	r, err := LaunchRedis(WithRedisArgs("--no-such-directive", "1"))
+	if err == nil {
+		r.Close()
+		t.Fatal("LaunchRedis with an unknown directive: got nil error")
+	}
+	if !strings.Contains(err.Error(), "no-such-directive") {
+		t.Errorf("error %q does not show the server's complaint about the directive", err)
+	}
+}

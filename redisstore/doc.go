@@ -1,0 +1,31 @@
+// Package redisstore is an engine.Store on a Redis server (go-redis v9),
+// shared by every keepstate instance.
+//
+// Key layout, all under a prefix (WithPrefix, default "keepstate:"):
+//
+//	<prefix>movie:<id>                   hash: id count sum avg partition version sources rank
+//	<prefix>by-avg                       sorted set, all scores 0, ordered by member (see below)
+//	<prefix>partition:<p>:members        set of the movie ids of partition p
+//	<prefix>partition:<p>:checkpoint     string: next changelog offset of p
+//	<prefix>partition:<p>:epoch          string: fencing epoch of p (INCR by Claim)
+//	<prefix>partition:<p>:batch          string: token of the last applied batch of p
+//	<prefix>rating-averages-stream       stream: movieId avg count of every new average
+//
+// The by-avg members are "<16 hex: avg, descending><16 hex: id, ascending>:<id>",
+// fixed width, so the lexicographic order of the set (ZRANGEBYLEX) is exactly
+// average descending then movie id ascending, and a cursor is an exclusive
+// lexicographic bound. sources is "p:o,p:o" sorted by partition.
+//
+// A batch is applied by one Lua script: it checks the epoch and every
+// document's version, then writes the hashes, the sorted set, the partition
+// sets, the checkpoint and the stream entries, so readers never see a part
+// of a batch and a refused batch writes nothing. Range queries run as a
+// read-only script for the same reason. The scripts name some keys they
+// derive from the prefix, so the store needs a standalone Redis (or one
+// where all keys live on one node), not a Redis Cluster.
+//
+// Transport errors (connection refused or reset, timeouts, a loading or
+// read-only server) are wrapped with engine.ErrUnavailable; the go-redis
+// client reconnects by itself, so the store works again once Redis is back
+// without being reopened.
+package redisstore

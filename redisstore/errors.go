@@ -1,0 +1,37 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/redis/go-redis/v9"
+)
+
+// transient reports whether err means Redis cannot serve the request right
+// now (so the caller should pause and retry) rather than a refusal of the
+// request itself. Everything that is not an error reply of the server
+// (connection refused or reset, timeouts, a closed pool) is transient, and so
+// are the server replies of a server that is loading, read-only, down, busy
+// running a script, out of memory or out of client slots.
+func transient(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) ||
+		redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsOOMError(err) || redis.IsNoReplicasError(err) ||
+		redis.HasErrorPrefix(err, "BUSY")
+}
+
+// wrap adds the operation to err and, for a transient error, wraps
+// engine.ErrUnavailable too. It never turns an error into ErrNotFound or
+// ErrFenced: those come only from decoded replies.
+func wrap(op string, err error) error {
+	if transient(err) {
+		return fmt.Errorf("redisstore: %s: %w: %w", op, engine.ErrUnavailable, err)
+	}
+	return fmt.Errorf("redisstore: %s: %w", op, err)
+}
