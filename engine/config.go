@@ -27,6 +27,13 @@ type Config struct {
 	Partitions int32
 	// ReplicationFactor of the topics the engine creates.
 	ReplicationFactor int16
+	// AdvertiseAddr is the host:port other instances use to reach this
+	// instance's API; it travels in the group membership metadata so that
+	// queries for keys owned elsewhere can be routed (see Owner).
+	AdvertiseAddr string
+	// SessionTimeout is the consumer group session timeout: how long a
+	// silent member keeps its partitions.
+	SessionTimeout time.Duration
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -42,6 +49,7 @@ func DefaultConfig() Config {
 		CommitInterval:    time.Second,
 		CacheMaxDocs:      10000,
 		ReplicationFactor: 1,
+		SessionTimeout:    10 * time.Second,
 	}
 }
 
@@ -56,6 +64,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitInterval <= 0 {
 		errs = append(errs, errors.New("commit interval must be positive"))
+	}
+	if c.SessionTimeout < time.Second {
+		errs = append(errs, errors.New("session timeout must be at least 1s"))
 	}
 	if c.CacheMaxDocs <= 0 {
 		errs = append(errs, errors.New("cache max docs must be positive"))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -53,6 +54,10 @@ type Engine struct {
 
 	mu            sync.Mutex
 	cancelSession context.CancelFunc
+
+	owners   owners
+	admin    sarama.ClusterAdmin // guarded by owners.mu
+	numParts atomic.Int32        // nParts for readers outside the engine's goroutines
 }
 
 // New checks cfg and returns an engine that will use store and serde. It
@@ -101,8 +106,9 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
 	sc.Consumer.Group.InstanceId = e.cfg.InstanceID
-	sc.Consumer.Group.Session.Timeout = 10 * time.Second
-	sc.Consumer.Group.Heartbeat.Interval = time.Second
+	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
+	sc.Consumer.Group.Heartbeat.Interval = max(e.cfg.SessionTimeout/10, 100*time.Millisecond)
+	sc.Consumer.Group.Member.UserData = []byte(e.cfg.AdvertiseAddr)
 	return sc
 }
 
@@ -122,6 +128,14 @@ func (e *Engine) connect(ctx context.Context) error {
 		return fmt.Errorf("engine: producer: %w", err)
 	}
 	e.producer = producer
+	admin, err := e.newAdmin()
+	if err != nil {
+		return fmt.Errorf("%w: admin client: %v", ErrKafkaUnavailable, err)
+	}
+	e.owners.mu.Lock()
+	e.admin = admin
+	e.owners.mu.Unlock()
+	e.numParts.Store(e.nParts)
 	return nil
 }
 
@@ -181,6 +195,12 @@ func (e *Engine) restartSession(reason string, err error) {
 }
 
 func (e *Engine) close() {
+	e.owners.mu.Lock()
+	if e.admin != nil {
+		_ = e.admin.Close()
+		e.admin = nil
+	}
+	e.owners.mu.Unlock()
 	if e.producer != nil {
 		_ = e.producer.Close()
 		e.producer = nil

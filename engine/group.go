@@ -18,6 +18,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.c.assigned.Store(int64(len(ps)))
 	e.c.running.Store(0)
 	e.parts.setJoined()
+	e.owners.invalidate()
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "input", s.Claims()[e.topics.Input])
 	return nil
@@ -31,6 +32,7 @@ func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 	}
 	e.c.assigned.Store(0)
 	e.c.running.Store(0)
+	e.owners.invalidate()
 	return nil
 }
 

@@ -63,6 +63,9 @@ func (s *Server) getMovie(c echo.Context) error {
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
+	if handled, err := s.routeGet(c, ctx, id); handled {
+		return err
+	}
 	m, err := s.opts.Querier.Get(ctx, id)
 	if errors.Is(err, engine.ErrNotFound) {
 		return notFound("movie %d not found", id)
@@ -88,12 +91,13 @@ func (s *Server) rangeMovies(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("range movies [%v, %v]: %w", q.MinAvg, q.MaxAvg, err)
 	}
-	out := moviesPage{Movies: make([]movieJSON, 0, len(page.Movies))}
-	for _, m := range page.Movies {
-		out.Movies = append(out.Movies, toMovieJSON(m))
+	movies, next, err := s.gatherRange(c, ctx, q, page)
+	if err != nil {
+		return fmt.Errorf("range movies on other instances: %w", err)
 	}
-	if page.Next != nil {
-		out.Next = encodeCursor(*page.Next)
+	out := moviesPage{Movies: movies}
+	if next != nil {
+		out.Next = encodeCursor(*next)
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -35,6 +35,10 @@ type Options struct {
 	// Stats returns the engine counters for /metrics and /api/stats. A nil
 	// func reports zeros. It is called concurrently from request goroutines.
 	Stats func() engine.Stats
+	// Router, when set, routes GET /movies/{id} to the instance owning the
+	// movie and merges GET /movies across all instances; leave it nil for a
+	// store every instance shares (Redis).
+	Router Router
 	// Logger receives request errors and server events; nil discards them.
 	Logger *slog.Logger
 	// QueryTimeout bounds each store query (DefaultQueryTimeout when zero);
@@ -48,6 +52,7 @@ type Options struct {
 // Server is keepstate's HTTP server. It is safe for concurrent use; Serve
 // may be called several times (for example on several listeners).
 type Server struct {
+	client  *http.Client // for routed requests
 	opts    Options
 	log     *slog.Logger
 	e       *echo.Echo
@@ -72,7 +77,7 @@ func New(opts Options) *Server {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	s := &Server{opts: opts, log: opts.Logger}
+	s := &Server{opts: opts, log: opts.Logger, client: &http.Client{Timeout: opts.QueryTimeout}}
 
 	e := echo.New()
 	e.HideBanner = true
