@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,8 +114,10 @@ func bigStore(b *testing.B) *Store {
 	}
 	shared.loadFor = time.Since(start)
 	shared.big = s
-	b.Logf("loaded %d movies in %v (%.0f docs/s)", bigMovies, shared.loadFor.Round(time.Millisecond),
-		bigMovies/shared.loadFor.Seconds())
+	mem, _ := s.client.MemoryUsage(ctx, s.keys.byAvg()).Result()
+	used, _ := s.client.Info(ctx, "memory").Result()
+	b.Logf("loaded %d movies in %v (%.0f docs/s); by-avg zset %d MB; %s", bigMovies,
+		shared.loadFor.Round(time.Millisecond), bigMovies/shared.loadFor.Seconds(), mem>>20, usedMemory(used))
 	return s
 }
 
@@ -269,4 +272,14 @@ func BenchmarkRangeTop100(b *testing.B) {
 			lat.report(b)
 		})
 	}
+}
+
+// usedMemory picks used_memory_human out of INFO memory.
+func usedMemory(info string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory_human:"); ok {
+			return "redis used_memory " + v
+		}
+	}
+	return "redis used_memory unknown"
 }
