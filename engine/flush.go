@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -20,6 +21,14 @@ import (
 // most this batch, and the version checks make the replay a no-op.
 func (t *task) flush(ctx context.Context) error {
 	e := t.e
+	if len(t.dirty) == 0 && time.Since(t.verified) >= verifyInterval {
+		// An idle partition still confirms its claim now and then, so that a
+		// store that lost its state (Redis restarted without persistence)
+		// is noticed and the partition restored even without new input.
+		if err := t.write(ctx, Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: t.checkpoint}); err != nil {
+			return err
+		}
+	}
 	if len(t.dirty) > 0 {
 		docs := make([]MovieStats, 0, len(t.dirty))
 		msgs := make([]*sarama.ProducerMessage, 0, 2*len(t.dirty))
@@ -41,18 +50,9 @@ func (t *task) flush(ctx context.Context) error {
 				checkpoint = m.Offset + 1
 			}
 		}
-		b := Batch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint}
-		err := e.retryUnavailable(ctx, "apply", func() error { return e.store.Apply(ctx, b) })
-		if errors.Is(err, ErrFenced) {
-			e.c.fenced.Add(1)
-			t.cache = map[int64]*MovieStats{}
-			t.dirty = map[int64]struct{}{}
-			return fmt.Errorf("partition %d: %w", t.p, err)
+		if err := t.write(ctx, Batch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint}); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("store batch: %w", err)
-		}
-		e.c.batches.Add(1)
 		e.c.docs.Add(int64(len(docs)))
 		t.dirty = map[int64]struct{}{}
 		if len(t.cache) > e.cfg.CacheMaxDocs {
@@ -64,6 +64,32 @@ func (t *task) flush(ctx context.Context) error {
 		t.sess.Commit()
 		t.committed = t.next
 	}
+	return nil
+}
+
+// verifyInterval is how often an idle partition confirms its claim.
+const verifyInterval = 5 * time.Second
+
+// write applies b to the store, retrying while the store is unavailable. A
+// fenced write (another owner claimed the partition, or the store lost the
+// claim with its state) drops the task's cache and returns an error
+// wrapping ErrFenced, which restarts the group session: the partition is
+// then claimed again and restored.
+func (t *task) write(ctx context.Context, b Batch) error {
+	e := t.e
+	err := e.retryUnavailable(ctx, "apply", func() error { return e.store.Apply(ctx, b) })
+	if errors.Is(err, ErrFenced) {
+		e.c.fenced.Add(1)
+		t.cache = map[int64]*MovieStats{}
+		t.dirty = map[int64]struct{}{}
+		return fmt.Errorf("partition %d: %w", t.p, err)
+	}
+	if err != nil {
+		return fmt.Errorf("store batch: %w", err)
+	}
+	e.c.batches.Add(1)
+	t.checkpoint = b.Checkpoint
+	t.verified = time.Now()
 	return nil
 }
 

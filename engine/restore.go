@@ -59,6 +59,7 @@ func (t *task) restore(ctx context.Context) error {
 		log.Warn("changelog ends before the store's checkpoint (topic deleted or truncated); re-seeding the changelog from the store")
 		return t.reseed(ctx)
 	}
+	t.checkpoint = max(start, end)
 	if start >= end {
 		log.Info("partition restored", "records", 0)
 		return nil
@@ -99,6 +100,7 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 			return fmt.Errorf("replay batch: %w", err)
 		}
 		e.c.batches.Add(1)
+		t.checkpoint = next
 		pending = map[int64]MovieStats{}
 		return nil
 	}
@@ -203,5 +205,6 @@ func (t *task) reseed(ctx context.Context) error {
 		return fmt.Errorf("changelog end: %w", err)
 	}
 	b := Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: end, Replay: true}
+	t.checkpoint = end
 	return e.retryUnavailable(ctx, "checkpoint", func() error { return e.store.Apply(ctx, b) })
 }

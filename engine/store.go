@@ -118,9 +118,12 @@ type Store interface {
 	// absent from the map (not an error).
 	Load(ctx context.Context, ids []int64) (map[int64]MovieStats, error)
 	// Apply writes b atomically: all documents and the checkpoint, or
-	// nothing. It returns ErrFenced if b.Epoch is older than the partition's
-	// claimed epoch, or (unless b.Replay) if any document's Version is not
-	// newer than the stored one; ErrInvalid if a document fails Validate.
+	// nothing. It returns ErrFenced if b.Epoch is not the partition's
+	// current claimed epoch (older: another writer claimed it since; newer
+	// or no claim at all: the store lost its state since the claim), or
+	// (unless b.Replay) if any document's Version is not newer than the
+	// stored one; ErrInvalid if a document fails Validate. A batch without
+	// documents only moves the checkpoint and confirms the claim.
 	Apply(ctx context.Context, b Batch) error
 	// DropPartition deletes every document and the checkpoint of partition
 	// p, so the next owner restores it from the whole changelog.

@@ -31,6 +31,10 @@ type task struct {
 	// next is the repartition offset to commit (last seen + 1); committed
 	// is the last value committed.
 	next, committed int64
+	// checkpoint is the partition's changelog checkpoint in the store;
+	// verified is when the claim was last confirmed by a store write.
+	checkpoint int64
+	verified   time.Time
 }
 
 func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {

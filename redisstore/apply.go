@@ -20,7 +20,8 @@ import (
 // id count sum avg version sources rank.
 //
 // Reply: {1, applied, skipped}; {2, 0, 0} when this very batch was applied
-// already (a retry of a call whose reply was lost); {0, "epoch", current};
+// already (a retry of a call whose reply was lost); {0, "epoch", current or
+// "none"} when ARGV epoch is not the claimed one;
 // {0, "version", movie id, stored version}.
 //
 // Integers (epochs, versions) are compared as decimal strings so that
@@ -40,7 +41,7 @@ end
 if redis.call('GET', KEYS[3]) == ARGV[5] then return {2, 0, 0} end
 
 local current = redis.call('GET', KEYS[1])
-if current and cmp(ARGV[1], current) < 0 then return {0, 'epoch', current} end
+if not current or cmp(ARGV[1], current) ~= 0 then return {0, 'epoch', current or 'none'} end
 
 local want = {KEYS[2], 'string', KEYS[3], 'string', KEYS[4], 'zset', KEYS[5], 'stream', KEYS[6], 'set'}
 for i = 1, #want, 2 do
@@ -111,8 +112,9 @@ func (e *fencedError) Unwrap() error { return engine.ErrFenced }
 // set entries and partition membership, one stream entry per written
 // document, and the checkpoint — or nothing. It returns an error wrapping
 // engine.ErrInvalid (checked before anything is sent) when a document fails
-// Validate or belongs to another partition than b; engine.ErrFenced when a
-// newer epoch was claimed for the partition or (unless b.Replay) a document
+// Validate or belongs to another partition than b; engine.ErrFenced when
+// b.Epoch is not the partition's claimed epoch (a newer claim, or Redis
+// lost the claim with its data) or (unless b.Replay) a document
 // is not newer than the stored one; engine.ErrUnavailable when Redis cannot
 // be reached. A call retried by the client after a lost reply is recognised
 // and not refused. Safe for concurrent use.
@@ -165,7 +167,7 @@ func (s *Store) runApply(ctx context.Context, b engine.Batch, keys []string, arg
 	case status == 0 && len(reply) == 3 && reply[1] == "epoch":
 		s.log.Debug("batch fenced by epoch", "partition", b.Partition, "epoch", b.Epoch, "current", reply[2])
 		return &fencedError{partition: b.Partition,
-			reason: fmt.Sprintf("epoch %d is older than the claimed epoch %v", b.Epoch, reply[2])}
+			reason: fmt.Sprintf("epoch %d is not the claimed epoch %v (claimed since by another writer, or Redis lost its data)", b.Epoch, reply[2])}
 	case status == 0 && len(reply) == 4 && reply[1] == "version":
 		s.log.Debug("batch fenced by version", "partition", b.Partition, "movie", reply[2], "stored_version", reply[3])
 		return &fencedError{partition: b.Partition,

@@ -151,6 +151,24 @@ func testEpochFencing(t *testing.T, open Opener) {
 	}
 	wantCheckpoint(t, s, 0, 6, true)
 
+	t.Run("an epoch the store never handed out is fenced", func(t *testing.T) {
+		// A store that lost its state since the claim (Redis restarted
+		// empty) must not accept the writer's batches: its epoch is newer
+		// than the store's, or the partition has no claim at all.
+		future := engine.Batch{Partition: 0, Epoch: current + 1, Checkpoint: 7, Docs: []engine.MovieStats{doc(4, 0, 1, 5, 1)}}
+		if err := s.Apply(ctx(t), future); !errors.Is(err, engine.ErrFenced) {
+			t.Fatalf("Apply with unclaimed epoch %d (current %d) = %v; want ErrFenced", current+1, current, err)
+		}
+		unclaimed := engine.Batch{Partition: 7, Epoch: 1, Checkpoint: 7, Docs: []engine.MovieStats{doc(5, 7, 1, 5, 1)}}
+		if err := s.Apply(ctx(t), unclaimed); !errors.Is(err, engine.ErrFenced) {
+			t.Fatalf("Apply to never-claimed partition 7 = %v; want ErrFenced", err)
+		}
+		wantAbsent(t, s, 4)
+		wantAbsent(t, s, 5)
+		wantCheckpoint(t, s, 0, 6, true)
+		wantCheckpoint(t, s, 7, 0, false)
+	})
+
 	t.Run("partitions are independent", func(t *testing.T) {
 		e1 := claim(t, s, 1)
 		for range 5 {

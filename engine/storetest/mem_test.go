@@ -63,7 +63,7 @@ func (s *memStore) Apply(_ context.Context, b engine.Batch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b.Epoch < s.epochs[b.Partition] {
+	if b.Epoch != s.epochs[b.Partition] || b.Epoch == 0 {
 		return engine.ErrFenced
 	}
 	pending := map[int64]engine.MovieStats{}
