@@ -272,6 +272,9 @@ func TestCompose(t *testing.T) {
 				}
 			}
 
+			if host, p, err := net.SplitHostPort(cfg.AdvertiseAddr); err != nil || f.Services[host] != ks || p != strconv.Itoa(port) {
+				t.Errorf("keepstate advertise-addr %q, want keepstate:%d (its service name and API port)", cfg.AdvertiseAddr, port)
+			}
 			checkComposeKeepstateHealth(t, ks, port)
 			need := web.DefaultShutdownTimeout + finalFlushBound + cfg.CommitInterval
 			if d, err := time.ParseDuration(ks.StopGracePeriod); err != nil || d < need {

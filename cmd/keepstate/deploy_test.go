@@ -10,6 +10,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -122,7 +123,9 @@ func TestKustomizeOverlays(t *testing.T) {
 				t.Fatalf("keepstate pod has %d containers, want 1", len(pod.Containers))
 			}
 			c := pod.Containers[0]
-			cfg := checkEnv(t, r, c)
+			podName := "keepstate-0" // StatefulSet pods are <name>-<ordinal>
+			cfg := checkEnv(t, r, c, podName)
+			checkAdvertise(t, sts, cfg, podName)
 			if cfg.Store != tt.store {
 				t.Errorf("store = %q, want %q", cfg.Store, tt.store)
 			}
@@ -140,8 +143,9 @@ func TestKustomizeOverlays(t *testing.T) {
 }
 
 // checkEnv collects the container's KEEPSTATE_* variables (ConfigMap and
-// env), requires each to be a flag and returns the Config they produce.
-func checkEnv(t *testing.T, r rendered, c container) app.Config {
+// env, the pod name being podName), requires each to be a flag and returns
+// the Config they produce.
+func checkEnv(t *testing.T, r rendered, c container, podName string) app.Config {
 	t.Helper()
 	env := map[string]string{}
 	for _, ef := range c.EnvFrom {
@@ -163,19 +167,74 @@ func checkEnv(t *testing.T, r rendered, c container) app.Config {
 	instanceFromPod := false
 	for _, e := range c.Env {
 		switch {
-		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
-			if e.Name == envName("instance-id") && e.ValueFrom.FieldRef.FieldPath == "metadata.name" {
-				instanceFromPod = true
-			}
-			env[e.Name] = "keepstate-0" // what the pod name resolves to
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			instanceFromPod = instanceFromPod || e.Name == envName("instance-id")
+			env[e.Name] = podName
+		case e.ValueFrom != nil:
+			t.Errorf("env %s: only fieldRef metadata.name is modelled by this test", e.Name)
 		default:
-			env[e.Name] = e.Value
+			v, err := expandVars(e.Value, env)
+			if err != nil {
+				t.Errorf("env %s=%q: %v", e.Name, e.Value, err)
+			}
+			env[e.Name] = v
 		}
 	}
 	if !instanceFromPod {
 		t.Errorf("%s is not set from the pod name (fieldRef metadata.name)", envName("instance-id"))
 	}
 	return configFromEnv(t, "keepstate container", env)
+}
+
+// expandVars expands $(NAME) references to earlier variables the way the
+// kubelet does ($$ escapes a dollar); an undefined reference is an error
+// here, since the kubelet would pass it through literally.
+func expandVars(s string, env map[string]string) (string, error) {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "$")
+		if i < 0 || i == len(s)-1 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		b.WriteString(s[:i])
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			s = s[i+2:]
+		case '(':
+			end := strings.IndexByte(s[i:], ')')
+			if end < 0 {
+				return "", fmt.Errorf("unterminated $( in %q", s)
+			}
+			name := s[i+2 : i+end]
+			v, ok := env[name]
+			if !ok {
+				return "", fmt.Errorf("$(%s) is not defined before it", name)
+			}
+			b.WriteString(v)
+			s = s[i+end+1:]
+		default:
+			b.WriteByte('$')
+			s = s[i+1:]
+		}
+	}
+}
+
+// checkAdvertise: other instances reach this one by its stable DNS name
+// under the headless Service, on the API port.
+func checkAdvertise(t *testing.T, sts statefulSet, cfg app.Config, podName string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(cfg.AdvertiseAddr)
+	if err != nil {
+		t.Fatalf("advertise-addr %q: %v", cfg.AdvertiseAddr, err)
+	}
+	if want := podName + "." + sts.ServiceName; host != want && !strings.HasPrefix(host, want+".") {
+		t.Errorf("advertise-addr host %q, want the pod's DNS name %s[.<namespace>.svc...]", host, want)
+	}
+	if port != strconv.Itoa(httpPort(t, cfg)) {
+		t.Errorf("advertise-addr port %s, want the http-addr port %d", port, httpPort(t, cfg))
+	}
 }
 
 func checkPodBasics(t *testing.T, sts statefulSet, c container, cfg app.Config, docker dockerfile) {
