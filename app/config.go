@@ -44,6 +44,8 @@ type Config struct {
 	Partitions        int32         // --partitions: partitions of created topics (0: as many as the input topic)
 	ReplicationFactor int16         // --replication-factor: of created topics
 	Fsync             bool          // --fsync: clover fsyncs every batch (off risks the last batches on power loss)
+	AdvertiseAddr     string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
+	SessionTimeout    time.Duration // --session-timeout: consumer group session timeout
 }
 
 // Default returns the defaults documented in the README.
@@ -65,6 +67,7 @@ func Default() Config {
 		Partitions:        0,
 		ReplicationFactor: 1,
 		Fsync:             true,
+		SessionTimeout:    10 * time.Second,
 	}
 }
 
@@ -115,6 +118,14 @@ func (c Config) Validate() error {
 	}
 	if c.CommitInterval <= 0 {
 		bad("commit-interval", "must be positive")
+	}
+	if c.SessionTimeout < time.Second {
+		bad("session-timeout", "must be at least 1s")
+	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {
+			bad("advertise-addr", "%q is not host:port", c.AdvertiseAddr)
+		}
 	}
 	if c.CacheMaxDocs <= 0 {
 		bad("cache-max-docs", "must be positive")

@@ -24,9 +24,12 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	return nil
 }
 
-// Cleanup forgets the session's partitions; tasks flushed on their way out.
+// Cleanup commits the offsets marked last (the rekey loop commits only
+// every commit interval; tasks flushed and committed on their way out) and
+// forgets the session's partitions.
 func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 	e := h.e
+	s.Commit()
 	for _, p := range s.Claims()[e.topics.Repartition] {
 		e.parts.remove(p)
 	}

@@ -80,10 +80,12 @@ func (t *task) run() error {
 	}
 }
 
-// stop turns a flush or process error into the task's result.
+// stop turns a flush or process error into the task's result. An error
+// caused by the session ending is not one: the task then flushes what it
+// holds with its own deadline, as at any end of a session.
 func (t *task) stop(err error) error {
 	if t.sess.Context().Err() != nil {
-		return nil
+		return t.finalFlush()
 	}
 	return err
 }
@@ -132,20 +134,25 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 		}
 	}
 	var dead []*sarama.ProducerMessage
+	next := t.next
+	var stopErr error
 	for i, m := range batch {
-		t.next = m.Offset + 1
 		if keys[i] == math.MinInt64 {
 			dead = append(dead, e.deadLetter(m, fmt.Errorf("bad repartition key: %w", ErrInvalid)))
+			next = m.Offset + 1
 			continue
 		}
 		r, err := e.decodeRating(ctx, m.Value)
 		if err == nil && r.MovieID != keys[i] {
 			err = fmt.Errorf("key %d does not match movie_id %d: %w", keys[i], r.MovieID, ErrInvalid)
 		}
+		if err != nil && ctx.Err() != nil {
+			// Not this record's fault: stop here, it is processed again later.
+			stopErr = ctx.Err()
+			break
+		}
+		next = m.Offset + 1
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
 			dead = append(dead, e.deadLetter(m, err))
 			continue
 		}
@@ -162,7 +169,8 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 		}
 		e.c.dead.Add(int64(len(dead)))
 	}
-	return nil
+	t.next = next
+	return stopErr
 }
 
 // apply adds one rating unless the document already reflects it: its

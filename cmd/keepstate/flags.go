@@ -50,6 +50,8 @@ func commonFlags(fs *flag.FlagSet, c *app.Config) {
 		c.ReplicationFactor = n
 		return nil
 	})
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "host:port other instances use to reach this API (default: hostname and the --http-addr port)")
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long a silent instance keeps its partitions")
 	fs.BoolVar(&c.Fsync, "fsync", c.Fsync, "clover: fsync every batch (turning it off risks the last batches on power loss)")
 }
 
@@ -80,4 +82,28 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// demoFlags registers the flags only the demo has.
+func demoFlags(fs *flag.FlagSet, d *app.DemoConfig) {
+	fs.StringVar(&d.KafkaAddr, "kafka-addr", d.KafkaAddr, "listen address of the in-process Kafka broker")
+	fs.StringVar(&d.RegistryAddr, "registry-addr", d.RegistryAddr, "listen address of the in-process Schema Registry")
+	fs.Float64Var(&d.Rate, "rate", d.Rate, "generated ratings per second (0: no generator)")
+	fs.Int64Var(&d.Movies, "movies", d.Movies, "number of distinct generated movies")
+}
+
+// produceFlags registers the flags of produce.
+func produceFlags(fs *flag.FlagSet, p *app.ProduceConfig, fromStdin *bool, logLevel *string) {
+	fs.Func("brokers", "Kafka bootstrap servers, comma separated (default localhost:9092)", func(s string) error {
+		p.Brokers = splitList(s)
+		return nil
+	})
+	fs.StringVar(&p.SchemaRegistry, "schema-registry", p.SchemaRegistry, "Schema Registry URL")
+	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send ratings to")
+	fs.Int64Var(&p.Count, "count", p.Count, "ratings to generate (0: until interrupted)")
+	fs.Int64Var(&p.Movies, "movies", p.Movies, "distinct movie ids (1..movies, Zipf-skewed popularity)")
+	fs.Float64Var(&p.Rate, "rate", p.Rate, "ratings per second (0: as fast as possible)")
+	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the generator")
+	fs.BoolVar(fromStdin, "stdin", false, `read ratings as JSON lines from stdin: {"movie_id":362,"rating":10}`)
+	fs.StringVar(logLevel, "log-level", *logLevel, "debug, info, warn or error")
 }

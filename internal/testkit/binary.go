@@ -17,8 +17,8 @@ var binary struct {
 
 // Keepstate builds ./cmd/keepstate once per test process (with -race when
 // the test binary has it, so child processes are checked too) and returns
-// the binary's path. The binary is removed when the process exits only by
-// the OS temp cleaner; it lives in a per-process temp dir.
+// the binary's path. It lives in a per-process temp dir that Main removes
+// when the tests end.
 func Keepstate(t testing.TB) string {
 	t.Helper()
 	binary.once.Do(func() {
@@ -47,6 +47,13 @@ func Keepstate(t testing.TB) string {
 		t.Fatalf("testkit: %v", binary.err)
 	}
 	return binary.path
+}
+
+// removeBinary deletes the binary Keepstate built, if any (Main calls it).
+func removeBinary() {
+	if binary.path != "" {
+		_ = os.RemoveAll(filepath.Dir(binary.path))
+	}
 }
 
 // moduleRoot finds the directory holding go.mod above the working directory.

@@ -89,6 +89,7 @@ func RealKafka(t testing.TB) []string {
 // testkit.Main(m) }. It does not return.
 func Main(m *testing.M) {
 	code := m.Run()
+	removeBinary()
 	if err := StopRealKafka(); err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
 	}

@@ -1,0 +1,74 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// BenchmarkE2EThroughput measures the whole pipeline on kfake with the
+// clover store: b.N generated ratings over 10k movies with Zipf-skewed
+// popularity are produced and the benchmark ends when every one has been
+// applied; it reports ratings/s.
+func BenchmarkE2EThroughput(b *testing.B) {
+	for _, store := range []string{app.StoreClover, app.StoreRedis} {
+		b.Run(store, func(b *testing.B) {
+			brokers := testkit.StartKfake(b).Brokers()
+			reg := testkit.StartRegistry(b)
+			c := app.Default()
+			c.Brokers, c.SchemaRegistry = brokers, reg.URL()
+			c.ApplicationID = testkit.UniqueName(b, "bench")
+			c.DataDir = b.TempDir()
+			c.HTTPAddr = "127.0.0.1:0"
+			c.Partitions = 3
+			c.Fsync = true
+			c.Store = store
+			if store == app.StoreRedis {
+				c.RedisURL = testkit.StartRedis(b).URL()
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			addr := make(chan string, 1)
+			done := make(chan error, 1)
+			go func() { done <- app.Run(ctx, c, nil, func(a string) { addr <- a }) }()
+			var api string
+			select {
+			case a := <-addr:
+				api = "http://" + a
+			case err := <-done:
+				b.Fatalf("instance: %v", err)
+			}
+			defer func() { cancel(); <-done }()
+			testkit.Eventually(b, 30*time.Second, "ready", func() error {
+				if code, _ := testkit.GetJSON(api+"/readyz", nil); code != http.StatusOK {
+					return fmt.Errorf("readyz %d", code)
+				}
+				return nil
+			})
+			p := app.DefaultProduce()
+			p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
+			p.Count, p.Movies, p.Seed = int64(b.N), 10000, 1
+			b.ResetTimer()
+			start := time.Now()
+			if _, err := app.Produce(context.Background(), p, nil); err != nil {
+				b.Fatalf("produce: %v", err)
+			}
+			testkit.Eventually(b, 10*time.Minute, "all ratings applied", func() error {
+				var st testkit.APIStats
+				if _, err := testkit.GetJSON(api+"/api/stats", &st); err != nil {
+					return err
+				}
+				if got := st.Stats.RecordsProcessed; got < int64(b.N) {
+					return fmt.Errorf("%d of %d applied", got, b.N)
+				}
+				return nil
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ratings/s")
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// DemoConfig configures `keepstate demo`: the service plus an in-process
+// Kafka broker and Schema Registry and a ratings generator, in one process.
+type DemoConfig struct {
+	Config
+	// KafkaAddr is where the in-process broker listens.
+	KafkaAddr string
+	// RegistryAddr is where the in-process Schema Registry listens.
+	RegistryAddr string
+	// Rate is generated ratings per second (0: no generator).
+	Rate float64
+	// Movies is the number of distinct generated movies.
+	Movies int64
+	// Out receives the human-readable banner with the addresses.
+	Out io.Writer
+}
+
+// DefaultDemo returns the demo defaults: broker 127.0.0.1:9092, registry
+// 127.0.0.1:8081, API :7001, 50 ratings/s over 1000 movies, store ./data.
+func DefaultDemo() DemoConfig {
+	return DemoConfig{Config: Default(), KafkaAddr: "127.0.0.1:9092", RegistryAddr: "127.0.0.1:8081",
+		Rate: 50, Movies: 1000, Out: io.Discard}
+}
+
+// Validate checks the demo settings.
+func (d DemoConfig) Validate() error {
+	var errs []error
+	if d.Store != StoreClover {
+		// redis works too, but then Redis must run; say so if it does not.
+		if err := d.Config.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for flag, a := range map[string]string{"kafka-addr": d.KafkaAddr, "registry-addr": d.RegistryAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %q is not host:port", flag, a))
+		}
+	}
+	if d.Rate < 0 || d.Movies <= 0 {
+		errs = append(errs, errors.New("--rate must be >= 0 and --movies > 0"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Demo runs the demo until ctx ends. Under --data-dir the broker keeps its
+// log in kafka/, the registry its schemas in registry.jsonl and the clover
+// store its data in store/, so a restarted demo keeps all three.
+func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	log = discardLogger(log)
+	if err := os.MkdirAll(d.DataDir, 0o755); err != nil {
+		return fmt.Errorf("demo: create --data-dir: %w", err)
+	}
+	kafkaLn, err := net.Listen("tcp", d.KafkaAddr)
+	if err != nil {
+		return fmt.Errorf("demo: in-process Kafka cannot listen on --kafka-addr %s (%w); is another broker or demo running? choose another address", d.KafkaAddr, err)
+	}
+	regLn, err := net.Listen("tcp", d.RegistryAddr)
+	if err != nil {
+		kafkaLn.Close()
+		return fmt.Errorf("demo: in-process Schema Registry cannot listen on --registry-addr %s (%w); choose another address", d.RegistryAddr, err)
+	}
+	cluster, err := kfake.NewCluster(
+		kfake.ListenFn(func(string, string) (net.Listener, error) { return kafkaLn, nil }),
+		kfake.NumBrokers(1),
+		kfake.DataDir(filepath.Join(d.DataDir, "kafka")),
+		kfake.DefaultNumPartitions(3),
+	)
+	if err != nil {
+		kafkaLn.Close()
+		regLn.Close()
+		return fmt.Errorf("demo: start in-process Kafka: %w", err)
+	}
+	defer cluster.Close()
+	reg, err := newPersistentRegistry(filepath.Join(d.DataDir, "registry.jsonl"), log)
+	if err != nil {
+		regLn.Close()
+		return err
+	}
+	regSrv := &http.Server{Handler: reg, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = regSrv.Serve(regLn) }()
+	defer regSrv.Close()
+
+	c := d.Config
+	c.DataDir = filepath.Join(d.DataDir, "store")
+	c.Brokers = []string{kafkaLn.Addr().String()}
+	c.SchemaRegistry = "http://" + regLn.Addr().String()
+	if c.Partitions == 0 {
+		c.Partitions = 3
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	genDone := make(chan struct{})
+	close(genDone)
+	ready := func(api string) {
+		fmt.Fprintf(d.Out, "keepstate demo is running\n  API:             http://%s  (try /movies/1 and /movies?minAvg=8)\n  Kafka broker:    %s\n  Schema Registry: %s\n  Store:           %s (%s)\n  Generator:       %g ratings/s over %d movies\nPress Ctrl-C to stop.\n",
+			displayAddr(mustTCPAddr(api)), c.Brokers[0], c.SchemaRegistry, c.Store, c.DataDir, d.Rate, d.Movies)
+		if d.Rate > 0 {
+			genDone = make(chan struct{})
+			go func() {
+				defer close(genDone)
+				p := ProduceConfig{Brokers: c.Brokers, SchemaRegistry: c.SchemaRegistry, Topic: c.InputTopic,
+					Movies: d.Movies, Rate: d.Rate, Seed: uint64(time.Now().UnixNano()), Partitions: c.Partitions}
+				if _, err := Produce(ctx, p, log); err != nil && ctx.Err() == nil {
+					log.Error("demo generator stopped", "err", err)
+				}
+			}()
+		}
+	}
+	err = Run(ctx, c, log, ready)
+	cancel()
+	<-genDone
+	return err
+}
+
+func mustTCPAddr(s string) net.Addr {
+	a, err := net.ResolveTCPAddr("tcp", s)
+	if err != nil {
+		return &net.TCPAddr{}
+	}
+	return a
+}

@@ -1,0 +1,229 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// logBuffer collects an instance's logs and prints them if the test fails.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func testLogger(t *testing.T, name string) *slog.Logger {
+	lb := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lb.mu.Lock()
+			t.Logf("logs of %s:\n%s", name, lb.buf.String())
+			lb.mu.Unlock()
+		}
+	})
+	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// testConfig returns a config with unique topics and group, a fresh data
+// dir, a short commit interval and an ephemeral API port.
+func testConfig(t *testing.T, brokers []string, registryURL string) app.Config {
+	c := app.Default()
+	c.Brokers = brokers
+	c.SchemaRegistry = registryURL
+	c.ApplicationID = testkit.UniqueName(t, "ks")
+	c.InputTopic = testkit.UniqueName(t, "ratings")
+	c.OutputTopic = testkit.UniqueName(t, "averages")
+	c.DataDir = t.TempDir()
+	c.HTTPAddr = "127.0.0.1:0"
+	c.CommitInterval = 100 * time.Millisecond
+	c.Partitions = 3
+	c.Fsync = false
+	return c
+}
+
+// instance is one keepstate service run in-process by a test.
+type instance struct {
+	api    string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startInstance runs app.Run until the test ends and waits until /readyz is 200.
+func startInstance(t *testing.T, c app.Config) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	in := &instance{cancel: cancel, done: make(chan error, 1)}
+	go func() { in.done <- app.Run(ctx, c, testLogger(t, c.ApplicationID), func(a string) { addr <- a }) }()
+	select {
+	case a := <-addr:
+		in.api = "http://" + a
+	case err := <-in.done:
+		cancel()
+		t.Fatalf("instance did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("instance did not start listening within 30s")
+	}
+	t.Cleanup(func() { in.stop(t) })
+	testkit.Eventually(t, 30*time.Second, "instance ready", func() error {
+		code, body := httpGet(in.api + "/readyz")
+		if code != http.StatusOK {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+	return in
+}
+
+// stop ends the instance (cleanly) and waits for it.
+func (in *instance) stop(t *testing.T) {
+	if in.cancel == nil {
+		return
+	}
+	in.cancel()
+	in.cancel = nil
+	select {
+	case err := <-in.done:
+		if err != nil {
+			t.Errorf("instance ended with error: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Errorf("instance did not stop within 60s")
+	}
+}
+
+func httpGet(url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// movie is the JSON of GET /movies/{id}.
+type movie struct {
+	MovieID int64   `json:"movieId"`
+	Rating  float64 `json:"rating"`
+	Count   int64   `json:"count"`
+}
+
+func getMovie(api string, id int64) (movie, int, error) {
+	code, body := httpGet(fmt.Sprintf("%s/movies/%d", api, id))
+	var m movie
+	if code == http.StatusOK {
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			return m, code, fmt.Errorf("decode %q: %w", body, err)
+		}
+	}
+	return m, code, nil
+}
+
+// waitMovie polls GET /movies/{id} until it returns want.
+func waitMovie(t *testing.T, api string, want movie, timeout time.Duration) {
+	t.Helper()
+	testkit.Eventually(t, timeout, fmt.Sprintf("movie %d", want.MovieID), func() error {
+		got, code, err := getMovie(api, want.MovieID)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK || got != want {
+			return fmt.Errorf("got %d %+v, want %+v", code, got, want)
+		}
+		return nil
+	})
+}
+
+// produceJSON sends JSON-lines ratings with app.Produce.
+func produceJSON(t *testing.T, c app.Config, lines ...string) {
+	t.Helper()
+	p := app.DefaultProduce()
+	p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
+	p.Stdin = strings.NewReader(strings.Join(lines, "\n"))
+	n, err := app.Produce(context.Background(), p, nil)
+	if err != nil || n != int64(len(lines)) {
+		t.Fatalf("produce: sent %d of %d: %v", n, len(lines), err)
+	}
+}
+
+// readAverages reads every record of the output topic and returns the last
+// average per movie.
+func readAverages(t *testing.T, brokers []string, topic string) map[int64]float64 {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer client.Close()
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	defer consumer.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatalf("partitions of %s: %v", topic, err)
+	}
+	out := map[int64]float64{}
+	for _, p := range parts {
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatalf("offset: %v", err)
+		}
+		if end == 0 {
+			continue
+		}
+		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatalf("consume %s/%d: %v", topic, p, err)
+		}
+		for m := range pc.Messages() {
+			id, err := engine.DecodeMovieKey(m.Key)
+			if err != nil {
+				t.Fatalf("key %x: %v", m.Key, err)
+			}
+			v, err := engine.DecodeDouble(m.Value)
+			if err != nil {
+				t.Fatalf("value %x: %v", m.Value, err)
+			}
+			out[id] = v
+			if m.Offset+1 >= end {
+				break
+			}
+		}
+		pc.Close()
+	}
+	return out
+}
+
+func useRedis(t *testing.T, c *app.Config) {
+	r := testkit.StartRedis(t)
+	c.Store = app.StoreRedis
+	c.RedisURL = r.URL()
+}

@@ -1,0 +1,112 @@
+package app_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// stats reads /api/stats of an instance.
+func stats(api string) (testkit.APIStats, error) {
+	var st testkit.APIStats
+	code, err := testkit.GetJSON("http://"+api+"/api/stats", &st)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("/api/stats: %d", code)
+	}
+	return st, err
+}
+
+// TestE2ERestartWithoutRestore fills the clover store with 100k movies,
+// then restarts the instance after a clean stop and after kill -9: each
+// time it is ready with 0 changelog records restored before it consumed
+// any input, and with --instance-id the killed instance answers queries
+// within 2 s of being started again.
+func TestE2ERestartWithoutRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a store with 100k movies")
+	}
+	const movies = 100000
+	brokers := testkit.Kafka(t)
+	reg := testkit.StartRegistry(t)
+	c := testConfig(t, brokers, reg.URL())
+	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: c}
+	in := cc.newInstance("r", true)
+	cc.start(in)
+	cc.waitReady(in, 60*time.Second)
+
+	lines := make([]string, movies)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"movie_id":%d,"rating":%g}`, i+1, float64(i%21)/2)
+	}
+	produceJSON(t, c, lines...)
+	testkit.Eventually(t, 3*time.Minute, "100k movies in the store", func() error {
+		st, err := stats(in.api)
+		if err != nil {
+			return err
+		}
+		if st.Stats.RecordsProcessed < movies {
+			return fmt.Errorf("%d of %d applied", st.Stats.RecordsProcessed, movies)
+		}
+		return nil
+	})
+	want := testkit.Movie{MovieID: 777, Rating: float64(776%21) / 2, Count: 1}
+	waitMovie(t, "http://"+in.api, movie(want), 10*time.Second)
+
+	restart := func(how string, stop func()) {
+		t.Run(how, func(t *testing.T) {
+			stop()
+			// Input that arrives while the instance is down: readiness must
+			// not wait for it, nor for any changelog replay.
+			produceJSON(t, c, `{"movie_id":1,"rating":5}`)
+			began := time.Now()
+			cc.start(in)
+			var readyAt, answerAt time.Duration
+			testkit.Eventually(t, 30*time.Second, "restarted instance ready and answering", func() error {
+				if answerAt == 0 {
+					if m, code, err := getMovie("http://"+in.api, want.MovieID); err == nil && code == http.StatusOK && m == movie(want) {
+						answerAt = time.Since(began)
+					}
+				}
+				if readyAt == 0 && in.ready() {
+					readyAt = time.Since(began)
+					st, err := stats(in.api)
+					if err != nil {
+						return err
+					}
+					if st.Stats.ChangelogRestored != 0 {
+						t.Errorf("restored %d changelog records, want 0", st.Stats.ChangelogRestored)
+					}
+				}
+				if readyAt == 0 || answerAt == 0 {
+					return fmt.Errorf("ready after %v, answering after %v", readyAt, answerAt)
+				}
+				return nil
+			})
+			t.Logf("%s: ready after %v, first answer after %v", how, readyAt.Round(time.Millisecond), answerAt.Round(time.Millisecond))
+			if answerAt > 2*time.Second {
+				t.Errorf("first answer after %v, want within 2s", answerAt)
+			}
+			st, err := stats(in.api)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Stats.ChangelogRestored != 0 {
+				t.Errorf("restored %d changelog records after becoming ready, want 0", st.Stats.ChangelogRestored)
+			}
+		})
+	}
+	restart("clean stop", func() {
+		if err := in.proc.Stop(30 * time.Second); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	})
+	restart("kill -9", func() { in.proc.Kill() })
+	if !strings.Contains(c.Store, app.StoreClover) {
+		t.Fatalf("store %s, want clover", c.Store)
+	}
+}

@@ -1,0 +1,159 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/keepstate/keepstate/avro"
+	"github.com/keepstate/keepstate/docstore"
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/redisstore"
+	"github.com/keepstate/keepstate/web"
+)
+
+// ErrUnavailable wraps startup failures caused by a service keepstate needs
+// (Kafka, Schema Registry, Redis) not answering. cmd exits with code 2.
+var ErrUnavailable = errors.New("service unavailable")
+
+// EngineConfig maps c onto the engine's configuration.
+func (c Config) EngineConfig(log *slog.Logger) engine.Config {
+	return engine.Config{
+		Brokers:           c.Brokers,
+		ApplicationID:     c.ApplicationID,
+		InputTopic:        c.InputTopic,
+		OutputTopic:       c.OutputTopic,
+		CommitInterval:    c.CommitInterval,
+		CacheMaxDocs:      c.CacheMaxDocs,
+		InstanceID:        c.InstanceID,
+		Partitions:        c.Partitions,
+		ReplicationFactor: c.ReplicationFactor,
+		AdvertiseAddr:     c.AdvertiseAddr,
+		SessionTimeout:    c.SessionTimeout,
+		Logger:            log,
+	}
+}
+
+// OpenStore opens the store selected by c.Store.
+func OpenStore(ctx context.Context, c Config, log *slog.Logger) (engine.Store, error) {
+	switch c.Store {
+	case StoreClover:
+		s, err := docstore.Open(c.DataDir, docstore.WithFsync(c.Fsync), docstore.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("open clover store in %s: %w", c.DataDir, err)
+		}
+		return s, nil
+	case StoreRedis:
+		redisstore.RouteClientLogs(log)
+		s, err := redisstore.Open(ctx, c.RedisURL,
+			redisstore.WithPrefix(c.ApplicationID+":"), redisstore.WithStreamMaxLen(c.RedisStreamLen), redisstore.WithLogger(log))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("%w: unknown store %q", ErrConfig, c.Store)
+}
+
+// OpenRegistry connects to the Schema Registry and checks it answers.
+func OpenRegistry(ctx context.Context, c Config, log *slog.Logger) (*avro.Registry, error) {
+	reg, err := avro.NewRegistry(c.SchemaRegistry, avro.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema registry %s: %w", ErrUnavailable, c.SchemaRegistry, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := reg.Ping(pctx); err != nil {
+		return nil, fmt.Errorf("%w: schema registry %s does not answer (%v); start one or set --schema-registry (try `keepstate demo`)",
+			ErrUnavailable, c.SchemaRegistry, err)
+	}
+	return reg, nil
+}
+
+// Run is `keepstate run`: it serves the API and processes until ctx ends.
+// ready, if not nil, receives the API's listen address once it listens.
+func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string)) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	log = discardLogger(log)
+	reg, err := OpenRegistry(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	store, err := OpenStore(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --http-addr %s: %w", c.HTTPAddr, err)
+	}
+	ec := c.EngineConfig(log)
+	if ec.AdvertiseAddr == "" {
+		ec.AdvertiseAddr = advertiseAddr(ln.Addr())
+	}
+	eng, err := engine.New(ec, store, reg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	opts := web.Options{Querier: store, Ready: eng.Ready, Stats: eng.Stats, Logger: log}
+	if c.Store == StoreClover {
+		// Each instance's store holds the partitions it owns (and stale
+		// copies of ones it owned before): route keys to their owner.
+		opts.Querier, opts.Router = eng.OwnedQuerier(store), eng
+	}
+	srv := web.New(opts)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	webErr := make(chan error, 1)
+	go func() { webErr <- srv.Serve(ctx, ln) }()
+	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", ec.AdvertiseAddr, "store", c.Store,
+		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	err = eng.Run(ctx)
+	cancel()
+	if werr := <-webErr; err == nil && werr != nil && !errors.Is(werr, context.Canceled) {
+		err = werr
+	}
+	if errors.Is(err, engine.ErrKafkaUnavailable) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+// displayAddr renders a listen address for humans (":7001" → "localhost:7001").
+func displayAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// advertiseAddr is the default address other instances use to reach this
+// one: the listen address, with the hostname for an unspecified host.
+func advertiseAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
+}

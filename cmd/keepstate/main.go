@@ -1,0 +1,171 @@
+// Command keepstate is a Kafka stream processor whose state lives in a
+// persistent, queryable store. Subcommands: run, demo, produce, reset.
+// Every flag also reads an environment variable KEEPSTATE_<FLAG> (dashes as
+// underscores); a flag given on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/keepstate/keepstate/app"
+)
+
+const usage = `keepstate — a Kafka stream processor with a persistent, queryable state store.
+
+Usage:
+  keepstate run      [flags]   run the service (processor + HTTP API)
+  keepstate demo     [flags]   everything in one process: in-process Kafka, Schema Registry, generator, API
+  keepstate produce  [flags]   send Avro ratings (generated, or JSON lines from stdin with --stdin)
+  keepstate reset    [flags]   wipe the store (rebuilt from the changelog on next start); --reprocess also recomputes from the input
+
+Run "keepstate <command> -h" for the flags of a command. Every flag has an
+environment variable KEEPSTATE_<FLAG> with dashes as underscores.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the process exit code: 0 ok,
+// 1 failure, 2 bad usage or a service that is not reachable.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	cmd, rest := args[0], args[1:]
+	var err error
+	switch cmd {
+	case "run":
+		err = cmdRun(ctx, rest, stderr)
+	case "demo":
+		err = cmdDemo(ctx, rest, stdout, stderr)
+	case "produce":
+		err = cmdProduce(ctx, rest, stdin, stdout, stderr)
+	case "reset":
+		err = cmdReset(ctx, rest, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "keepstate: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.Is(err, app.ErrConfig), errors.Is(err, app.ErrUnavailable), errors.Is(err, app.ErrGroupActive):
+		fmt.Fprintf(stderr, "keepstate %s: %v\n", cmd, err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "keepstate %s: %v\n", cmd, err)
+		return 1
+	}
+}
+
+// errUsage marks a flag parsing error that the flag package already printed.
+var errUsage = errors.New("usage")
+
+// parse parses args into fs, then fills unset flags from the environment.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
+		return errUsage
+	}
+	if err := applyEnv(fs); err != nil {
+		fmt.Fprintln(fs.Output(), err)
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keepstate run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := app.Default()
+	commonFlags(fs, &cfg)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := app.NewLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	return app.Run(ctx, cfg, log, nil)
+}
+
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keepstate demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	d := app.DefaultDemo()
+	d.Out = stdout
+	commonFlags(fs, &d.Config)
+	demoFlags(fs, &d)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := app.NewLogger(stderr, d.LogLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	return app.Demo(ctx, d, log)
+}
+
+func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keepstate produce", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	p := app.DefaultProduce()
+	var fromStdin bool
+	var logLevel = "info"
+	produceFlags(fs, &p, &fromStdin, &logLevel)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fromStdin {
+		p.Stdin = stdin
+	}
+	log, err := app.NewLogger(stderr, logLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	n, err := app.Produce(ctx, p, log)
+	fmt.Fprintf(stdout, "sent %d ratings to %s\n", n, p.Topic)
+	return err
+}
+
+func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keepstate reset", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := app.Default()
+	commonFlags(fs, &cfg)
+	reprocess := fs.Bool("reprocess", false, "also delete the internal topics and the group's offsets: recompute everything from the earliest input")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := app.NewLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	if err := app.Reset(ctx, cfg, *reprocess, log); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "reset done")
+	return nil
+}
