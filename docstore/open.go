@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/keepstate/keepstate/engine"
 	"github.com/ostafen/clover/v2"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -191,5 +190,3 @@ func (s *Store) Close() error {
 	s.log.Info("docstore closed", "dir", s.dir)
 	return nil
 }
-
-var _ engine.Store = (*Store)(nil)

@@ -29,6 +29,7 @@ type Store struct {
 }
 
 var (
+	_ engine.Store            = (*Store)(nil)
 	_ engine.PartitionScanner = (*Store)(nil)
 	_ engine.Resetter         = (*Store)(nil)
 )
