@@ -41,48 +41,18 @@ type dlqRecord struct {
 
 func readDLQ(t *testing.T, brokers []string, topic string) []dlqRecord {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	client, err := sarama.NewClient(brokers, sc)
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		t.Fatalf("consumer: %v", err)
-	}
-	defer consumer.Close()
-	parts, err := client.Partitions(topic)
-	if err != nil {
-		t.Fatalf("partitions: %v", err)
-	}
 	var out []dlqRecord
-	for _, p := range parts {
-		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil || end == 0 {
-			continue
-		}
-		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatalf("consume: %v", err)
-		}
-		for m := range pc.Messages() {
-			r := dlqRecord{value: m.Value}
-			for _, h := range m.Headers {
-				switch string(h.Key) {
-				case engine.HeaderDLQReason:
-					r.reason = string(h.Value)
-				case engine.HeaderDLQTopic:
-					r.topic = string(h.Value)
-				}
-			}
-			out = append(out, r)
-			if m.Offset+1 >= end {
-				break
+	for _, m := range readTopic(t, brokers, topic) {
+		r := dlqRecord{value: m.Value}
+		for _, h := range m.Headers {
+			switch string(h.Key) {
+			case engine.HeaderDLQReason:
+				r.reason = string(h.Value)
+			case engine.HeaderDLQTopic:
+				r.topic = string(h.Value)
 			}
 		}
-		pc.Close()
+		out = append(out, r)
 	}
 	return out
 }

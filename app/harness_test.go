@@ -170,9 +170,8 @@ func produceJSON(t *testing.T, c app.Config, lines ...string) {
 	}
 }
 
-// readAverages reads every record of the output topic and returns the last
-// average per movie.
-func readAverages(t *testing.T, brokers []string, topic string) map[int64]float64 {
+// readTopic returns every record of topic, partition by partition.
+func readTopic(t *testing.T, brokers []string, topic string) []*sarama.ConsumerMessage {
 	t.Helper()
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
@@ -190,11 +189,11 @@ func readAverages(t *testing.T, brokers []string, topic string) map[int64]float6
 	if err != nil {
 		t.Fatalf("partitions of %s: %v", topic, err)
 	}
-	out := map[int64]float64{}
+	var out []*sarama.ConsumerMessage
 	for _, p := range parts {
 		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
 		if err != nil {
-			t.Fatalf("offset: %v", err)
+			t.Fatalf("offset of %s/%d: %v", topic, p, err)
 		}
 		if end == 0 {
 			continue
@@ -204,15 +203,7 @@ func readAverages(t *testing.T, brokers []string, topic string) map[int64]float6
 			t.Fatalf("consume %s/%d: %v", topic, p, err)
 		}
 		for m := range pc.Messages() {
-			id, err := engine.DecodeMovieKey(m.Key)
-			if err != nil {
-				t.Fatalf("key %x: %v", m.Key, err)
-			}
-			v, err := engine.DecodeDouble(m.Value)
-			if err != nil {
-				t.Fatalf("value %x: %v", m.Value, err)
-			}
-			out[id] = v
+			out = append(out, m)
 			if m.Offset+1 >= end {
 				break
 			}
@@ -222,6 +213,25 @@ func readAverages(t *testing.T, brokers []string, topic string) map[int64]float6
 	return out
 }
 
+// readAverages reads the output topic and returns the last average per movie.
+func readAverages(t *testing.T, brokers []string, topic string) map[int64]float64 {
+	t.Helper()
+	out := map[int64]float64{}
+	for _, m := range readTopic(t, brokers, topic) {
+		id, err := engine.DecodeMovieKey(m.Key)
+		if err != nil {
+			t.Fatalf("key %x: %v", m.Key, err)
+		}
+		v, err := engine.DecodeDouble(m.Value)
+		if err != nil {
+			t.Fatalf("value %x: %v", m.Value, err)
+		}
+		out[id] = v
+	}
+	return out
+}
+
+// useRedis points c at a fresh redis-server started for the test.
 func useRedis(t *testing.T, c *app.Config) {
 	r := testkit.StartRedis(t)
 	c.Store = app.StoreRedis
