@@ -13,9 +13,10 @@ const DefaultLockTimeout = 2 * time.Second
 type Option func(*options)
 
 type options struct {
-	fsync       bool
-	logger      *slog.Logger
-	lockTimeout time.Duration
+	fsync         bool
+	logger        *slog.Logger
+	lockTimeout   time.Duration
+	cloverUpdates bool // withCloverUpdates
 }
 
 func defaults() options {
@@ -46,3 +47,9 @@ func WithLockTimeout(d time.Duration) Option {
 		}
 	}
 }
+
+// withCloverUpdates makes Apply update existing documents through Clover's
+// UpdateById, one call per document, instead of docWriter: the slower
+// reference path, kept for the equivalence test and side-by-side
+// benchmarks.
+func withCloverUpdates() Option { return func(o *options) { o.cloverUpdates = true } }

@@ -21,11 +21,14 @@ import (
 // concurrent use (except Close); writes are serialized by bbolt and readers
 // see only committed batches.
 type Store struct {
-	dir    string
-	db     *bbolt.DB
-	log    *slog.Logger
-	counts *readCounts
-	closed atomic.Bool
+	// cloverUpdates writes existing documents through Clover's UpdateById
+	// instead of docWriter (withCloverUpdates).
+	cloverUpdates bool
+	dir           string
+	db            *bbolt.DB
+	log           *slog.Logger
+	counts        *readCounts
+	closed        atomic.Bool
 }
 
 var (
@@ -190,7 +193,7 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 		case b.Epoch != claimed:
 			return fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, b.Epoch, claimed)
 		}
-		if err := writeDocs(tx, db, b.Docs, b.Replay); err != nil {
+		if err := s.writeDocs(tx, db, b.Docs, b.Replay); err != nil {
 			return err
 		}
 		return putInt64(tx.Bucket(checkpointsBucket), partitionKey(b.Partition), b.Checkpoint)
@@ -205,11 +208,20 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 // version is not newer than the stored one (or than an earlier document of
 // the same batch) is skipped when replay is set, and refuses the batch
 // with ErrFenced otherwise. Clover has no upsert: existing movies go
-// through UpdateById, new ones are collected and inserted in one call.
+// through docWriter (UpdateById's work without its per-call overhead), new
+// ones are collected and inserted in one Clover call.
 // The members bucket gets a key for each new movie and each movie that
 // changed partition.
-func writeDocs(tx *bbolt.Tx, db *clover.DB, docs []engine.MovieStats, replay bool) error {
-	members, raw := tx.Bucket(membersBucket), tx.Bucket(cloverBucket)
+func (s *Store) writeDocs(tx *bbolt.Tx, db *clover.DB, docs []engine.MovieStats, replay bool) error {
+	members := tx.Bucket(membersBucket)
+	members.FillPercent = fillPercent
+	var w updater = cloverUpdater{db: db, raw: tx.Bucket(cloverBucket)}
+	if !s.cloverUpdates {
+		var err error
+		if w, err = newDocWriter(tx, db, s.counts); err != nil {
+			return err
+		}
+	}
 	// Write in movie id order (stable: a movie's documents keep their
 	// order), so bbolt walks its pages in key order.
 	docs = slices.Clone(docs)
@@ -227,14 +239,7 @@ func writeDocs(tx *bbolt.Tx, db *clover.DB, docs []engine.MovieStats, replay boo
 			fresh[i] = m
 			continue
 		}
-		// A new movie skips UpdateById (which decodes Clover's collection
-		// metadata only to report it missing): one key lookup, no decoding.
-		exists := raw.Get(docKey(m.MovieID)) != nil
-		old := m.Partition
-		var err error
-		if exists {
-			old, exists, err = update(db, m, replay)
-		}
+		old, exists, err := w.update(m, replay)
 		switch {
 		case err != nil:
 			return err
@@ -276,9 +281,34 @@ func stale(m engine.MovieStats, stored int64, replay bool) error {
 		engine.ErrFenced, m.MovieID, m.Version, stored)
 }
 
-// update replaces the stored document of m if m is newer. exists is false
-// when the movie has no document (Clover's UpdateById reports it); oldPart is
-// the partition it was stored under before this write.
+// updater replaces the stored document of m if m is newer. exists is false
+// when the movie has no document (then nothing is written); oldPart is the
+// partition it was stored under before this write. A document that is not
+// newer is refused with ErrFenced, or skipped when replay is set.
+type updater interface {
+	update(m engine.MovieStats, replay bool) (oldPart int32, exists bool, err error)
+}
+
+// cloverUpdater is the updater through clover.DB.UpdateById, one call per
+// document. It is the reference for docWriter (which writes the same
+// thing, faster) and used only when the store is opened with
+// withCloverUpdates (tests and benchmarks).
+type cloverUpdater struct {
+	db  *clover.DB
+	raw *bbolt.Bucket
+}
+
+func (u cloverUpdater) update(m engine.MovieStats, replay bool) (oldPart int32, exists bool, err error) {
+	// A new movie skips UpdateById (which decodes Clover's collection
+	// metadata only to report it missing): one key lookup, no decoding.
+	if u.raw.Get(docKey(m.MovieID)) == nil {
+		return 0, false, nil
+	}
+	return update(u.db, m, replay)
+}
+
+// update replaces the stored document of m through Clover's UpdateById
+// (see updater).
 func update(db *clover.DB, m engine.MovieStats, replay bool) (oldPart int32, exists bool, err error) {
 	doc := toDocument(m)
 	var (
