@@ -58,7 +58,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		// NoFreelistSync stays off: it saves no measurable page writes
 		// here (the freelist is a few pages per commit) and makes every
 		// open rebuild the freelist by walking the whole file (0.8 s at
-		// 1M movies, docs/benchmarks-docstore.md).
+		// 1M movies, docs/benchmarks.md, "Clover store").
 	})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):

@@ -9,5 +9,5 @@
 // builds the large stores (KEEPSTATE_BENCH_DOCS sets their size, default
 // 1,000,000). A plain go test only runs a small check that the benchmark
 // workloads follow the engine.Store contract. The numbers and their reading
-// are in docs/benchmarks-stores.md.
+// are in docs/benchmarks.md ("Clover vs Redis, side by side").
 package storebench
