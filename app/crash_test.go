@@ -204,6 +204,20 @@ func runCrashTest(t *testing.T, store string) {
 		}
 		return nil
 	})
+	// Key lookups on either instance are routed to the owner of the key.
+	checked := 0
+	for id, want := range truth {
+		if checked == 100 {
+			break
+		}
+		for _, in := range inst {
+			var m testkit.Movie
+			if code, err := testkit.GetJSON(fmt.Sprintf("http://%s/movies/%d", in.api, id), &m); err != nil || code != http.StatusOK || m != want {
+				t.Errorf("GET /movies/%d on %s: %d %+v %v, want %+v", id, in.name, code, m, err, want)
+			}
+		}
+		checked++
+	}
 	for _, in := range inst {
 		var st testkit.APIStats
 		if _, err := testkit.GetJSON("http://"+in.api+"/api/stats", &st); err == nil {
