@@ -123,7 +123,10 @@ func (e *Engine) connect(ctx context.Context) error {
 	if err := e.ensureTopics(ctx); err != nil {
 		return err
 	}
-	producer, err := sarama.NewSyncProducerFromClient(client)
+	// The producer gets its own connections: on the consumer group's, each
+	// produce request would queue behind a fetch that the broker may hold
+	// for up to Consumer.MaxWaitTime (500 ms), delaying every hop.
+	producer, err := sarama.NewSyncProducer(e.cfg.Brokers, e.saramaConfig())
 	if err != nil {
 		return fmt.Errorf("engine: producer: %w", err)
 	}
