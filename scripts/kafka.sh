@@ -197,8 +197,13 @@ start_once() {
 	[[ "$port" != "$cport" ]] || return 3
 	write_config "$dir" "$port" "$cport"
 	rm -rf "$dir/data"
-	local cluster_id
-	cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+	# A base64url id can start with '-', which the tool's argument parser
+	# takes for an option (1 run in 64 failed that way); Kafka's own
+	# Uuid.randomUuid skips such ids, and so do we.
+	local cluster_id=-
+	while [[ "$cluster_id" == -* ]]; do
+		cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+	done
 	# shellcheck disable=SC2046
 	if ! java $(java_opts "$dir") -cp "$LIBS/*" kafka.tools.StorageTool format \
 		-t "$cluster_id" -c "$dir/server.properties" >"$dir/format.log" 2>&1; then
