@@ -30,6 +30,22 @@ type crashCluster struct {
 	cfg app.Config
 }
 
+// newChildCluster starts a broker (kfake, or the real one in the
+// integration run) and a registry, and returns a cluster with a fresh config.
+func newChildCluster(t *testing.T) *crashCluster {
+	brokers := testkit.Kafka(t)
+	reg := testkit.StartRegistry(t)
+	return &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: testConfig(t, brokers, reg.URL())}
+}
+
+// produceConfig generates count ratings over movies ids with seed into c's input topic.
+func produceConfig(c app.Config, count, movies int64, seed uint64) app.ProduceConfig {
+	p := app.DefaultProduce()
+	p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
+	p.Count, p.Movies, p.Seed = count, movies, seed
+	return p
+}
+
 func (cc *crashCluster) newInstance(name string, static bool) *crashInstance {
 	in := &crashInstance{name: name, dataDir: cc.t.TempDir(), api: testkit.FreeAddr(cc.t)}
 	if static {
@@ -101,13 +117,11 @@ func runCrashTest(t *testing.T, store string) {
 		kills   = 12
 		seed    = 42
 	)
-	brokers := testkit.Kafka(t)
-	reg := testkit.StartRegistry(t)
-	c := testConfig(t, brokers, reg.URL())
+	cc := newChildCluster(t)
 	if store == app.StoreRedis {
-		useRedis(t, &c)
+		useRedis(t, &cc.cfg)
 	}
-	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: c}
+	c := cc.cfg
 	rnd := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 
 	a, b := cc.newInstance("a", true), cc.newInstance("b", true)
@@ -121,9 +135,8 @@ func runCrashTest(t *testing.T, store string) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := app.DefaultProduce()
-	p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
-	p.Count, p.Movies, p.Rate, p.Seed = ratings, movies, 2500, seed
+	p := produceConfig(c, ratings, movies, seed)
+	p.Rate = 2500
 	produced := make(chan error, 1)
 	go func() {
 		n, err := app.Produce(ctx, p, nil)
@@ -224,7 +237,7 @@ func runCrashTest(t *testing.T, store string) {
 			t.Logf("%s after the run: %+v", in.name, st.Stats)
 		}
 	}
-	if dead := readDLQ(t, brokers, c.ApplicationID+"-dlq"); len(dead) != 0 {
+	if dead := readDLQ(t, c.Brokers, c.ApplicationID+"-dlq"); len(dead) != 0 {
 		t.Errorf("%d records in the DLQ, want 0; first: %s", len(dead), dead[0].reason)
 	}
 	for _, in := range inst {

@@ -13,10 +13,7 @@ import (
 // --instance-id fences the first, which stops with a clear error instead of
 // fighting over the partitions.
 func TestE2EDuplicateInstanceIDStops(t *testing.T) {
-	brokers := testkit.Kafka(t)
-	reg := testkit.StartRegistry(t)
-	c := testConfig(t, brokers, reg.URL())
-	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: c}
+	cc := newChildCluster(t)
 	first, second := cc.newInstance("first", true), cc.newInstance("second", true)
 	second.instanceID = first.instanceID
 	cc.start(first)

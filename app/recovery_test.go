@@ -33,17 +33,13 @@ func TestE2ELostStoreAndReprocess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs several child processes")
 	}
-	brokers := testkit.Kafka(t)
-	reg := testkit.StartRegistry(t)
-	c := testConfig(t, brokers, reg.URL())
-	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: c}
+	cc := newChildCluster(t)
+	c := cc.cfg
 	in := cc.newInstance("l", true)
 	cc.start(in)
 	cc.waitReady(in, 60*time.Second)
 
-	p := app.DefaultProduce()
-	p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
-	p.Count, p.Movies, p.Seed = 5000, 300, 3
+	p := produceConfig(c, 5000, 300, 3)
 	if _, err := app.Produce(t.Context(), p, nil); err != nil {
 		t.Fatal(err)
 	}

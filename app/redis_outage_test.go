@@ -42,9 +42,8 @@ func TestE2ERedisOutage(t *testing.T) {
 	in := startInstance(t, c)
 
 	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	p := app.DefaultProduce()
-	p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
-	p.Count, p.Movies, p.Rate, p.Seed = 20000, 500, 1000, 11
+	p := produceConfig(c, 20000, 500, 11)
+	p.Rate = 1000
 	truthOf(p, truth, sums)
 	produced := make(chan error, 1)
 	go func() { _, err := app.Produce(context.Background(), p, nil); produced <- err }()

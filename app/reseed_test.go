@@ -22,17 +22,13 @@ func TestE2EChangelogLostIsReseeded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs several child processes")
 	}
-	brokers := testkit.Kafka(t)
-	reg := testkit.StartRegistry(t)
-	c := testConfig(t, brokers, reg.URL())
-	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: c}
+	cc := newChildCluster(t)
+	c := cc.cfg
 	in := cc.newInstance("s", true)
 	cc.start(in)
 	cc.waitReady(in, 60*time.Second)
 
-	p := app.DefaultProduce()
-	p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
-	p.Count, p.Movies, p.Seed = 3000, 200, 5
+	p := produceConfig(c, 3000, 200, 5)
 	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
 	truthOf(p, truth, sums)
 	if _, err := app.Produce(t.Context(), p, nil); err != nil {
@@ -56,7 +52,7 @@ func TestE2EChangelogLostIsReseeded(t *testing.T) {
 	changelog := c.ApplicationID + "-movie-stats-changelog"
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
-	admin, err := sarama.NewClusterAdmin(brokers, sc)
+	admin, err := sarama.NewClusterAdmin(c.Brokers, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +78,7 @@ func TestE2EChangelogLostIsReseeded(t *testing.T) {
 		t.Errorf("no log line about re-seeding the changelog")
 	}
 	testkit.Eventually(t, 30*time.Second, "changelog re-seeded", func() error {
-		if n := len(readTopic(t, brokers, changelog)); n < len(truth) {
+		if n := len(readTopic(t, c.Brokers, changelog)); n < len(truth) {
 			return fmt.Errorf("%d changelog records, want at least %d", n, len(truth))
 		}
 		return nil

@@ -31,10 +31,8 @@ func TestE2ERestartWithoutRestore(t *testing.T) {
 		t.Skip("fills a store with 100k movies")
 	}
 	const movies = 100000
-	brokers := testkit.Kafka(t)
-	reg := testkit.StartRegistry(t)
-	c := testConfig(t, brokers, reg.URL())
-	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: c}
+	cc := newChildCluster(t)
+	c := cc.cfg
 	in := cc.newInstance("r", true)
 	cc.start(in)
 	cc.waitReady(in, 60*time.Second)

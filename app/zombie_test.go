@@ -19,11 +19,8 @@ func TestE2EZombieFencing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a process past its session timeout")
 	}
-	brokers := testkit.Kafka(t)
-	reg := testkit.StartRegistry(t)
-	c := testConfig(t, brokers, reg.URL())
-	useRedis(t, &c)
-	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: c}
+	cc := newChildCluster(t)
+	useRedis(t, &cc.cfg)
 	a, b := cc.newInstance("a", false), cc.newInstance("b", false)
 	// a flushes rarely, so it surely holds unflushed state when it is paused:
 	// the writes it attempts when it wakes up are the zombie writes.
@@ -36,9 +33,8 @@ func TestE2EZombieFencing(t *testing.T) {
 	}
 
 	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	p := app.DefaultProduce()
-	p.Brokers, p.SchemaRegistry, p.Topic = c.Brokers, c.SchemaRegistry, c.InputTopic
-	p.Count, p.Movies, p.Rate, p.Seed = 20000, 400, 1500, 21
+	p := produceConfig(cc.cfg, 20000, 400, 21)
+	p.Rate = 1500
 	truthOf(p, truth, sums)
 	produced := make(chan error, 1)
 	go func() { _, err := app.Produce(context.Background(), p, nil); produced <- err }()
