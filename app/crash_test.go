@@ -54,6 +54,14 @@ func (cc *crashCluster) newInstance(name string, static bool) *crashInstance {
 	return in
 }
 
+// launch creates an instance, starts it and waits until it is ready.
+func (cc *crashCluster) launch(name string, static bool) *crashInstance {
+	in := cc.newInstance(name, static)
+	cc.start(in)
+	cc.waitReady(in, 60*time.Second)
+	return in
+}
+
 // start runs the instance's process (again).
 func (cc *crashCluster) start(in *crashInstance) {
 	c := cc.cfg

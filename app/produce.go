@@ -158,13 +158,16 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 		}
 		select {
 		case prod.Input() <- &sarama.ProducerMessage{Topic: p.Topic, Key: sarama.ByteEncoder(engine.EncodeMovieKey(r.MovieID)), Value: sarama.ByteEncoder(v)}:
+			sent++
 		case <-ctx.Done():
 		}
-		sent++
 		if p.Rate > 0 {
 			due := start.Add(time.Duration(float64(sent) / p.Rate * float64(time.Second)))
-			if d := time.Until(due); d > 0 && !sleepUntil(ctx, d) {
-				break
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
 			}
 		}
 	}
@@ -210,17 +213,6 @@ func jsonLines(r io.Reader) func() (avro.Rating, bool, error) {
 			return avro.Rating{MovieID: *v.MovieID, Rating: *v.Rating}, true, nil
 		}
 		return avro.Rating{}, false, sc.Err()
-	}
-}
-
-func sleepUntil(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -35,9 +35,7 @@ func TestE2ELostStoreAndReprocess(t *testing.T) {
 	}
 	cc := newChildCluster(t)
 	c := cc.cfg
-	in := cc.newInstance("l", true)
-	cc.start(in)
-	cc.waitReady(in, 60*time.Second)
+	in := cc.launch("l", true)
 
 	p := produceConfig(c, 5000, 300, 3)
 	if _, err := app.Produce(t.Context(), p, nil); err != nil {

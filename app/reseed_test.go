@@ -24,9 +24,7 @@ func TestE2EChangelogLostIsReseeded(t *testing.T) {
 	}
 	cc := newChildCluster(t)
 	c := cc.cfg
-	in := cc.newInstance("s", true)
-	cc.start(in)
-	cc.waitReady(in, 60*time.Second)
+	in := cc.launch("s", true)
 
 	p := produceConfig(c, 3000, 200, 5)
 	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}

@@ -33,9 +33,7 @@ func TestE2ERestartWithoutRestore(t *testing.T) {
 	const movies = 100000
 	cc := newChildCluster(t)
 	c := cc.cfg
-	in := cc.newInstance("r", true)
-	cc.start(in)
-	cc.waitReady(in, 60*time.Second)
+	in := cc.launch("r", true)
 
 	lines := make([]string, movies)
 	for i := range lines {

@@ -17,10 +17,7 @@ func envName(flagName string) string {
 
 // commonFlags registers the flags shared by run, demo and reset on fs.
 func commonFlags(fs *flag.FlagSet, c *app.Config) {
-	fs.Func("brokers", "Kafka bootstrap servers, comma separated (default localhost:9092)", func(s string) error {
-		c.Brokers = splitList(s)
-		return nil
-	})
+	brokersFlag(fs, &c.Brokers)
 	fs.StringVar(&c.SchemaRegistry, "schema-registry", c.SchemaRegistry, "Schema Registry URL")
 	fs.StringVar(&c.ApplicationID, "application-id", c.ApplicationID, "consumer group id and prefix of internal topics")
 	fs.StringVar(&c.InputTopic, "input-topic", c.InputTopic, "topic of Avro ratings")
@@ -74,6 +71,14 @@ func applyEnv(fs *flag.FlagSet) error {
 	return err
 }
 
+// brokersFlag registers --brokers, a comma-separated list, into dst.
+func brokersFlag(fs *flag.FlagSet, dst *[]string) {
+	fs.Func("brokers", "Kafka bootstrap servers, comma separated (default localhost:9092)", func(s string) error {
+		*dst = splitList(s)
+		return nil
+	})
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -94,10 +99,7 @@ func demoFlags(fs *flag.FlagSet, d *app.DemoConfig) {
 
 // produceFlags registers the flags of produce.
 func produceFlags(fs *flag.FlagSet, p *app.ProduceConfig, fromStdin *bool, logLevel *string) {
-	fs.Func("brokers", "Kafka bootstrap servers, comma separated (default localhost:9092)", func(s string) error {
-		p.Brokers = splitList(s)
-		return nil
-	})
+	brokersFlag(fs, &p.Brokers)
 	fs.StringVar(&p.SchemaRegistry, "schema-registry", p.SchemaRegistry, "Schema Registry URL")
 	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send ratings to")
 	fs.Int64Var(&p.Count, "count", p.Count, "ratings to generate (0: until interrupted)")
