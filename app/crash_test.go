@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,6 +62,21 @@ func (cc *crashCluster) launch(name string, static bool) *crashInstance {
 	cc.start(in)
 	cc.waitReady(in, 60*time.Second)
 	return in
+}
+
+// loseStore deletes everything in a stopped instance's data dir, as a lost
+// volume would.
+func loseStore(t *testing.T, in *crashInstance) {
+	t.Helper()
+	entries, err := os.ReadDir(in.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(in.dataDir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // start runs the instance's process (again).

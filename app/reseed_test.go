@@ -2,8 +2,6 @@ package app_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -85,12 +83,7 @@ func TestE2EChangelogLostIsReseeded(t *testing.T) {
 	if err := in.proc.Stop(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	entries, _ := os.ReadDir(in.dataDir)
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(in.dataDir, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
+	loseStore(t, in)
 	cc.start(in)
 	cc.waitReady(in, 60*time.Second)
 	exact("restored from the re-seeded changelog")
