@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/keepstate/keepstate/engine"
 )
 
 // ErrConfig is wrapped by every configuration error returned by Validate.
@@ -46,6 +48,10 @@ type Config struct {
 	Fsync             bool          // --fsync: clover fsyncs every batch (off risks the last batches on power loss)
 	AdvertiseAddr     string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
 	SessionTimeout    time.Duration // --session-timeout: consumer group session timeout
+	// --processing-guarantee: exactly_once (Kafka transactions) | at_least_once
+	ProcessingGuarantee string
+	// --transaction-timeout: how long the broker keeps a dead instance's open transaction
+	TransactionTimeout time.Duration
 }
 
 // Default returns the defaults documented in the README.
@@ -68,6 +74,9 @@ func Default() Config {
 		ReplicationFactor: 1,
 		Fsync:             true,
 		SessionTimeout:    10 * time.Second,
+
+		ProcessingGuarantee: string(engine.ExactlyOnce),
+		TransactionTimeout:  10 * time.Second,
 	}
 }
 
@@ -121,6 +130,15 @@ func (c Config) Validate() error {
 	}
 	if c.SessionTimeout < time.Second {
 		bad("session-timeout", "must be at least 1s")
+	}
+	switch engine.Guarantee(c.ProcessingGuarantee) {
+	case engine.ExactlyOnce:
+		if c.TransactionTimeout < time.Second || c.TransactionTimeout > 15*time.Minute {
+			bad("transaction-timeout", "must be between 1s and 15m")
+		}
+	case engine.AtLeastOnce:
+	default:
+		bad("processing-guarantee", "%q: want %s or %s", c.ProcessingGuarantee, engine.ExactlyOnce, engine.AtLeastOnce)
 	}
 	if c.AdvertiseAddr != "" {
 		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {

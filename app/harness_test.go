@@ -170,7 +170,8 @@ func produceJSON(t *testing.T, c app.Config, lines ...string) {
 	}
 }
 
-// readTopic returns every record of topic, partition by partition.
+// readTopic returns every committed record of topic, partition by
+// partition, as a read_committed consumer sees it.
 func readTopic(t *testing.T, brokers []string, topic string) []*sarama.ConsumerMessage {
 	t.Helper()
 	sc := sarama.NewConfig()
@@ -180,35 +181,22 @@ func readTopic(t *testing.T, brokers []string, topic string) []*sarama.ConsumerM
 		t.Fatalf("client: %v", err)
 	}
 	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		t.Fatalf("consumer: %v", err)
-	}
-	defer consumer.Close()
 	parts, err := client.Partitions(topic)
 	if err != nil {
 		t.Fatalf("partitions of %s: %v", topic, err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	var out []*sarama.ConsumerMessage
 	for _, p := range parts {
-		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		err := engine.ReadCommitted(ctx, client, topic, p, func(r engine.CommittedRecord) error {
+			out = append(out, &sarama.ConsumerMessage{Topic: topic, Partition: p, Offset: r.Offset,
+				Key: r.Key, Value: r.Value, Headers: r.Headers})
+			return nil
+		})
 		if err != nil {
-			t.Fatalf("offset of %s/%d: %v", topic, p, err)
+			t.Fatalf("read %s/%d: %v", topic, p, err)
 		}
-		if end == 0 {
-			continue
-		}
-		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatalf("consume %s/%d: %v", topic, p, err)
-		}
-		for m := range pc.Messages() {
-			out = append(out, m)
-			if m.Offset+1 >= end {
-				break
-			}
-		}
-		pc.Close()
 	}
 	return out
 }

@@ -36,6 +36,9 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		AdvertiseAddr:     c.AdvertiseAddr,
 		SessionTimeout:    c.SessionTimeout,
 		Logger:            log,
+
+		ProcessingGuarantee: engine.Guarantee(c.ProcessingGuarantee),
+		TransactionTimeout:  c.TransactionTimeout,
 	}
 }
 

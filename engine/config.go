@@ -34,6 +34,13 @@ type Config struct {
 	// SessionTimeout is the consumer group session timeout: how long a
 	// silent member keeps its partitions.
 	SessionTimeout time.Duration
+	// ProcessingGuarantee is ExactlyOnce (Kafka transactions, the default)
+	// or AtLeastOnce (for brokers without transactions; unsafe against an
+	// instance that wakes up after losing its partitions, see Guarantee).
+	ProcessingGuarantee Guarantee
+	// TransactionTimeout is how long the broker waits before it aborts a
+	// transaction its producer left open (a crashed or paused instance).
+	TransactionTimeout time.Duration
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -50,6 +57,9 @@ func DefaultConfig() Config {
 		CacheMaxDocs:      10000,
 		ReplicationFactor: 1,
 		SessionTimeout:    10 * time.Second,
+
+		ProcessingGuarantee: ExactlyOnce,
+		TransactionTimeout:  10 * time.Second,
 	}
 }
 
@@ -71,6 +81,14 @@ func (c Config) Validate() error {
 	if c.CacheMaxDocs <= 0 {
 		errs = append(errs, errors.New("cache max docs must be positive"))
 	}
+	switch c.ProcessingGuarantee {
+	case ExactlyOnce, AtLeastOnce:
+	default:
+		errs = append(errs, fmt.Errorf("processing guarantee %q: want %s or %s", c.ProcessingGuarantee, ExactlyOnce, AtLeastOnce))
+	}
+	if c.ProcessingGuarantee == ExactlyOnce && (c.TransactionTimeout < time.Second || c.TransactionTimeout > 15*time.Minute) {
+		errs = append(errs, errors.New("transaction timeout must be between 1s and 15m (the broker's transaction.max.timeout.ms default)"))
+	}
 	if c.ReplicationFactor < 1 || c.Partitions < 0 {
 		errs = append(errs, errors.New("replication factor must be >= 1 and partitions >= 0"))
 	}
@@ -79,6 +97,23 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// Guarantee is a processing guarantee.
+type Guarantee string
+
+// Processing guarantees.
+const (
+	// ExactlyOnce flushes each task in a Kafka transaction: its changelog
+	// and output records and its input offsets commit together, and the
+	// broker refuses the transaction of an instance that lost the
+	// partition (a paused or partitioned "zombie"). Readers of the output
+	// topic should use isolation.level=read_committed. Needs Kafka 2.5+.
+	ExactlyOnce Guarantee = "exactly_once"
+	// AtLeastOnce flushes without transactions. Crashes stay exact through
+	// the version checks, but a zombie's late flush can still reach the
+	// changelog and the output topic and overwrite newer values there.
+	AtLeastOnce Guarantee = "at_least_once"
+)
 
 // Topics are the names of the topics an application uses.
 type Topics struct {

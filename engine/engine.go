@@ -43,8 +43,9 @@ type Engine struct {
 	serde  Serde
 	log    *slog.Logger
 
-	c     counters
-	parts partitionTracker
+	c        counters
+	parts    partitionTracker
+	restarts restartLog
 
 	client   sarama.Client
 	producer sarama.SyncProducer
@@ -84,7 +85,9 @@ func (e *Engine) Topics() Topics { return e.topics }
 
 // saramaConfig is the client configuration shared by consumer and producer:
 // idempotent producer with acks=all and one request in flight, manual
-// offset commits, static membership when an instance id is set.
+// offset commits, read_committed, static membership when an instance id is
+// set. Version 3.6 makes transactional offset commits carry the member and
+// generation (TxnOffsetCommit v3, KIP-447), which is what fences a zombie.
 func (e *Engine) saramaConfig() *sarama.Config {
 	sc := sarama.NewConfig()
 	sc.ClientID = e.cfg.ApplicationID
@@ -101,6 +104,10 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Producer.Flush.Messages = 1000
 	sc.Producer.Flush.Frequency = 5 * time.Millisecond
 	sc.Net.MaxOpenRequests = 1
+	sc.Producer.MaxMessageBytes = MaxRecordBytes
+	// Everything the engine reads (input, repartition, changelog) is read
+	// committed: records of aborted or open transactions are never seen.
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.Return.Errors = true
@@ -177,6 +184,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		case errors.Is(err, sarama.ErrFencedInstancedId):
 			return fmt.Errorf("%w (--instance-id=%q): stop the other one or give each instance its own id", ErrInstanceFenced, e.cfg.InstanceID)
 		case err != nil:
+			e.restarts.note(err)
 			e.log.Warn("consumer group session ended", "err", err, "retry_in", backoff)
 			if !sleepCtx(ctx, backoff) {
 				return nil
@@ -190,6 +198,7 @@ func (e *Engine) Run(ctx context.Context) error {
 // rejoins: used after a fatal task error or a fenced write.
 func (e *Engine) restartSession(reason string, err error) {
 	e.log.Warn("restarting group session", "reason", reason, "err", err)
+	e.restarts.note(err)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cancelSession != nil {

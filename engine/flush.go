@@ -14,36 +14,59 @@ import (
 	"github.com/keepstate/keepstate/avro"
 )
 
-// flush persists the task's changed documents: (1) changelog records and
-// averages are produced and acknowledged, (2) documents and the changelog
-// checkpoint are written to the store in one atomic batch, (3) the
-// repartition offset is committed. A crash between any two steps replays at
-// most this batch, and the version checks make the replay a no-op.
+// flush persists the task's changed documents.
+//
+// Exactly-once: (1) in one Kafka transaction, the changelog records, the
+// averages, the pending dead letters and the repartition offset (committed
+// with the group's generation and member, so the broker refuses a member
+// that lost the partition); (2) only after the commit, the documents and the
+// changelog checkpoint (one past the last changelog record of this
+// transaction, from the acks) in one atomic store write. A failed or fenced
+// transaction is aborted, the store is left untouched, the cache dropped,
+// and the error restarts the session: the partition is restored and
+// reprocessed from the committed offsets.
+//
+// At-least-once: the same steps without a transaction: records first, then
+// the store, then the offset commit. A crash between two steps replays at
+// most this batch, and the version checks make the replay a no-op; a zombie
+// is not fenced at the broker.
 func (t *task) flush(ctx context.Context) error {
 	e := t.e
-	if len(t.dirty) == 0 && time.Since(t.verified) >= verifyInterval {
-		// An idle partition still confirms its claim now and then, so that a
-		// store that lost its state (Redis restarted without persistence)
-		// is noticed and the partition restored even without new input.
-		if err := t.write(ctx, Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: t.checkpoint}); err != nil {
+	if len(t.dirty) == 0 && len(t.dead) == 0 && t.next <= t.committed {
+		if time.Since(t.verified) >= verifyInterval {
+			// An idle partition still confirms its claim now and then, so
+			// that a store that lost its state (Redis restarted without
+			// persistence) is noticed and the partition restored even
+			// without new input.
+			return t.write(ctx, Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: t.checkpoint})
+		}
+		return nil
+	}
+	docs := make([]MovieStats, 0, len(t.dirty))
+	msgs := make([]*sarama.ProducerMessage, 0, 2*len(t.dirty)+len(t.dead))
+	for id := range t.dirty {
+		d := t.cache[id].Clone()
+		docs = append(docs, d)
+		cl, err := e.changelogRecord(ctx, d)
+		if err != nil {
 			return err
 		}
+		msgs = append(msgs, cl, e.averageRecord(d))
 	}
-	if len(t.dirty) > 0 {
-		docs := make([]MovieStats, 0, len(t.dirty))
-		msgs := make([]*sarama.ProducerMessage, 0, 2*len(t.dirty))
-		for id := range t.dirty {
-			d := t.cache[id].Clone()
-			docs = append(docs, d)
-			cl, err := e.changelogRecord(ctx, d)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, cl, e.averageRecord(d))
+	msgs = append(msgs, t.dead...)
+	if t.producer != nil {
+		if err := t.commitTxn(msgs); err != nil {
+			t.drop()
+			return err
 		}
+	} else if len(msgs) > 0 {
 		if err := e.producer.SendMessages(msgs); err != nil {
-			return fmt.Errorf("send changelog and averages: %w", err)
+			return fmt.Errorf("send changelog and averages: %w", sendErr(err))
 		}
+	}
+	e.c.dead.Add(int64(len(t.dead)))
+	t.dead = nil
+	if len(docs) > 0 {
 		checkpoint := int64(-1)
 		for _, m := range msgs {
 			if m.Topic == e.topics.Changelog && m.Offset+1 > checkpoint {
@@ -59,12 +82,68 @@ func (t *task) flush(ctx context.Context) error {
 			t.cache = map[int64]*MovieStats{}
 		}
 	}
-	if t.next > t.committed {
+	if t.producer == nil && t.next > t.committed {
 		t.sess.MarkOffset(e.topics.Repartition, t.p, t.next, "")
 		t.sess.Commit()
-		t.committed = t.next
 	}
+	t.committed = max(t.committed, t.next)
 	return nil
+}
+
+// commitTxn produces msgs and commits the task's repartition offset in one
+// transaction. On any failure it aborts (when the producer still can) and
+// returns an error wrapping ErrTxnAborted, and ErrFenced when the broker
+// refused this instance as the partition's owner.
+func (t *task) commitTxn(msgs []*sarama.ProducerMessage) error {
+	e, pr := t.e, t.producer
+	step, err := "begin", pr.BeginTxn()
+	if err == nil && len(msgs) > 0 {
+		step, err = "produce", sendErr(pr.SendMessages(msgs))
+	}
+	if err == nil && t.next > t.committed {
+		offsets := map[string][]*sarama.PartitionOffsetMetadata{
+			e.topics.Repartition: {{Partition: t.p, Offset: t.next}},
+		}
+		step, err = "add offsets", pr.AddOffsetsToTxnWithGroupMetadata(offsets, t.groupMetadata())
+	}
+	if err == nil {
+		step, err = "commit", pr.CommitTxn()
+	}
+	if err == nil {
+		e.c.txnCommitted.Add(1)
+		return nil
+	}
+	st := pr.TxnStatus()
+	open := st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) != 0
+	if open && st&sarama.ProducerTxnFlagFatalError == 0 {
+		if aerr := pr.AbortTxn(); aerr != nil {
+			e.log.Debug("abort transaction", "partition", t.p, "err", aerr)
+		}
+	}
+	e.c.txnAborted.Add(1)
+	if isFencing(err) {
+		e.c.fenced.Add(1)
+		return fmt.Errorf("partition %d: %w (%s): %w: %w", t.p, ErrTxnAborted, step, ErrFenced, err)
+	}
+	return fmt.Errorf("partition %d: %w (%s): %w", t.p, ErrTxnAborted, step, err)
+}
+
+// groupMetadata identifies this member to the broker on transactional
+// offset commits, so that the commit of a member that lost the partition
+// is refused (KIP-447).
+func (t *task) groupMetadata() *sarama.ConsumerGroupMetadata {
+	var instance *string
+	if id := t.e.cfg.InstanceID; id != "" {
+		instance = &id
+	}
+	return sarama.NewConsumerGroupMetadataFromSession(t.sess, t.e.cfg.ApplicationID, instance)
+}
+
+// drop forgets everything the task holds that is not persisted.
+func (t *task) drop() {
+	t.cache = map[int64]*MovieStats{}
+	t.dirty = map[int64]struct{}{}
+	t.dead = nil
 }
 
 // verifyInterval is how often an idle partition confirms its claim.
@@ -80,8 +159,7 @@ func (t *task) write(ctx context.Context, b Batch) error {
 	err := e.retryUnavailable(ctx, "apply", func() error { return e.store.Apply(ctx, b) })
 	if errors.Is(err, ErrFenced) {
 		e.c.fenced.Add(1)
-		t.cache = map[int64]*MovieStats{}
-		t.dirty = map[int64]struct{}{}
+		t.drop()
 		return fmt.Errorf("partition %d: %w", t.p, err)
 	}
 	if err != nil {

@@ -24,6 +24,10 @@ const (
 	HeaderDLQTopic     = "keepstate.dlq.topic"
 	HeaderDLQPartition = "keepstate.dlq.partition"
 	HeaderDLQOffset    = "keepstate.dlq.offset"
+	// HeaderDLQTruncated ("true") and HeaderDLQOriginalSize mark a dead
+	// letter whose value was cut to fit the producer's record limit.
+	HeaderDLQTruncated    = "keepstate.dlq.truncated"
+	HeaderDLQOriginalSize = "keepstate.dlq.original-size"
 )
 
 func header(k, v string) sarama.RecordHeader {

@@ -86,6 +86,9 @@ func (e *Engine) Ready() error {
 	if !e.parts.joined {
 		return fmt.Errorf("not yet joined consumer group %q", e.cfg.ApplicationID)
 	}
+	if err := e.restarts.failing(); err != nil {
+		return err
+	}
 	if e.parts.storeErr != nil {
 		return fmt.Errorf("store unavailable: %v", e.parts.storeErr)
 	}

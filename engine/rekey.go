@@ -64,6 +64,11 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 				dead++
 				continue
 			}
+			if n := len(m.Value) + repartitionOverhead; n > MaxRecordBytes {
+				out = append(out, e.deadLetter(m, fmt.Errorf("%w: %d bytes, the repartition limit is %d", ErrRecordTooLarge, n, MaxRecordBytes)))
+				dead++
+				continue
+			}
 			key := EncodeMovieKey(r.MovieID)
 			out = append(out, &sarama.ProducerMessage{
 				Topic:     e.topics.Repartition,
@@ -77,7 +82,7 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 			})
 		}
 		if err := e.producer.SendMessages(out); err != nil {
-			return fmt.Errorf("rekey: send to %s: %w", e.topics.Repartition, err)
+			return fmt.Errorf("rekey: %w", sendErr(err))
 		}
 		e.c.rekeyed.Add(int64(len(batch) - dead))
 		e.c.dead.Add(int64(dead))
@@ -117,23 +122,57 @@ func (e *Engine) decodeRating(ctx context.Context, b []byte) (avro.Rating, error
 	}
 }
 
+// ErrRecordTooLarge is the dead-letter reason of a valid record too large
+// to be forwarded (see MaxRecordBytes).
+var ErrRecordTooLarge = errors.New("record too large")
+
+// repartitionOverhead bounds what the rekey adds to a record: the 8-byte
+// key, the source headers and the record framing.
+const repartitionOverhead = 256
+
+// maxReasonBytes bounds the dead-letter reason header.
+const maxReasonBytes = 1024
+
+// dlqValueBytes is the largest value a dead letter keeps; a larger one is
+// cut to it, with HeaderDLQTruncated and the original size in
+// HeaderDLQOriginalSize, so the dead letter always fits the producer's and
+// the topic's limits.
+const dlqValueBytes = MaxRecordBytes - 64*1024
+
 // deadLetter builds the dead-letter record for m with the reason and the
-// original position in headers; the value and key are kept as they were.
+// original position in headers. The key and value are kept as they were,
+// except that a value too large to produce is truncated (its original size
+// is in a header): a poison pill must never stop the stream.
 func (e *Engine) deadLetter(m *sarama.ConsumerMessage, reason error) *sarama.ProducerMessage {
-	e.log.Warn("dead-lettering record", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset, "reason", reason)
+	e.log.Warn("dead-lettering record", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset,
+		"bytes", len(m.Value), "reason", reason)
+	msg := reason.Error()
+	if len(msg) > maxReasonBytes {
+		msg = msg[:maxReasonBytes] + "..."
+	}
 	pm := &sarama.ProducerMessage{
 		Topic:     e.topics.DLQ,
 		Partition: m.Partition % e.nDLQ,
 		Value:     sarama.ByteEncoder(m.Value),
 		Headers: []sarama.RecordHeader{
-			header(HeaderDLQReason, reason.Error()),
+			header(HeaderDLQReason, msg),
 			header(HeaderDLQTopic, m.Topic),
 			header(HeaderDLQPartition, strconv.FormatInt(int64(m.Partition), 10)),
 			header(HeaderDLQOffset, strconv.FormatInt(m.Offset, 10)),
 		},
 	}
+	if len(m.Value) > dlqValueBytes {
+		pm.Value = sarama.ByteEncoder(m.Value[:dlqValueBytes])
+		pm.Headers = append(pm.Headers,
+			header(HeaderDLQTruncated, "true"),
+			header(HeaderDLQOriginalSize, strconv.Itoa(len(m.Value))))
+	}
 	if m.Key != nil {
-		pm.Key = sarama.ByteEncoder(m.Key)
+		key := m.Key
+		if len(key) > maxReasonBytes*16 {
+			key = key[:maxReasonBytes*16]
+		}
+		pm.Key = sarama.ByteEncoder(key)
 	}
 	return pm
 }

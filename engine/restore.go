@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -11,24 +12,32 @@ import (
 // restoreBatchDocs bounds the documents of one replay batch.
 const restoreBatchDocs = 5000
 
-// restoreIdle is how long a restore waits for a record below the high
-// water mark before deciding the rest of the range holds no records
-// (offsets can be missing in a compacted topic).
-const restoreIdle = 2 * time.Second
-
 // restore brings the store's copy of the partition up to date with the
 // changelog. It is the RESTORING state of a task:
 //
-//  1. claim the partition (new epoch: fences any previous writer);
-//  2. checkpoint present and inside the changelog → replay the records
-//     after it (usually none); no checkpoint → replay the whole partition;
-//  3. checkpoint beyond the changelog's end (changelog deleted or
-//     truncated) → keep the store and re-seed the changelog from it.
+//  1. exactly-once: open the partition's transactional producer, which
+//     fences every earlier owner's producer and has the broker abort its
+//     open transaction;
+//  2. claim the partition in the store (new epoch: fences any previous
+//     writer of a shared store);
+//  3. read the changelog's high watermark and wait until its last stable
+//     offset reaches it (every transaction below it decided);
+//  4. checkpoint present and inside the changelog → replay the committed
+//     records after it (usually none); no checkpoint → replay the whole
+//     partition; checkpoint beyond the changelog's end (changelog deleted
+//     or truncated) → keep the store and re-seed the changelog from it.
 //
 // Replayed records go through the store's version check, so an old record
 // never rolls a document back.
 func (t *task) restore(ctx context.Context) error {
 	e := t.e
+	if e.cfg.ProcessingGuarantee == ExactlyOnce {
+		pr, err := e.newTaskProducer(t.p)
+		if err != nil {
+			return err
+		}
+		t.producer = pr
+	}
 	var epoch, cp int64
 	var hasCP bool
 	err := e.retryUnavailable(ctx, "claim", func() (err error) {
@@ -46,9 +55,9 @@ func (t *task) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("changelog start: %w", err)
 	}
-	end, err := e.client.GetOffset(e.topics.Changelog, t.p, sarama.OffsetNewest)
+	end, err := waitStable(ctx, e.client, e.topics.Changelog, t.p)
 	if err != nil {
-		return fmt.Errorf("changelog end: %w", err)
+		return err
 	}
 	start := oldest
 	if hasCP {
@@ -73,73 +82,51 @@ func (t *task) restore(ctx context.Context) error {
 	return nil
 }
 
-// replay applies changelog records [start, end) of the task's partition to
-// the store in replay batches and returns how many records it read.
+// replay applies the committed changelog records in [start, end) of the
+// task's partition to the store in replay batches and returns how many
+// records it read. The last batch moves the checkpoint to end, past the
+// final transaction marker.
 func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 	e := t.e
-	consumer, err := sarama.NewConsumerFromClient(e.client)
-	if err != nil {
-		return 0, fmt.Errorf("changelog consumer: %w", err)
-	}
-	defer consumer.Close()
-	pc, err := consumer.ConsumePartition(e.topics.Changelog, t.p, start)
-	if err != nil {
-		return 0, fmt.Errorf("consume changelog: %w", err)
-	}
-	defer pc.AsyncClose()
 	pending := map[int64]MovieStats{}
 	var read int64
-	next := start
-	write := func() error {
+	write := func(checkpoint int64) error {
 		docs := make([]MovieStats, 0, len(pending))
 		for _, d := range pending {
 			docs = append(docs, d)
 		}
-		b := Batch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: next, Replay: true}
+		b := Batch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint, Replay: true}
 		if err := e.retryUnavailable(ctx, "replay", func() error { return e.store.Apply(ctx, b) }); err != nil {
 			return fmt.Errorf("replay batch: %w", err)
 		}
 		e.c.batches.Add(1)
-		t.checkpoint = next
+		t.checkpoint = checkpoint
 		pending = map[int64]MovieStats{}
 		return nil
 	}
-	idle := time.NewTimer(restoreIdle)
-	defer idle.Stop()
-	for next < end {
-		select {
-		case <-ctx.Done():
-			return read, ctx.Err()
-		case err := <-pc.Errors():
-			return read, fmt.Errorf("read changelog: %w", err)
-		case <-idle.C:
-			if pc.HighWaterMarkOffset() <= next {
-				end = next // the rest of the range holds no records
-			}
-			idle.Reset(restoreIdle)
-		case m := <-pc.Messages():
-			idle.Reset(restoreIdle)
-			next = m.Offset + 1
-			read++
-			e.c.restored.Add(1)
-			d, err := t.decodeChangelog(ctx, m)
-			if err != nil {
-				e.log.Warn("skipping unreadable changelog record", "partition", t.p, "offset", m.Offset, "err", err)
-			} else if old, ok := pending[d.MovieID]; !ok || d.Version > old.Version {
-				pending[d.MovieID] = d
-			}
-			if len(pending) >= restoreBatchDocs {
-				if err := write(); err != nil {
-					return read, err
-				}
-			}
+	r := committedReader{client: e.client, topic: e.topics.Changelog, p: t.p}
+	err := r.read(ctx, start, end, func(m CommittedRecord) error {
+		read++
+		e.c.restored.Add(1)
+		d, err := t.decodeChangelog(ctx, m)
+		if err != nil {
+			e.log.Warn("skipping unreadable changelog record", "partition", t.p, "offset", m.Offset, "err", err)
+		} else if old, ok := pending[d.MovieID]; !ok || d.Version > old.Version {
+			pending[d.MovieID] = d
 		}
+		if len(pending) >= restoreBatchDocs {
+			return write(m.Offset + 1)
+		}
+		return nil
+	})
+	if err != nil {
+		return read, fmt.Errorf("read changelog: %w", err)
 	}
-	return read, write()
+	return read, write(end)
 }
 
 // decodeChangelog turns a changelog record back into a document.
-func (t *task) decodeChangelog(ctx context.Context, m *sarama.ConsumerMessage) (MovieStats, error) {
+func (t *task) decodeChangelog(ctx context.Context, m CommittedRecord) (MovieStats, error) {
 	id, err := DecodeMovieKey(m.Key)
 	if err != nil {
 		return MovieStats{}, err
@@ -152,8 +139,8 @@ func (t *task) decodeChangelog(ctx context.Context, m *sarama.ConsumerMessage) (
 	if !ok {
 		return MovieStats{}, fmt.Errorf("no %s header: %w", HeaderVersion, ErrInvalid)
 	}
-	var version int64
-	if _, err := fmt.Sscan(vs, &version); err != nil {
+	version, err := strconv.ParseInt(vs, 10, 64)
+	if err != nil {
 		return MovieStats{}, fmt.Errorf("bad %s header %q: %w", HeaderVersion, vs, ErrInvalid)
 	}
 	ss, _ := findHeader(m.Headers, HeaderSources)
@@ -165,20 +152,31 @@ func (t *task) decodeChangelog(ctx context.Context, m *sarama.ConsumerMessage) (
 }
 
 // reseed produces every stored document of the partition to the changelog
-// and moves the checkpoint to the changelog's new end.
+// (under exactly-once in transactions of the partition's fenced producer)
+// and moves the checkpoint past the last record it wrote.
 func (t *task) reseed(ctx context.Context) error {
 	e := t.e
 	sc, ok := e.store.(PartitionScanner)
 	if !ok {
 		return fmt.Errorf("store cannot list partition %d to re-seed the changelog; reset the store", t.p)
 	}
+	checkpoint := int64(-1)
 	var msgs []*sarama.ProducerMessage
 	send := func() error {
 		if len(msgs) == 0 {
 			return nil
 		}
-		if err := e.producer.SendMessages(msgs); err != nil {
-			return fmt.Errorf("re-seed changelog: %w", err)
+		var err error
+		if t.producer != nil {
+			err = t.commitTxn(msgs)
+		} else if err = e.producer.SendMessages(msgs); err != nil {
+			err = fmt.Errorf("re-seed changelog: %w", sendErr(err))
+		}
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			checkpoint = max(checkpoint, m.Offset+1)
 		}
 		msgs = msgs[:0]
 		return nil
@@ -200,11 +198,12 @@ func (t *task) reseed(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	end, err := e.client.GetOffset(e.topics.Changelog, t.p, sarama.OffsetNewest)
-	if err != nil {
-		return fmt.Errorf("changelog end: %w", err)
+	if checkpoint < 0 { // nothing stored: the changelog's end is the checkpoint
+		if checkpoint, err = waitStable(ctx, e.client, e.topics.Changelog, t.p); err != nil {
+			return err
+		}
 	}
-	b := Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: end, Replay: true}
-	t.checkpoint = end
+	b := Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: checkpoint, Replay: true}
+	t.checkpoint = checkpoint
 	return e.retryUnavailable(ctx, "checkpoint", func() error { return e.store.Apply(ctx, b) })
 }

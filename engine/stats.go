@@ -21,6 +21,11 @@ type Stats struct {
 	StoreDocsWritten int64
 	// FencedWrites counts batches refused because another writer owns the partition.
 	FencedWrites int64
+	// TransactionsCommitted counts flush transactions committed (exactly-once).
+	TransactionsCommitted int64
+	// TransactionsAborted counts flush transactions aborted: fenced by a new
+	// owner, or failed; their records are invisible to read_committed readers.
+	TransactionsAborted int64
 	// PartitionsAssigned is the number of repartition partitions this instance owns.
 	PartitionsAssigned int64
 	// PartitionsRunning is how many of them finished restoring.
@@ -30,20 +35,23 @@ type Stats struct {
 // counters are the live, atomically updated values behind Stats.
 type counters struct {
 	processed, rekeyed, duplicates, dead, restored, batches, docs, fenced atomic.Int64
+	txnCommitted, txnAborted                                              atomic.Int64
 	assigned, running                                                     atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		RecordsProcessed:   c.processed.Load(),
-		RecordsRekeyed:     c.rekeyed.Load(),
-		DuplicatesSkipped:  c.duplicates.Load(),
-		DeadLettered:       c.dead.Load(),
-		ChangelogRestored:  c.restored.Load(),
-		StoreBatches:       c.batches.Load(),
-		StoreDocsWritten:   c.docs.Load(),
-		FencedWrites:       c.fenced.Load(),
-		PartitionsAssigned: c.assigned.Load(),
-		PartitionsRunning:  c.running.Load(),
+		RecordsProcessed:      c.processed.Load(),
+		RecordsRekeyed:        c.rekeyed.Load(),
+		DuplicatesSkipped:     c.duplicates.Load(),
+		DeadLettered:          c.dead.Load(),
+		ChangelogRestored:     c.restored.Load(),
+		StoreBatches:          c.batches.Load(),
+		StoreDocsWritten:      c.docs.Load(),
+		FencedWrites:          c.fenced.Load(),
+		TransactionsCommitted: c.txnCommitted.Load(),
+		TransactionsAborted:   c.txnAborted.Load(),
+		PartitionsAssigned:    c.assigned.Load(),
+		PartitionsRunning:     c.running.Load(),
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -17,14 +18,20 @@ const finalFlushTimeout = 30 * time.Second
 
 // task aggregates one repartition partition: it restores the partition,
 // then applies records to a write-behind cache that is flushed every commit
-// interval (changelog and output first, then one atomic store write, then
-// the offset commit). A task is used by one goroutine only.
+// interval (see flush). A task is used by one goroutine only.
 type task struct {
 	e     *Engine
 	sess  sarama.ConsumerGroupSession
 	claim sarama.ConsumerGroupClaim
 	p     int32
 	epoch int64
+
+	// producer is the partition's transactional producer (exactly-once
+	// only; nil under at-least-once, where the engine's shared idempotent
+	// producer is used).
+	producer sarama.SyncProducer
+	// dead are dead letters waiting for the next flush's transaction.
+	dead []*sarama.ProducerMessage
 
 	cache map[int64]*MovieStats
 	dirty map[int64]struct{}
@@ -46,6 +53,7 @@ func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupCla
 func (t *task) run() error {
 	e := t.e
 	ctx := t.sess.Context()
+	defer t.closeProducer()
 	if err := t.restore(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -71,7 +79,7 @@ func (t *task) run() error {
 			if err := t.process(ctx, drain(m, t.claim.Messages())); err != nil {
 				return t.stop(err)
 			}
-			if len(t.dirty) >= e.cfg.CacheMaxDocs {
+			if len(t.dirty) >= e.cfg.CacheMaxDocs || len(t.dead) >= maxDrain {
 				if err := t.flush(ctx); err != nil {
 					return t.stop(err)
 				}
@@ -92,12 +100,49 @@ func (t *task) stop(err error) error {
 
 // finalFlush writes what the task holds when its session ends; the
 // session's context is already canceled, so it uses its own deadline.
+// Under exactly-once a member that has lost the partition cannot commit:
+// its transaction is aborted and the next owner reprocesses the records.
 func (t *task) finalFlush() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.sess.Context()), finalFlushTimeout)
 	defer cancel()
-	if err := t.flush(ctx); err != nil && !errors.Is(err, ErrFenced) {
-		t.e.log.Warn("final flush failed; the next owner reprocesses from the last commit", "partition", t.p, "err", err)
+	if err := t.flush(ctx); err != nil {
+		lvl := slog.LevelWarn
+		if errors.Is(err, ErrFenced) {
+			lvl = slog.LevelInfo
+		}
+		t.e.log.Log(ctx, lvl, "final flush not committed; the next owner reprocesses from the last commit", "partition", t.p, "err", err)
 	}
+	return nil
+}
+
+// closeProducer closes the task's transactional producer, if any. An open
+// transaction is aborted by the broker when the next owner initialises
+// the partition's producer, or after the transaction timeout.
+func (t *task) closeProducer() {
+	if t.producer != nil {
+		if err := t.producer.Close(); err != nil {
+			t.e.log.Debug("closing transactional producer", "partition", t.p, "err", err)
+		}
+		t.producer = nil
+	}
+}
+
+// deadLetters sends dead letters produced while processing: under
+// exactly-once they join the next flush's transaction (so a batch that is
+// reprocessed after an abort does not dead-letter twice); under
+// at-least-once they are sent at once.
+func (t *task) deadLetters(dead []*sarama.ProducerMessage) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	if t.producer != nil {
+		t.dead = append(t.dead, dead...)
+		return nil
+	}
+	if err := t.e.producer.SendMessages(dead); err != nil {
+		return fmt.Errorf("dead letters: %w", sendErr(err))
+	}
+	t.e.c.dead.Add(int64(len(dead)))
 	return nil
 }
 
@@ -163,11 +208,8 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 		}
 		t.apply(m.Offset, r, srcP, srcO, hasSrc)
 	}
-	if len(dead) > 0 {
-		if err := e.producer.SendMessages(dead); err != nil {
-			return fmt.Errorf("send to %s: %w", e.topics.DLQ, err)
-		}
-		e.c.dead.Add(int64(len(dead)))
+	if err := t.deadLetters(dead); err != nil {
+		return err
 	}
 	t.next = next
 	return stopErr

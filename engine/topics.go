@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/IBM/sarama"
 )
@@ -32,16 +33,19 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	if n == 0 {
 		n = defaultInputPartitions
 	}
-	compact := "compact"
+	compact, maxBytes := "compact", strconv.Itoa(topicMaxMessageBytes)
+	// Every topic the engine writes accepts the largest record its
+	// producer sends (MaxRecordBytes), whatever the broker's default.
+	sized := map[string]*string{"max.message.bytes": &maxBytes}
 	want := []struct {
 		name    string
 		entries map[string]*string
 	}{
 		{e.topics.Input, nil},
-		{e.topics.Repartition, nil},
-		{e.topics.Changelog, map[string]*string{"cleanup.policy": &compact}},
-		{e.topics.Output, nil},
-		{e.topics.DLQ, nil},
+		{e.topics.Repartition, sized},
+		{e.topics.Changelog, map[string]*string{"cleanup.policy": &compact, "max.message.bytes": &maxBytes}},
+		{e.topics.Output, sized},
+		{e.topics.DLQ, sized},
 	}
 	for _, w := range want {
 		if err := ctx.Err(); err != nil {

@@ -29,6 +29,8 @@ type statsJSON struct {
 	StoreBatches       int64 `json:"storeBatches"`
 	StoreDocsWritten   int64 `json:"storeDocsWritten"`
 	FencedWrites       int64 `json:"fencedWrites"`
+	TxnCommitted       int64 `json:"transactionsCommitted"`
+	TxnAborted         int64 `json:"transactionsAborted"`
 	PartitionsAssigned int64 `json:"partitionsAssigned"`
 	PartitionsRunning  int64 `json:"partitionsRunning"`
 }
@@ -43,6 +45,8 @@ func toStatsJSON(st engine.Stats) statsJSON {
 		StoreBatches:       st.StoreBatches,
 		StoreDocsWritten:   st.StoreDocsWritten,
 		FencedWrites:       st.FencedWrites,
+		TxnCommitted:       st.TransactionsCommitted,
+		TxnAborted:         st.TransactionsAborted,
 		PartitionsAssigned: st.PartitionsAssigned,
 		PartitionsRunning:  st.PartitionsRunning,
 	}

@@ -36,6 +36,8 @@ var statMetrics = []statMetric{
 	{"keepstate_store_batches_total", "Atomic batch writes to the store.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StoreBatches }},
 	{"keepstate_store_docs_written_total", "Documents written in store batches.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StoreDocsWritten }},
 	{"keepstate_fenced_writes_total", "Batches refused because another writer owns the partition.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.FencedWrites }},
+	{"keepstate_transactions_committed_total", "Flush transactions committed (exactly-once).", prometheus.CounterValue, func(s engine.Stats) int64 { return s.TransactionsCommitted }},
+	{"keepstate_transactions_aborted_total", "Flush transactions aborted (fenced or failed); invisible to read_committed readers.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.TransactionsAborted }},
 	{"keepstate_partitions_assigned", "Repartition partitions this instance owns.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsAssigned }},
 	{"keepstate_partitions_running", "Owned partitions that finished restoring.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsRunning }},
 }

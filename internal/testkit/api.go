@@ -26,7 +26,10 @@ type APIStats struct {
 		DeadLettered       int64 `json:"deadLettered"`
 		ChangelogRestored  int64 `json:"changelogRestored"`
 		StoreBatches       int64 `json:"storeBatches"`
+		StoreDocsWritten   int64 `json:"storeDocsWritten"`
 		FencedWrites       int64 `json:"fencedWrites"`
+		TxnCommitted       int64 `json:"transactionsCommitted"`
+		TxnAborted         int64 `json:"transactionsAborted"`
 		PartitionsAssigned int64 `json:"partitionsAssigned"`
 		PartitionsRunning  int64 `json:"partitionsRunning"`
 	} `json:"stats"`

@@ -1,0 +1,128 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/avro"
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// lastChangelog returns the last committed changelog record of every
+// movie: what log compaction keeps and what a full restore rebuilds from.
+func lastChangelog(t *testing.T, c app.Config) map[int64]avro.CountAndSum {
+	t.Helper()
+	reg, err := avro.NewRegistry(c.SchemaRegistry)
+	if err != nil {
+		t.Fatalf("registry: %v", err)
+	}
+	out := map[int64]avro.CountAndSum{}
+	for _, m := range readTopic(t, c.Brokers, c.EngineConfig(nil).Topics().Changelog) {
+		id, err := engine.DecodeMovieKey(m.Key)
+		if err != nil {
+			t.Fatalf("changelog key %x: %v", m.Key, err)
+		}
+		v, err := reg.DecodeCountAndSum(context.Background(), m.Value)
+		if err != nil {
+			t.Fatalf("changelog value of movie %d at %d: %v", id, m.Offset, err)
+		}
+		out[id] = v
+	}
+	return out
+}
+
+// diffTopics compares the last committed changelog record and the last
+// committed rating-averages value of every movie with the truth and
+// describes the differences (nil when both topics are exact).
+func diffTopics(t *testing.T, c app.Config, truth map[int64]testkit.Movie) error {
+	t.Helper()
+	cl := lastChangelog(t, c)
+	avgs := readAverages(t, c.Brokers, c.OutputTopic)
+	var bad []string
+	ids := make([]int64, 0, len(truth))
+	for id := range truth {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	wrongCL, wrongAvg := 0, 0
+	for _, id := range ids {
+		want := truth[id]
+		if got, ok := cl[id]; !ok || got.Count != want.Count || got.Sum/float64(got.Count) != want.Rating {
+			if wrongCL++; wrongCL <= 3 {
+				bad = append(bad, fmt.Sprintf("changelog movie %d: got count %d sum %v, want count %d avg %v", id, got.Count, got.Sum, want.Count, want.Rating))
+			}
+		}
+		if got, ok := avgs[id]; !ok || got != want.Rating {
+			if wrongAvg++; wrongAvg <= 3 {
+				bad = append(bad, fmt.Sprintf("%s movie %d: got %v (present %v), want %v", c.OutputTopic, id, got, ok, want.Rating))
+			}
+		}
+	}
+	if len(cl) != len(truth) || len(avgs) != len(truth) {
+		bad = append(bad, fmt.Sprintf("changelog has %d movies, averages %d, truth %d", len(cl), len(avgs), len(truth)))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d changelog and %d averages of %d movies wrong: %v", wrongCL, wrongAvg, len(truth), bad)
+}
+
+// waitCommitted waits until the group's committed offset of every
+// partition of topic has reached the partition's end: everything written
+// to it so far is processed and its offsets committed.
+func waitCommitted(t *testing.T, c app.Config, topic string) {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(c.Brokers, sc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer client.Close()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatalf("admin: %v", err)
+	}
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatalf("partitions of %s: %v", topic, err)
+	}
+	testkit.Eventually(t, 60*time.Second, "offsets of "+topic+" committed", func() error {
+		offs, err := admin.ListConsumerGroupOffsets(c.ApplicationID, map[string][]int32{topic: parts})
+		if err != nil {
+			return err
+		}
+		for _, p := range parts {
+			end, err := engineEnd(client, topic, p)
+			if err != nil {
+				return err
+			}
+			b := offs.GetBlock(topic, p)
+			if end > 0 && (b == nil || b.Offset < end) {
+				return fmt.Errorf("%s/%d: committed %v, end %d", topic, p, b, end)
+			}
+		}
+		return nil
+	})
+}
+
+// engineEnd is the offset after the last data record of topic/p: the end a
+// consumer commits after reading everything (transaction markers after it
+// do not count).
+func engineEnd(client sarama.Client, topic string, p int32) (int64, error) {
+	end := int64(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := engine.ReadCommitted(ctx, client, topic, p, func(r engine.CommittedRecord) error {
+		end = r.Offset + 1
+		return nil
+	})
+	return end, err
+}

@@ -1,0 +1,52 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// restartWindow and restartLimit define a failing group: this many
+// session restarts within the window make /readyz fail, so that a loop
+// (a poison record, a broker refusing every transaction) is visible
+// instead of hidden behind a 200.
+const (
+	restartWindow = time.Minute
+	restartLimit  = 3
+)
+
+// restartLog remembers recent group session restarts and why.
+type restartLog struct {
+	mu   sync.Mutex
+	at   []time.Time
+	last error
+}
+
+// note records a restart caused by err.
+func (r *restartLog) note(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	r.at = append(r.recentLocked(now), now)
+	r.last = err
+}
+
+func (r *restartLog) recentLocked(now time.Time) []time.Time {
+	i := 0
+	for i < len(r.at) && now.Sub(r.at[i]) > restartWindow {
+		i++
+	}
+	return r.at[i:]
+}
+
+// failing returns an error when the group restarted restartLimit times or
+// more within restartWindow, else nil.
+func (r *restartLog) failing() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.recentLocked(time.Now()))
+	if n < restartLimit {
+		return nil
+	}
+	return fmt.Errorf("group session restarted %d times in the last %s; last cause: %v", n, restartWindow, r.last)
+}

@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// ErrTxnAborted means a task's transaction was aborted (or its outcome is
+// unknown): none of its records are visible to read_committed readers, its
+// offsets were not committed and the store was not written. The task drops
+// its cache and its partition is restored and reprocessed from the last
+// committed offsets.
+var ErrTxnAborted = errors.New("transaction aborted")
+
+// MaxRecordBytes is the largest record the engine produces (key, value and
+// headers); the producer's limit and the internal topics'
+// max.message.bytes are sized from it. A larger input record goes to the
+// dead-letter topic, truncated.
+const MaxRecordBytes = 1_000_000
+
+// topicMaxMessageBytes is max.message.bytes of the internal topics: one
+// record of MaxRecordBytes plus the record batch overhead.
+const topicMaxMessageBytes = MaxRecordBytes + 48*1024
+
+// TransactionalID is the transactional id of the producer that flushes
+// aggregate partition p. One per partition, whichever instance runs it: a
+// new owner's producer initialisation fences the previous owner's producer
+// and aborts its open transaction at once (no waiting for the transaction
+// timeout), and the group metadata on the offset commit fences it again.
+func (t Topics) TransactionalID(p int32) string {
+	return t.Changelog + "-txn-" + strconv.Itoa(int(p))
+}
+
+// newTaskProducer opens the transactional producer of partition p. Opening
+// it fences every earlier producer with the same transactional id and
+// waits for the broker to abort their open transaction.
+func (e *Engine) newTaskProducer(p int32) (sarama.SyncProducer, error) {
+	sc := e.saramaConfig()
+	sc.ClientID = e.cfg.ApplicationID + "-task-" + strconv.Itoa(int(p))
+	sc.Producer.Transaction.ID = e.topics.TransactionalID(p)
+	sc.Producer.Transaction.Timeout = e.cfg.TransactionTimeout
+	// Offset-fetch and coordinator retries must outlast an open
+	// transaction of a dead predecessor (the transaction timeout).
+	sc.Producer.Transaction.Retry.Max = 100
+	sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
+	sc.Producer.Transaction.Retry.BackoffFunc = nil
+	sc.Producer.Retry.Max = 5
+	pr, err := sarama.NewSyncProducer(e.cfg.Brokers, sc)
+	if err != nil {
+		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
+	}
+	return pr, nil
+}
+
+// isFencing reports whether err says another owner took over: the broker
+// refused our producer epoch or our group generation/member.
+func isFencing(err error) bool {
+	for _, k := range []sarama.KError{sarama.ErrProducerFenced, sarama.ErrInvalidProducerEpoch,
+		sarama.ErrIllegalGeneration, sarama.ErrUnknownMemberId, sarama.ErrFencedInstancedId,
+		sarama.ErrRebalanceInProgress, sarama.ErrInvalidProducerIDMapping} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// sendErr turns sarama's ProducerErrors (which does not unwrap) into an
+// error that names each failed record's topic and partition and unwraps
+// to each cause, so errors.Is sees the Kafka error codes.
+func sendErr(err error) error {
+	var pes sarama.ProducerErrors
+	if !errors.As(err, &pes) || len(pes) == 0 {
+		return err
+	}
+	seen := map[string]bool{}
+	var names []string
+	errs := make([]error, 0, len(pes))
+	for _, pe := range pes {
+		if pe.Msg != nil {
+			n := pe.Msg.Topic + "/" + strconv.Itoa(int(pe.Msg.Partition))
+			if !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		}
+		errs = append(errs, pe.Err)
+	}
+	return fmt.Errorf("%d record(s) to %s not delivered: %w", len(pes), strings.Join(names, ", "), errors.Join(dedupErrs(errs)...))
+}
+
+// dedupErrs keeps the first error of each distinct kind.
+func dedupErrs(errs []error) []error {
+	var out []error
+	for _, e := range errs {
+		dup := false
+		for _, o := range out {
+			if errors.Is(o, e) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, e)
+		}
+	}
+	return out
+}
