@@ -132,14 +132,27 @@ func allMovies(api string) (map[int64]testkit.Movie, error) {
 	}
 }
 
-// runCrashTest produces ratings while instances are killed with SIGKILL
-// and restarted at random moments and the group rebalances, then checks
-// every movie's count and average against the ground truth exactly.
+// chaos is one fault injected by the crash test.
+type chaos int
+
+const (
+	kill9 chaos = iota // SIGKILL, then restart
+	pause              // SIGSTOP past the session timeout, then SIGCONT
+)
+
+// runCrashTest produces ratings while the two instances are, in turn,
+// killed with SIGKILL and restarted, or paused with SIGSTOP until the other
+// one runs their partitions and then resumed, and the group rebalances.
+// Afterwards every output must equal the ground truth exactly: the API on
+// either instance, the last committed changelog record and the last
+// committed rating-averages value of every movie, and (clover) a full
+// restore after every store is deleted. A pause counts only when it hit an
+// instance holding unflushed state (it aborted a transaction on waking).
 func runCrashTest(t *testing.T, store string) {
 	const (
-		ratings = 50000
+		ratings = 60000
 		movies  = 1200
-		kills   = 12
+		faults  = 4 // of each kind
 		seed    = 42
 	)
 	cc := newChildCluster(t)
@@ -147,6 +160,10 @@ func runCrashTest(t *testing.T, store string) {
 		useRedis(t, &cc.cfg)
 	}
 	c := cc.cfg
+	compacted := os.Getenv(testkit.KafkaEnv) == "real"
+	if compacted {
+		createCompactingChangelog(t, c)
+	}
 	rnd := rand.New(rand.NewPCG(seed, uint64(time.Now().UnixNano())))
 
 	a, b := cc.newInstance("a", true), cc.newInstance("b", true)
@@ -161,7 +178,7 @@ func runCrashTest(t *testing.T, store string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := produceConfig(c, ratings, movies, seed)
-	p.Rate = 2500
+	p.Rate = 1500
 	produced := make(chan error, 1)
 	go func() {
 		n, err := app.Produce(ctx, p, nil)
@@ -171,60 +188,150 @@ func runCrashTest(t *testing.T, store string) {
 		produced <- err
 	}()
 
-	// Chaos: kill -9 a ready instance at a random moment and restart it;
-	// a third, dynamic member joins and leaves (two more rebalances).
-	extra := cc.newInstance("c", false)
-	for i := 0; i < kills; i++ {
-		time.Sleep(time.Duration(200+rnd.IntN(1300)) * time.Millisecond) // a random moment, not synchronisation
-		victim := inst[rnd.IntN(len(inst))]
+	kills, pauses, attempts := 0, 0, 0
+	for kills < faults || pauses < faults {
+		time.Sleep(time.Duration(200+rnd.IntN(800)) * time.Millisecond) // a random moment, not synchronisation
+		victim, other := a, b
+		if rnd.IntN(2) == 1 {
+			victim, other = b, a
+		}
 		// kfake keeps a member killed while still joining forever (see
-		// DESIGN.md); kill only members that finished joining.
+		// DESIGN.md); strike only members that finished joining.
 		cc.waitReady(victim, 90*time.Second)
-		victim.proc.Kill()
-		t.Logf("kill %d: SIGKILL %s", i+1, victim.name)
-		cc.start(victim)
-		switch i {
-		case kills / 3:
-			cc.start(extra)
-			t.Logf("rebalance: %s joins", extra.name)
-		case 2 * kills / 3:
-			cc.waitReady(extra, 90*time.Second)
-			if err := extra.proc.Stop(30 * time.Second); err != nil {
-				t.Errorf("stop %s: %v", extra.name, err)
+		cc.waitReady(other, 90*time.Second)
+		kind := kill9
+		if pauses < faults && (kills >= faults || rnd.IntN(2) == 0) {
+			kind = pause
+		}
+		switch kind {
+		case kill9:
+			victim.proc.Kill()
+			kills++
+			t.Logf("kill %d: SIGKILL %s", kills, victim.name)
+			cc.start(victim)
+		case pause:
+			if attempts++; attempts > 3*faults {
+				t.Fatalf("only %d of %d pauses hit an instance holding unflushed state", pauses, faults)
 			}
-			t.Logf("rebalance: %s leaves", extra.name)
+			if pausePastSession(t, victim, other) {
+				pauses++
+				t.Logf("pause %d: SIGSTOP %s until %s ran its partitions; its late transaction was aborted", pauses, victim.name, other.name)
+			}
 		}
 	}
 	if err := <-produced; err != nil {
 		t.Fatalf("produce: %v", err)
 	}
 
-	truth := map[int64]testkit.Movie{}
-	sums := map[int64]float64{}
-	g := app.NewGenerator(movies, seed)
-	for i := 0; i < ratings; i++ {
-		r := g.Next()
-		m := truth[r.MovieID]
-		m.MovieID = r.MovieID
-		m.Count++
-		sums[r.MovieID] += r.Rating
-		truth[r.MovieID] = m
-	}
-	for id, m := range truth {
-		m.Rating = sums[id] / float64(m.Count)
-		truth[id] = m
-	}
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	truthOf(p, truth, sums)
 	if len(truth) < 1000 {
 		t.Fatalf("ground truth has %d movies, want >= 1000", len(truth))
 	}
-
 	for _, in := range inst {
 		cc.waitReady(in, 90*time.Second)
 	}
-	var got map[int64]testkit.Movie
+	waitAllExact(t, a.api, truth)
+	// Key lookups on either instance are routed to the owner of the key.
+	checked := 0
+	for id, want := range truth {
+		if checked == 100 {
+			break
+		}
+		for _, in := range inst {
+			var m testkit.Movie
+			if code, err := testkit.GetJSON(fmt.Sprintf("http://%s/movies/%d", in.api, id), &m); err != nil || code != http.StatusOK || m != want {
+				t.Errorf("GET /movies/%d on %s: %d %+v %v, want %+v", id, in.name, code, m, err, want)
+			}
+		}
+		checked++
+	}
+	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
+	if err := diffTopics(t, c, truth); err != nil {
+		t.Errorf("after the chaos: %v", err)
+	}
+	for _, in := range inst {
+		if st, err := stats(in.api); err == nil {
+			t.Logf("%s after the run: %+v", in.name, st.Stats)
+		}
+	}
+	if dead := readDLQ(t, c.Brokers, c.ApplicationID+"-dlq"); len(dead) != 0 {
+		t.Errorf("%d records in the DLQ, want 0; first: %s", len(dead), dead[0].reason)
+	}
+	if compacted {
+		waitCompacted(t, c)
+	}
+	if store != app.StoreClover {
+		return
+	}
+	// Every store lost: a full restore from the (compacted) changelog.
+	for _, in := range inst {
+		if err := in.proc.Stop(30 * time.Second); err != nil {
+			t.Fatalf("stop %s: %v", in.name, err)
+		}
+		loseStore(t, in)
+	}
+	for _, in := range inst {
+		cc.start(in)
+	}
+	for _, in := range inst {
+		cc.waitReady(in, 120*time.Second)
+	}
+	waitAllExact(t, a.api, truth)
+	var restored int64
+	for _, in := range inst {
+		if st, err := stats(in.api); err == nil {
+			restored += st.Stats.ChangelogRestored
+		}
+	}
+	if restored < int64(len(truth)) {
+		t.Errorf("full restore read %d changelog records, want >= %d (one per movie)", restored, len(truth))
+	}
+	t.Logf("full restore after losing every store: exact, %d changelog records read", restored)
+}
+
+// pausePastSession stops victim with SIGSTOP until other runs every
+// partition (victim's session timed out and its partitions moved), then
+// resumes it and reports whether it woke up holding unflushed state: its
+// late transaction was aborted.
+func pausePastSession(t *testing.T, victim, other *crashInstance) bool {
+	t.Helper()
+	before, err := stats(victim.api)
+	if err != nil {
+		t.Fatalf("stats of %s: %v", victim.name, err)
+	}
+	if err := victim.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 60*time.Second, other.name+" runs every partition", func() error {
+		st, err := stats(other.api)
+		if err == nil && st.Stats.PartitionsRunning != 3 {
+			err = fmt.Errorf("%s runs %d partitions", other.name, st.Stats.PartitionsRunning)
+		}
+		return err
+	})
+	if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	err = waitFor(30*time.Second, func() error {
+		st, err := stats(victim.api)
+		if err == nil && st.Stats.TxnAborted <= before.Stats.TxnAborted {
+			err = fmt.Errorf("%s: no aborted transaction yet", victim.name)
+		}
+		return err
+	})
+	if err != nil {
+		t.Logf("pause of %s did not count: %v", victim.name, err)
+	}
+	return err == nil
+}
+
+// waitAllExact polls GET /movies on api until every movie equals the truth.
+func waitAllExact(t *testing.T, api string, truth map[int64]testkit.Movie) {
+	t.Helper()
 	testkit.Eventually(t, 120*time.Second, "every movie exact", func() error {
-		var err error
-		if got, err = allMovies(a.api); err != nil {
+		got, err := allMovies(api)
+		if err != nil {
 			return err
 		}
 		wrong := 0
@@ -242,35 +349,10 @@ func runCrashTest(t *testing.T, store string) {
 		}
 		return nil
 	})
-	// Key lookups on either instance are routed to the owner of the key.
-	checked := 0
-	for id, want := range truth {
-		if checked == 100 {
-			break
-		}
-		for _, in := range inst {
-			var m testkit.Movie
-			if code, err := testkit.GetJSON(fmt.Sprintf("http://%s/movies/%d", in.api, id), &m); err != nil || code != http.StatusOK || m != want {
-				t.Errorf("GET /movies/%d on %s: %d %+v %v, want %+v", id, in.name, code, m, err, want)
-			}
-		}
-		checked++
-	}
-	for _, in := range inst {
-		var st testkit.APIStats
-		if _, err := testkit.GetJSON("http://"+in.api+"/api/stats", &st); err == nil {
-			t.Logf("%s after the run: %+v", in.name, st.Stats)
-		}
-	}
-	if dead := readDLQ(t, c.Brokers, c.ApplicationID+"-dlq"); len(dead) != 0 {
-		t.Errorf("%d records in the DLQ, want 0; first: %s", len(dead), dead[0].reason)
-	}
-	for _, in := range inst {
-		_ = in.proc.Signal(syscall.SIGTERM)
-	}
 }
 
-// TestE2ECrashExactnessClover: 2 instances on the clover store, 12 kill -9s.
+// TestE2ECrashExactnessClover: 2 instances on the clover store, 4 kill -9
+// and 4 pauses past the session timeout, then a full restore.
 func TestE2ECrashExactnessClover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test takes a minute")
@@ -278,7 +360,8 @@ func TestE2ECrashExactnessClover(t *testing.T) {
 	runCrashTest(t, app.StoreClover)
 }
 
-// TestE2ECrashExactnessRedis: 2 instances sharing one Redis, 12 kill -9s.
+// TestE2ECrashExactnessRedis: 2 instances sharing one Redis, 4 kill -9 and
+// 4 pauses past the session timeout.
 func TestE2ECrashExactnessRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test takes a minute")

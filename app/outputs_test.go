@@ -126,3 +126,66 @@ func engineEnd(client sarama.Client, topic string, p int32) (int64, error) {
 	})
 	return end, err
 }
+
+// createCompactingChangelog creates c's changelog topic before the engine
+// does, configured so that the broker compacts it during a test: tiny
+// segments, any dirty ratio, markers removed at once.
+func createCompactingChangelog(t *testing.T, c app.Config) {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	admin, err := sarama.NewClusterAdmin(c.Brokers, sc)
+	if err != nil {
+		t.Fatalf("admin: %v", err)
+	}
+	defer admin.Close()
+	str := func(s string) *string { return &s }
+	err = admin.CreateTopic(c.EngineConfig(nil).Topics().Changelog, &sarama.TopicDetail{
+		NumPartitions: c.Partitions, ReplicationFactor: 1,
+		ConfigEntries: map[string]*string{
+			"cleanup.policy":            str("compact"),
+			"segment.ms":                str("1000"),
+			"min.cleanable.dirty.ratio": str("0.01"),
+			"delete.retention.ms":       str("100"),
+			"min.compaction.lag.ms":     str("0"),
+			"max.message.bytes":         str("1100000"),
+		},
+	}, false)
+	if err != nil {
+		t.Fatalf("create changelog: %v", err)
+	}
+}
+
+// waitCompacted waits until the broker has compacted c's changelog: in
+// every partition, fewer than half of the offsets still hold a record.
+// Uncompacted, nearly every offset does (only transaction markers don't).
+func waitCompacted(t *testing.T, c app.Config) {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(c.Brokers, sc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer client.Close()
+	topic := c.EngineConfig(nil).Topics().Changelog
+	testkit.Eventually(t, 120*time.Second, "changelog compacted", func() error {
+		for p := int32(0); p < c.Partitions; p++ {
+			var n, last int64
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := engine.ReadCommitted(ctx, client, topic, p, func(r engine.CommittedRecord) error {
+				n, last = n+1, r.Offset
+				return nil
+			})
+			cancel()
+			if err != nil {
+				return err
+			}
+			if last == 0 || float64(n) >= 0.5*float64(last+1) {
+				return fmt.Errorf("%s/%d: %d records over %d offsets", topic, p, n, last+1)
+			}
+			t.Logf("%s/%d compacted: %d records over %d offsets", topic, p, n, last+1)
+		}
+		return nil
+	})
+}
