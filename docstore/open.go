@@ -161,7 +161,7 @@ var dataBuckets = [][]byte{cloverBucket, checkpointsBucket, epochsBucket, member
 // indexes inside tx.
 func createData(tx *bbolt.Tx) error {
 	for _, name := range dataBuckets {
-		if _, err := tx.CreateBucket(name); err != nil {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
 		}
 	}

@@ -85,11 +85,15 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 	return nil
 }
 
-// Reset deletes every document, checkpoint and epoch in one transaction,
+// Reset deletes every document and checkpoint (not the claim epochs, so an
+// old writer stays fenced) in one transaction,
 // leaving an empty store (indexes recreated on the empty collection).
 func (s *Store) Reset(ctx context.Context) error {
 	err := s.update(ctx, func(tx *bbolt.Tx, _ *clover.DB) error {
 		for _, name := range dataBuckets {
+			if bytes.Equal(name, epochsBucket) {
+				continue // epochs survive: an old writer stays fenced
+			}
 			if err := tx.DeleteBucket(name); err != nil {
 				return fmt.Errorf("delete bucket %s: %w", name, err)
 			}

@@ -185,6 +185,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			return fmt.Errorf("%w (--instance-id=%q): stop the other one or give each instance its own id", ErrInstanceFenced, e.cfg.InstanceID)
 		case err != nil:
 			e.restarts.note(err)
+			e.c.restarts.Add(1)
 			e.log.Warn("consumer group session ended", "err", err, "retry_in", backoff)
 			if !sleepCtx(ctx, backoff) {
 				return nil
@@ -196,14 +197,18 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // restartSession ends the current group session so that the instance
 // rejoins: used after a fatal task error or a fenced write.
+// Several failing tasks of one session count as one restart.
 func (e *Engine) restartSession(reason string, err error) {
-	e.log.Warn("restarting group session", "reason", reason, "err", err)
-	e.restarts.note(err)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.cancelSession != nil {
-		e.cancelSession()
+	if e.cancelSession == nil {
+		return // this session is already ending
 	}
+	e.log.Warn("restarting group session", "reason", reason, "err", err)
+	e.restarts.note(err)
+	e.c.restarts.Add(1)
+	e.cancelSession()
+	e.cancelSession = nil
 }
 
 func (e *Engine) close() {

@@ -26,6 +26,9 @@ type Stats struct {
 	// TransactionsAborted counts flush transactions aborted: fenced by a new
 	// owner, or failed; their records are invisible to read_committed readers.
 	TransactionsAborted int64
+	// GroupRestarts counts consumer group sessions ended by an error (a
+	// failed task, a fenced or aborted flush, a broker error).
+	GroupRestarts int64
 	// PartitionsAssigned is the number of repartition partitions this instance owns.
 	PartitionsAssigned int64
 	// PartitionsRunning is how many of them finished restoring.
@@ -35,7 +38,7 @@ type Stats struct {
 // counters are the live, atomically updated values behind Stats.
 type counters struct {
 	processed, rekeyed, duplicates, dead, restored, batches, docs, fenced atomic.Int64
-	txnCommitted, txnAborted                                              atomic.Int64
+	txnCommitted, txnAborted, restarts                                    atomic.Int64
 	assigned, running                                                     atomic.Int64
 }
 
@@ -51,6 +54,7 @@ func (c *counters) snapshot() Stats {
 		FencedWrites:          c.fenced.Load(),
 		TransactionsCommitted: c.txnCommitted.Load(),
 		TransactionsAborted:   c.txnAborted.Load(),
+		GroupRestarts:         c.restarts.Load(),
 		PartitionsAssigned:    c.assigned.Load(),
 		PartitionsRunning:     c.running.Load(),
 	}

@@ -200,6 +200,9 @@ type PartitionScanner interface {
 
 // Resetter is an optional ability of a store: deleting all state.
 type Resetter interface {
-	// Reset deletes every document, checkpoint and epoch.
+	// Reset deletes every document and checkpoint. It keeps the
+	// partitions' epochs (or raises them), so that a claim after the reset
+	// returns an epoch above any claimed before: an old writer that is
+	// still alive stays fenced.
 	Reset(ctx context.Context) error
 }

@@ -28,6 +28,11 @@ func (k keys) checkpoint(p int32) string { return k.partition(p, "checkpoint") }
 func (k keys) epoch(p int32) string      { return k.partition(p, "epoch") }
 func (k keys) batch(p int32) string      { return k.partition(p, "batch") }
 
+// isEpoch reports whether key is a partition's epoch key.
+func (k keys) isEpoch(key string) bool {
+	return strings.HasPrefix(key, k.partitionPrefix()) && strings.HasSuffix(key, ":epoch")
+}
+
 // pattern is a SCAN MATCH pattern for every key of the store.
 func (k keys) pattern() string {
 	var b strings.Builder

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/keepstate/keepstate/engine"
@@ -145,9 +146,10 @@ func (s *Store) scanDocs(ctx context.Context, p int32, ids []int64, fn func(engi
 }
 
 // Reset deletes every key under the store's prefix — documents, the sorted
-// set, checkpoints, epochs and the stream — with SCAN and UNLINK (never
-// KEYS). Writes running concurrently may survive it. Safe for concurrent
-// use.
+// set, checkpoints and the stream — with SCAN and UNLINK (never KEYS),
+// except the partitions' epochs: the next claim then still returns an
+// epoch above any a live old writer may hold, which stays fenced. Writes
+// running concurrently may survive it. Safe for concurrent use.
 func (s *Store) Reset(ctx context.Context) error {
 	var cursor uint64
 	deleted := 0
@@ -156,6 +158,7 @@ func (s *Store) Reset(ctx context.Context) error {
 		if err != nil {
 			return wrap("reset", err)
 		}
+		batch = slices.DeleteFunc(batch, s.keys.isEpoch)
 		if len(batch) > 0 {
 			if err := s.client.Unlink(ctx, batch...).Err(); err != nil {
 				return wrap("reset", err)

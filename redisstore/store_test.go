@@ -365,8 +365,11 @@ func TestResetKeepsOtherPrefixes(t *testing.T) {
 	if _, err := glob.Get(ctxT(t), 1); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("Get after Reset = %v; want ErrNotFound", err)
 	}
-	if got := redisCmd(t, r, "EXISTS", "a*partition:0:epoch"); got != "0" {
-		t.Errorf("epoch key survived Reset")
+	if got := redisCmd(t, r, "EXISTS", "a*partition:0:checkpoint"); got != "0" {
+		t.Errorf("checkpoint key survived Reset")
+	}
+	if got := redisCmd(t, r, "EXISTS", "a*partition:0:epoch"); got != "1" {
+		t.Errorf("epoch key deleted by Reset: a live old writer could reuse its epoch")
 	}
 	if _, err := other.Get(ctxT(t), 1); err != nil {
 		t.Fatalf("Get on another prefix after Reset: %v", err)

@@ -31,6 +31,7 @@ type statsJSON struct {
 	FencedWrites       int64 `json:"fencedWrites"`
 	TxnCommitted       int64 `json:"transactionsCommitted"`
 	TxnAborted         int64 `json:"transactionsAborted"`
+	GroupRestarts      int64 `json:"groupRestarts"`
 	PartitionsAssigned int64 `json:"partitionsAssigned"`
 	PartitionsRunning  int64 `json:"partitionsRunning"`
 }
@@ -47,6 +48,7 @@ func toStatsJSON(st engine.Stats) statsJSON {
 		FencedWrites:       st.FencedWrites,
 		TxnCommitted:       st.TransactionsCommitted,
 		TxnAborted:         st.TransactionsAborted,
+		GroupRestarts:      st.GroupRestarts,
 		PartitionsAssigned: st.PartitionsAssigned,
 		PartitionsRunning:  st.PartitionsRunning,
 	}

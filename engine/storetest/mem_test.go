@@ -153,7 +153,7 @@ func (s *memStore) ScanPartition(_ context.Context, p int32, fn func(engine.Movi
 func (s *memStore) Reset(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.docs, s.ckpt, s.epochs = map[int64]engine.MovieStats{}, map[int32]int64{}, map[int32]int64{}
+	s.docs, s.ckpt = map[int64]engine.MovieStats{}, map[int32]int64{}
 	return nil
 }
 

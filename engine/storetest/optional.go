@@ -70,9 +70,18 @@ func testResetter(t *testing.T, open Opener) {
 	docs := rangeData(3, 20, 0)
 	mustApply(t, s, 0, 5, docs...)
 	mustApply(t, s, 1, 6, doc(5_000_000, 1, 1, 1, 1))
+	before, err := s.Claim(ctx(t), 0)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
 
 	if err := r.Reset(ctx(t)); err != nil {
 		t.Fatalf("Reset: %v", err)
+	}
+	// Epochs survive a reset: a writer still holding an old epoch (a
+	// zombie of the reset application) stays fenced.
+	if after, err := s.Claim(ctx(t), 0); err != nil || after <= before {
+		t.Fatalf("Claim after Reset = %d, %v; want an epoch above %d", after, err, before)
 	}
 	for _, d := range docs {
 		wantAbsent(t, s, d.MovieID)

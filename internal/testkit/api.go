@@ -30,6 +30,7 @@ type APIStats struct {
 		FencedWrites       int64 `json:"fencedWrites"`
 		TxnCommitted       int64 `json:"transactionsCommitted"`
 		TxnAborted         int64 `json:"transactionsAborted"`
+		GroupRestarts      int64 `json:"groupRestarts"`
 		PartitionsAssigned int64 `json:"partitionsAssigned"`
 		PartitionsRunning  int64 `json:"partitionsRunning"`
 	} `json:"stats"`
