@@ -150,10 +150,10 @@ const (
 // instance holding unflushed state (it aborted a transaction on waking).
 func runCrashTest(t *testing.T, store string) {
 	const (
-		ratings = 60000
-		movies  = 1200
-		faults  = 4 // of each kind
-		seed    = 42
+		chunk  = 3000 // ratings per produce call
+		movies = 1200
+		faults = 4 // of each kind
+		seed   = 42
 	)
 	cc := newChildCluster(t)
 	if store == app.StoreRedis {
@@ -175,15 +175,27 @@ func runCrashTest(t *testing.T, store string) {
 		cc.waitReady(in, 60*time.Second)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p := produceConfig(c, ratings, movies, seed)
-	p.Rate = 1500
+	// Ratings flow in chunks until the chaos is over, so that every fault
+	// strikes while instances hold unflushed state.
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	stop := make(chan struct{})
 	produced := make(chan error, 1)
 	go func() {
-		n, err := app.Produce(ctx, p, nil)
-		if err == nil && n != ratings {
-			err = fmt.Errorf("produced %d ratings, want %d", n, ratings)
+		var err error
+		for i := uint64(0); err == nil; i++ {
+			select {
+			case <-stop:
+				produced <- nil
+				return
+			default:
+			}
+			p := produceConfig(c, chunk, movies, seed+i)
+			p.Rate = 1500
+			var n int64
+			if n, err = app.Produce(context.Background(), p, nil); err == nil && n != chunk {
+				err = fmt.Errorf("produced %d ratings, want %d", n, chunk)
+			}
+			truthOf(p, truth, sums) // read only after produced is received
 		}
 		produced <- err
 	}()
@@ -219,12 +231,10 @@ func runCrashTest(t *testing.T, store string) {
 			}
 		}
 	}
+	close(stop)
 	if err := <-produced; err != nil {
 		t.Fatalf("produce: %v", err)
 	}
-
-	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	truthOf(p, truth, sums)
 	if len(truth) < 1000 {
 		t.Fatalf("ground truth has %d movies, want >= 1000", len(truth))
 	}

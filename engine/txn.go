@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -110,4 +111,52 @@ func dedupErrs(errs []error) []error {
 		}
 	}
 	return out
+}
+
+// abortPredecessor runs before a static member (--instance-id) joins. A
+// restarted instance finds its previous incarnation still listed in the
+// group (until the session timeout) with its partitions; initialising
+// those partitions' transactional producers aborts any transaction the
+// dead process left open, so the new session's offset fetch does not wait
+// out the transaction timeout. Failures are logged: the broker aborts
+// such a transaction after the timeout anyway.
+func (e *Engine) abortPredecessor(ctx context.Context) {
+	if e.cfg.InstanceID == "" {
+		return
+	}
+	admin, err := sarama.NewClusterAdminFromClient(e.client)
+	if err != nil {
+		return
+	}
+	// Not admin.Close: it would close the shared client.
+	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+	if err != nil {
+		e.log.Debug("describe group before joining", "err", err)
+		return
+	}
+	var parts []int32
+	for _, g := range groups {
+		for _, m := range g.Members {
+			if m.GroupInstanceId == nil || *m.GroupInstanceId != e.cfg.InstanceID {
+				continue
+			}
+			if asg, err := m.GetMemberAssignment(); err == nil && asg != nil {
+				parts = append(parts, asg.Topics[e.topics.Repartition]...)
+			}
+		}
+	}
+	for _, p := range parts {
+		if ctx.Err() != nil {
+			return
+		}
+		pr, err := e.newTaskProducer(p)
+		if err != nil {
+			e.log.Warn("could not abort the previous incarnation's transaction", "partition", p, "err", err)
+			continue
+		}
+		_ = pr.Close()
+	}
+	if len(parts) > 0 {
+		e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts)
+	}
 }
