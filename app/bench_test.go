@@ -11,13 +11,22 @@ import (
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
-// BenchmarkE2EThroughput measures the whole pipeline on kfake with the
-// clover store: b.N generated ratings over 10k movies with Zipf-skewed
-// popularity are produced and the benchmark ends when every one has been
-// applied; it reports ratings/s.
+// BenchmarkE2EThroughput measures the whole pipeline on kfake for each
+// store and processing guarantee side by side: b.N generated ratings over
+// 10k movies with Zipf-skewed popularity are produced and the benchmark
+// ends when every one has been applied; it reports ratings/s. Run it with
+// -count to interleave the configurations.
 func BenchmarkE2EThroughput(b *testing.B) {
 	for _, store := range []string{app.StoreClover, app.StoreRedis} {
-		b.Run(store, func(b *testing.B) {
+		for _, g := range []string{"exactly_once", "at_least_once"} {
+			b.Run(store+"/"+g, func(b *testing.B) { benchThroughput(b, store, g) })
+		}
+	}
+}
+
+func benchThroughput(b *testing.B, store, guarantee string) {
+	{
+		{
 			brokers := testkit.StartKfake(b).Brokers()
 			reg := testkit.StartRegistry(b)
 			c := app.Default()
@@ -28,6 +37,7 @@ func BenchmarkE2EThroughput(b *testing.B) {
 			c.Partitions = 3
 			c.Fsync = true
 			c.Store = store
+			c.ProcessingGuarantee = guarantee
 			if store == app.StoreRedis {
 				c.RedisURL = testkit.StartRedis(b).URL()
 			}
@@ -69,6 +79,6 @@ func BenchmarkE2EThroughput(b *testing.B) {
 			})
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ratings/s")
-		})
+		}
 	}
 }
