@@ -68,6 +68,29 @@ func Reset(ctx context.Context, c Config, reprocess bool, log *slog.Logger) erro
 		}
 		log.Info("deleted internal topic", "topic", topic)
 	}
+	// Topic deletion is asynchronous: wait until the topics are gone, so
+	// that the next start creates them afresh instead of finding them
+	// half-deleted.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		topics, err := admin.ListTopics()
+		if err != nil {
+			return fmt.Errorf("list topics: %w", err)
+		}
+		_, rp := topics[t.Repartition]
+		_, cl := topics[t.Changelog]
+		if !rp && !cl {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("internal topics %s and %s still exist 2 minutes after their deletion", t.Repartition, t.Changelog)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	if err := admin.DeleteConsumerGroup(c.ApplicationID); err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) {
 		return fmt.Errorf("delete consumer group %s: %w", c.ApplicationID, err)
 	}

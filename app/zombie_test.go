@@ -3,7 +3,6 @@ package app_test
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -198,17 +197,29 @@ func TestE2EZombieIsFenced(t *testing.T) {
 // TestE2EZombieCorruptsAtLeastOnce runs the same scenario under
 // at_least_once and requires it to find the corruption exactly-once
 // prevents: proof that the scenario above really produces a zombie write.
+// The zombie always writes after losing its partitions there; whether that
+// write carries a stale count depends on whether it caught up on the new
+// owner's records before noticing its session was gone (on Apache Kafka it
+// sometimes does), so up to three runs may be needed to see the topics go
+// wrong.
 func TestE2EZombieCorruptsAtLeastOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("pauses a process past its session timeout")
 	}
-	problems := zombieScenario(t, app.StoreClover, "at_least_once", false)
-	if !errors.Is(errors.Join(problems...), errTopicsWrong) {
-		t.Fatalf("at_least_once kept the topics exact through the zombie (problems: %v): the scenario no longer produces a zombie write, so the exactly-once test proves nothing", problems)
+	for run := 1; run <= 3; run++ {
+		var problems []error
+		t.Run(fmt.Sprintf("run %d", run), func(t *testing.T) {
+			problems = zombieScenario(t, app.StoreClover, "at_least_once", false)
+		})
+		joined := errors.Join(problems...)
+		if joined == nil {
+			t.Fatal("at_least_once: the zombie did not write after losing its partition: the scenario no longer produces a zombie, so the exactly-once test proves nothing")
+		}
+		if errors.Is(joined, errTopicsWrong) {
+			t.Logf("run %d: at_least_once, as expected, is corrupted by the zombie:\n%v", run, joined)
+			return
+		}
+		t.Logf("run %d: the zombie wrote after losing its partition but happened to carry current counts: %v", run, joined)
 	}
-	var msgs []string
-	for _, p := range problems {
-		msgs = append(msgs, p.Error())
-	}
-	t.Logf("at_least_once, as expected, is corrupted by the zombie:\n%s", strings.Join(msgs, "\n"))
+	t.Fatal("at_least_once kept the topics exact through the zombie in 3 runs: the scenario no longer produces a stale zombie write")
 }

@@ -158,17 +158,19 @@ func (e *Engine) Run(ctx context.Context) error {
 		return err
 	}
 	defer e.close()
+	gc := e.saramaConfig()
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
 		// The group's offset fetch is refused (UNSTABLE_OFFSET_COMMIT) while
 		// a transaction holding offsets of the partition is open, and sarama
-		// retries it Metadata.Retry.Max times: let that outlast the
-		// transaction timeout, after which the broker aborts a dead
-		// instance's transaction, rather than failing the session.
-		rc := e.client.Config()
-		rc.Metadata.Retry.Max = max(rc.Metadata.Retry.Max, int(2*e.cfg.TransactionTimeout/rc.Metadata.Retry.Backoff))
+		// retries it Metadata.Retry.Max times: on the group's own client,
+		// let that outlast the transaction timeout, after which the broker
+		// aborts a dead instance's transaction, rather than failing the
+		// session. (The engine's other client keeps short retries, so a
+		// missing topic is reported at once.)
+		gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(2*e.cfg.TransactionTimeout/gc.Metadata.Retry.Backoff))
 		e.abortPredecessor(ctx)
 	}
-	group, err := sarama.NewConsumerGroupFromClient(e.cfg.ApplicationID, e.client)
+	group, err := sarama.NewConsumerGroup(e.cfg.Brokers, e.cfg.ApplicationID, gc)
 	if err != nil {
 		return fmt.Errorf("engine: consumer group: %w", err)
 	}
