@@ -20,13 +20,21 @@ type restartLog struct {
 	mu   sync.Mutex
 	at   []time.Time
 	last error
+	now  func() time.Time // time.Now when nil
+}
+
+func (r *restartLog) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
 }
 
 // note records a restart caused by err.
 func (r *restartLog) note(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.clock()
 	r.at = append(r.recentLocked(now), now)
 	r.last = err
 }
@@ -44,7 +52,7 @@ func (r *restartLog) recentLocked(now time.Time) []time.Time {
 func (r *restartLog) failing() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := len(r.recentLocked(time.Now()))
+	n := len(r.recentLocked(r.clock()))
 	if n < restartLimit {
 		return nil
 	}
