@@ -2,6 +2,7 @@ package avro
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -150,10 +151,11 @@ func (r *Registry) Ping(ctx context.Context) error {
 		_, err := c.GetGlobalCompatibilityLevel()
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("%w: %s does not answer: %w", ErrRegistryUnavailable, r.url, err)
+	if err != nil && !errors.Is(err, ErrRegistryUnavailable) {
+		// A canceled ctx or a registry error answer: still "does not answer".
+		return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
 	}
-	return nil
+	return err
 }
 
 // Register registers schema (Avro JSON) under subject, as the Confluent

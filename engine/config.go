@@ -34,6 +34,10 @@ type Config struct {
 	// SessionTimeout is the consumer group session timeout: how long a
 	// silent member keeps its partitions.
 	SessionTimeout time.Duration
+	// StaleDropAfter, when positive, deletes a partition's documents from
+	// an InstanceLocal store this long after the partition moved away (see
+	// stale.go); 0 keeps them.
+	StaleDropAfter time.Duration
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 }

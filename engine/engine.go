@@ -56,6 +56,7 @@ type Engine struct {
 	cancelSession context.CancelFunc
 
 	owners   owners
+	stale    staleDropper
 	admin    sarama.ClusterAdmin // guarded by owners.mu
 	numParts atomic.Int32        // nParts for readers outside the engine's goroutines
 }

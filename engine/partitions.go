@@ -70,12 +70,33 @@ func (e *Engine) Partitions() map[int32]PartitionState {
 	return out
 }
 
-// Owns reports whether this instance currently owns aggregate partition p.
+// Owns reports whether this instance currently owns aggregate partition p
+// (RESTORING or RUNNING).
 func (e *Engine) Owns(p int32) bool {
+	_, ok := e.partitionState(p)
+	return ok
+}
+
+// partitionState returns the state of partition p here; ok is false when
+// this instance does not own p.
+func (e *Engine) partitionState(p int32) (s PartitionState, ok bool) {
 	e.parts.mu.Lock()
 	defer e.parts.mu.Unlock()
-	_, ok := e.parts.states[p]
-	return ok
+	s, ok = e.parts.states[p]
+	return s, ok
+}
+
+// runningSet returns the partitions RUNNING on this instance.
+func (e *Engine) runningSet() map[int32]bool {
+	e.parts.mu.Lock()
+	defer e.parts.mu.Unlock()
+	out := make(map[int32]bool, len(e.parts.states))
+	for p, s := range e.parts.states {
+		if s == Running {
+			out[p] = true
+		}
+	}
+	return out
 }
 
 // Ready returns nil when the instance has joined its group, every assigned
