@@ -60,8 +60,12 @@ func testConfig(t *testing.T, brokers []string, registryURL string) app.Config {
 	c.CommitInterval = 100 * time.Millisecond
 	c.Partitions = 3
 	c.Fsync = false
+	c.PeerSecret = testPeerSecret
 	return c
 }
+
+// testPeerSecret authenticates routing between the instances of a test.
+const testPeerSecret = "test-peer-secret-0123456789"
 
 // instance is one keepstate service run in-process by a test.
 type instance struct {
