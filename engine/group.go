@@ -19,7 +19,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.c.running.Store(0)
 	e.parts.setJoined()
 	e.owners.invalidate()
-	e.cancelStaleDrops(ps)
+	e.onAssigned(ps)
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "input", s.Claims()[e.topics.Input])
 	return nil

@@ -24,15 +24,15 @@ type ownedQuerier struct {
 func (e *Engine) OwnedQuerier(q Querier) Querier { return &ownedQuerier{e: e, q: q} }
 
 // Get returns the stored document of movieID when its partition is RUNNING
-// here, ErrNotFound when there is none, and an error wrapping
-// ErrUnavailable when the partition is not RUNNING here.
+// here (or in hand-over, see handover.go), ErrNotFound when there is none,
+// and an error wrapping ErrUnavailable otherwise.
 func (o *ownedQuerier) Get(ctx context.Context, movieID int64) (MovieStats, error) {
 	n := o.e.numParts.Load()
 	if n == 0 {
 		return MovieStats{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
 	p := PartitionFor(EncodeMovieKey(movieID), n)
-	if st, ok := o.e.partitionState(p); !ok || st != Running {
+	if !o.e.answerable(p) {
 		return MovieStats{}, fmt.Errorf("partition %d of movie %d is not running on this instance: %w", p, movieID, ErrUnavailable)
 	}
 	m, err := o.q.Get(ctx, movieID)
@@ -40,7 +40,7 @@ func (o *ownedQuerier) Get(ctx context.Context, movieID int64) (MovieStats, erro
 		return m, err
 	}
 	// The partition may have stopped running during the read.
-	if st, ok := o.e.partitionState(p); !ok || st != Running {
+	if !o.e.answerable(p) {
 		return MovieStats{}, fmt.Errorf("partition %d of movie %d stopped running on this instance: %w", p, movieID, ErrUnavailable)
 	}
 	return m, nil
@@ -65,7 +65,7 @@ func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []
 	if err := q.Validate(); err != nil {
 		return Page{}, nil, err
 	}
-	running := o.e.runningSet()
+	running := o.e.answerableSet()
 	var out Page
 	inner := q
 	for done := false; !done; {
@@ -90,7 +90,7 @@ func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []
 		inner.After = page.Next
 	}
 	// A partition that stopped running during the query is not covered.
-	now := o.e.runningSet()
+	now := o.e.answerableSet()
 	covered := make([]int32, 0, len(running))
 	for p := range running {
 		if now[p] {

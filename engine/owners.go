@@ -49,7 +49,8 @@ type owners struct {
 func (o *owners) invalidate() { o.snap.Store(nil) }
 
 // Owner returns where movieID can be answered: local=true when its
-// partition is RUNNING on this instance, else the address (a validated bare
+// partition is RUNNING on this instance (or in hand-over, see
+// handover.go), else the address (a validated bare
 // host:port) of the member that owns it. It returns an error wrapping
 // ErrUnavailable when the partition is assigned here but still RESTORING,
 // or while nobody usable owns it (rebalancing, or an owner advertising an
@@ -61,11 +62,11 @@ func (e *Engine) Owner(ctx context.Context, movieID int64) (addr string, local b
 		return "", false, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
 	p := PartitionFor(EncodeMovieKey(movieID), n)
-	if st, ok := e.partitionState(p); ok {
-		if st != Running {
-			return "", false, fmt.Errorf("partition %d is %s on this instance: %w", p, st, ErrUnavailable)
-		}
+	if e.answerable(p) {
 		return e.cfg.AdvertiseAddr, true, nil
+	}
+	if st, ok := e.partitionState(p); ok {
+		return "", false, fmt.Errorf("partition %d is %s on this instance: %w", p, st, ErrUnavailable)
 	}
 	m, err := e.Membership(ctx)
 	if err != nil {
