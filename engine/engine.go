@@ -199,6 +199,7 @@ func (e *Engine) restartSession(reason string, err error) {
 }
 
 func (e *Engine) close() {
+	e.stale.stop()
 	e.owners.mu.Lock()
 	if e.admin != nil {
 		_ = e.admin.Close()

@@ -36,6 +36,23 @@ type staleDropper struct {
 	// a partition is never restored while its old copy is being deleted.
 	running sync.Mutex
 	dropped atomic.Int64 // stale copies deleted so far
+	stopped bool         // guarded by mu: the engine stopped, arm nothing
+}
+
+// stop disarms every pending drop and waits for a running one, so that no
+// drop touches the store after the engine's Run returned (the caller then
+// closes the store).
+func (d *staleDropper) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	for p, t := range d.pending {
+		t.Stop()
+		delete(d.pending, p)
+	}
+	d.mu.Unlock()
+	d.running.Lock()
+	//lint:ignore SA2001 an empty critical section: wait for a running drop
+	d.running.Unlock()
 }
 
 // staleDropsEnabled reports whether this engine drops stale copies.
@@ -52,6 +69,9 @@ func (e *Engine) scheduleStaleDrops(ps []int32) {
 	d := &e.stale
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
 	if d.pending == nil {
 		d.pending = map[int32]*time.Timer{}
 	}
