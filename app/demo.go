@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -114,6 +115,10 @@ func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
 
 	c := d.Config
 	c.DataDir = filepath.Join(d.DataDir, "store")
+	if c.PeerSecret == "" && c.PeerSecretFile == "" {
+		// One instance: nothing to route to, and no reason to warn.
+		c.PeerSecret = rand.Text()
+	}
 	c.Brokers = []string{kafkaLn.Addr().String()}
 	c.SchemaRegistry = "http://" + regLn.Addr().String()
 	if c.Partitions == 0 {
