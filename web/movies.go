@@ -41,17 +41,22 @@ type moviesPage struct {
 	MissingPartitions []int32     `json:"missingPartitions,omitempty"`
 }
 
-// maxEchoedInput is the most of a client's bad input an error message
-// quotes.
-const maxEchoedInput = 40
+// maxEchoedInput bounds how much of a client's bad input an error message
+// quotes: at most this many bytes of the quoted (escaped) form.
+const maxEchoedInput = 48
 
-// clip returns s cut to maxEchoedInput bytes (marked with "...") so that an
-// error never echoes input of unbounded size.
-func clip(s string) string {
-	if len(s) <= maxEchoedInput {
-		return s
+// quoteInput returns s quoted as by %q, cut so that the quoted form has at
+// most maxEchoedInput bytes (followed by "..." when cut), so that an error
+// never echoes input of unbounded size, however it escapes.
+func quoteInput(s string) string {
+	for n := min(len(s), maxEchoedInput); ; n-- {
+		if q := strconv.Quote(s[:n]); len(q) <= maxEchoedInput || n == 0 {
+			if n < len(s) {
+				q += "..."
+			}
+			return q
+		}
 	}
-	return s[:maxEchoedInput] + "..."
 }
 
 func toMovieJSON(m engine.MovieStats) movieJSON {
@@ -100,7 +105,7 @@ func (s *Server) getMovie(c echo.Context) error {
 func parseMovieID(raw string) (int64, error) {
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
-		return 0, badRequest("parameter id: %q is not a 64-bit integer movie id", clip(raw))
+		return 0, badRequest("parameter id: %s is not a 64-bit integer movie id", quoteInput(raw))
 	}
 	return id, nil
 }
@@ -193,7 +198,7 @@ func parseRangeParams(rawQuery string) (engine.RangeQuery, error) {
 		}
 		v, perr := strconv.ParseFloat(raw, 64)
 		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			return badRequest("parameter %s: %q is not a finite number", name, clip(raw))
+			return badRequest("parameter %s: %s is not a finite number", name, quoteInput(raw))
 		}
 		*dst = v
 		return nil
@@ -216,7 +221,7 @@ func parseRangeParams(rawQuery string) (engine.RangeQuery, error) {
 		n, perr := strconv.Atoi(raw)
 		switch {
 		case perr != nil:
-			return q, badRequest("parameter limit: %q is not an integer", clip(raw))
+			return q, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
 		case n < 1 || n > MaxLimit:
 			return q, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
 		}
