@@ -5,7 +5,7 @@
 #   make lint         gofmt, go vet, staticcheck
 #   make unit         all tests with -race (Kafka tests on the in-process kfake)
 #   make integration  TestIntegration*/TestE2E* on one real Apache Kafka broker
-#   make fuzz         short fuzz run of the Avro rating decoder
+#   make fuzz         short fuzz runs: Avro rating decoder, API query and id parsing
 #   make test         deps + lint + unit + fuzz + integration
 #   make bench        benchmarks
 #   make demo         everything in one process (kfake, srfake, clover, API on :7001)
@@ -74,6 +74,7 @@ integration:
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeRating -fuzztime=$(FUZZ_TIME) -timeout 3m ./avro
+	$(GO) test -run='^$$' -fuzz=FuzzParseQuery -fuzztime=$(FUZZ_TIME) -timeout 3m ./web
 
 test: deps lint unit fuzz integration
 

@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/redact"
 )
 
 // ErrConfig is wrapped by every configuration error returned by Validate.
@@ -52,6 +54,54 @@ type Config struct {
 	ProcessingGuarantee string
 	// --transaction-timeout: how long the broker keeps a dead instance's open transaction
 	TransactionTimeout time.Duration
+
+	SchemaRegistryUser         string        // --schema-registry-user: basic-auth user (API key) of the registry
+	SchemaRegistryPassword     string        // --schema-registry-password: basic-auth password (API secret)
+	SchemaRegistryPasswordFile string        // --schema-registry-password-file: file holding the password (a mounted secret)
+	PeerSecret                 string        // --peer-secret: shared secret authenticating requests between instances
+	PeerSecretFile             string        // --peer-secret-file: file holding the peer secret (a mounted secret)
+	StaleDropAfter             time.Duration // --stale-drop-after: clover drops a partition this long after it moved away (0: keep)
+}
+
+// Secrets are the credentials read from their files (or taken from the
+// config): registry password and peer secret.
+type Secrets struct {
+	RegistryPassword string
+	PeerSecret       []byte
+}
+
+// ReadSecrets returns the registry password and the peer secret, reading
+// the --*-file options when set (trailing newlines are dropped, as written
+// by `kubectl create secret` and most editors). Errors name the option but
+// never the content.
+func (c Config) ReadSecrets() (Secrets, error) {
+	s := Secrets{RegistryPassword: c.SchemaRegistryPassword, PeerSecret: []byte(c.PeerSecret)}
+	read := func(flag, path string) (string, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("%w: --%s: %w", ErrConfig, flag, err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return "", fmt.Errorf("%w: --%s: %s is empty", ErrConfig, flag, path)
+		}
+		return v, nil
+	}
+	if c.SchemaRegistryPasswordFile != "" {
+		v, err := read("schema-registry-password-file", c.SchemaRegistryPasswordFile)
+		if err != nil {
+			return Secrets{}, err
+		}
+		s.RegistryPassword = v
+	}
+	if c.PeerSecretFile != "" {
+		v, err := read("peer-secret-file", c.PeerSecretFile)
+		if err != nil {
+			return Secrets{}, err
+		}
+		s.PeerSecret = []byte(v)
+	}
+	return s, nil
 }
 
 // Default returns the defaults documented in the README.
@@ -77,6 +127,7 @@ func Default() Config {
 
 		ProcessingGuarantee: string(engine.ExactlyOnce),
 		TransactionTimeout:  10 * time.Second,
+		StaleDropAfter:      10 * time.Minute,
 	}
 }
 
@@ -96,7 +147,25 @@ func (c Config) Validate() error {
 		}
 	}
 	if u, err := url.Parse(c.SchemaRegistry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("schema-registry", "%q is not an http(s) URL", c.SchemaRegistry)
+		bad("schema-registry", "%q is not an http(s) URL", redact.URL(c.SchemaRegistry))
+	}
+	if c.SchemaRegistryPassword != "" && c.SchemaRegistryPasswordFile != "" {
+		bad("schema-registry-password", "give the password or --schema-registry-password-file, not both")
+	}
+	if c.SchemaRegistryUser == "" && (c.SchemaRegistryPassword != "" || c.SchemaRegistryPasswordFile != "") {
+		bad("schema-registry-user", "a registry password needs a user")
+	}
+	if u, err := url.Parse(c.SchemaRegistry); err == nil && u.User != nil && c.SchemaRegistryUser != "" {
+		bad("schema-registry-user", "credentials are both in --schema-registry and in --schema-registry-user; keep only the latter")
+	}
+	if c.PeerSecret != "" && c.PeerSecretFile != "" {
+		bad("peer-secret", "give the secret or --peer-secret-file, not both")
+	}
+	if c.PeerSecret != "" && len(c.PeerSecret) < 16 {
+		bad("peer-secret", "must be at least 16 characters")
+	}
+	if c.StaleDropAfter < 0 {
+		bad("stale-drop-after", "must not be negative")
 	}
 	if c.ApplicationID == "" || strings.ContainsAny(c.ApplicationID, " /\\") {
 		bad("application-id", "%q must be non-empty without spaces or slashes", c.ApplicationID)
@@ -114,7 +183,7 @@ func (c Config) Validate() error {
 		}
 	case StoreRedis:
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			bad("redis-url", "%q is not a redis:// or rediss:// URL", c.RedisURL)
+			bad("redis-url", "%q is not a redis:// or rediss:// URL", redact.URL(c.RedisURL))
 		}
 	default:
 		bad("store", "unknown store %q (want %s or %s)", c.Store, StoreClover, StoreRedis)
@@ -141,8 +210,8 @@ func (c Config) Validate() error {
 		bad("processing-guarantee", "%q: want %s or %s", c.ProcessingGuarantee, engine.ExactlyOnce, engine.AtLeastOnce)
 	}
 	if c.AdvertiseAddr != "" {
-		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {
-			bad("advertise-addr", "%q is not host:port", c.AdvertiseAddr)
+		if err := engine.ValidPeerAddr(c.AdvertiseAddr); err != nil {
+			bad("advertise-addr", "%q is not a bare host:port: %v", clipInput(c.AdvertiseAddr), err)
 		}
 	}
 	if c.CacheMaxDocs <= 0 {
@@ -170,4 +239,12 @@ func ParseLogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", s)
 	}
 	return l, nil
+}
+
+// clipInput cuts s to 80 bytes for an error message.
+func clipInput(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	return s[:80] + "..."
 }

@@ -86,7 +86,8 @@ func (cc *crashCluster) start(in *crashInstance) {
 		"--application-id", c.ApplicationID, "--input-topic", c.InputTopic, "--output-topic", c.OutputTopic,
 		"--store", c.Store, "--data-dir", in.dataDir, "--redis-url", c.RedisURL,
 		"--http-addr", in.api, "--advertise-addr", in.api, "--instance-id", in.instanceID,
-		"--commit-interval", "200ms", "--session-timeout", "3s", "--partitions", "3", "--fsync=false", "--log-level", "info"}
+		"--commit-interval", "200ms", "--session-timeout", "3s", "--partitions", "3", "--fsync=false", "--log-level", "info",
+		"--peer-secret", testPeerSecret}
 	in.proc = testkit.StartProcess(cc.t, in.name, cc.bin, nil, append(args, in.extraArgs...)...)
 }
 

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // DemoConfig configures `keepstate demo`: the service plus an in-process
@@ -72,6 +75,14 @@ func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
 	if err := os.MkdirAll(d.DataDir, 0o755); err != nil {
 		return fmt.Errorf("demo: create --data-dir: %w", err)
 	}
+	// Take the data dir before anything writes into it: a second demo on
+	// the same --data-dir must fail here, not after its broker has written
+	// into the live broker's log directory.
+	unlock, err := lockDataDir(d.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	kafkaLn, err := net.Listen("tcp", d.KafkaAddr)
 	if err != nil {
 		return fmt.Errorf("demo: in-process Kafka cannot listen on --kafka-addr %s (%w); is another broker or demo running? choose another address", d.KafkaAddr, err)
@@ -104,6 +115,10 @@ func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
 
 	c := d.Config
 	c.DataDir = filepath.Join(d.DataDir, "store")
+	if c.PeerSecret == "" && c.PeerSecretFile == "" {
+		// One instance: nothing to route to, and no reason to warn.
+		c.PeerSecret = rand.Text()
+	}
 	c.Brokers = []string{kafkaLn.Addr().String()}
 	c.SchemaRegistry = "http://" + regLn.Addr().String()
 	if c.Partitions == 0 {
@@ -132,6 +147,25 @@ func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
 	cancel()
 	<-genDone
 	return err
+}
+
+// demoLockTimeout is how long a demo waits for another to release its
+// --data-dir.
+const demoLockTimeout = time.Second
+
+// lockDataDir takes an exclusive lock on dir (the file demo.lock, locked
+// with bbolt's portable file lock) and returns its release; it fails with
+// ErrConfig when another process holds it.
+func lockDataDir(dir string) (func(), error) {
+	path := filepath.Join(dir, "demo.lock")
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: demoLockTimeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: --data-dir %s is in use by another keepstate demo (lock %s held); stop it or choose another --data-dir", ErrConfig, dir, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("demo: lock --data-dir %s: %w", dir, err)
+	}
+	return func() { _ = db.Close() }, nil
 }
 
 func mustTCPAddr(s string) net.Addr {

@@ -60,8 +60,12 @@ func testConfig(t *testing.T, brokers []string, registryURL string) app.Config {
 	c.CommitInterval = 100 * time.Millisecond
 	c.Partitions = 3
 	c.Fsync = false
+	c.PeerSecret = testPeerSecret
 	return c
 }
+
+// testPeerSecret authenticates routing between the instances of a test.
+const testPeerSecret = "test-peer-secret-0123456789"
 
 // instance is one keepstate service run in-process by a test.
 type instance struct {
@@ -73,10 +77,16 @@ type instance struct {
 // startInstance runs app.Run until the test ends and waits until /readyz is 200.
 func startInstance(t *testing.T, c app.Config) *instance {
 	t.Helper()
+	return startInstanceLog(t, c, testLogger(t, c.ApplicationID))
+}
+
+// startInstanceLog is startInstance with the instance's logs sent to log.
+func startInstanceLog(t *testing.T, c app.Config, log *slog.Logger) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	in := &instance{cancel: cancel, done: make(chan error, 1)}
-	go func() { in.done <- app.Run(ctx, c, testLogger(t, c.ApplicationID), func(a string) { addr <- a }) }()
+	go func() { in.done <- app.Run(ctx, c, log, func(a string) { addr <- a }) }()
 	select {
 	case a := <-addr:
 		in.api = "http://" + a

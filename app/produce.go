@@ -23,7 +23,12 @@ import (
 type ProduceConfig struct {
 	Brokers        []string
 	SchemaRegistry string
-	Topic          string
+	// SchemaRegistryUser, SchemaRegistryPassword and
+	// SchemaRegistryPasswordFile are the registry's credentials, as in Config.
+	SchemaRegistryUser         string
+	SchemaRegistryPassword     string
+	SchemaRegistryPasswordFile string
+	Topic                      string
 	// Count is how many generated ratings to send (0: until ctx ends).
 	Count int64
 	// Movies is the number of distinct movie ids (1..Movies), popularity Zipf-skewed.
@@ -92,7 +97,8 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 		return 0, err
 	}
 	log = discardLogger(log)
-	reg, err := OpenRegistry(ctx, Config{SchemaRegistry: p.SchemaRegistry}, log)
+	reg, err := OpenRegistry(ctx, Config{SchemaRegistry: p.SchemaRegistry, SchemaRegistryUser: p.SchemaRegistryUser,
+		SchemaRegistryPassword: p.SchemaRegistryPassword, SchemaRegistryPasswordFile: p.SchemaRegistryPasswordFile}, log)
 	if err != nil {
 		return 0, err
 	}

@@ -35,6 +35,7 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		ReplicationFactor: c.ReplicationFactor,
 		AdvertiseAddr:     c.AdvertiseAddr,
 		SessionTimeout:    c.SessionTimeout,
+		StaleDropAfter:    c.StaleDropAfter,
 		Logger:            log,
 
 		ProcessingGuarantee: engine.Guarantee(c.ProcessingGuarantee),
@@ -63,17 +64,27 @@ func OpenStore(ctx context.Context, c Config, log *slog.Logger) (engine.Store, e
 	return nil, fmt.Errorf("%w: unknown store %q", ErrConfig, c.Store)
 }
 
-// OpenRegistry connects to the Schema Registry and checks it answers.
+// OpenRegistry connects to the Schema Registry and checks it answers. The
+// credentials come from --schema-registry-user and the password options
+// (or the URL's userinfo); no error shows them.
 func OpenRegistry(ctx context.Context, c Config, log *slog.Logger) (*avro.Registry, error) {
-	reg, err := avro.NewRegistry(c.SchemaRegistry, avro.WithLogger(log))
+	sec, err := c.ReadSecrets()
 	if err != nil {
-		return nil, fmt.Errorf("%w: schema registry %s: %w", ErrUnavailable, c.SchemaRegistry, err)
+		return nil, err
+	}
+	opts := []avro.Option{avro.WithLogger(log)}
+	if c.SchemaRegistryUser != "" {
+		opts = append(opts, avro.WithBasicAuth(c.SchemaRegistryUser, sec.RegistryPassword))
+	}
+	reg, err := avro.NewRegistry(c.SchemaRegistry, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --schema-registry: %w", ErrConfig, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := reg.Ping(pctx); err != nil {
-		return nil, fmt.Errorf("%w: schema registry %s does not answer (%v); start one or set --schema-registry (try `keepstate demo`)",
-			ErrUnavailable, c.SchemaRegistry, err)
+		// err names the registry (without credentials) once.
+		return nil, fmt.Errorf("%w: %w; start one or set --schema-registry (try `keepstate demo`)", ErrUnavailable, err)
 	}
 	return reg, nil
 }
@@ -85,6 +96,10 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 		return err
 	}
 	log = discardLogger(log)
+	sec, err := c.ReadSecrets()
+	if err != nil {
+		return err
+	}
 	reg, err := OpenRegistry(ctx, c, log)
 	if err != nil {
 		return err
@@ -109,9 +124,13 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 	}
 	opts := web.Options{Querier: store, Ready: eng.Ready, Stats: eng.Stats, Logger: log}
 	if c.Store == StoreClover {
-		// Each instance's store holds the partitions it owns (and stale
-		// copies of ones it owned before): route keys to their owner.
-		opts.Querier, opts.Router = eng.OwnedQuerier(store), eng
+		// Each instance's store holds the partitions it owns (and, until
+		// --stale-drop-after, copies of ones it owned before): answer only
+		// partitions RUNNING here, route the others to their owner.
+		opts.Querier, opts.Router, opts.PeerSecret = eng.OwnedQuerier(store), eng, sec.PeerSecret
+		if len(sec.PeerSecret) == 0 {
+			log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
+		}
 	}
 	srv := web.New(opts)
 	ctx, cancel := context.WithCancel(ctx)

@@ -15,8 +15,8 @@ import (
 // while the zombie sleeps.
 const zombieRatings = 2000
 
-// ratingLines returns n JSON rating lines for movie id, all rated r.
-func ratingLines(id int64, n int, r float64) []string {
+// repeatRating returns n JSON rating lines for movie id, all rated r.
+func repeatRating(id int64, n int, r float64) []string {
 	lines := make([]string, n)
 	for i := range lines {
 		lines[i] = fmt.Sprintf(`{"movie_id":%d,"rating":%v}`, id, r)
@@ -49,7 +49,7 @@ func zombieScenario(t *testing.T, store, guarantee string, full bool) []error {
 	cc.waitReady(x, 60*time.Second)
 
 	const movie = 1
-	produceJSON(t, cc.cfg, ratingLines(movie, 5, 8)...)
+	produceJSON(t, cc.cfg, repeatRating(movie, 5, 8)...)
 	testkit.Eventually(t, 30*time.Second, "x counted 5 ratings in its cache", func() error {
 		st, err := stats(x.api)
 		if err == nil && st.Stats.RecordsProcessed < 5 {
@@ -83,7 +83,7 @@ func zombieScenario(t *testing.T, store, guarantee string, full bool) []error {
 		}
 		return err
 	})
-	produceJSON(t, cc.cfg, ratingLines(movie, zombieRatings, 9)...)
+	produceJSON(t, cc.cfg, repeatRating(movie, zombieRatings, 9)...)
 	want := testkit.Movie{MovieID: movie, Count: 5 + zombieRatings, Rating: (5*8 + zombieRatings*9) / float64(5+zombieRatings)}
 	waitMovie(t, "http://"+y.api, movie1(want), 60*time.Second)
 	waitCommitted(t, cc.cfg, cc.cfg.EngineConfig(nil).Topics().Repartition)
@@ -136,7 +136,7 @@ func zombieScenario(t *testing.T, store, guarantee string, full bool) []error {
 	if got, code, err := getMovie("http://"+x.api, movie); err != nil || got != movie1(want) {
 		problems = append(problems, fmt.Errorf("x back as owner serves %d %+v (%v), want %+v", code, got, err, want))
 	}
-	produceJSON(t, cc.cfg, ratingLines(movie, 1, 10)...)
+	produceJSON(t, cc.cfg, repeatRating(movie, 1, 10)...)
 	want = testkit.Movie{MovieID: movie, Count: want.Count + 1, Rating: (5*8 + zombieRatings*9 + 10) / float64(want.Count+1)}
 	truth[movie] = want
 	if err := waitFor(60*time.Second, func() error {

@@ -2,6 +2,7 @@ package avro
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/riferrei/srclient"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/keepstate/keepstate/internal/redact"
 )
 
 // Defaults of the Registry options.
@@ -37,6 +40,8 @@ type Registry struct {
 	transport  http.RoundTripper
 	timeout    time.Duration
 	unknownTTL time.Duration
+	unknownMax int
+	unknown    *unknownCache
 	user       string
 	password   string
 	log        *slog.Logger
@@ -80,6 +85,12 @@ func WithBasicAuth(user, password string) Option {
 	return func(r *Registry) { r.user, r.password = user, password }
 }
 
+// WithUnknownMax bounds how many unknown schema ids are remembered
+// (default DefaultUnknownMax); the oldest is forgotten first.
+func WithUnknownMax(n int) Option {
+	return func(r *Registry) { r.unknownMax = max(n, 0) }
+}
+
 // WithUnknownTTL sets how long an id the registry said it does not know is
 // answered from the cache with ErrUnknownSchema (default DefaultUnknownTTL;
 // 0 or less asks the registry every time).
@@ -90,19 +101,28 @@ func WithUnknownTTL(d time.Duration) Option {
 // NewRegistry returns a client of the registry at rawURL (http or https,
 // e.g. "http://localhost:8081"). It sends no request; call Ping to check
 // the registry answers. It fails only when rawURL is not an http(s) URL.
+// Credentials in rawURL ("http://key:secret@host") are taken out of it and
+// sent as basic auth unless WithBasicAuth is given; URL and every message
+// show the URL without them.
 func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
-	u, err := url.Parse(rawURL)
+	clean, user, password := redact.Userinfo(rawURL)
+	u, err := url.Parse(clean)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("schema registry url %q is not an http(s) url", rawURL)
+		return nil, fmt.Errorf("schema registry url %q is not an http(s) url", redact.URL(rawURL))
 	}
 	r := &Registry{
-		url:        strings.TrimRight(rawURL, "/"),
+		url:        strings.TrimRight(clean, "/"),
 		httpClient: &http.Client{},
 		unknownTTL: DefaultUnknownTTL,
+		unknownMax: DefaultUnknownMax,
 	}
 	for _, o := range opts {
 		o(r)
 	}
+	if r.user == "" && r.password == "" {
+		r.user, r.password = user, password
+	}
+	r.unknown = newUnknownCache(r.unknownTTL, r.unknownMax)
 	if r.timeout == 0 {
 		r.timeout = r.httpClient.Timeout
 	}
@@ -121,7 +141,7 @@ func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 	return r, nil
 }
 
-// URL returns the registry URL without a trailing slash.
+// URL returns the registry URL without credentials or a trailing slash.
 func (r *Registry) URL() string { return r.url }
 
 // Ping checks that the registry answers (GET /config). Any failure, a
@@ -131,10 +151,11 @@ func (r *Registry) Ping(ctx context.Context) error {
 		_, err := c.GetGlobalCompatibilityLevel()
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("%w: %s does not answer: %w", ErrRegistryUnavailable, r.url, err)
+	if err != nil && !errors.Is(err, ErrRegistryUnavailable) {
+		// A canceled ctx or a registry error answer: still "does not answer".
+		return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
 	}
-	return nil
+	return err
 }
 
 // Register registers schema (Avro JSON) under subject, as the Confluent
@@ -196,8 +217,8 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 			return err
 		})
 		if err != nil {
-			if isUnknown(err) && r.unknownTTL > 0 {
-				r.publishSchema(&writerSchema{id: id, unknownUntil: time.Now().Add(r.unknownTTL)})
+			if isUnknown(err) {
+				r.unknown.add(id, time.Now())
 			}
 			r.log.Debug("schema fetch failed", "id", id, "err", err)
 			return nil, err
@@ -208,6 +229,7 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 		}
 		w := newWriterSchema(id, st, got.Schema())
 		r.publishSchema(w)
+		r.unknown.forget(id)
 		r.log.Debug("fetched schema", "id", id, "usable", w.err == nil)
 		return w, nil
 	})
@@ -217,15 +239,12 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 	return v.(*writerSchema), nil
 }
 
-// cachedWriter answers from the cache; ok is false on a miss.
+// cachedWriter answers from the caches; ok is false on a miss.
 func (r *Registry) cachedWriter(id int) (w *writerSchema, err error, ok bool) {
-	w, ok = (*r.schemas.Load())[id]
-	switch {
-	case !ok:
-		return nil, nil, false
-	case w.unknownUntil.IsZero():
+	if w, ok = (*r.schemas.Load())[id]; ok {
 		return w, nil, true
-	case time.Now().Before(w.unknownUntil):
+	}
+	if r.unknown.has(id, time.Now()) {
 		return nil, fmt.Errorf("%w: schema id %d not in registry %s (cached)", ErrUnknownSchema, id, r.url), true
 	}
 	return nil, nil, false
@@ -253,7 +272,7 @@ func (r *Registry) publishSchema(w *writerSchema) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := *r.schemas.Load()
-	if cur, ok := old[w.id]; ok && cur.unknownUntil.IsZero() {
+	if _, ok := old[w.id]; ok {
 		return // ids are immutable: keep the first compiled schema
 	}
 	next := maps.Clone(old)

@@ -3,7 +3,6 @@ package avro
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/linkedin/goavro/v2"
 )
@@ -34,16 +33,14 @@ type pairPlan struct {
 }
 
 // writerSchema is a cached schema id: its codec and decoding plans, or the
-// permanent reason it cannot be used, or (unknownUntil set) the fact that
-// the registry does not know the id. Immutable once published.
+// permanent reason it cannot be used. Immutable once published.
 type writerSchema struct {
-	id           int
-	codec        *goavro.Codec
-	fast         *fastRecord // nil: decode with goavro's generic codec
-	rating       pairPlan
-	countAndSum  pairPlan
-	err          error     // wraps ErrDecode: the schema is unusable
-	unknownUntil time.Time // non-zero: negative cache entry
+	id          int
+	codec       *goavro.Codec
+	fast        *fastRecord // nil: decode with goavro's generic codec
+	rating      pairPlan
+	countAndSum pairPlan
+	err         error // wraps ErrDecode: the schema is unusable
 }
 
 type recordJSON struct {

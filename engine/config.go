@@ -41,6 +41,10 @@ type Config struct {
 	// TransactionTimeout is how long the broker waits before it aborts a
 	// transaction its producer left open (a crashed or paused instance).
 	TransactionTimeout time.Duration
+	// StaleDropAfter, when positive, deletes a partition's documents from
+	// an InstanceLocal store this long after the partition moved away (see
+	// stale.go); 0 keeps them.
+	StaleDropAfter time.Duration
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 }

@@ -57,6 +57,7 @@ type Engine struct {
 	cancelSession context.CancelFunc
 
 	owners   owners
+	stale    staleDropper
 	admin    sarama.ClusterAdmin // guarded by owners.mu
 	numParts atomic.Int32        // nParts for readers outside the engine's goroutines
 }
@@ -224,6 +225,7 @@ func (e *Engine) restartSession(reason string, err error) {
 }
 
 func (e *Engine) close() {
+	e.stale.stop()
 	e.owners.mu.Lock()
 	if e.admin != nil {
 		_ = e.admin.Close()

@@ -139,11 +139,15 @@ func (t *task) groupMetadata() *sarama.ConsumerGroupMetadata {
 	return sarama.NewConsumerGroupMetadataFromSession(t.sess, t.e.cfg.ApplicationID, instance)
 }
 
-// drop forgets everything the task holds that is not persisted.
+// drop forgets everything the task holds that is not persisted, after a
+// flush that was fenced or aborted. The partition is no longer RUNNING
+// here, so it is not kept answerable (warm) when the session ends: a new
+// owner may already be ahead of this instance's store.
 func (t *task) drop() {
 	t.cache = map[int64]*MovieStats{}
 	t.dirty = map[int64]struct{}{}
 	t.dead = nil
+	t.e.parts.set(t.p, Restoring)
 }
 
 // verifyInterval is how often an idle partition confirms its claim.

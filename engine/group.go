@@ -19,6 +19,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.c.running.Store(0)
 	e.parts.setJoined()
 	e.owners.invalidate()
+	e.onAssigned(ps)
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "input", s.Claims()[e.topics.Input])
 	return nil
@@ -36,6 +37,7 @@ func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 	e.c.assigned.Store(0)
 	e.c.running.Store(0)
 	e.owners.invalidate()
+	e.scheduleStaleDrops(s.Claims()[e.topics.Repartition])
 	return nil
 }
 

@@ -2,53 +2,110 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"sort"
 )
 
-// ownedQuerier answers queries from a store that may also hold stale
-// copies of partitions this instance no longer owns (a local store after a
-// rebalance): Range skips documents of partitions the engine does not own.
+// ownedQuerier answers queries from a store that may also hold copies of
+// partitions this instance does not run: stale copies of partitions it
+// owned before a rebalance (a local store), or partitions it is restoring.
+// Only partitions RUNNING here are answered.
 type ownedQuerier struct {
 	e *Engine
 	q Querier
 }
 
-// OwnedQuerier wraps q so that Range returns only documents of partitions
-// this instance owns; Get is passed through (callers route by Owner first).
-// Use it for stores local to an instance; a shared store (Redis) needs no
-// wrapping. Safe for concurrent use.
+// OwnedQuerier wraps q so that Get answers only movies whose partition is
+// RUNNING on this instance (ErrUnavailable otherwise: the caller routes by
+// Owner first, so this only happens in a race with a rebalance) and Range
+// returns only documents of partitions RUNNING here. Use it for stores
+// local to an instance; a shared store (Redis) needs no wrapping. Safe for
+// concurrent use.
 func (e *Engine) OwnedQuerier(q Querier) Querier { return &ownedQuerier{e: e, q: q} }
 
-// Get returns the stored document of movieID, or ErrNotFound.
+// Get returns the stored document of movieID when its partition is RUNNING
+// here (or in hand-over, see handover.go), ErrNotFound when there is none,
+// and an error wrapping ErrUnavailable otherwise.
 func (o *ownedQuerier) Get(ctx context.Context, movieID int64) (MovieStats, error) {
-	return o.q.Get(ctx, movieID)
+	n := o.e.numParts.Load()
+	if n == 0 {
+		return MovieStats{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+	}
+	p := PartitionFor(EncodeMovieKey(movieID), n)
+	if !o.e.answerable(p) {
+		return MovieStats{}, fmt.Errorf("partition %d of movie %d is not running on this instance: %w", p, movieID, ErrUnavailable)
+	}
+	m, err := o.q.Get(ctx, movieID)
+	if err != nil {
+		return m, err
+	}
+	// The partition may have stopped running during the read.
+	if !o.e.answerable(p) {
+		return MovieStats{}, fmt.Errorf("partition %d of movie %d stopped running on this instance: %w", p, movieID, ErrUnavailable)
+	}
+	return m, nil
 }
 
-// Range pages through the store until it has q.Limit owned documents or
-// the store has no more.
+// Range pages through the store until it has q.Limit documents of running
+// partitions or the store has no more.
 func (o *ownedQuerier) Range(ctx context.Context, q RangeQuery) (Page, error) {
+	page, _, err := o.rangeCovered(ctx, q)
+	return page, err
+}
+
+// RangeLocal answers q from the engine's store for the partitions RUNNING
+// on this instance and returns which partitions the page covers (sorted).
+// It is what an instance contributes to a range query merged across
+// instances. Safe for concurrent use.
+func (e *Engine) RangeLocal(ctx context.Context, q RangeQuery) (Page, []int32, error) {
+	return (&ownedQuerier{e: e, q: e.store}).rangeCovered(ctx, q)
+}
+
+func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []int32, error) {
 	if err := q.Validate(); err != nil {
-		return Page{}, err
+		return Page{}, nil, err
 	}
+	running := o.e.answerableSet()
 	var out Page
 	inner := q
-	for {
+	for done := false; !done; {
 		page, err := o.q.Range(ctx, inner)
 		if err != nil {
-			return Page{}, err
+			return Page{}, nil, err
 		}
 		for _, m := range page.Movies {
-			if !o.e.Owns(m.Partition) {
+			if !running[m.Partition] {
 				continue
 			}
 			out.Movies = append(out.Movies, m)
 			if len(out.Movies) == q.Limit {
 				out.Next = &Cursor{Avg: m.Avg(), MovieID: m.MovieID}
-				return out, nil
+				done = true
+				break
 			}
 		}
 		if page.Next == nil {
-			return out, nil
+			break
 		}
 		inner.After = page.Next
 	}
+	// A partition that stopped running during the query is not covered.
+	now := o.e.answerableSet()
+	covered := make([]int32, 0, len(running))
+	for p := range running {
+		if now[p] {
+			covered = append(covered, p)
+		}
+	}
+	if len(covered) < len(running) {
+		kept := out.Movies[:0]
+		for _, m := range out.Movies {
+			if now[m.Partition] {
+				kept = append(kept, m)
+			}
+		}
+		out.Movies = kept
+	}
+	sort.Slice(covered, func(i, j int) bool { return covered[i] < covered[j] })
+	return out, covered, nil
 }

@@ -4,110 +4,179 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
+	"golang.org/x/sync/singleflight"
 )
 
-// ownersTTL is how long a membership snapshot is trusted.
-const ownersTTL = 2 * time.Second
+// Timing of membership snapshots: a snapshot is trusted for ownersTTL;
+// describing the group again is bounded by describeTimeout, whatever the
+// caller's deadline, so no request waits behind a hung broker call.
+const (
+	ownersTTL       = 2 * time.Second
+	describeTimeout = 3 * time.Second
+)
 
-// owners caches which member (by advertised API address) owns each
-// aggregate partition, read from the group's description.
+// Membership is a snapshot of which instance owns each aggregate partition,
+// taken from the consumer group's description. Owners holds only members
+// whose advertised address is a valid bare host:port (see ValidPeerAddr);
+// a partition absent from Owners has no usable owner right now.
+type Membership struct {
+	// Partitions is the number of aggregate partitions.
+	Partitions int32
+	// Self is this instance's advertised address.
+	Self string
+	// Owners maps a partition to the advertised address of its owner.
+	Owners map[int32]string
+	// Taken is when the group was described.
+	Taken time.Time
+}
+
+// owners caches the last membership snapshot. Readers never hold a lock
+// across the network: the snapshot is an atomic pointer and a refresh runs
+// once (singleflight) in its own goroutine with a deadline.
 type owners struct {
-	mu      sync.Mutex
-	at      time.Time
-	byPart  map[int32]string
-	members []string
+	snap   atomic.Pointer[Membership]
+	flight singleflight.Group
+
+	mu       sync.Mutex // guards admin (Engine.admin) and rejected
+	rejected map[string]bool
 }
 
 // invalidate forgets the snapshot (after a rebalance).
-func (o *owners) invalidate() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.at = time.Time{}
-}
+func (o *owners) invalidate() { o.snap.Store(nil) }
 
-// Owner returns the advertised API address of the instance that owns the
-// partition of movieID, and local=true when that is this instance. While
-// the group rebalances and nobody owns the partition it returns an error
-// wrapping ErrUnavailable. Safe for concurrent use.
+// Owner returns where movieID can be answered: local=true when its
+// partition is RUNNING on this instance (or in hand-over, see
+// handover.go), else the address (a validated bare
+// host:port) of the member that owns it. It returns an error wrapping
+// ErrUnavailable when the partition is assigned here but still RESTORING,
+// or while nobody usable owns it (rebalancing, or an owner advertising an
+// invalid address). Safe for concurrent use; it never blocks longer than
+// ctx or describeTimeout.
 func (e *Engine) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
 	n := e.numParts.Load()
 	if n == 0 {
 		return "", false, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
 	p := PartitionFor(EncodeMovieKey(movieID), n)
-	if e.Owns(p) {
+	if e.answerable(p) {
 		return e.cfg.AdvertiseAddr, true, nil
 	}
-	byPart, _, err := e.membership(ctx)
+	if st, ok := e.partitionState(p); ok {
+		return "", false, fmt.Errorf("partition %d is %s on this instance: %w", p, st, ErrUnavailable)
+	}
+	m, err := e.Membership(ctx)
 	if err != nil {
 		return "", false, err
 	}
-	addr, ok := byPart[p]
-	if !ok || addr == "" {
+	addr, ok := m.Owners[p]
+	if !ok || addr == e.cfg.AdvertiseAddr {
+		// Owned by this address in a snapshot taken before this instance
+		// lost the partition: nobody is known to run it.
 		return "", false, fmt.Errorf("partition %d has no owner right now (rebalancing): %w", p, ErrUnavailable)
 	}
-	return addr, addr == e.cfg.AdvertiseAddr, nil
+	return addr, false, nil
 }
 
-// Peers returns the advertised API addresses of the other members of the
-// group. Safe for concurrent use.
-func (e *Engine) Peers(ctx context.Context) ([]string, error) {
-	_, members, err := e.membership(ctx)
-	if err != nil {
-		return nil, err
+// Membership returns the current ownership snapshot, describing the group
+// when the cached one is older than ownersTTL. Concurrent callers share one
+// describe; each waits at most until its ctx ends. Errors wrap
+// ErrUnavailable. Safe for concurrent use.
+func (e *Engine) Membership(ctx context.Context) (Membership, error) {
+	if m := e.owners.snap.Load(); m != nil && time.Since(m.Taken) < ownersTTL {
+		return *m, nil
 	}
-	var out []string
-	for _, m := range members {
-		if m != e.cfg.AdvertiseAddr && m != "" {
-			out = append(out, m)
+	ch := e.owners.flight.DoChan("describe", func() (any, error) {
+		m, err := e.describe()
+		if err == nil {
+			e.owners.snap.Store(&m)
 		}
+		return m, err
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return Membership{}, res.Err
+		}
+		return res.Val.(Membership), nil
+	case <-ctx.Done():
+		return Membership{}, fmt.Errorf("describe group %s: %w: %w", e.cfg.ApplicationID, ctx.Err(), ErrUnavailable)
 	}
-	return out, nil
 }
 
-// membership returns the cached partition owners, describing the group
-// when the snapshot is older than ownersTTL.
-func (e *Engine) membership(ctx context.Context) (map[int32]string, []string, error) {
+// describe asks the broker for the group's members and assignments. sarama
+// takes no context, so the call runs in its own goroutine and describe
+// gives up after describeTimeout (the goroutine ends with sarama's own
+// network timeouts; singleflight keeps at most one in flight).
+func (e *Engine) describe() (Membership, error) {
 	e.owners.mu.Lock()
-	defer e.owners.mu.Unlock()
-	if time.Since(e.owners.at) < ownersTTL {
-		return e.owners.byPart, e.owners.members, nil
-	}
 	admin := e.admin
+	e.owners.mu.Unlock()
 	if admin == nil {
-		return nil, nil, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+		return Membership{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+	type result struct {
+		groups []*sarama.GroupDescription
+		err    error
 	}
-	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
-	if err != nil {
-		return nil, nil, fmt.Errorf("describe group %s: %v: %w", e.cfg.ApplicationID, err, ErrUnavailable)
+	done := make(chan result, 1)
+	go func() {
+		g, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+		done <- result{g, err}
+	}()
+	t := time.NewTimer(describeTimeout)
+	defer t.Stop()
+	var res result
+	select {
+	case res = <-done:
+	case <-t.C:
+		return Membership{}, fmt.Errorf("describe group %s: no answer in %v: %w", e.cfg.ApplicationID, describeTimeout, ErrUnavailable)
 	}
-	byPart := map[int32]string{}
-	var members []string
-	for _, g := range groups {
-		for _, m := range g.Members {
-			meta, err := m.GetMemberMetadata()
+	if res.err != nil {
+		return Membership{}, fmt.Errorf("describe group %s: %v: %w", e.cfg.ApplicationID, res.err, ErrUnavailable)
+	}
+	m := Membership{Partitions: e.numParts.Load(), Self: e.cfg.AdvertiseAddr, Owners: map[int32]string{}, Taken: time.Now()}
+	for _, g := range res.groups {
+		for _, mem := range g.Members {
+			meta, err := mem.GetMemberMetadata()
 			if err != nil || meta == nil {
 				continue
 			}
 			addr := string(meta.UserData)
-			members = append(members, addr)
-			asg, err := m.GetMemberAssignment()
+			if err := ValidPeerAddr(addr); err != nil {
+				e.rejectPeer(mem.MemberId, addr, err)
+				continue
+			}
+			asg, err := mem.GetMemberAssignment()
 			if err != nil || asg == nil {
 				continue
 			}
 			for _, p := range asg.Topics[e.topics.Repartition] {
-				byPart[p] = addr
+				if p >= 0 && p < m.Partitions {
+					m.Owners[p] = addr
+				}
 			}
 		}
 	}
-	e.owners.byPart, e.owners.members, e.owners.at = byPart, members, time.Now()
-	return byPart, members, nil
+	return m, nil
+}
+
+// rejectPeer logs (once per address) a member whose advertised address is
+// not a bare host:port; its partitions are treated as having no owner.
+func (e *Engine) rejectPeer(member, addr string, err error) {
+	e.owners.mu.Lock()
+	defer e.owners.mu.Unlock()
+	if e.owners.rejected == nil {
+		e.owners.rejected = map[string]bool{}
+	}
+	if e.owners.rejected[addr] || len(e.owners.rejected) > 100 {
+		return
+	}
+	e.owners.rejected[addr] = true
+	e.log.Warn("ignoring group member with an invalid advertised address", "member", member, "addr", truncate(addr, 64), "err", err)
 }
 
 // newAdmin opens the admin client used for group descriptions.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // PartitionState is the lifecycle state of an aggregate partition on this instance.
@@ -24,12 +25,17 @@ func (s PartitionState) String() string {
 	return "RESTORING"
 }
 
-// partitionTracker records the assigned partitions and their states.
+// partitionTracker records the assigned partitions and their states, and
+// the partitions in hand-over (see handover.go).
 type partitionTracker struct {
 	mu       sync.Mutex
 	joined   bool
 	states   map[int32]PartitionState
 	storeErr error
+	// warm holds partitions revoked while RUNNING here, until when they may
+	// still be answered: nobody else has been assigned them yet.
+	warm  map[int32]time.Time
+	grace time.Duration
 }
 
 func (t *partitionTracker) set(p int32, s PartitionState) {
@@ -39,11 +45,22 @@ func (t *partitionTracker) set(p int32, s PartitionState) {
 		t.states = map[int32]PartitionState{}
 	}
 	t.states[p] = s
+	if s == Running {
+		t.clearWarm(p)
+	}
 }
 
+// remove forgets p; a partition that was RUNNING stays answerable (warm)
+// until the next assignment or for the grace period.
 func (t *partitionTracker) remove(p int32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.states[p] == Running && t.grace > 0 {
+		if t.warm == nil {
+			t.warm = map[int32]time.Time{}
+		}
+		t.warm[p] = time.Now().Add(t.grace)
+	}
 	delete(t.states, p)
 }
 
@@ -70,12 +87,56 @@ func (e *Engine) Partitions() map[int32]PartitionState {
 	return out
 }
 
-// Owns reports whether this instance currently owns aggregate partition p.
+// Owns reports whether this instance currently owns aggregate partition p
+// (RESTORING or RUNNING).
 func (e *Engine) Owns(p int32) bool {
+	_, ok := e.partitionState(p)
+	return ok
+}
+
+// partitionState returns the state of partition p here; ok is false when
+// this instance does not own p.
+func (e *Engine) partitionState(p int32) (s PartitionState, ok bool) {
 	e.parts.mu.Lock()
 	defer e.parts.mu.Unlock()
-	_, ok := e.parts.states[p]
-	return ok
+	s, ok = e.parts.states[p]
+	return s, ok
+}
+
+// answerable reports whether queries for partition p may be answered from
+// this instance's store: p is RUNNING here, or in hand-over (see
+// handover.go).
+func (e *Engine) answerable(p int32) bool {
+	e.parts.mu.Lock()
+	defer e.parts.mu.Unlock()
+	return e.parts.answerableLocked(p, time.Now())
+}
+
+func (t *partitionTracker) answerableLocked(p int32, now time.Time) bool {
+	if s, ok := t.states[p]; ok && s == Running {
+		return true
+	}
+	until, ok := t.warm[p]
+	return ok && now.Before(until)
+}
+
+// answerableSet returns the partitions answerable on this instance.
+func (e *Engine) answerableSet() map[int32]bool {
+	e.parts.mu.Lock()
+	defer e.parts.mu.Unlock()
+	now := time.Now()
+	out := make(map[int32]bool, len(e.parts.states)+len(e.parts.warm))
+	for p := range e.parts.states {
+		if e.parts.answerableLocked(p, now) {
+			out[p] = true
+		}
+	}
+	for p := range e.parts.warm {
+		if e.parts.answerableLocked(p, now) {
+			out[p] = true
+		}
+	}
+	return out
 }
 
 // Ready returns nil when the instance has joined its group, every assigned

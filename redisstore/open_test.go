@@ -48,7 +48,7 @@ func TestOpenUnreachable(t *testing.T) {
 	if strings.Contains(msg, "hunter2") {
 		t.Errorf("error message shows the password: %s", msg)
 	}
-	for _, want := range []string{strings.Replace(url, "hunter2", "xxxxx", 1), "start redis-server or set --redis-url"} {
+	for _, want := range []string{strings.Replace(url, ":hunter2@", "REDACTED@", 1), "start redis-server or set --redis-url"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error message %q does not contain %q", msg, want)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/redact"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -74,7 +75,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 }
 
 // parseURL parses a Redis URL with go-redis and returns the URL with its
-// password redacted for messages. Parse errors never include the password.
+// userinfo redacted for messages. Parse errors never include the password.
 func parseURL(rawURL string) (*redis.Options, string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -84,7 +85,7 @@ func parseURL(rawURL string) (*redis.Options, string, error) {
 		}
 		return nil, "", fmt.Errorf("redisstore: invalid redis url: %w", err)
 	}
-	where := u.Redacted()
+	where := redact.URL(u.String()) // no userinfo at all: ACL user names are credentials too
 	ropts, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, "", fmt.Errorf("redisstore: invalid redis url %s: %w", where, err)

@@ -50,8 +50,19 @@ func loadSpec(t *testing.T) (openAPIDoc, []byte) {
 func TestOpenAPICoversRoutes(t *testing.T) {
 	doc, _ := loadSpec(t)
 	registered := map[string]bool{}
+	heads := map[string]bool{}
 	for _, r := range New(Options{}).e.Routes() {
+		if r.Method == http.MethodHead {
+			// HEAD is served beside every GET; the document says so once.
+			heads[openAPIPath(r.Path)] = true
+			continue
+		}
 		registered[strings.ToLower(r.Method)+" "+openAPIPath(r.Path)] = true
+	}
+	for k := range registered {
+		if p, ok := strings.CutPrefix(k, "get "); ok && !heads[p] {
+			t.Errorf("route GET %s has no HEAD", p)
+		}
 	}
 	documented := map[string]bool{}
 	for p, ops := range doc.Paths {

@@ -18,8 +18,12 @@ import (
 
 // Default values used when the corresponding Options field is zero.
 const (
-	DefaultQueryTimeout    = 5 * time.Second
-	DefaultShutdownTimeout = 10 * time.Second
+	DefaultQueryTimeout      = 5 * time.Second
+	DefaultShutdownTimeout   = 10 * time.Second
+	DefaultReadHeaderTimeout = 5 * time.Second
+	DefaultReadTimeout       = 10 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultMaxHeaderBytes    = 16 << 10
 )
 
 // Options configures a Server. Only Querier is needed to answer queries;
@@ -47,12 +51,26 @@ type Options struct {
 	// ShutdownTimeout bounds the graceful shutdown of Serve after its
 	// context is cancelled (DefaultShutdownTimeout when zero).
 	ShutdownTimeout time.Duration
+	// PeerSecret authenticates requests forwarded between instances (see
+	// ForwardedHeader); every instance of a deployment needs the same one.
+	// When empty a random secret is used, so this instance neither accepts
+	// nor gets answers to forwarded requests.
+	PeerSecret []byte
+	// ReadHeaderTimeout, ReadTimeout, IdleTimeout and MaxHeaderBytes bound
+	// what a client may hold (Default* when zero). The write timeout is
+	// derived from QueryTimeout: a routed query waits at most that long
+	// for a peer.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
 }
 
 // Server is keepstate's HTTP server. It is safe for concurrent use; Serve
 // may be called several times (for example on several listeners).
 type Server struct {
 	client  *http.Client // for routed requests
+	auth    peerAuth
 	opts    Options
 	log     *slog.Logger
 	e       *echo.Echo
@@ -77,7 +95,23 @@ func New(opts Options) *Server {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	s := &Server{opts: opts, log: opts.Logger, client: &http.Client{Timeout: opts.QueryTimeout}}
+	if opts.ReadHeaderTimeout <= 0 {
+		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.MaxHeaderBytes <= 0 {
+		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	s := &Server{opts: opts, log: opts.Logger, auth: newPeerAuth(opts.PeerSecret), client: &http.Client{
+		Timeout: opts.QueryTimeout,
+		// A peer is asked one fixed URL; a redirect is never followed.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
 
 	e := echo.New()
 	e.HideBanner = true
@@ -93,10 +127,11 @@ func New(opts Options) *Server {
 	return s
 }
 
-// routes registers every route. The OpenAPI document (openapi.json) lists
-// exactly these; TestOpenAPICoversRoutes keeps the two in step.
+// routes registers every route, for GET and HEAD. The OpenAPI document
+// (openapi.json) lists exactly these; TestOpenAPICoversRoutes keeps the two
+// in step.
 func (s *Server) routes() {
-	e := s.e
+	e := getHead{s.e}
 	e.GET("/movies/:id", s.getMovie)
 	e.GET("/movies", s.rangeMovies)
 	e.GET("/healthz", s.healthz)
@@ -111,6 +146,14 @@ func (s *Server) routes() {
 	e.GET("/swagger-ui/:file", s.swaggerAsset)
 }
 
+// getHead registers a handler for GET and HEAD (the server drops the body
+// of a HEAD answer).
+type getHead struct{ e *echo.Echo }
+
+func (g getHead) GET(path string, h echo.HandlerFunc) {
+	g.e.Match([]string{http.MethodGet, http.MethodHead}, path, h)
+}
+
 // Handler returns the server's http.Handler, for tests or for mounting in
 // another server.
 func (s *Server) Handler() http.Handler { return s.e }
@@ -122,8 +165,11 @@ func (s *Server) Handler() http.Handler { return s.e }
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.e,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
+		WriteTimeout:      s.opts.ReadTimeout + 2*s.opts.QueryTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)

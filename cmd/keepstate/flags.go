@@ -53,6 +53,17 @@ func commonFlags(fs *flag.FlagSet, c *app.Config) {
 		"exactly_once (Kafka transactions: a paused or partitioned instance cannot write after losing its partitions) or at_least_once (brokers without transactions; unsafe against such an instance)")
 	fs.DurationVar(&c.TransactionTimeout, "transaction-timeout", c.TransactionTimeout, "exactly_once: how long the broker keeps a dead instance's open transaction before aborting it")
 	fs.BoolVar(&c.Fsync, "fsync", c.Fsync, "clover: fsync every batch (turning it off risks the last batches on power loss)")
+	registryAuthFlags(fs, &c.SchemaRegistryUser, &c.SchemaRegistryPassword, &c.SchemaRegistryPasswordFile)
+	fs.StringVar(&c.PeerSecret, "peer-secret", c.PeerSecret, "clover: shared secret authenticating queries routed between instances (the same on every instance, 16+ characters)")
+	fs.StringVar(&c.PeerSecretFile, "peer-secret-file", c.PeerSecretFile, "clover: file holding the peer secret (e.g. a mounted Kubernetes secret)")
+	fs.DurationVar(&c.StaleDropAfter, "stale-drop-after", c.StaleDropAfter, "clover: delete a partition's documents this long after it moved to another instance (0: keep them)")
+}
+
+// registryAuthFlags registers the Schema Registry credential flags.
+func registryAuthFlags(fs *flag.FlagSet, user, password, passwordFile *string) {
+	fs.StringVar(user, "schema-registry-user", *user, "Schema Registry basic-auth user (API key)")
+	fs.StringVar(password, "schema-registry-password", *password, "Schema Registry basic-auth password (API secret); prefer the file or KEEPSTATE_SCHEMA_REGISTRY_PASSWORD")
+	fs.StringVar(passwordFile, "schema-registry-password-file", *passwordFile, "file holding the Schema Registry password (e.g. a mounted Kubernetes secret)")
 }
 
 // applyEnv sets every flag of fs that was not given on the command line from
@@ -104,6 +115,7 @@ func demoFlags(fs *flag.FlagSet, d *app.DemoConfig) {
 func produceFlags(fs *flag.FlagSet, p *app.ProduceConfig, fromStdin *bool, logLevel *string) {
 	brokersFlag(fs, &p.Brokers)
 	fs.StringVar(&p.SchemaRegistry, "schema-registry", p.SchemaRegistry, "Schema Registry URL")
+	registryAuthFlags(fs, &p.SchemaRegistryUser, &p.SchemaRegistryPassword, &p.SchemaRegistryPasswordFile)
 	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send ratings to")
 	fs.Int64Var(&p.Count, "count", p.Count, "ratings to generate (0: until interrupted)")
 	fs.Int64Var(&p.Movies, "movies", p.Movies, "distinct movie ids (1..movies, Zipf-skewed popularity)")

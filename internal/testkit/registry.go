@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"encoding/base64"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/sr/srfake"
@@ -29,3 +30,13 @@ func (r *Registry) URL() string { return r.fake.URL() }
 // Fake returns the srfake registry, to seed schemas, inspect subjects or
 // intercept requests.
 func (r *Registry) Fake() *srfake.Registry { return r.fake }
+
+// StartRegistryWithAuth starts an empty in-process Schema Registry that
+// requires HTTP basic authentication with user and password (401 without
+// credentials, 403 with wrong ones).
+func StartRegistryWithAuth(t testing.TB, user, password string) *Registry {
+	t.Helper()
+	r := srfake.New(srfake.WithAuth("Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))))
+	t.Cleanup(r.Close)
+	return &Registry{fake: r}
+}

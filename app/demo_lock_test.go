@@ -1,0 +1,78 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// syncBuffer is a concurrency-safe bytes.Buffer.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDemoLocksDataDirFirst starts a demo, then a second one on the same
+// --data-dir whose --kafka-addr is taken: it must fail on the data-dir
+// lock, before it even tries to start its broker (which would write into
+// the live broker's directory).
+func TestDemoLocksDataDirFirst(t *testing.T) {
+	dir := t.TempDir()
+	first := app.DefaultDemo()
+	first.DataDir, first.HTTPAddr, first.Rate = dir, "127.0.0.1:0", 0
+	first.KafkaAddr, first.RegistryAddr = testkit.FreeAddr(t), testkit.FreeAddr(t)
+	out := &syncBuffer{}
+	first.Out = out
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Demo(ctx, first, testLogger(t, "first demo")) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("first demo: %v", err)
+		}
+	}()
+	testkit.Eventually(t, 60*time.Second, "first demo running", func() error {
+		if !strings.Contains(out.String(), "is running") {
+			return errors.New("no banner yet")
+		}
+		return nil
+	})
+
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	second := first
+	second.Out = &syncBuffer{}
+	second.KafkaAddr, second.RegistryAddr = taken.Addr().String(), testkit.FreeAddr(t)
+	start := time.Now()
+	err = app.Demo(context.Background(), second, testLogger(t, "second demo"))
+	if !errors.Is(err, app.ErrConfig) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second demo on the same --data-dir = %v, want ErrConfig naming the data dir in use (before any broker starts)", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("second demo took %v to fail", d)
+	}
+}

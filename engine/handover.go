@@ -1,0 +1,49 @@
+package engine
+
+import "time"
+
+// Hand-over: with the eager rebalance protocol every member gives up all
+// its partitions (Cleanup) before the group assigns them again (Setup),
+// and a partition assigned back restores before it runs. Between the two,
+// nobody processes the partition, and this instance's store holds its
+// last flushed state, which is exactly what it answered a moment before.
+// Answering 503 there would make every rebalance (a peer crash, a scale-up)
+// fail the lookups of partitions that never moved.
+//
+// So a partition that was RUNNING when it was revoked stays answerable
+// ("warm") until the next assignment: if that gives it back, it stays
+// answerable through its (short: nothing to replay) restore until RUNNING;
+// if it goes to another instance, it stops being answerable at once, before
+// the new owner can have flushed anything. A warm partition also expires
+// after handoverGrace, should no assignment come (Kafka unreachable).
+//
+// A partition that was not RUNNING (restoring after a lost store, or from
+// another owner) is never warm: during such a restore the store is behind,
+// and its keys answer 503 with Retry-After.
+
+// minHandoverGrace is the least time a revoked partition stays warm.
+const minHandoverGrace = 5 * time.Second
+
+// onAssigned is called by Setup with the new assignment (already marked
+// RESTORING): partitions assigned elsewhere stop being warm, pending drops
+// of the assigned ones are cancelled.
+func (e *Engine) onAssigned(ps []int32) {
+	mine := make(map[int32]bool, len(ps))
+	for _, p := range ps {
+		mine[p] = true
+	}
+	e.parts.mu.Lock()
+	e.parts.grace = max(2*e.cfg.SessionTimeout, minHandoverGrace)
+	for p := range e.parts.warm {
+		if !mine[p] {
+			delete(e.parts.warm, p)
+		}
+	}
+	e.parts.mu.Unlock()
+	e.cancelStaleDrops(ps)
+}
+
+// clearWarm ends the hand-over of p: it is RUNNING again. The caller holds t.mu.
+func (t *partitionTracker) clearWarm(p int32) {
+	delete(t.warm, p)
+}

@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// TestMembershipDoesNotWaitBehindAHungBroker holds the broker's answer to
+// DescribeGroups: key lookups of local partitions must not wait at all,
+// and every other caller must give up at its own deadline, sharing one
+// describe instead of queueing behind a lock.
+func TestMembershipDoesNotWaitBehindAHungBroker(t *testing.T) {
+	k := testkit.StartKfake(t)
+	release := make(chan struct{})
+	var described atomic.Int64
+	k.Cluster().ControlKey(kmsg.DescribeGroups.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		described.Add(1)
+		k.Cluster().SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	released := sync.OnceFunc(func() { close(release) })
+	defer released()
+
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.ApplicationID, cfg.AdvertiseAddr = k.Brokers(), "hung-describe", "127.0.0.1:7001"
+	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, e.saramaConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	e.admin = admin
+	e.numParts.Store(3)
+	e.parts.set(1, Running)
+	var local int64 = 1
+	for PartitionFor(EncodeMovieKey(local), 3) != 1 {
+		local++
+	}
+
+	start := time.Now()
+	if _, isLocal, err := e.Owner(context.Background(), local); err != nil || !isLocal {
+		t.Fatalf("Owner(local movie) = local %v, %v", isLocal, err)
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("Owner of a local running partition took %v", d)
+	}
+	if n := described.Load(); n != 0 {
+		t.Errorf("a local lookup described the group %d times", n)
+	}
+
+	const callers = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	start = time.Now()
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := e.Membership(ctx)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("%d callers with a 300 ms deadline took %v", callers, d)
+	}
+	for err := range errs {
+		if !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Membership with the broker hung = %v, want ErrUnavailable", err)
+		}
+	}
+	if n := described.Load(); n != 1 {
+		t.Errorf("%d concurrent callers sent %d describes, want 1 (shared)", callers, n)
+	}
+
+	// Once the broker answers, a snapshot comes back (an empty group).
+	released()
+	testkit.Eventually(t, 10*time.Second, "membership after release", func() error {
+		_, err := e.Membership(context.Background())
+		return err
+	})
+}

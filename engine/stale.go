@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// InstanceLocal is an optional ability of a store: saying whether its state
+// belongs to this instance alone (an embedded store on the instance's own
+// volume, such as clover) or is shared by all instances (Redis). Only an
+// instance-local store has stale copies: after a partition moved away, the
+// new owner restores it into its own store and this copy is read by no one.
+// A shared store's documents are the new owner's, so they are never
+// dropped.
+type InstanceLocal interface {
+	// InstanceLocal reports whether the store's state is this instance's
+	// alone.
+	InstanceLocal() bool
+}
+
+// staleDropTimeout bounds one DropPartition of a stale copy.
+const staleDropTimeout = time.Minute
+
+// staleDropper deletes the copy of a partition from an instance-local
+// store Config.StaleDropAfter after the partition was revoked, unless it
+// was assigned back meanwhile. Until then the copy is a warm start should
+// the partition come back (only the changelog after its checkpoint is
+// replayed), and range queries skip it (they answer RUNNING partitions
+// only). Safe for concurrent use.
+type staleDropper struct {
+	mu      sync.Mutex
+	pending map[int32]*time.Timer
+	// running is held while a drop deletes; assignment takes it so that
+	// a partition is never restored while its old copy is being deleted.
+	running sync.Mutex
+	dropped atomic.Int64 // stale copies deleted so far
+	stopped bool         // guarded by mu: the engine stopped, arm nothing
+}
+
+// stop disarms every pending drop and waits for a running one, so that no
+// drop touches the store after the engine's Run returned (the caller then
+// closes the store).
+func (d *staleDropper) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	for p, t := range d.pending {
+		t.Stop()
+		delete(d.pending, p)
+	}
+	d.mu.Unlock()
+	d.running.Lock()
+	//lint:ignore SA2001 an empty critical section: wait for a running drop
+	d.running.Unlock()
+}
+
+// staleDropsEnabled reports whether this engine drops stale copies.
+func (e *Engine) staleDropsEnabled() bool {
+	l, ok := e.store.(InstanceLocal)
+	return ok && l.InstanceLocal() && e.cfg.StaleDropAfter > 0
+}
+
+// scheduleStaleDrops arms a drop of each revoked partition.
+func (e *Engine) scheduleStaleDrops(ps []int32) {
+	if !e.staleDropsEnabled() {
+		return
+	}
+	d := &e.stale
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	if d.pending == nil {
+		d.pending = map[int32]*time.Timer{}
+	}
+	for _, p := range ps {
+		if t := d.pending[p]; t != nil {
+			t.Stop()
+		}
+		var t *time.Timer
+		t = time.AfterFunc(e.cfg.StaleDropAfter, func() { e.dropStale(p, t) })
+		d.pending[p] = t
+	}
+}
+
+// cancelStaleDrops disarms the drops of newly assigned partitions and waits
+// for a drop in progress. The caller has already marked ps as owned, so a
+// drop that starts after this returns skips them.
+func (e *Engine) cancelStaleDrops(ps []int32) {
+	d := &e.stale
+	d.mu.Lock()
+	for _, p := range ps {
+		if t := d.pending[p]; t != nil {
+			t.Stop()
+			delete(d.pending, p)
+		}
+	}
+	d.mu.Unlock()
+	d.running.Lock()
+	//lint:ignore SA2001 an empty critical section: wait for a running drop
+	d.running.Unlock()
+}
+
+// dropStale deletes the stale copy of p if t is still its pending drop and
+// this instance has not been assigned p again.
+func (e *Engine) dropStale(p int32, t *time.Timer) {
+	d := &e.stale
+	d.running.Lock()
+	defer d.running.Unlock()
+	d.mu.Lock()
+	current := d.pending[p] == t
+	if current {
+		delete(d.pending, p)
+	}
+	d.mu.Unlock()
+	if !current || e.Owns(p) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), staleDropTimeout)
+	defer cancel()
+	if err := e.store.DropPartition(ctx, p); err != nil {
+		e.log.Warn("could not drop the stale copy of a partition that moved away; it stays until the next try", "partition", p, "err", err)
+		return
+	}
+	d.dropped.Add(1)
+	e.log.Info("dropped the stale copy of a partition that moved away", "partition", p, "after", e.cfg.StaleDropAfter)
+}
