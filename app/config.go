@@ -61,6 +61,7 @@ type Config struct {
 	PeerSecret                 string        // --peer-secret: shared secret authenticating requests between instances
 	PeerSecretFile             string        // --peer-secret-file: file holding the peer secret (a mounted secret)
 	StaleDropAfter             time.Duration // --stale-drop-after: clover drops a partition this long after it moved away (0: keep)
+	PprofAddr                  string        // --pprof-addr: serve /debug/pprof on this address (empty: off)
 }
 
 // Secrets are the credentials read from their files (or taken from the
@@ -163,6 +164,11 @@ func (c Config) Validate() error {
 	}
 	if c.PeerSecret != "" && len(c.PeerSecret) < 16 {
 		bad("peer-secret", "must be at least 16 characters")
+	}
+	if c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
+			bad("pprof-addr", "%q is not [host]:port", c.PprofAddr)
+		}
 	}
 	if c.StaleDropAfter < 0 {
 		bad("stale-drop-after", "must not be negative")

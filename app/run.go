@@ -135,6 +135,12 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 	srv := web.New(opts)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if c.PprofAddr != "" {
+		if _, err := servePprof(ctx, c.PprofAddr, log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	webErr := make(chan error, 1)
 	go func() { webErr <- srv.Serve(ctx, ln) }()
 	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", ec.AdvertiseAddr, "store", c.Store,

@@ -49,6 +49,7 @@ func commonFlags(fs *flag.FlagSet, c *app.Config) {
 	})
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "host:port other instances use to reach this API (default: hostname and the --http-addr port)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long a silent instance keeps its partitions")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's profiler (/debug/pprof) on this address, e.g. localhost:6060 (off when empty; never exposed on --http-addr)")
 	fs.StringVar(&c.ProcessingGuarantee, "processing-guarantee", c.ProcessingGuarantee,
 		"exactly_once (Kafka transactions: a paused or partitioned instance cannot write after losing its partitions) or at_least_once (brokers without transactions; unsafe against such an instance)")
 	fs.DurationVar(&c.TransactionTimeout, "transaction-timeout", c.TransactionTimeout, "exactly_once: how long the broker keeps a dead instance's open transaction before aborting it")
