@@ -165,7 +165,6 @@ func BenchmarkDocstore(b *testing.B) {
 		}
 		r := rand.New(rand.NewPCG(2, uint64(version)))
 		docs := make([]engine.MovieStats, batch)
-		before := s.db.Stats().TxStats
 		start := time.Now()
 		for b.Loop() {
 			version++
@@ -180,8 +179,6 @@ func BenchmarkDocstore(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "docs/s")
-		after := s.db.Stats().TxStats
-		b.ReportMetric(float64(after.GetWrite()-before.GetWrite())/float64(b.N), "pagewrites/batch")
 	}
 	random := func(r *rand.Rand, _ int, seen map[int64]bool) int64 {
 		id := 1 + r.Int64N(n)
@@ -218,7 +215,7 @@ func BenchmarkDocstore(b *testing.B) {
 	variants := []struct {
 		name string
 		opts []Option
-	}{{"now", nil}, {"before", []Option{withCloverUpdates()}}}
+	}{{"now", nil}}
 	for _, w := range []struct {
 		name  string
 		batch int
