@@ -14,6 +14,7 @@ import (
 // other keys visited by a cursor (index entries). Tests use them to prove
 // that a query is served by the index.
 type readCounts struct {
+	writeReads atomic.Int64 // documents read by Apply (docWriter.stored)
 	docGets    atomic.Int64
 	docScans   atomic.Int64
 	indexSteps atomic.Int64

@@ -32,24 +32,27 @@ type prior struct {
 // reflection) hoisted out of the loop. A docWriter is bound to its batch
 // and used by one goroutine.
 type docWriter struct {
-	b     kvBatch
-	rank  index.Index
-	enc   *docEncoder
-	fresh int // documents added to the collection
+	b      kvBatch
+	counts *readCounts
+	rank   index.Index
+	enc    *docEncoder
+	fresh  int // documents added to the collection
 }
 
 func newDocWriter(b kvBatch, counts *readCounts) *docWriter {
 	tx := &cloverTx{s: &cloverStore{r: b, w: b, counts: counts}}
 	return &docWriter{
-		b:    b,
-		rank: index.CreateIndex(collection, fieldRank, index.IndexSingleField, tx),
-		enc:  newDocEncoder(),
+		b:      b,
+		counts: counts,
+		rank:   index.CreateIndex(collection, fieldRank, index.IndexSingleField, tx),
+		enc:    newDocEncoder(),
 	}
 }
 
 // stored reads the stored version of movie from the batch's view; ok is
 // false when the movie has no document.
 func (w *docWriter) stored(movie int64) (prior, bool, error) {
+	w.counts.writeReads.Add(1)
 	v, err := w.b.get(nsKey(nsClover, docKey(movie)))
 	if err != nil || v == nil {
 		return prior{}, false, err
