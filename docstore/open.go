@@ -80,7 +80,13 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		}
 		found.store = true
 	}
-	db, err := openPebble(path, o, log, found.store)
+	openKV := o.openKV
+	if openKV == nil {
+		openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
+			return openPebble(path, o, log, mustExist)
+		}
+	}
+	db, err := openKV(path, o, log, found.store)
 	if err != nil {
 		if found.store {
 			return nil, fmt.Errorf("%w: %s: %s is not a readable store: %v", ErrNotStore, dir, storeDir, err)

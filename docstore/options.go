@@ -25,6 +25,9 @@ type options struct {
 	cacheBytes    int64
 	memtableBytes int64
 	noBulk        bool // withoutBulkLoad
+	// openKV opens the engine; nil means Pebble. Tests set another one to
+	// compare engines under the same store.
+	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
 }
 
 func defaults() options {
