@@ -1,12 +1,14 @@
 package docstore
 
 import (
+	"bytes"
 	"math"
 	"reflect"
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
 	d "github.com/ostafen/clover/v2/document"
+	"github.com/ostafen/clover/v2/index"
 )
 
 // TestEncodeMatchesClover pins docEncoder to Clover: its bytes decode to
@@ -42,6 +44,24 @@ func TestEncodeMatchesClover(t *testing.T) {
 		back, err := fromDocument(gotDoc)
 		if err != nil || back.Version != m.Version || back.Count != m.Count || back.Sum != m.Sum || back.Partition != m.Partition {
 			t.Fatalf("movie %d round trip = %+v, %v", m.MovieID, back, err)
+		}
+	}
+}
+
+// TestRankEntryMatchesClover pins rankEntry to the key Clover's own range
+// index writes for the same document and value.
+func TestRankEntryMatchesClover(t *testing.T) {
+	for _, c := range []struct {
+		avg   float64
+		movie int64
+	}{{0, 1}, {10, 362}, {7.35, -5}, {math.Inf(1), math.MaxInt64}, {-3, math.MinInt64}} {
+		tx := &captureTx{}
+		idx := index.CreateIndex(collection, fieldRank, index.IndexSingleField, tx)
+		if err := idx.Add(docID(c.movie), rankKey(c.avg, c.movie), 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := rankEntry(nil, c.avg, c.movie); !bytes.Equal(got, tx.key) {
+			t.Fatalf("rankEntry(%v, %d) = %q; Clover writes %q", c.avg, c.movie, got, tx.key)
 		}
 	}
 }

@@ -23,6 +23,11 @@ type kv interface {
 	// batch returns an empty write batch whose reads see the committed
 	// state plus its own writes.
 	batch() kvBatch
+	// writeBatch returns an empty write batch whose reads see the
+	// committed state only, not its own writes: cheaper, for callers that
+	// never read a key after writing it (Apply) while holding the Store's
+	// write lock (so the committed state cannot change under them).
+	writeBatch() kvBatch
 	// close closes the engine.
 	close() error
 }

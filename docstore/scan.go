@@ -6,7 +6,6 @@ import (
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/ostafen/clover/v2"
-	"github.com/ostafen/clover/v2/index"
 )
 
 // scanChunk is how many documents ScanPartition loads per snapshot.
@@ -88,13 +87,13 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 		if err != nil {
 			return nil, err
 		}
-		tx := &cloverTx{s: &cloverStore{r: b, w: b, counts: s.counts}}
-		rank := index.CreateIndex(collection, fieldRank, index.IndexSingleField, tx)
+		var key []byte
 		for _, m := range members {
 			if err := b.del(nsKey(nsClover, docKey(m.id))); err != nil {
 				return nil, err
 			}
-			if err := rank.Remove(docID(m.id), rankKey(m.avg, m.id)); err != nil {
+			key = rankEntry(append(key[:0], nsClover), m.avg, m.id)
+			if err := b.del(key); err != nil {
 				return nil, err
 			}
 		}

@@ -75,13 +75,24 @@ func (s *Store) view(ctx context.Context, fn func(r kvReader, db *clover.DB) err
 // when fn returns one, runs once the batch is committed. Writes are
 // serialized.
 func (s *Store) update(ctx context.Context, fn func(b kvBatch) (after func(), err error)) error {
+	return s.write(ctx, false, fn)
+}
+
+// write is update with a choice of batch: blind (kv.writeBatch) reads
+// only the committed state, for fn that never reads what it wrote.
+func (s *Store) write(ctx context.Context, blind bool, fn func(b kvBatch) (after func(), err error)) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
-	b := s.kv.batch()
+	var b kvBatch
+	if blind {
+		b = s.kv.writeBatch()
+	} else {
+		b = s.kv.batch()
+	}
 	defer b.release()
 	after, err := fn(b)
 	if err != nil {
@@ -189,7 +200,9 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 			return fmt.Errorf("apply partition %d: %w", b.Partition, err)
 		}
 	}
-	err := s.update(ctx, func(kb kvBatch) (func(), error) {
+	// A blind batch: every key is read (epoch, checkpoint, members, each
+	// movie once, the collection size) before the batch writes it.
+	err := s.write(ctx, true, func(kb kvBatch) (func(), error) {
 		claimed, ok, err := getInt64(kb, partitionKey(nsEpochs, b.Partition))
 		switch {
 		case err != nil:

@@ -8,7 +8,6 @@ import (
 
 	"github.com/keepstate/keepstate/engine"
 	d "github.com/ostafen/clover/v2/document"
-	"github.com/ostafen/clover/v2/index"
 )
 
 // collectionKey is Clover's metadata key of the movies collection
@@ -32,21 +31,15 @@ type prior struct {
 // reflection) hoisted out of the loop. A docWriter is bound to its batch
 // and used by one goroutine.
 type docWriter struct {
-	b      kvBatch
-	counts *readCounts
-	rank   index.Index
-	enc    *docEncoder
-	fresh  int // documents added to the collection
+	b       kvBatch
+	counts  *readCounts
+	enc     *docEncoder
+	fresh   int    // documents added to the collection
+	scratch []byte // key buffer (batches copy what they are given)
 }
 
 func newDocWriter(b kvBatch, counts *readCounts) *docWriter {
-	tx := &cloverTx{s: &cloverStore{r: b, w: b, counts: counts}}
-	return &docWriter{
-		b:      b,
-		counts: counts,
-		rank:   index.CreateIndex(collection, fieldRank, index.IndexSingleField, tx),
-		enc:    newDocEncoder(),
-	}
+	return &docWriter{b: b, counts: counts, enc: newDocEncoder()}
 }
 
 // stored reads the stored version of movie from the batch's view; ok is
@@ -70,10 +63,10 @@ func (w *docWriter) stored(movie int64) (prior, bool, error) {
 
 // put writes m over old (exists false: a new movie). It never reads.
 func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
-	id := docID(m.MovieID)
 	avg := m.Avg()
 	if exists {
-		if err := w.rank.Remove(id, rankKey(old.avg, m.MovieID)); err != nil {
+		w.scratch = rankEntry(append(w.scratch[:0], nsClover), old.avg, m.MovieID)
+		if err := w.b.del(w.scratch); err != nil {
 			return fmt.Errorf("remove rank entry of movie %d: %w", m.MovieID, err)
 		}
 		if old.part != m.Partition {
@@ -84,14 +77,16 @@ func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	} else {
 		w.fresh++
 	}
-	if err := w.rank.Add(id, rankKey(avg, m.MovieID), 0); err != nil {
+	w.scratch = rankEntry(append(w.scratch[:0], nsClover), avg, m.MovieID)
+	if err := w.b.set(w.scratch, nil); err != nil {
 		return fmt.Errorf("add rank entry of movie %d: %w", m.MovieID, err)
 	}
 	data, err := w.enc.encode(m)
 	if err != nil {
 		return fmt.Errorf("encode movie %d: %w", m.MovieID, err)
 	}
-	if err := w.b.set(nsKey(nsClover, docKey(m.MovieID)), data); err != nil {
+	w.scratch = append(append(append(w.scratch[:0], nsClover), docKeyPrefix...), docID(m.MovieID)...)
+	if err := w.b.set(w.scratch, data); err != nil {
 		return err
 	}
 	return w.b.set(memberKey(m.Partition, m.MovieID), avgValue(avg))
