@@ -24,11 +24,12 @@ type prior struct {
 }
 
 // docWriter writes one batch's documents in Clover's format: the document
-// under Clover's document key, the rank index entry through Clover's own
-// index package, the collection size in Clover's metadata, and the members
+// under Clover's document key (docEncoder), the rank index entry
+// (rankEntry), the collection size in Clover's metadata, and the members
 // key of the store. It does what clover.DB.UpdateById and Insert do, with
-// their per-call overhead (metadata JSON, index handles, map building by
-// reflection) hoisted out of the loop. A docWriter is bound to its batch
+// their per-call overhead (metadata JSON, index handles, fmt and
+// reflection per value) hoisted out of the loop; the read side stays
+// Clover's (FindById, the query planner on the rank index). A docWriter is bound to its batch
 // and used by one goroutine.
 type docWriter struct {
 	b       kvBatch
