@@ -86,3 +86,4 @@ func WithMemtableSize(bytes int64) Option {
 // withoutBulkLoad turns the bulk-load path off (every replay batch reads
 // the store): the reference for the equivalence test and benchmarks.
 func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
+
