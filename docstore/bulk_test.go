@@ -101,8 +101,8 @@ func TestBulkLoadMatchesReadingPath(t *testing.T) {
 	if got := reading.counts.writeReads.Load(); got == 0 {
 		t.Errorf("reading path read no document; the comparison is meaningless")
 	}
-	if !bulk.bulk.on || len(bulk.bulk.parts) != 3 {
-		t.Errorf("bulk state on=%v partitions=%d; want on with 3", bulk.bulk.on, len(bulk.bulk.parts))
+	if !bulk.bulk.on || len(bulk.bulk.parts) != 3 || len(bulk.priors.m) != 600 {
+		t.Errorf("bulk state on=%v partitions=%d cached=%d; want on with 3 and 600", bulk.bulk.on, len(bulk.bulk.parts), len(bulk.priors.m))
 	}
 	a, b := storedMovies(t, bulk, 600), storedMovies(t, reading, 600)
 	if len(a) != 600 || !sameMovies(a, b) {
@@ -121,9 +121,20 @@ func TestBulkLoadMatchesReadingPath(t *testing.T) {
 }
 
 // TestBulkLoadEndsOnLiveWrite checks that the first live batch ends the
-// bulk load (reading again) and updates a bulk-loaded movie correctly.
+// bulk load and updates a bulk-loaded movie correctly: from the write
+// cache without a read, or with one read when the cache is off.
 func TestBulkLoadEndsOnLiveWrite(t *testing.T) {
-	s := openTemp(t, WithFsync(false))
+	for _, tc := range []struct {
+		name      string
+		opts      []Option
+		wantReads int64
+	}{{"write cache", nil, 0}, {"no write cache", []Option{WithWriteCache(0)}, 1}} {
+		t.Run(tc.name, func(t *testing.T) { testBulkLoadEndsOnLiveWrite(t, tc.opts, tc.wantReads) })
+	}
+}
+
+func testBulkLoadEndsOnLiveWrite(t *testing.T, opts []Option, wantReads int64) {
+	s := openTemp(t, append(opts, WithFsync(false))...)
 	defer s.Close()
 	replayAll(t, s, replayLog())
 	ctx := context.Background()
@@ -133,14 +144,15 @@ func TestBulkLoadEndsOnLiveWrite(t *testing.T) {
 	}
 	m := syntheticMovie(4, 1<<40)
 	m.Partition = 1
+	reads := s.counts.writeReads.Load()
 	if err := s.Apply(ctx, engine.Batch{Partition: 1, Epoch: epoch, Docs: []engine.MovieStats{m}, Checkpoint: 9}); err != nil {
 		t.Fatal(err)
 	}
-	if s.bulk.on || s.bulk.seen != nil {
+	if s.bulk.on {
 		t.Fatal("bulk load still on after a live batch")
 	}
-	if s.counts.writeReads.Load() != 1 {
-		t.Fatalf("live batch read %d documents; want 1", s.counts.writeReads.Load())
+	if got := s.counts.writeReads.Load() - reads; got != wantReads {
+		t.Fatalf("live batch read %d documents; want %d", got, wantReads)
 	}
 	if got, err := s.Get(ctx, 4); err != nil || got.Version != m.Version {
 		t.Fatalf("Get(4) = %+v, %v; want version %d", got, err, m.Version)
@@ -169,6 +181,42 @@ func TestBulkLoadNeedsAnEmptyStore(t *testing.T) {
 	if s.bulk.on {
 		t.Fatal("bulk load started on a store holding documents")
 	}
+	if err := checkIndexAgrees(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteCacheFollowsDropAndReset checks that the write cache never
+// answers for a movie the store no longer holds: after DropPartition and
+// Reset, a write of a dropped movie is an insert again (index and size
+// agree with the documents), and a full cache stops taking movies.
+func TestWriteCacheFollowsDropAndReset(t *testing.T) {
+	s := openTemp(t, WithFsync(false), WithWriteCache(5))
+	defer s.Close()
+	ctx := context.Background()
+	fill(t, s, 8, 8)
+	if got := len(s.priors.m); got != 5 {
+		t.Fatalf("cache holds %d movies; want its limit 5", got)
+	}
+	for p := range int32(4) { // syntheticMovie spreads movies over 4 partitions
+		if err := s.DropPartition(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(s.priors.m); got != 0 {
+		t.Fatalf("cache holds %d movies after the drop; want 0", got)
+	}
+	fill(t, s, 8, 8)
+	if err := checkIndexAgrees(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.priors.m); got != 0 {
+		t.Fatalf("cache holds %d movies after the reset; want 0", got)
+	}
+	fill(t, s, 8, 8)
 	if err := checkIndexAgrees(s); err != nil {
 		t.Fatal(err)
 	}

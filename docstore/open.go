@@ -97,7 +97,8 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		_ = db.close()
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	return &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, log: log, counts: &readCounts{}}, nil
+	return &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, log: log, counts: &readCounts{},
+		priors: newPriorCache(o.writeCache)}, nil
 }
 
 // contents is what prepareDir found in a data directory.

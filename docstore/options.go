@@ -13,6 +13,9 @@ const DefaultLockTimeout = 2 * time.Second
 const (
 	DefaultCacheSize    = 64 << 20
 	DefaultMemtableSize = 16 << 20
+	// DefaultWriteCache is the default number of movies the write cache
+	// remembers (see WithWriteCache): about 100 MiB when full.
+	DefaultWriteCache = 2_000_000
 )
 
 // Option configures Open.
@@ -25,6 +28,7 @@ type options struct {
 	cacheBytes    int64
 	memtableBytes int64
 	noBulk        bool // withoutBulkLoad
+	writeCache    int
 	// openKV opens the engine; nil means Pebble. Tests set another one to
 	// compare engines under the same store.
 	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
@@ -32,7 +36,7 @@ type options struct {
 
 func defaults() options {
 	return options{fsync: true, lockTimeout: DefaultLockTimeout,
-		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize}
+		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache}
 }
 
 // WithFsync sets whether every batch is flushed to disk (fsync of the
@@ -83,7 +87,20 @@ func WithMemtableSize(bytes int64) Option {
 	}
 }
 
+// WithWriteCache sets how many movies the write cache remembers (default
+// DefaultWriteCache; 0 turns it off). For each movie the store has read or
+// written it keeps the version, average and partition (about 50 bytes), so
+// that Apply writes that movie without reading it first. Beyond the limit,
+// new movies are read from the store as they are written. Negative means
+// the default.
+func WithWriteCache(movies int) Option {
+	return func(o *options) {
+		if movies >= 0 {
+			o.writeCache = movies
+		}
+	}
+}
+
 // withoutBulkLoad turns the bulk-load path off (every replay batch reads
 // the store): the reference for the equivalence test and benchmarks.
 func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
-

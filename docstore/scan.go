@@ -105,7 +105,12 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 			return nil, err
 		}
 		n = len(members)
-		return nil, b.del(partitionKey(nsCheckpoints, p))
+		forget := func() {
+			for _, m := range members {
+				delete(s.priors.m, m.id)
+			}
+		}
+		return forget, b.del(partitionKey(nsCheckpoints, p))
 	})
 	if err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)
@@ -125,7 +130,7 @@ func (s *Store) Reset(ctx context.Context) error {
 				return nil, err
 			}
 		}
-		return nil, createData(b)
+		return func() { clear(s.priors.m) }, createData(b)
 	})
 	if err != nil {
 		return fmt.Errorf("reset docstore %s: %w", s.dir, err)

@@ -27,9 +27,10 @@ type Store struct {
 	mu     sync.RWMutex
 	closed atomic.Bool
 
-	// wmu serializes writes (and guards bulk).
-	wmu  sync.Mutex
-	bulk bulkLoad
+	// wmu serializes writes (and guards bulk and priors).
+	wmu    sync.Mutex
+	bulk   bulkLoad
+	priors priorCache
 }
 
 var (
@@ -192,8 +193,9 @@ func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieSt
 // Apply writes b as one synced batch: every document (in Clover's format,
 // rank index entry included) and the partition checkpoint, or nothing.
 // b.Epoch must be the partition's current claim (else ErrFenced); see
-// engine.Store for the version rules. A replay batch into an empty store
-// takes the bulk-load path (bulkLoad), which reads nothing.
+// engine.Store for the version rules. It reads only the documents the
+// prior cache does not know, and none on the bulk-load path (a replay into
+// an empty store, bulkLoad).
 func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 	for _, m := range b.Docs {
 		if err := m.Validate(); err != nil {
@@ -213,27 +215,37 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 			return nil, fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, b.Epoch, claimed)
 		}
 		w := newDocWriter(kb, s.counts)
-		known, written := lookup(w.stored), func(int64, prior) {}
-		var after func()
+		bulk := false
 		if len(b.Docs) > 0 {
-			bulk, err := s.bulkFor(kb, b.Partition, b.Replay)
-			if err != nil {
+			var err error
+			if bulk, err = s.bulkFor(kb, b.Partition, b.Replay); err != nil {
 				return nil, err
 			}
-			if bulk {
-				seen := s.bulk.seen
-				known = func(id int64) (prior, bool, error) { p, ok := seen[id]; return p, ok, nil }
-				type entry struct {
-					id int64
-					p  prior
-				}
-				pending := make([]entry, 0, len(b.Docs))
-				written = func(id int64, p prior) { pending = append(pending, entry{id, p}) }
-				after = func() {
-					for _, e := range pending {
-						seen[e.id] = e.p
-					}
-				}
+		}
+		// What the batch learns (reads) and leaves (writes) goes into the
+		// prior cache once it has committed, in that order.
+		type entry struct {
+			id int64
+			p  prior
+		}
+		learned := make([]entry, 0, len(b.Docs))
+		known := func(id int64) (prior, bool, error) {
+			if p, ok := s.priors.get(id); ok {
+				return p, true, nil
+			}
+			if bulk { // everything in the store is cached: id is new
+				return prior{}, false, nil
+			}
+			p, ok, err := w.stored(id)
+			if ok && err == nil {
+				learned = append(learned, entry{id, p})
+			}
+			return p, ok, err
+		}
+		written := func(id int64, p prior) { learned = append(learned, entry{id, p}) }
+		after := func() {
+			for _, e := range learned {
+				s.priors.put(e.id, e.p)
 			}
 		}
 		if err := writeDocs(w, b.Docs, b.Replay, known, written); err != nil {
