@@ -47,9 +47,3 @@ func WithLockTimeout(d time.Duration) Option {
 		}
 	}
 }
-
-// withCloverUpdates makes Apply update existing documents through Clover's
-// UpdateById, one call per document, instead of docWriter: the slower
-// reference path, kept for the equivalence test and side-by-side
-// benchmarks.
-func withCloverUpdates() Option { return func(o *options) { o.cloverUpdates = true } }
