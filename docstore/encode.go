@@ -93,17 +93,18 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// avgValue is the members value of a movie: its average, so that
-// DropPartition can name the movie's rank index entry without reading the
-// document.
-func avgValue(avg float64) []byte {
-	return binary.BigEndian.AppendUint64(nil, math.Float64bits(avg))
+// memberValue is the members value of a movie: its average and version,
+// so that DropPartition can name the movie's rank entry without reading
+// the document, and Open can fill the write cache from one key range.
+func memberValue(avg float64, version int64) []byte {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), math.Float64bits(avg))
+	return binary.BigEndian.AppendUint64(v, uint64(version))
 }
 
-// avgOf decodes avgValue; ok is false for a malformed value.
-func avgOf(v []byte) (float64, bool) {
-	if len(v) != 8 {
-		return 0, false
+// memberOf decodes memberValue; ok is false for a malformed value.
+func memberOf(v []byte) (avg float64, version int64, ok bool) {
+	if len(v) != 16 {
+		return 0, 0, false
 	}
-	return math.Float64frombits(binary.BigEndian.Uint64(v)), true
+	return math.Float64frombits(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), true
 }

@@ -53,6 +53,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	s, err := open(dir, found, o, log)
 	if err == nil {
 		if err = lock.record(); err != nil {
+			close(s.warmed)
 			_ = s.kv.close()
 			err = fmt.Errorf("open docstore %s: %w", dir, err)
 		}
@@ -62,6 +63,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.lock = lock
+	go s.warm()
 	log.Info("docstore opened", "dir", dir, "created", !found.store && !found.v1, "migrated", found.v1, "fsync", o.fsync,
 		"cache_bytes", o.cacheBytes, "memtable_bytes", o.memtableBytes, "took", time.Since(start))
 	return s, nil
@@ -97,8 +99,9 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		_ = db.close()
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	return &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, log: log, counts: &readCounts{},
-		priors: newPriorCache(o.writeCache)}, nil
+	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, log: log, counts: &readCounts{},
+		priors: newPriorCache(o.writeCache), warmed: make(chan struct{})}
+	return s, nil
 }
 
 // contents is what prepareDir found in a data directory.
@@ -227,6 +230,8 @@ func createData(b kvBatch) error {
 // not safe to call concurrently with other methods; calling it twice
 // returns nil.
 func (s *Store) Close() error {
+	s.stopping.Store(true)
+	<-s.warmed
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Swap(true) {

@@ -27,7 +27,7 @@ func partitionMembers(r kvReader, p int32) ([]member, error) {
 	}
 	var out []member
 	for ok := it.seek(prefix); ok; ok = it.next() {
-		avg, good := avgOf(it.value())
+		avg, _, good := memberOf(it.value())
 		if !good || len(it.key()) != 13 {
 			_ = it.close()
 			return nil, fmt.Errorf("corrupt members entry %x", it.key())
@@ -110,7 +110,7 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 				delete(s.priors.m, m.id)
 			}
 		}
-		return forget, b.del(partitionKey(nsCheckpoints, p))
+		return func() { forget(); s.gen++ }, b.del(partitionKey(nsCheckpoints, p))
 	})
 	if err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)
@@ -130,7 +130,7 @@ func (s *Store) Reset(ctx context.Context) error {
 				return nil, err
 			}
 		}
-		return func() { clear(s.priors.m) }, createData(b)
+		return func() { clear(s.priors.m); s.gen++ }, createData(b)
 	})
 	if err != nil {
 		return fmt.Errorf("reset docstore %s: %w", s.dir, err)

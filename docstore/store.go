@@ -27,10 +27,15 @@ type Store struct {
 	mu     sync.RWMutex
 	closed atomic.Bool
 
-	// wmu serializes writes (and guards bulk and priors).
+	// wmu serializes writes (and guards bulk, priors and gen).
 	wmu    sync.Mutex
 	bulk   bulkLoad
 	priors priorCache
+	gen    uint64 // counts drops and resets (they make warm's snapshot stale)
+
+	stopping atomic.Bool   // Close has begun: warm stops
+	warmed   chan struct{} // closed when warm has returned
+
 }
 
 var (

@@ -90,7 +90,7 @@ func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	if err := w.b.set(w.scratch, data); err != nil {
 		return err
 	}
-	return w.b.set(memberKey(m.Partition, m.MovieID), avgValue(avg))
+	return w.b.set(memberKey(m.Partition, m.MovieID), memberValue(avg, m.Version))
 }
 
 // addSize adds n to the collection size in Clover's metadata.
