@@ -74,3 +74,9 @@ func (s *Store) warm() {
 	flush()
 	s.log.Info("docstore write cache filled", "movies", added, "took", time.Since(start))
 }
+
+// Warmed returns a channel closed once the write cache has been filled
+// after Open (or filling stopped: cache full, Close, a drop or reset).
+// Until then the store answers and writes normally; applies just read
+// the movies the cache does not hold yet. Safe for concurrent use.
+func (s *Store) Warmed() <-chan struct{} { return s.warmed }

@@ -247,8 +247,17 @@ type target struct {
 
 // openClover opens the shared Clover store for one sub-benchmark (the
 // data directory admits one Store at a time) and closes it when it ends.
+// It waits, outside the timer, until the store has filled its write cache
+// (docstore.Store.Warmed): the state of a store that has been running for
+// more than a second or two.
 func openClover(b *testing.B) engine.Store {
-	return openDir(b, "clover", func() (engine.Store, error) { return docstore.Open(fix.cloverDir) })
+	return openDir(b, "clover", func() (engine.Store, error) {
+		s, err := docstore.Open(fix.cloverDir)
+		if err == nil {
+			<-s.Warmed()
+		}
+		return s, err
+	})
 }
 
 // openBbolt does the same for the old bbolt store.
