@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/IBM/sarama v1.61.1
 	github.com/cockroachdb/pebble/v2 v2.1.7
+	github.com/dgraph-io/badger/v4 v4.9.6
+	github.com/google/orderedcode v0.0.1
 	github.com/labstack/echo/v4 v4.16.4
 	github.com/linkedin/goavro/v2 v2.15.0
 	github.com/ostafen/clover/v2 v2.0.0-alpha.3
@@ -37,10 +39,8 @@ require (
 	github.com/cockroachdb/tokenbucket v0.0.0-20230807174530-cc333fc44b06 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/dgraph-io/badger/v3 v3.2103.2 // indirect
-	github.com/dgraph-io/badger/v4 v4.9.6 // indirect
 	github.com/dgraph-io/ristretto v0.1.0 // indirect
 	github.com/dgraph-io/ristretto/v2 v2.2.0 // indirect
-	github.com/dgryski/go-farm v0.0.0-20240924180020-3414d57e47da // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/eapache/go-resiliency v1.7.0 // indirect
 	github.com/getsentry/sentry-go v0.27.0 // indirect
@@ -57,7 +57,6 @@ require (
 	github.com/golang/snappy v1.0.0 // indirect
 	github.com/google/flatbuffers v25.2.10+incompatible // indirect
 	github.com/google/gnostic-models v0.6.9 // indirect
-	github.com/google/orderedcode v0.0.1 // indirect
 	github.com/hashicorp/go-uuid v1.0.3 // indirect
 	github.com/jcmturner/aescts/v2 v2.0.0 // indirect
 	github.com/jcmturner/dnsutils/v2 v2.0.0 // indirect
