@@ -40,13 +40,14 @@ type Process struct {
 // is killed at the latest when the test ends.
 func StartProcess(t testing.TB, name, bin string, env []string, args ...string) *Process {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatalf("testkit: %v", err)
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), childRaceEnv(dir)...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -63,6 +64,7 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 	}()
 	t.Cleanup(func() {
 		p.Kill()
+		checkChildRaces(t, name, dir)
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 20000 {
