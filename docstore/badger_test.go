@@ -1,8 +1,14 @@
+//go:build badger
+
 package docstore
 
 import (
+	"testing"
+
 	"bytes"
 	"errors"
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/engine/storetest"
 	"log/slog"
 	"os"
 
@@ -149,3 +155,15 @@ func (i *badgerIter) value() []byte {
 }
 
 func (i *badgerIter) close() error { i.it.Close(); return nil }
+
+// badgerCandidates adds Badger to BenchmarkEngines (built with -tags badger).
+var badgerCandidates = []engineCandidate{{"badger", []Option{withBadger()}}}
+
+// TestConformanceBadger runs the suite on the Badger candidate, so that
+// BenchmarkEngines compares two correct stores.
+func TestConformanceBadger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	storetest.Run(t, func(t *testing.T) engine.Store { return openTemp(t, WithFsync(false), withBadger()) })
+}

@@ -88,18 +88,22 @@ func diskBytes(dir string) int64 {
 // 1000-document uniform batches (fsync on), and the disk used. Each engine
 // builds its own store, one after the other:
 //
-//	go test -run '^$' -bench BenchmarkEngines -benchtime 1x -timeout 30m ./docstore
+//	go test -tags badger -run '^$' -bench BenchmarkEngines -benchtime 1x -timeout 30m ./docstore
+//
+// (Without -tags badger the Badger candidate is left out, so that the
+// ordinary test build does not compile Badger.)
+// engineCandidate is one kv engine configuration BenchmarkEngines measures.
+type engineCandidate struct {
+	name string
+	opts []Option
+}
+
 func BenchmarkEngines(b *testing.B) {
 	n := benchDocs()
 	ctx := context.Background()
-	for _, eng := range []struct {
-		name string
-		opts []Option
-	}{
-		{"pebble", nil},
-		{"badger", []Option{withBadger()}},
-		{"readpath", []Option{withoutBulkLoad()}},
-	} {
+	engines := append([]engineCandidate{{"pebble", nil}}, badgerCandidates...)
+	engines = append(engines, engineCandidate{"readpath", []Option{withoutBulkLoad()}})
+	for _, eng := range engines {
 		dir := filepath.Join(b.TempDir(), eng.name)
 		open := func(b *testing.B) *Store {
 			s, err := Open(dir, eng.opts...)

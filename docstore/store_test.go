@@ -124,12 +124,3 @@ func TestMovieChangesPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-// TestConformanceBadger runs the suite on the Badger candidate, so that
-// BenchmarkEngines compares two correct stores.
-func TestConformanceBadger(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
-	}
-	storetest.Run(t, func(t *testing.T) engine.Store { return openTemp(t, WithFsync(false), withBadger()) })
-}
