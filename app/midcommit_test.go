@@ -14,15 +14,8 @@ import (
 
 // openTransactions returns the transactional ids of c's partitions whose
 // transaction is open (Ongoing) on the broker.
-func openTransactions(t *testing.T, c app.Config) []string {
+func openTransactions(t *testing.T, admin sarama.ClusterAdmin, c app.Config) []string {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	admin, err := sarama.NewClusterAdmin(c.Brokers, sc)
-	if err != nil {
-		t.Fatalf("admin: %v", err)
-	}
-	defer admin.Close()
 	topics := c.EngineConfig(nil).Topics()
 	var ids []string
 	for p := int32(0); p < c.Partitions; p++ {
@@ -62,6 +55,7 @@ func TestE2EKillMidCommitRestart(t *testing.T) {
 	cc.start(in)
 	cc.waitReady(in, 60*time.Second)
 
+	admin := testAdmin(t, c.Brokers)
 	p := produceConfig(c, ratings, movies, 7)
 	p.Rate = 4000
 	produced := make(chan error, 1)
@@ -72,7 +66,7 @@ func TestE2EKillMidCommitRestart(t *testing.T) {
 		cc.waitReady(in, 60*time.Second)
 		// Strike while the broker reports a flush transaction open.
 		_ = waitFor(3*time.Second, func() error {
-			if len(openTransactions(t, c)) == 0 {
+			if len(openTransactions(t, admin, c)) == 0 {
 				return errors.New("no open transaction")
 			}
 			return nil
@@ -81,7 +75,7 @@ func TestE2EKillMidCommitRestart(t *testing.T) {
 		if err := in.proc.Wait(10 * time.Second); err == nil {
 			t.Fatal("instance survived SIGKILL")
 		}
-		open := openTransactions(t, c)
+		open := openTransactions(t, admin, c)
 		hit = len(open) > 0
 		began := time.Now()
 		cc.start(in)

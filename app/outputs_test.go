@@ -79,17 +79,8 @@ func diffTopics(t *testing.T, c app.Config, truth map[int64]testkit.Movie) error
 // to it so far is processed and its offsets committed.
 func waitCommitted(t *testing.T, c app.Config, topic string) {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	client, err := sarama.NewClient(c.Brokers, sc)
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	defer client.Close()
-	admin, err := sarama.NewClusterAdminFromClient(client)
-	if err != nil {
-		t.Fatalf("admin: %v", err)
-	}
+	client := testClient(t, c.Brokers)
+	admin := testAdmin(t, c.Brokers)
 	parts, err := client.Partitions(topic)
 	if err != nil {
 		t.Fatalf("partitions of %s: %v", topic, err)
@@ -132,28 +123,14 @@ func engineEnd(client sarama.Client, topic string, p int32) (int64, error) {
 // segments, any dirty ratio, markers removed at once.
 func createCompactingChangelog(t *testing.T, c app.Config) {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	admin, err := sarama.NewClusterAdmin(c.Brokers, sc)
-	if err != nil {
-		t.Fatalf("admin: %v", err)
-	}
-	defer admin.Close()
-	str := func(s string) *string { return &s }
-	err = admin.CreateTopic(c.EngineConfig(nil).Topics().Changelog, &sarama.TopicDetail{
-		NumPartitions: c.Partitions, ReplicationFactor: 1,
-		ConfigEntries: map[string]*string{
-			"cleanup.policy":            str("compact"),
-			"segment.ms":                str("1000"),
-			"min.cleanable.dirty.ratio": str("0.01"),
-			"delete.retention.ms":       str("100"),
-			"min.compaction.lag.ms":     str("0"),
-			"max.message.bytes":         str("1100000"),
-		},
-	}, false)
-	if err != nil {
-		t.Fatalf("create changelog: %v", err)
-	}
+	createTopic(t, c.Brokers, c.EngineConfig(nil).Topics().Changelog, c.Partitions, map[string]string{
+		"cleanup.policy":            "compact",
+		"segment.ms":                "1000",
+		"min.cleanable.dirty.ratio": "0.01",
+		"delete.retention.ms":       "100",
+		"min.compaction.lag.ms":     "0",
+		"max.message.bytes":         "1100000",
+	})
 }
 
 // waitCompacted waits until the broker has compacted c's changelog: in
@@ -161,13 +138,7 @@ func createCompactingChangelog(t *testing.T, c app.Config) {
 // Uncompacted, nearly every offset does (only transaction markers don't).
 func waitCompacted(t *testing.T, c app.Config) {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	client, err := sarama.NewClient(c.Brokers, sc)
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	defer client.Close()
+	client := testClient(t, c.Brokers)
 	topic := c.EngineConfig(nil).Topics().Changelog
 	testkit.Eventually(t, 120*time.Second, "changelog compacted", func() error {
 		for p := int32(0); p < c.Partitions; p++ {
@@ -188,4 +159,30 @@ func waitCompacted(t *testing.T, c app.Config) {
 		}
 		return nil
 	})
+}
+
+// testClient returns a sarama client of brokers, closed when the test ends.
+func testClient(t *testing.T, brokers []string) sarama.Client {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// testAdmin returns a cluster admin of brokers, closed when the test ends.
+func testAdmin(t *testing.T, brokers []string) sarama.ClusterAdmin {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	admin, err := sarama.NewClusterAdmin(brokers, sc)
+	if err != nil {
+		t.Fatalf("admin: %v", err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	return admin
 }

@@ -96,13 +96,7 @@ func TestE2EOversizedRecordsGoToDLQ(t *testing.T) {
 // createTopic creates topic with n partitions and the given configs.
 func createTopic(t *testing.T, brokers []string, topic string, n int32, configs map[string]string) {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	admin, err := sarama.NewClusterAdmin(brokers, sc)
-	if err != nil {
-		t.Fatalf("admin: %v", err)
-	}
-	defer admin.Close()
+	admin := testAdmin(t, brokers)
 	entries := map[string]*string{}
 	for k, v := range configs {
 		entries[k] = &v
