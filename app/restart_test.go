@@ -84,8 +84,15 @@ func TestE2ERestartWithoutRestore(t *testing.T) {
 				return nil
 			})
 			t.Logf("%s: ready after %v, first answer after %v", how, readyAt.Round(time.Millisecond), answerAt.Round(time.Millisecond))
-			if answerAt > 2*time.Second {
-				t.Errorf("first answer after %v, want within 2s", answerAt)
+			// A restart replays no changelog; the store's own log replay
+			// after a kill -9 is all that varies, and the race detector
+			// slows that several times.
+			bound := 2 * time.Second
+			if testkit.RaceEnabled {
+				bound = 8 * time.Second
+			}
+			if answerAt > bound {
+				t.Errorf("first answer after %v, want within %v", answerAt, bound)
 			}
 			st, err := stats(in.api)
 			if err != nil {

@@ -63,7 +63,19 @@ func (p *pebbleKV) writeBatch() kvBatch {
 	return &pebbleBatch{pebbleReader: pebbleReader{r: dbReader{p.db}}, b: p.db.NewBatch()}
 }
 
-func (p *pebbleKV) close() error { return p.db.Close() }
+// close flushes the memtable first, so that the next open has no
+// write-ahead log to replay (a clean stop reopens at once; only a crash
+// leaves a log behind).
+func (p *pebbleKV) close() error {
+	ferr := p.db.Flush()
+	if err := p.db.Close(); err != nil {
+		return err
+	}
+	if ferr != nil {
+		return fmt.Errorf("flush before close: %w", ferr)
+	}
+	return nil
+}
 
 // dbReader reads the committed state of the database; releasing it does
 // nothing.
