@@ -37,25 +37,28 @@ var ErrNotExact = errors.New("benchmark state is not exact")
 // BenchConfig configures `keepstate bench`: an end-to-end benchmark of
 // keepstate run as a child process. Start from DefaultBench().
 type BenchConfig struct {
-	Brokers        []string // --brokers: a running Kafka (empty: an in-process kfake broker)
-	SchemaRegistry string   // --schema-registry (empty: an in-process registry)
-	Movies         int64    // --movies: distinct movies
-	Ratings        int64    // --ratings: ratings of the run phase
-	Dist           string   // --zipf / --uniform: DistZipf or DistUniform
-	Store          string   // --store: clover or redis
-	RedisURL       string   // --redis-url
-	Phases         []string // --phases: subset of fill,run,restart,restore
-	Partitions     int32    // --partitions of the input topic
-	Seed           uint64   // --seed of the workload
-	Binary         string   // keepstate binary started as `keepstate run`
-	WorkDir        string   // --work-dir: scratch directory (empty: a temporary one)
-	Keep           bool     // --keep: keep the scratch directory (child log, store)
-	ChildArgs      []string // --child-arg: extra `keepstate run` flags
-	CPUProfile     string   // --cpuprofile: write a CPU profile of the child's run phase here
-	ProfileFor     time.Duration
-	Timeout        time.Duration // --timeout of each phase
-	JSON           bool          // --json: print the result as JSON instead of a table
-	Out            io.Writer     // where the table or JSON goes
+	Brokers        []string      // --brokers: a running Kafka (empty: an in-process kfake broker)
+	SchemaRegistry string        // --schema-registry (empty: an in-process registry)
+	Movies         int64         // --movies: distinct movies
+	Ratings        int64         // --ratings: ratings of the run phase
+	Dist           string        // --zipf / --uniform: DistZipf or DistUniform
+	Store          string        // --store: clover or redis
+	RedisURL       string        // --redis-url
+	Phases         []string      // --phases: subset of fill,run,restart,restore
+	Partitions     int32         // --partitions of the input topic
+	Seed           uint64        // --seed of the workload
+	Binary         string        // keepstate binary started as `keepstate run`
+	WorkDir        string        // --work-dir: scratch directory (empty: a temporary one)
+	Keep           bool          // --keep: keep the scratch directory (child log, store)
+	ChildArgs      []string      // --child-arg: extra `keepstate run` flags
+	CPUProfile     string        // --cpuprofile: write a CPU profile of the child's run phase here
+	ProfileFor     time.Duration // --cpuprofile-duration: its length
+	// ProfileURL is where the child serves /debug/pprof (--cpuprofile-url;
+	// empty: its API address).
+	ProfileURL string
+	Timeout    time.Duration // --timeout of each phase
+	JSON       bool          // --json: print the result as JSON instead of a table
+	Out        io.Writer     // where the table or JSON goes
 }
 
 // DefaultBench returns the bench defaults: 62k movies, 1M Zipf ratings,
@@ -365,10 +368,14 @@ func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
 
 // profile collects a CPU profile of the child, if it serves /debug/pprof.
 func (b *bench) profile(ctx context.Context) {
-	err := CollectCPUProfile(ctx, b.api, b.cfg.ProfileFor, b.cfg.CPUProfile)
+	base := b.cfg.ProfileURL
+	if base == "" {
+		base = b.api
+	}
+	err := CollectCPUProfile(ctx, base, b.cfg.ProfileFor, b.cfg.CPUProfile)
 	switch {
 	case errors.Is(err, ErrNoProfiler):
-		b.log.Warn("bench: no CPU profile: the child does not serve /debug/pprof on its API address (pass --child-arg for its pprof flag)", "err", err)
+		b.log.Warn("bench: no CPU profile: the child does not serve /debug/pprof there (enable it with --child-arg, point --cpuprofile-url at it)", "err", err)
 	case err != nil:
 		b.log.Warn("bench: CPU profile failed", "err", err)
 	default:

@@ -1,10 +1,17 @@
 package app_test
 
 import (
+	"context"
+	"errors"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/avro"
@@ -131,5 +138,26 @@ func TestReadProcUsage(t *testing.T) {
 	}
 	if u.PeakRSS <= 0 || u.RSS <= 0 || u.PeakRSS < u.RSS {
 		t.Errorf("ReadProcUsage(self) = %+v, want 0 < RSS <= PeakRSS", u)
+	}
+}
+
+func TestCollectCPUProfile(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	bare := httptest.NewServer(http.NotFoundHandler())
+	defer bare.Close()
+
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	if err := app.CollectCPUProfile(context.Background(), srv.URL, time.Second, path); err != nil {
+		t.Fatalf("CollectCPUProfile(pprof server) = %v", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Errorf("profile file %s: %v, size %v; want a non-empty profile", path, err, fi)
+	}
+	err := app.CollectCPUProfile(context.Background(), bare.URL, time.Second, filepath.Join(t.TempDir(), "none.prof"))
+	if !errors.Is(err, app.ErrNoProfiler) {
+		t.Errorf("CollectCPUProfile(no pprof) = %v, want ErrNoProfiler", err)
 	}
 }

@@ -40,8 +40,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		b.ChildArgs = append(b.ChildArgs, s)
 		return nil
 	})
-	fs.StringVar(&b.CPUProfile, "cpuprofile", "", "write a CPU profile of the child's run phase here (needs /debug/pprof on the child's API address)")
-	fs.DurationVar(&b.ProfileFor, "cpuprofile-duration", b.ProfileFor, "length of that profile")
+	fs.StringVar(&b.CPUProfile, "cpuprofile", "", "write a CPU profile of the child's run phase here (skipped with a warning if the child serves no /debug/pprof)")
+	fs.DurationVar(&b.ProfileFor, "cpuprofile-duration", b.ProfileFor, "length of that profile, from the child's start")
+	fs.StringVar(&b.ProfileURL, "cpuprofile-url", "", "base URL where the child serves /debug/pprof (default: its API address)")
 	fs.DurationVar(&b.Timeout, "timeout", b.Timeout, "give up on a phase after this long")
 	fs.BoolVar(&b.JSON, "json", false, "print the result as JSON")
 	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error (progress is logged at info)")
