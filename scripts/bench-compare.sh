@@ -33,7 +33,7 @@ echo "bench-compare: building keepstate, compare/goka, compare/kstreams ..." >&2
 CGO_ENABLED=0 go build -o bin/keepstate ./cmd/keepstate
 go build -o "$scratch/throughput" ./compare/throughput
 (cd compare/goka && go build -o bin/goka-compare .)
-(cd compare/kstreams && { mvn -B -q -o clean package -DskipTests 2>/dev/null || mvn -B -q clean package -DskipTests; })
+(cd compare/kstreams && { mvn -B -q -o package -DskipTests >/dev/null 2>&1 || mvn -B -q clean package -DskipTests; })
 
 if [[ -z "${BROKERS:-}" ]]; then
 	why="$(scripts/kafka.sh check 2>&1)" || { echo "bench-compare: $why" >&2; exit 2; }

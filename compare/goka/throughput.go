@@ -86,7 +86,9 @@ func decodeRating(b []byte) (int64, float64, error) {
 // through the group's loop topic (goka's repartition), keeps count and sum
 // per movie in the group table (LevelDB on disk), and emits the average
 // (8-byte movie id key, Java double value) to --output. A record that does
-// not decode is logged and skipped. --http-addr serves /debug/pprof.
+// not decode is logged and skipped. --http-addr serves /debug/pprof. The
+// output topic must exist (goka creates its loop and table topics, not
+// output streams; the runner creates it).
 func gokaThroughput(args []string) error {
 	fs := flag.NewFlagSet("goka-throughput", flag.ContinueOnError)
 	brokers := fs.String("brokers", "", "Kafka bootstrap servers, comma separated")
@@ -136,19 +138,6 @@ func gokaThroughput(args []string) error {
 		goka.Output(goka.Stream(*output), javaDouble{}),
 		goka.Persist(binaryCountSum{}),
 	)
-	// goka creates its loop and table topics, not output streams.
-	tm, err := goka.NewTopicManager(strings.Split(*brokers, ","), goka.DefaultConfig(), gokaTopicManagerConfig())
-	if err != nil {
-		return fmt.Errorf("goka-throughput: topic manager: %w", err)
-	}
-	parts, err := tm.Partitions(*input)
-	if err == nil {
-		err = tm.EnsureStreamExists(*output, len(parts))
-	}
-	tm.Close()
-	if err != nil {
-		return fmt.Errorf("goka-throughput: output topic %s: %w", *output, err)
-	}
 	proc, err := goka.NewProcessor(strings.Split(*brokers, ","), g,
 		goka.WithTopicManagerBuilder(goka.TopicManagerBuilderWithTopicManagerConfig(gokaTopicManagerConfig())),
 		goka.WithStorageBuilder(storage.DefaultBuilder(filepath.Join(*dir, "processor"))),
