@@ -283,8 +283,16 @@ func (b *bench) process(ctx context.Context, phase string, w Workload) (PhaseRes
 	if err := b.startChild(); err != nil {
 		return pr, err
 	}
+	var profiled chan struct{}
 	if b.cfg.CPUProfile != "" && phase == PhaseRun {
-		go b.profile(ctx)
+		// The profile runs for ProfileFor from the child's start; the
+		// phase waits for it (after measuring) so the child outlives it.
+		profiled = make(chan struct{})
+		go func() {
+			defer close(profiled)
+			b.profile(ctx)
+		}()
+		defer func() { <-profiled }()
 	}
 	watch := DrainWatch{Brokers: b.brokers, Group: b.appID,
 		Stages: [][]string{{b.encode.Topic}, {b.appID + "-ratings-by-movie-repartition"}}}
