@@ -9,6 +9,8 @@
 #   make fuzz         short fuzz runs: Avro rating decoder, API query and id parsing
 #   make test         deps + lint + unit + fuzz + integration
 #   make bench        benchmarks
+#   make bench-e2e    end-to-end `keepstate bench`: Zipf and uniform, clover and redis (scripts/bench-e2e.sh)
+#   make bench-compare  keepstate vs goka vs Kafka Streams on one Apache Kafka broker (scripts/bench-compare.sh)
 #   make demo         everything in one process (kfake, srfake, clover, API on :7001)
 #   make image        docker image, when a docker engine answers
 #
@@ -33,7 +35,7 @@ BENCH_TIME ?= 1s
 BENCH_TIMEOUT ?= 15m
 IMAGE ?= keepstate:dev
 
-.PHONY: all build deps lint unit integration fuzz test bench demo image clean
+.PHONY: all build deps lint unit integration fuzz test bench bench-e2e bench-compare demo image clean
 
 all: build
 
@@ -81,6 +83,13 @@ test: deps lint unit fuzz integration
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCH_TIME) -timeout $(BENCH_TIMEOUT) $(PKGS)
+
+# Not part of `make test`: minutes of full-machine load each.
+bench-e2e:
+	scripts/bench-e2e.sh
+
+bench-compare:
+	scripts/bench-compare.sh
 
 demo:
 	$(GO) run ./cmd/keepstate demo

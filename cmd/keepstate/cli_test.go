@@ -71,6 +71,9 @@ func TestExitCodesAndMessages(t *testing.T) {
 		{"bad flag value", []string{"run", "--commit-interval", "soon"}, 2, []string{"commit-interval"}},
 		{"registry unreachable", []string{"run", "--schema-registry", "http://" + dead, "--data-dir", t.TempDir()}, 2,
 			[]string{"schema registry", dead, "--schema-registry"}},
+		{"bench: both distributions", []string{"bench", "--zipf", "--uniform"}, 2, []string{"--zipf and --uniform"}},
+		{"bench: restart alone", []string{"bench", "--phases", "restart"}, 2, []string{"--phases", "need fill or run"}},
+		{"bench: unknown phase", []string{"bench", "--phases", "fill,warmup"}, 2, []string{"unknown phase", "warmup"}},
 		{"brokers unreachable", []string{"run", "--brokers", dead, "--schema-registry", reg.URL(), "--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"}, 2,
 			[]string{"brokers", dead, "--brokers"}},
 	}

@@ -1,5 +1,5 @@
 // Command keepstate is a Kafka stream processor whose state lives in a
-// persistent, queryable store. Subcommands: run, demo, produce, reset.
+// persistent, queryable store. Subcommands: run, demo, produce, reset, bench.
 // Every flag also reads an environment variable KEEPSTATE_<FLAG> (dashes as
 // underscores); a flag given on the command line wins.
 package main
@@ -24,6 +24,7 @@ Usage:
   keepstate demo     [flags]   everything in one process: in-process Kafka, Schema Registry, generator, API
   keepstate produce  [flags]   send Avro ratings (generated, or JSON lines from stdin with --stdin)
   keepstate reset    [flags]   wipe the store (rebuilt from the changelog on next start); --reprocess also recomputes from the input
+  keepstate bench    [flags]   end-to-end benchmark: produce ratings, time keepstate run as a child, check every movie
 
 Run "keepstate <command> -h" for the flags of a command. Every flag has an
 environment variable KEEPSTATE_<FLAG> with dashes as underscores.
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdProduce(ctx, rest, stdin, stdout, stderr)
 	case "reset":
 		err = cmdReset(ctx, rest, stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "keepstate: unknown command %q\n\n%s", cmd, usage)
 		return 2

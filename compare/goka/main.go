@@ -10,6 +10,9 @@
 //	cd compare/goka && go run . --real     # Apache Kafka via ../../scripts/kafka.sh
 //	cd compare/goka && go run . --both     # one after the other
 //
+// `goka-compare goka-throughput` is the goka side of the throughput
+// comparison (../throughput, scripts/bench-compare.sh): see throughput.go.
+//
 // It is a separate Go module so that the main module's tests, vet and
 // staticcheck never see goka. See docs/benchmarks-goka.md for results.
 package main
@@ -33,6 +36,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "goka-throughput" {
+		if err := gokaThroughput(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "goka-child" {
 		if err := gokaChild(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -1,0 +1,448 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Phases of `keepstate bench`, run in this order.
+const (
+	PhaseFill    = "fill"    // Movies distinct movies, one rating each
+	PhaseRun     = "run"     // Ratings ratings over Movies movies (Dist)
+	PhaseRestart = "restart" // kill -9, restart, time to the first exact answer
+	PhaseRestore = "restore" // store deleted, time to a full restore from the changelog
+)
+
+var benchPhases = []string{PhaseFill, PhaseRun, PhaseRestart, PhaseRestore}
+
+// ErrNotExact is returned by Bench when a phase ended with a state that is
+// not exactly the ratings produced.
+var ErrNotExact = errors.New("benchmark state is not exact")
+
+// BenchConfig configures `keepstate bench`: an end-to-end benchmark of
+// keepstate run as a child process. Start from DefaultBench().
+type BenchConfig struct {
+	Brokers        []string      // --brokers: a running Kafka (empty: an in-process kfake broker)
+	SchemaRegistry string        // --schema-registry (empty: an in-process registry)
+	Movies         int64         // --movies: distinct movies
+	Ratings        int64         // --ratings: ratings of the run phase
+	Dist           string        // --zipf / --uniform: DistZipf or DistUniform
+	Store          string        // --store: clover or redis
+	RedisURL       string        // --redis-url
+	Phases         []string      // --phases: subset of fill,run,restart,restore
+	Partitions     int32         // --partitions of the input topic
+	Seed           uint64        // --seed of the workload
+	Binary         string        // keepstate binary started as `keepstate run`
+	WorkDir        string        // --work-dir: scratch directory (empty: a temporary one)
+	Keep           bool          // --keep: keep the scratch directory (child log, store)
+	ChildArgs      []string      // --child-arg: extra `keepstate run` flags
+	CPUProfile     string        // --cpuprofile: write a CPU profile of the child's run phase here
+	ProfileFor     time.Duration // --cpuprofile-duration: its length
+	// ProfileURL is where the child serves /debug/pprof (--cpuprofile-url;
+	// empty: its API address).
+	ProfileURL string
+	Timeout    time.Duration // --timeout of each phase
+	JSON       bool          // --json: print the result as JSON instead of a table
+	Out        io.Writer     // where the table or JSON goes
+}
+
+// DefaultBench returns the bench defaults: 62k movies, 1M Zipf ratings,
+// clover, every phase, in-process broker; about a minute on 2 cores.
+func DefaultBench() BenchConfig {
+	return BenchConfig{Movies: 62000, Ratings: 1000000, Dist: DistZipf, Store: StoreClover,
+		RedisURL: Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1,
+		ProfileFor: 10 * time.Second, Timeout: 10 * time.Minute, Out: io.Discard}
+}
+
+// Validate checks the bench settings.
+func (b BenchConfig) Validate() error {
+	var errs []error
+	if b.Dist != DistZipf && b.Dist != DistUniform {
+		errs = append(errs, fmt.Errorf("distribution %q: want %s or %s", b.Dist, DistZipf, DistUniform))
+	}
+	if b.Movies < 2 || b.Ratings < 1 || b.Partitions < 1 {
+		errs = append(errs, errors.New("--movies >= 2, --ratings >= 1 and --partitions >= 1 are required"))
+	}
+	if b.Store != StoreClover && b.Store != StoreRedis {
+		errs = append(errs, fmt.Errorf("--store: unknown store %q", b.Store))
+	}
+	if len(b.Phases) == 0 {
+		errs = append(errs, errors.New("--phases: at least one phase"))
+	}
+	last := -1
+	for _, p := range b.Phases {
+		i := slices.Index(benchPhases, p)
+		if i < 0 {
+			errs = append(errs, fmt.Errorf("--phases: unknown phase %q (want %s)", p, strings.Join(benchPhases, ",")))
+			continue
+		}
+		if i <= last {
+			errs = append(errs, fmt.Errorf("--phases: %q out of order or repeated (order: %s)", p, strings.Join(benchPhases, ",")))
+		}
+		last = i
+	}
+	if len(b.Phases) > 0 && !slices.Contains(b.Phases, PhaseFill) && !slices.Contains(b.Phases, PhaseRun) {
+		errs = append(errs, errors.New("--phases: restart and restore need fill or run before them"))
+	}
+	if b.Binary == "" || b.Timeout <= 0 || b.ProfileFor <= 0 {
+		errs = append(errs, errors.New("a keepstate binary, a positive --timeout and --cpuprofile-seconds are required"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// PhaseResult is one measured phase.
+type PhaseResult struct {
+	Phase      string      `json:"phase"`
+	Records    int64       `json:"records"` // ratings processed, or changelog records restored
+	Seconds    float64     `json:"seconds"` // from the child's start
+	Rate       float64     `json:"rate"`    // Records / Seconds (0 for restart)
+	Unit       string      `json:"unit"`
+	CPUSeconds float64     `json:"cpuSeconds"` // the child's CPU time at that moment
+	PeakRSSMiB float64     `json:"peakRssMiB"`
+	Check      CheckReport `json:"check"`
+	Note       string      `json:"note,omitempty"`
+}
+
+// BenchResult is the whole benchmark's outcome.
+type BenchResult struct {
+	Date       string        `json:"date"`
+	Broker     string        `json:"broker"`
+	Store      string        `json:"store"`
+	Workload   string        `json:"workload"`
+	Partitions int32         `json:"partitions"`
+	Machine    string        `json:"machine"`
+	Phases     []PhaseResult `json:"phases"`
+}
+
+// bench is one run of Bench.
+type bench struct {
+	cfg      BenchConfig
+	log      *slog.Logger
+	work     string
+	brokers  []string
+	registry string
+	appID    string
+	api      string // http://host:port of the child
+	httpAddr string
+	truth    *Truth
+	child    *Child
+	encode   ProduceOptions
+}
+
+// Bench is `keepstate bench`. It produces the ratings of each phase first,
+// then starts keepstate as a child process and times it, checks every
+// movie against the ratings produced, and prints a table (or JSON) to
+// cfg.Out. It returns ErrNotExact (after printing) when a check failed.
+func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult, error) {
+	var res BenchResult
+	if err := cfg.Validate(); err != nil {
+		return res, err
+	}
+	b := &bench{cfg: cfg, log: discardLogger(log), truth: NewTruth()}
+	var err error
+	if b.work = cfg.WorkDir; b.work == "" {
+		if b.work, err = os.MkdirTemp("", "keepstate-bench-"); err != nil {
+			return res, err
+		}
+	} else if err := os.MkdirAll(b.work, 0o755); err != nil {
+		return res, err
+	}
+	if cfg.Keep || cfg.WorkDir != "" {
+		b.log.Info("bench scratch directory", "dir", b.work)
+	} else {
+		defer os.RemoveAll(b.work)
+	}
+	res.Broker = "kafka at " + strings.Join(cfg.Brokers, ",")
+	b.brokers = cfg.Brokers
+	if len(b.brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(int(cfg.Partitions)))
+		if err != nil {
+			return res, fmt.Errorf("bench: start in-process Kafka: %w", err)
+		}
+		defer cluster.Close()
+		b.brokers = cluster.ListenAddrs()
+		res.Broker = "in-process kfake"
+	}
+	if b.registry = cfg.SchemaRegistry; b.registry == "" {
+		stop, url, err := serveBenchRegistry(filepath.Join(b.work, "registry.jsonl"), b.log)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
+		b.registry = url
+	}
+	reg, err := OpenRegistry(ctx, Config{SchemaRegistry: b.registry}, b.log)
+	if err != nil {
+		return res, err
+	}
+	b.appID = fmt.Sprintf("bench-%d", time.Now().UnixNano()%1e9)
+	b.encode = ProduceOptions{Brokers: b.brokers, Topic: b.appID + "-ratings", Partitions: cfg.Partitions,
+		Encode: RegistryEncoder(reg, b.appID+"-ratings-value")}
+	addr, err := freeTCPAddr()
+	if err != nil {
+		return res, err
+	}
+	b.httpAddr, b.api = addr, "http://"+addr
+	defer func() {
+		if b.child != nil {
+			b.child.Stop(30 * time.Second)
+		}
+	}()
+
+	res.Date = time.Now().UTC().Format(time.RFC3339)
+	res.Store, res.Partitions = cfg.Store, cfg.Partitions
+	res.Workload = fmt.Sprintf("%d ratings over %d movies, %s", cfg.Ratings, cfg.Movies, cfg.Dist)
+	res.Machine = fmt.Sprintf("%s/%s, %d cores, load %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg(), runtime.Version())
+	for _, phase := range cfg.Phases {
+		pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		var pr PhaseResult
+		switch phase {
+		case PhaseFill:
+			pr, err = b.process(pctx, PhaseFill, Workload{Dist: DistFill, Movies: cfg.Movies, Seed: cfg.Seed + 1000})
+		case PhaseRun:
+			pr, err = b.process(pctx, PhaseRun, Workload{Dist: cfg.Dist, Movies: cfg.Movies, Ratings: cfg.Ratings, Seed: cfg.Seed})
+		case PhaseRestart:
+			pr, err = b.restart(pctx)
+		case PhaseRestore:
+			pr, err = b.restore(pctx)
+		}
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("bench %s: %w", phase, err)
+		}
+		b.log.Info("bench phase done", "phase", phase, "seconds", pr.Seconds, "rate", pr.Rate, "unit", pr.Unit, "check", pr.Check.String())
+		res.Phases = append(res.Phases, pr)
+	}
+	if err := printBench(cfg.Out, res, cfg.JSON); err != nil {
+		return res, err
+	}
+	for _, p := range res.Phases {
+		if !p.Check.OK() {
+			return res, fmt.Errorf("%w: phase %s: %s", ErrNotExact, p.Phase, p.Check)
+		}
+	}
+	return res, nil
+}
+
+// childArgs is the `keepstate run` command line of the child.
+func (b *bench) childArgs() []string {
+	args := []string{"run", "--brokers", strings.Join(b.brokers, ","), "--schema-registry", b.registry,
+		"--store", b.cfg.Store, "--data-dir", filepath.Join(b.work, "store"), "--redis-url", b.cfg.RedisURL,
+		"--http-addr", b.httpAddr, "--advertise-addr", b.httpAddr, "--application-id", b.appID,
+		"--input-topic", b.encode.Topic, "--output-topic", b.appID + "-averages", "--instance-id", "bench-0"}
+	return append(args, b.cfg.ChildArgs...)
+}
+
+func (b *bench) startChild() error {
+	c, err := StartChild(filepath.Join(b.work, "keepstate.log"), b.cfg.Binary, b.childArgs()...)
+	if err != nil {
+		return err
+	}
+	b.child = c
+	return nil
+}
+
+// stopChild stops the running child, if any, cleanly.
+func (b *bench) stopChild() {
+	if b.child != nil && !b.child.Exited() {
+		b.child.Stop(30 * time.Second)
+	}
+}
+
+// process produces w with the child stopped, then starts the child and
+// times it until every input and repartition offset is committed.
+func (b *bench) process(ctx context.Context, phase string, w Workload) (PhaseResult, error) {
+	pr := PhaseResult{Phase: phase, Records: w.Len(), Unit: "ratings/s"}
+	if phase == PhaseFill {
+		pr.Unit = "movies/s"
+	}
+	b.stopChild()
+	took, err := ProduceWorkload(ctx, b.encode, w, b.truth)
+	if err != nil {
+		return pr, err
+	}
+	b.log.Info("bench produced", "phase", phase, "ratings", w.Len(), "took", took)
+	if err := b.startChild(); err != nil {
+		return pr, err
+	}
+	var profiled chan struct{}
+	if b.cfg.CPUProfile != "" && phase == PhaseRun {
+		// The profile runs for ProfileFor from the child's start; the
+		// phase waits for it (after measuring) so the child outlives it.
+		profiled = make(chan struct{})
+		go func() {
+			defer close(profiled)
+			b.profile(ctx)
+		}()
+		defer func() { <-profiled }()
+	}
+	watch := DrainWatch{Brokers: b.brokers, Group: b.appID,
+		Stages: [][]string{{b.encode.Topic}, {b.appID + "-ratings-by-movie-repartition"}}}
+	drained, err := b.whileAlive(ctx, func(ctx context.Context) (DrainResult, error) { return watch.Wait(ctx) })
+	if err != nil {
+		return pr, err
+	}
+	if err := b.usage(&pr, drained.At); err != nil {
+		return pr, err
+	}
+	pr.Rate = float64(pr.Records) / pr.Seconds
+	pr.Check, pr.Note = b.check(ctx, drained.At)
+	return pr, nil
+}
+
+// whileAlive runs f, failing early with the child's log when it exits.
+func (b *bench) whileAlive(ctx context.Context, f func(context.Context) (DrainResult, error)) (DrainResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type out struct {
+		r   DrainResult
+		err error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		r, err := f(ctx)
+		ch <- out{r, err}
+	}()
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			return o.r, b.child.Failed(o.err)
+		}
+		return o.r, nil
+	case <-b.child.done:
+		cancel()
+		<-ch
+		return DrainResult{}, b.child.Failed(errors.New("keepstate exited during the phase"))
+	}
+}
+
+// usage fills the phase's time from the child's start to at, CPU and RSS.
+func (b *bench) usage(pr *PhaseResult, at time.Time) error {
+	u, err := b.child.Usage()
+	if err != nil {
+		return err
+	}
+	pr.Seconds = at.Sub(b.child.Started).Seconds()
+	pr.CPUSeconds = u.CPU.Seconds()
+	pr.PeakRSSMiB = float64(u.PeakRSS) / (1 << 20)
+	return nil
+}
+
+// check reads every movie through the child's API until it is exact or 30 s
+// have passed (a store may be written right after the offsets commit); the
+// note says how long after at it became exact.
+func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		scanned := time.Now()
+		obs, err := ScanAPI(ctx, b.api)
+		var r CheckReport
+		if err == nil {
+			r = b.truth.Check(obs)
+			if r.OK() {
+				if d := scanned.Sub(at); d > 100*time.Millisecond {
+					return r, fmt.Sprintf("exact %.1f s after the commit", d.Seconds())
+				}
+				return r, ""
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return CheckReport{Movies: b.truth.Movies()}, "check failed: " + err.Error()
+			}
+			return r, ""
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// profile collects a CPU profile of the child, if it serves /debug/pprof.
+func (b *bench) profile(ctx context.Context) {
+	base := b.cfg.ProfileURL
+	if base == "" {
+		base = b.api
+	}
+	err := CollectCPUProfile(ctx, base, b.cfg.ProfileFor, b.cfg.CPUProfile)
+	switch {
+	case errors.Is(err, ErrNoProfiler):
+		b.log.Warn("bench: no CPU profile: the child does not serve /debug/pprof there (enable it with --child-arg, point --cpuprofile-url at it)", "err", err)
+	case err != nil:
+		b.log.Warn("bench: CPU profile failed", "err", err)
+	default:
+		b.log.Info("bench: CPU profile written", "path", b.cfg.CPUProfile, "seconds", b.cfg.ProfileFor.Seconds())
+	}
+}
+
+// freeTCPAddr returns a free 127.0.0.1 port.
+func freeTCPAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// serveBenchRegistry serves an in-process Schema Registry on loopback.
+func serveBenchRegistry(path string, log *slog.Logger) (func(), string, error) {
+	reg, err := newPersistentRegistry(path, log)
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, "http://" + ln.Addr().String(), nil
+}
+
+// loadAvg is the 1, 5 and 15 minute load average, or "?".
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+// printBench writes res as a table, or as JSON.
+func printBench(w io.Writer, res BenchResult, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(w, "keepstate bench: %s, store %s, %s, %d partitions\n%s, %s\n\n",
+		res.Workload, res.Store, res.Broker, res.Partitions, res.Machine, res.Date)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\trecords\tseconds\trate\tCPU s\tpeak RSS\tcheck\tnote")
+	for _, p := range res.Phases {
+		rate := "-"
+		if p.Rate > 0 {
+			rate = fmt.Sprintf("%.0f %s", p.Rate, p.Unit)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%s\t%.1f\t%.0f MiB\t%s\t%s\n",
+			p.Phase, p.Records, p.Seconds, rate, p.CPUSeconds, p.PeakRSSMiB, p.Check, p.Note)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,54 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// TestBenchTiny runs `keepstate bench` end to end on a tiny workload (in-
+// process kfake, clover, keepstate run as a child process, every phase), so
+// the command keeps working. About 10 s with -race.
+func TestBenchTiny(t *testing.T) {
+	b := app.DefaultBench()
+	b.Binary = testkit.Keepstate(t)
+	b.Movies, b.Ratings = 200, 2000
+	b.WorkDir = t.TempDir()
+	b.ChildArgs = []string{"--commit-interval=200ms"}
+	b.Timeout = 2 * time.Minute
+	var out bytes.Buffer
+	b.Out = &out
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := app.Bench(ctx, b, nil)
+	if err != nil {
+		t.Fatalf("Bench = %v\n%s", err, out.String())
+	}
+	if len(res.Phases) != 4 {
+		t.Fatalf("got %d phases, want 4:\n%s", len(res.Phases), out.String())
+	}
+	for _, p := range res.Phases {
+		if !p.Check.OK() || p.Check.Movies != 200 {
+			t.Errorf("phase %s: check %s, want 200/200 exact", p.Phase, p.Check)
+		}
+		if p.Seconds <= 0 || p.PeakRSSMiB <= 0 {
+			t.Errorf("phase %s: seconds %v, peak RSS %v MiB: want both positive", p.Phase, p.Seconds, p.PeakRSSMiB)
+		}
+	}
+	if run := res.Phases[1]; run.Records != 2000 || run.Rate <= 0 {
+		t.Errorf("run phase: %d records at %v/s, want 2000 at a positive rate", run.Records, run.Rate)
+	}
+	if restore := res.Phases[3]; restore.Records < 200 {
+		t.Errorf("restore phase restored %d changelog records, want at least one per movie (200)", restore.Records)
+	}
+	for _, want := range []string{"phase", "fill", "run", "restart", "restore", "200/200 exact"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}

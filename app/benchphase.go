@@ -1,0 +1,167 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// benchPoll is how often the restart and restore phases ask the child.
+const benchPoll = 5 * time.Millisecond
+
+// restart kills the child with SIGKILL (starting it first if the previous
+// phase stopped it) and times the restarted child's first exact answer
+// for the most rated movie.
+func (b *bench) restart(ctx context.Context) (PhaseResult, error) {
+	pr := PhaseResult{Phase: PhaseRestart, Unit: "s"}
+	if b.child == nil || b.child.Exited() {
+		if err := b.startChild(); err != nil {
+			return pr, err
+		}
+		if err := b.waitReady(ctx); err != nil {
+			return pr, b.child.Failed(err)
+		}
+	}
+	b.child.Kill()
+	if err := b.startChild(); err != nil {
+		return pr, err
+	}
+	id, want := b.truth.MostRated()
+	client := &http.Client{Timeout: 2 * time.Second}
+	u := fmt.Sprintf("%s/movies/%d", b.api, id)
+	at, err := b.pollUntil(ctx, func(ctx context.Context) bool {
+		var m struct {
+			Count  int64   `json:"count"`
+			Rating float64 `json:"rating"`
+		}
+		return getJSON(ctx, client, u, &m) == nil && m.Count == want.Count && m.Rating == want.Avg()
+	})
+	if err != nil {
+		return pr, err
+	}
+	if err := b.usage(&pr, at); err != nil {
+		return pr, err
+	}
+	pr.Note = fmt.Sprintf("first exact GET /movies/%d (count %d)", id, want.Count)
+	var note string
+	pr.Check, note = b.check(ctx, at)
+	if note != "" {
+		pr.Note += "; " + note
+	}
+	return pr, nil
+}
+
+// restore stops the child, deletes its store (the clover directory, or
+// the Redis keys of the application) and times the restarted child until
+// every partition is restored and running.
+func (b *bench) restore(ctx context.Context) (PhaseResult, error) {
+	pr := PhaseResult{Phase: PhaseRestore, Unit: "records/s"}
+	b.stopChild()
+	if err := b.wipeStore(ctx); err != nil {
+		return pr, err
+	}
+	if err := b.startChild(); err != nil {
+		return pr, err
+	}
+	var st benchStats
+	at, err := b.pollUntil(ctx, func(ctx context.Context) bool {
+		st = benchStats{}
+		err := getJSON(ctx, &http.Client{Timeout: 2 * time.Second}, b.api+"/api/stats", &st)
+		return err == nil && st.Ready && st.Stats.PartitionsAssigned > 0 &&
+			st.Stats.PartitionsRunning == st.Stats.PartitionsAssigned
+	})
+	if err != nil {
+		return pr, err
+	}
+	if err := b.usage(&pr, at); err != nil {
+		return pr, err
+	}
+	pr.Records = st.Stats.ChangelogRestored
+	pr.Rate = float64(pr.Records) / pr.Seconds
+	pr.Note = fmt.Sprintf("%d movies", b.truth.Movies())
+	var note string
+	pr.Check, note = b.check(ctx, at)
+	if note != "" {
+		pr.Note += "; " + note
+	}
+	return pr, nil
+}
+
+// benchStats is the part of GET /api/stats the bench reads.
+type benchStats struct {
+	Ready bool `json:"ready"`
+	Stats struct {
+		ChangelogRestored  int64 `json:"changelogRestored"`
+		PartitionsAssigned int64 `json:"partitionsAssigned"`
+		PartitionsRunning  int64 `json:"partitionsRunning"`
+	} `json:"stats"`
+}
+
+// waitReady waits until the child's /readyz answers 200.
+func (b *bench) waitReady(ctx context.Context) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	_, err := b.pollUntil(ctx, func(ctx context.Context) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.api+"/readyz", nil)
+		if err != nil {
+			return false
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return err
+}
+
+// pollUntil calls ok every benchPoll until it returns true and returns the
+// time that call started; it fails when ctx ends or the child exits.
+func (b *bench) pollUntil(ctx context.Context, ok func(context.Context) bool) (time.Time, error) {
+	for {
+		at := time.Now()
+		if ok(ctx) {
+			return at, nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, b.child.Failed(ctx.Err())
+		case <-b.child.done:
+			return time.Time{}, b.child.Failed(errors.New("keepstate exited"))
+		case <-time.After(benchPoll):
+		}
+	}
+}
+
+// wipeStore deletes the child's state: the clover directory, or every
+// Redis key of the application (as `keepstate reset` does).
+func (b *bench) wipeStore(ctx context.Context) error {
+	dir := filepath.Join(b.work, "store")
+	if b.cfg.Store == StoreClover {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("delete the store: %w", err)
+		}
+		return nil
+	}
+	c := Default()
+	c.Store, c.RedisURL, c.ApplicationID, c.DataDir = b.cfg.Store, b.cfg.RedisURL, b.appID, dir
+	s, err := OpenStore(ctx, c, b.log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	r, ok := s.(engine.Resetter)
+	if !ok {
+		return fmt.Errorf("store %s cannot be reset", c.Store)
+	}
+	if err := r.Reset(ctx); err != nil {
+		return fmt.Errorf("reset the store: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,261 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// benchClientConfig is the sarama configuration of the benchmark's own
+// Kafka clients: committed reads only, so that a transactional system's
+// aborted records and commit markers are never taken for data.
+func benchClientConfig() *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.ClientID = "keepstate-bench"
+	sc.Net.DialTimeout = 5 * time.Second
+	sc.Consumer.IsolationLevel = sarama.ReadCommitted
+	sc.Consumer.Return.Errors = true
+	sc.Consumer.Fetch.Default = 4 << 20
+	return sc
+}
+
+// tailIdle is how long committedEnd waits for more records at a
+// partition's tail before it takes the last one seen as the last committed
+// record (the offsets after it being transaction markers or aborted
+// records, which a read_committed consumer never returns).
+const tailIdle = 300 * time.Millisecond
+
+// committedEnd returns a partition's low watermark and the offset right
+// after its last committed data record: what a consumer group that has
+// processed everything commits, whether or not commit markers follow. It
+// reads the partition's tail with read_committed, from a few records
+// before the high watermark and further back while it finds none.
+func committedEnd(ctx context.Context, client sarama.Client, consumer sarama.Consumer, topic string, p int32) (low, end int64, err error) {
+	if low, err = client.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
+		return 0, 0, fmt.Errorf("low watermark of %s/%d: %w", topic, p, err)
+	}
+	hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+	if err != nil {
+		return 0, 0, fmt.Errorf("high watermark of %s/%d: %w", topic, p, err)
+	}
+	for back := int64(16); ; back *= 16 {
+		start := max(low, hwm-back)
+		if start >= hwm {
+			return low, low, nil
+		}
+		pc, err := consumer.ConsumePartition(topic, p, start)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read the tail of %s/%d: %w", topic, p, err)
+		}
+		last := int64(-1)
+		idle := time.NewTimer(5 * time.Second) // the first fetch may take a while
+	read:
+		for {
+			select {
+			case m := <-pc.Messages():
+				last = m.Offset
+				if last >= hwm-1 {
+					break read
+				}
+				idle.Reset(tailIdle)
+			case <-idle.C:
+				break read
+			case <-ctx.Done():
+				idle.Stop()
+				pc.Close()
+				return 0, 0, ctx.Err()
+			}
+		}
+		idle.Stop()
+		pc.Close()
+		if last >= 0 {
+			return low, last + 1, nil
+		}
+		if start == low {
+			// No committed record at all in the partition, or all of them
+			// deleted: nothing to wait for beyond low.
+			return low, low, nil
+		}
+	}
+}
+
+// DrainWatch waits until a consumer group has processed everything in a
+// set of topics: on every partition, its committed offset is at or past
+// the end of the partition's committed records (see committedEnd). Topics
+// come in stages: the topics of a stage are only final once every earlier
+// stage is drained (a repartition topic is final once the input is
+// processed), so their ends are taken then.
+type DrainWatch struct {
+	Brokers []string
+	Group   string
+	// Stages are the topics in processing order, e.g. {{"ratings"},
+	// {"app-ratings-by-movie-repartition"}}. The first stage must exist and
+	// be complete when Wait starts.
+	Stages [][]string
+	// Poll is the pause between two reads of the committed offsets
+	// (default 25 ms); the result is exact to one poll.
+	Poll time.Duration
+}
+
+// DrainResult is what DrainWatch.Wait measured.
+type DrainResult struct {
+	// At is the time of the first poll that saw every offset committed.
+	At time.Time
+	// Records is the number of committed records across the stages'
+	// partitions (ends minus low watermarks).
+	Records map[string]int64
+}
+
+type watchPart struct {
+	topic string
+	p     int32
+	stage int
+	low   int64
+	end   int64
+}
+
+type watchPoll struct {
+	at        time.Time
+	committed map[string]map[int32]int64
+}
+
+// Wait polls until the group is drained or ctx ends. Whenever a poll
+// finds an unfinished stage final, it reads that stage's ends; then it
+// finds the first poll in its history that had every offset committed, so
+// the time spent reading ends is not counted.
+func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
+	poll := w.Poll
+	if poll <= 0 {
+		poll = 25 * time.Millisecond
+	}
+	client, err := sarama.NewClient(w.Brokers, benchClientConfig())
+	if err != nil {
+		return DrainResult{}, fmt.Errorf("%w: kafka %v: %w", ErrUnavailable, w.Brokers, err)
+	}
+	defer client.Close()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return DrainResult{}, err
+	}
+	defer consumer.Close()
+
+	var parts []watchPart // of the stages whose ends are known
+	known := 0            // stages whose ends are known
+	var history []watchPoll
+	satisfied := func(c map[string]map[int32]int64, stage int) bool {
+		for _, wp := range parts {
+			if stage >= 0 && wp.stage != stage {
+				continue
+			}
+			off, ok := c[wp.topic][wp.p]
+			if !ok || off < 0 {
+				off = wp.low // nothing committed: fine only for an empty partition
+				if wp.end > wp.low {
+					return false
+				}
+			}
+			if off < wp.end {
+				return false
+			}
+		}
+		return true
+	}
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		at := time.Now()
+		resp, err := admin.ListConsumerGroupOffsets(w.Group, nil)
+		if err == nil && resp.Err != sarama.ErrNoError {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) && !errors.Is(err, sarama.ErrOffsetsLoadInProgress) {
+			return DrainResult{}, fmt.Errorf("committed offsets of group %s: %w", w.Group, err)
+		}
+		c := map[string]map[int32]int64{}
+		if err != nil {
+			resp = &sarama.OffsetFetchResponse{} // the group has committed nothing yet
+		}
+		for topic, blocks := range resp.Blocks {
+			c[topic] = map[int32]int64{}
+			for p, b := range blocks {
+				c[topic][p] = b.Offset
+			}
+		}
+		history = append(history, watchPoll{at: at, committed: c})
+		// Take the ends of the next stage once every earlier one is drained.
+		for known < len(w.Stages) && (known == 0 || satisfied(c, known-1)) {
+			ps, err := w.stageEnds(ctx, client, consumer, known)
+			if err != nil {
+				return DrainResult{}, err
+			}
+			if ps == nil {
+				break // a topic of the stage does not exist yet
+			}
+			parts = append(parts, ps...)
+			known++
+		}
+		if known == len(w.Stages) {
+			for _, h := range history {
+				if satisfied(h.committed, -1) {
+					rec := map[string]int64{}
+					for _, wp := range parts {
+						rec[wp.topic] += wp.end - wp.low
+					}
+					return DrainResult{At: h.at, Records: rec}, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return DrainResult{}, fmt.Errorf("waiting for group %s to commit every offset: %w", w.Group, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// stageEnds reads the ends of every partition of stage i, in parallel; it
+// returns nil when one of its topics does not exist yet.
+func (w DrainWatch) stageEnds(ctx context.Context, client sarama.Client, consumer sarama.Consumer, i int) ([]watchPart, error) {
+	if err := client.RefreshMetadata(w.Stages[i]...); err != nil {
+		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) && i > 0 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("metadata of %v: %w", w.Stages[i], err)
+	}
+	var out []watchPart
+	for _, topic := range w.Stages[i] {
+		ps, err := client.Partitions(topic)
+		if err != nil || len(ps) == 0 {
+			if i > 0 {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("partitions of %s: %v", topic, err)
+		}
+		for _, p := range ps {
+			out = append(out, watchPart{topic: topic, p: p, stage: i})
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(out))
+	for j := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[j].low, out[j].end, errs[j] = committedEnd(ctx, client, consumer, out[j].topic, out[j].p)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/keepstate/keepstate/app"
+)
+
+// cmdBench is `keepstate bench`: flags onto app.BenchConfig, then app.Bench.
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("keepstate bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	b := app.DefaultBench()
+	b.Out = stdout
+	logLevel := "warn"
+	var zipf, uniform bool
+	brokersFlag(fs, &b.Brokers)
+	fs.StringVar(&b.SchemaRegistry, "schema-registry", "", "Schema Registry URL (default: an in-process one)")
+	fs.Int64Var(&b.Movies, "movies", b.Movies, "distinct movies (the fill phase rates each once)")
+	fs.Int64Var(&b.Ratings, "ratings", b.Ratings, "ratings of the run phase")
+	fs.BoolVar(&zipf, "zipf", false, "run phase: Zipf-skewed movie popularity (the default)")
+	fs.BoolVar(&uniform, "uniform", false, "run phase: every movie equally likely")
+	fs.StringVar(&b.Store, "store", b.Store, "state store of the child: clover or redis")
+	fs.StringVar(&b.RedisURL, "redis-url", b.RedisURL, "Redis URL with --store redis")
+	phases := fs.String("phases", strings.Join(b.Phases, ","), "phases to run, in order: fill,run,restart,restore")
+	fs.Func("partitions", "partitions of the input topic (default 3)", func(s string) error {
+		_, err := fmt.Sscan(s, &b.Partitions)
+		return err
+	})
+	fs.Uint64Var(&b.Seed, "seed", b.Seed, "random seed of the workload")
+	fs.StringVar(&b.Binary, "keepstate-bin", "", "keepstate binary the child runs (default: this one)")
+	fs.StringVar(&b.WorkDir, "work-dir", "", "scratch directory, kept afterwards (default: a temporary one, removed)")
+	fs.BoolVar(&b.Keep, "keep", false, "keep the temporary scratch directory (child log and store)")
+	fs.Func("child-arg", "extra flag for the child's `keepstate run`, repeatable (e.g. --child-arg=--commit-interval=200ms)", func(s string) error {
+		b.ChildArgs = append(b.ChildArgs, s)
+		return nil
+	})
+	fs.StringVar(&b.CPUProfile, "cpuprofile", "", "write a CPU profile of the child's run phase here (skipped with a warning if the child serves no /debug/pprof)")
+	fs.DurationVar(&b.ProfileFor, "cpuprofile-duration", b.ProfileFor, "length of that profile, from the child's start")
+	fs.StringVar(&b.ProfileURL, "cpuprofile-url", "", "base URL where the child serves /debug/pprof (default: its API address)")
+	fs.DurationVar(&b.Timeout, "timeout", b.Timeout, "give up on a phase after this long")
+	fs.BoolVar(&b.JSON, "json", false, "print the result as JSON")
+	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error (progress is logged at info)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if zipf && uniform {
+		return fmt.Errorf("%w: --zipf and --uniform exclude each other", app.ErrConfig)
+	}
+	if uniform {
+		b.Dist = app.DistUniform
+	}
+	b.Phases = splitList(*phases)
+	if b.Binary == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: find this binary: %w", err)
+		}
+		b.Binary = self
+	}
+	log, err := app.NewLogger(stderr, logLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	_, err = app.Bench(ctx, b, log)
+	return err
+}
