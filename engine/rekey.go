@@ -40,11 +40,23 @@ func drain(first *sarama.ConsumerMessage, ch <-chan *sarama.ConsumerMessage) []*
 func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
 	ctx := s.Context()
 	lastCommit := time.Now()
+	// Offsets marked after the last commit are committed by the ticker too,
+	// so that the input's committed offset catches up once input stops
+	// (exactly-once tasks commit only their own offsets, in transactions).
+	ticker := time.NewTicker(e.cfg.CommitInterval)
+	defer ticker.Stop()
+	pending := false
 	for {
 		var first *sarama.ConsumerMessage
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-ticker.C:
+			if pending {
+				s.Commit()
+				lastCommit, pending = time.Now(), false
+			}
+			continue
 		case m, ok := <-c.Messages():
 			if !ok {
 				return nil
@@ -87,9 +99,10 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 		e.c.rekeyed.Add(int64(len(batch) - dead))
 		e.c.dead.Add(int64(dead))
 		s.MarkMessage(batch[len(batch)-1], "")
+		pending = true
 		if time.Since(lastCommit) >= e.cfg.CommitInterval {
 			s.Commit()
-			lastCommit = time.Now()
+			lastCommit, pending = time.Now(), false
 		}
 	}
 }
