@@ -242,6 +242,12 @@ func runCrashTest(t *testing.T, store string) {
 	for _, in := range inst {
 		cc.waitReady(in, 90*time.Second)
 	}
+	// The topics first: they tell whether a wrong API answer is a wrong
+	// state or a wrong route.
+	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
+	if err := diffTopics(t, c, truth); err != nil {
+		t.Errorf("after the chaos: %v", err)
+	}
 	waitAllExact(t, a.api, truth)
 	// Key lookups on either instance are routed to the owner of the key.
 	checked := 0
@@ -256,10 +262,6 @@ func runCrashTest(t *testing.T, store string) {
 			}
 		}
 		checked++
-	}
-	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
-	if err := diffTopics(t, c, truth); err != nil {
-		t.Errorf("after the chaos: %v", err)
 	}
 	for _, in := range inst {
 		if st, err := stats(in.api); err == nil {
