@@ -291,9 +291,10 @@ cmd_start() {
 cmd_stop() {
 	local dir="${1:-}"
 	[[ -n "$dir" ]] || usage
-	[[ -f "$dir/pid" ]] || return 0
 	local pid i
-	pid="$(cat "$dir/pid")"
+	# The pid file may vanish at any moment (the owner watchdog stops the
+	# broker and removes it): no file means already stopped.
+	pid="$(cat "$dir/pid" 2>/dev/null)" || return 0
 	if pid_alive "$pid"; then
 		kill -TERM "$pid" 2>/dev/null || true
 		# A single-node broker shuts down in a few seconds; the data is
