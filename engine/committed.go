@@ -126,7 +126,6 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 		r.maxBytes = 1 << 20
 	}
 	next := start
-	aborted := map[int64]struct{}{} // producer ids inside an aborted transaction
 	for next < end {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -165,6 +164,15 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 		default:
 			return fmt.Errorf("fetch %s/%d at %d: %w", r.topic, r.p, next, b.Err)
 		}
+		// The aborted set lives for one response only, as in the Java
+		// consumer: the broker lists every aborted transaction that
+		// overlaps the fetched range, including one that began before it.
+		// Carried over to the next fetch, a producer whose ABORT marker
+		// log compaction removed meanwhile (after delete.retention.ms)
+		// would stay "aborted" for good, and every later committed batch
+		// of that producer (the same transactional id, so every later
+		// owner of the partition) would be skipped: lost records.
+		aborted := map[int64]struct{}{} // producer ids inside an aborted transaction
 		abortedTxns := append([]*sarama.AbortedTransaction(nil), b.AbortedTransactions...)
 		sort.Slice(abortedTxns, func(i, j int) bool { return abortedTxns[i].FirstOffset < abortedTxns[j].FirstOffset })
 		progressed, partial := false, false
