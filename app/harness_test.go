@@ -181,7 +181,9 @@ func produceJSON(t *testing.T, c app.Config, lines ...string) {
 }
 
 // readTopic returns every committed record of topic, partition by
-// partition, as a read_committed consumer sees it.
+// partition, as a read_committed consumer must see it. It uses the tests'
+// oracle (testkit.ReadCommittedByMarkers), which decides transactions by
+// their markers rather than by the broker's aborted-transaction index.
 func readTopic(t *testing.T, brokers []string, topic string) []*sarama.ConsumerMessage {
 	t.Helper()
 	sc := sarama.NewConfig()
@@ -199,13 +201,13 @@ func readTopic(t *testing.T, brokers []string, topic string) []*sarama.ConsumerM
 	defer cancel()
 	var out []*sarama.ConsumerMessage
 	for _, p := range parts {
-		err := engine.ReadCommitted(ctx, client, topic, p, func(r engine.CommittedRecord) error {
-			out = append(out, &sarama.ConsumerMessage{Topic: topic, Partition: p, Offset: r.Offset,
-				Key: r.Key, Value: r.Value, Headers: r.Headers})
-			return nil
-		})
+		recs, err := testkit.ReadCommittedByMarkers(ctx, client, topic, p)
 		if err != nil {
 			t.Fatalf("read %s/%d: %v", topic, p, err)
+		}
+		for _, r := range recs {
+			out = append(out, &sarama.ConsumerMessage{Topic: topic, Partition: p, Offset: r.Offset,
+				Key: r.Key, Value: r.Value, Headers: r.Headers})
 		}
 	}
 	return out

@@ -25,12 +25,19 @@ func saramaConfig() *sarama.Config {
 // txnProducer opens a transactional producer with a unique id.
 func txnProducer(t *testing.T, brokers []string) sarama.SyncProducer {
 	t.Helper()
+	return txnProducerID(t, brokers, testkit.UniqueName(t, "txn"))
+}
+
+// txnProducerID opens a transactional producer with transactional id id;
+// opening it fences (and aborts the open transaction of) an earlier one.
+func txnProducerID(t *testing.T, brokers []string, id string) sarama.SyncProducer {
+	t.Helper()
 	sc := saramaConfig()
 	sc.Producer.Idempotent = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Return.Successes = true
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	sc.Producer.Transaction.ID = testkit.UniqueName(t, "txn")
+	sc.Producer.Transaction.ID = id
 	sc.Net.MaxOpenRequests = 1
 	p, err := sarama.NewSyncProducer(brokers, sc)
 	if err != nil {
@@ -95,6 +102,19 @@ func readAll(t *testing.T, brokers []string, topic string) (kvs []string, offset
 	if err != nil {
 		t.Fatalf("ReadCommitted: %v (it must end at the partition's end, not hang)", err)
 	}
+	// The tests' oracle, which decides transactions by their markers and
+	// not by the broker's aborted-transaction index, must agree.
+	recs, err := testkit.ReadCommittedByMarkers(ctx, client, topic, 0)
+	if err != nil {
+		t.Fatalf("ReadCommittedByMarkers: %v", err)
+	}
+	var oracle []string
+	for _, r := range recs {
+		oracle = append(oracle, string(r.Key)+"="+string(r.Value))
+	}
+	if !same(kvs, oracle) {
+		t.Errorf("ReadCommitted %v, the marker oracle %v", kvs, oracle)
+	}
 	return kvs, offsets
 }
 
@@ -125,6 +145,34 @@ func TestIntegrationReadCommitted(t *testing.T) {
 		inTxn(t, p, topic, false, "a", "zombie", "b", "zombie")
 		got, _ := readAll(t, brokers, topic)
 		if want := []string{"a=1"}; !same(got, want) {
+			t.Errorf("got %v, want %v", got, want)
+		}
+	})
+
+	t.Run("a transaction aborted by fencing", func(t *testing.T) {
+		// A zombie's open transaction is aborted when the next owner opens
+		// a producer with the same transactional id; the next owner then
+		// writes the same keys again. Only the next owner's records count.
+		topic := createTopic(t, brokers, nil)
+		id := testkit.UniqueName(t, "fenced")
+		other := txnProducer(t, brokers)
+		zombie := txnProducerID(t, brokers, id)
+		inTxn(t, zombie, topic, true, "a", "1")
+		if err := zombie.BeginTxn(); err != nil {
+			t.Fatal(err)
+		}
+		if err := zombie.SendMessages([]*sarama.ProducerMessage{
+			{Topic: topic, Key: sarama.StringEncoder("b"), Value: sarama.StringEncoder("zombie")},
+			{Topic: topic, Key: sarama.StringEncoder("c"), Value: sarama.StringEncoder("zombie")},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		inTxn(t, other, topic, true, "x", "1")
+		next := txnProducerID(t, brokers, id)
+		inTxn(t, next, topic, true, "b", "2", "c", "3")
+		inTxn(t, other, topic, true, "x", "2")
+		got, _ := readAll(t, brokers, topic)
+		if want := []string{"a=1", "x=1", "b=2", "c=3", "x=2"}; !same(got, want) {
 			t.Errorf("got %v, want %v", got, want)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -65,6 +66,13 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 	t.Cleanup(func() {
 		p.Kill()
 		checkChildRaces(t, name, dir)
+		if keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR"); keep != "" {
+			// Keep every child's whole log for debugging.
+			if b, err := os.ReadFile(logPath); err == nil {
+				_ = os.MkdirAll(keep, 0o755)
+				_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, p.cmd.Process.Pid)), b, 0o644)
+			}
+		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 20000 {
