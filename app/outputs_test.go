@@ -186,3 +186,124 @@ func testAdmin(t *testing.T, brokers []string) sarama.ClusterAdmin {
 	t.Cleanup(func() { _ = admin.Close() })
 	return admin
 }
+
+// diffRepartition checks that the committed repartition records hold every
+// input record exactly once, and each input partition's records in input
+// order per repartition partition: what the aggregate's duplicate check
+// relies on. Under exactly-once a member that lost an input partition
+// cannot get a record in; a zombie's forwards interleaved with the new
+// owner's would show here as duplicates or out-of-order offsets.
+func diffRepartition(t *testing.T, c app.Config) error {
+	t.Helper()
+	client := testClient(t, c.Brokers)
+	inParts, err := client.Partitions(c.InputTopic)
+	if err != nil {
+		t.Fatalf("partitions of %s: %v", c.InputTopic, err)
+	}
+	type src struct {
+		p int32
+		o int64
+	}
+	seen := map[src]int{}
+	var bad []string
+	last := map[[2]int32]int64{} // (repartition p, input p) -> last input offset
+	outOfOrder, dups := 0, 0
+	for _, m := range readTopic(t, c.Brokers, c.EngineConfig(nil).Topics().Repartition) {
+		sp, _ := findHeader(m.Headers, engine.HeaderSourcePartition)
+		so, _ := findHeader(m.Headers, engine.HeaderSourceOffset)
+		var s src
+		if _, err := fmt.Sscan(sp, &s.p); err != nil {
+			t.Fatalf("repartition %d/%d: source partition %q: %v", m.Partition, m.Offset, sp, err)
+		}
+		if _, err := fmt.Sscan(so, &s.o); err != nil {
+			t.Fatalf("repartition %d/%d: source offset %q: %v", m.Partition, m.Offset, so, err)
+		}
+		if seen[s]++; seen[s] == 2 {
+			if dups++; dups == 1 {
+				t.Log(describeBatches(client, m.Topic, m.Partition, m.Offset))
+				t.Logf("first duplicate: input %d/%d at repartition %d/%d", s.p, s.o, m.Partition, m.Offset)
+			}
+			if dups <= 3 {
+				bad = append(bad, fmt.Sprintf("input %d/%d forwarded twice (again at repartition %d/%d)", s.p, s.o, m.Partition, m.Offset))
+			}
+		}
+		k := [2]int32{m.Partition, s.p}
+		if l, ok := last[k]; ok && s.o <= l {
+			if outOfOrder++; outOfOrder <= 3 {
+				bad = append(bad, fmt.Sprintf("repartition %d/%d: input %d/%d after input offset %d", m.Partition, m.Offset, s.p, s.o, l))
+			}
+		}
+		last[k] = max(last[k], s.o)
+	}
+	missing := 0
+	for _, p := range inParts {
+		end, err := engineEnd(client, c.InputTopic, p)
+		if err != nil {
+			t.Fatalf("end of %s/%d: %v", c.InputTopic, p, err)
+		}
+		for o := int64(0); o < end; o++ {
+			if seen[src{p, o}] == 0 {
+				if missing++; missing <= 3 {
+					bad = append(bad, fmt.Sprintf("input %d/%d never forwarded", p, o))
+				}
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("repartition topic: %d input records missing, %d forwarded twice, %d out of order: %v", missing, dups, outOfOrder, bad)
+}
+
+// findHeader returns the value of the first header named key.
+func findHeader(hs []*sarama.RecordHeader, key string) (string, bool) {
+	for _, h := range hs {
+		if h != nil && string(h.Key) == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// describeBatches describes the record batches of topic/p around offset
+// at, as a read_committed fetch returns them (producer, epoch, control and
+// transactional flags) with the aborted transactions the broker lists: the
+// evidence when diffRepartition finds a record twice.
+func describeBatches(client sarama.Client, topic string, p int32, at int64) string {
+	broker, err := client.Leader(topic, p)
+	if err != nil {
+		return err.Error()
+	}
+	from := max(at-150, 0)
+	req := &sarama.FetchRequest{Version: 11, MaxWaitTime: 100, MinBytes: 1, MaxBytes: 1 << 20, Isolation: sarama.ReadCommitted}
+	req.AddBlock(topic, p, from, 1<<20, -1)
+	resp, err := broker.Fetch(req)
+	if err != nil {
+		return err.Error()
+	}
+	b := resp.GetBlock(topic, p)
+	if b == nil {
+		return "no block"
+	}
+	out := fmt.Sprintf("fetch %s/%d from %d: hwm %d lso %d aborted:", topic, p, from, b.HighWaterMarkOffset, b.LastStableOffset)
+	for _, a := range b.AbortedTransactions {
+		out += fmt.Sprintf(" (pid %d first %d)", a.ProducerID, a.FirstOffset)
+	}
+	for _, rs := range b.RecordsSet {
+		rb := rs.RecordBatch
+		if rb == nil || rb.FirstOffset > at+5 {
+			break
+		}
+		if rb.Control && len(rb.Records) > 0 && len(rb.Records[0].Key) >= 4 {
+			kind := "COMMIT"
+			if rb.Records[0].Key[3] == 0 {
+				kind = "ABORT"
+			}
+			out += fmt.Sprintf("\n  %s marker at %d pid %d epoch %d", kind, rb.FirstOffset, rb.ProducerID, rb.ProducerEpoch)
+			continue
+		}
+		out += fmt.Sprintf("\n  batch %d..%d pid %d epoch %d txn %v records %d", rb.FirstOffset,
+			rb.FirstOffset+int64(rb.LastOffsetDelta), rb.ProducerID, rb.ProducerEpoch, rb.IsTransactional, len(rb.Records))
+	}
+	return out
+}

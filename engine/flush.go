@@ -104,7 +104,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage) error {
 		offsets := map[string][]*sarama.PartitionOffsetMetadata{
 			e.topics.Repartition: {{Partition: t.p, Offset: t.next}},
 		}
-		step, err = "add offsets", pr.AddOffsetsToTxnWithGroupMetadata(offsets, t.groupMetadata())
+		step, err = "add offsets", pr.AddOffsetsToTxnWithGroupMetadata(offsets, e.groupMetadata(t.sess))
 	}
 	if err == nil {
 		step, err = "commit", pr.CommitTxn()
@@ -113,30 +113,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage) error {
 		e.c.txnCommitted.Add(1)
 		return nil
 	}
-	st := pr.TxnStatus()
-	open := st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) != 0
-	if open && st&sarama.ProducerTxnFlagFatalError == 0 {
-		if aerr := pr.AbortTxn(); aerr != nil {
-			e.log.Debug("abort transaction", "partition", t.p, "err", aerr)
-		}
-	}
-	e.c.txnAborted.Add(1)
-	if isFencing(err) {
-		e.c.fenced.Add(1)
-		return fmt.Errorf("partition %d: %w (%s): %w: %w", t.p, ErrTxnAborted, step, ErrFenced, err)
-	}
-	return fmt.Errorf("partition %d: %w (%s): %w", t.p, ErrTxnAborted, step, err)
-}
-
-// groupMetadata identifies this member to the broker on transactional
-// offset commits, so that the commit of a member that lost the partition
-// is refused (KIP-447).
-func (t *task) groupMetadata() *sarama.ConsumerGroupMetadata {
-	var instance *string
-	if id := t.e.cfg.InstanceID; id != "" {
-		instance = &id
-	}
-	return sarama.NewConsumerGroupMetadataFromSession(t.sess, t.e.cfg.ApplicationID, instance)
+	return e.endTxn(pr, "partition "+itoa(int64(t.p)), step, err)
 }
 
 // drop forgets everything the task holds that is not persisted, after a

@@ -36,13 +36,17 @@ func drain(first *sarama.ConsumerMessage, ch <-chan *sarama.ConsumerMessage) []*
 
 // rekey forwards input ratings to the repartition topic keyed by movie id,
 // with the input position in headers; bad records go to the dead-letter
-// topic. Offsets are marked only after the broker acknowledged the sends.
+// topic. Under exactly-once it runs in transactions (see rekeyTxn); under
+// at-least-once, offsets are marked only after the broker acknowledged the
+// sends, and a member that lost the partition may still forward records.
 func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	if e.cfg.ProcessingGuarantee == ExactlyOnce {
+		return e.rekeyTxn(s, c)
+	}
 	ctx := s.Context()
 	lastCommit := time.Now()
 	// Offsets marked after the last commit are committed by the ticker too,
-	// so that the input's committed offset catches up once input stops
-	// (exactly-once tasks commit only their own offsets, in transactions).
+	// so that the input's committed offset catches up once input stops.
 	ticker := time.NewTicker(e.cfg.CommitInterval)
 	defer ticker.Stop()
 	pending := false
@@ -64,34 +68,9 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 			first = m
 		}
 		batch := drain(first, c.Messages())
-		out := make([]*sarama.ProducerMessage, 0, len(batch))
-		dead := 0
-		for _, m := range batch {
-			r, err := e.decodeRating(ctx, m.Value)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				out = append(out, e.deadLetter(m, err))
-				dead++
-				continue
-			}
-			if n := len(m.Value) + repartitionOverhead; n > MaxRecordBytes {
-				out = append(out, e.deadLetter(m, fmt.Errorf("%w: %d bytes, the repartition limit is %d", ErrRecordTooLarge, n, MaxRecordBytes)))
-				dead++
-				continue
-			}
-			key := EncodeMovieKey(r.MovieID)
-			out = append(out, &sarama.ProducerMessage{
-				Topic:     e.topics.Repartition,
-				Partition: PartitionFor(key, e.nParts),
-				Key:       sarama.ByteEncoder(key),
-				Value:     sarama.ByteEncoder(m.Value),
-				Headers: []sarama.RecordHeader{
-					header(HeaderSourcePartition, strconv.FormatInt(int64(m.Partition), 10)),
-					header(HeaderSourceOffset, strconv.FormatInt(m.Offset, 10)),
-				},
-			})
+		out, dead, err := e.forward(ctx, batch)
+		if err != nil {
+			return nil // the session ended while the registry was unreachable
 		}
 		if err := e.producer.SendMessages(out); err != nil {
 			return fmt.Errorf("rekey: %w", sendErr(err))
@@ -105,6 +84,41 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 			lastCommit, pending = time.Now(), false
 		}
 	}
+}
+
+// forward builds the repartition records (and dead letters) of a batch of
+// input records; dead is how many went to the dead-letter topic. It fails
+// only when ctx ends while the registry is unreachable.
+func (e *Engine) forward(ctx context.Context, batch []*sarama.ConsumerMessage) (out []*sarama.ProducerMessage, dead int, err error) {
+	out = make([]*sarama.ProducerMessage, 0, len(batch))
+	for _, m := range batch {
+		r, err := e.decodeRating(ctx, m.Value)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, ctx.Err()
+			}
+			out = append(out, e.deadLetter(m, err))
+			dead++
+			continue
+		}
+		if n := len(m.Value) + repartitionOverhead; n > MaxRecordBytes {
+			out = append(out, e.deadLetter(m, fmt.Errorf("%w: %d bytes, the repartition limit is %d", ErrRecordTooLarge, n, MaxRecordBytes)))
+			dead++
+			continue
+		}
+		key := EncodeMovieKey(r.MovieID)
+		out = append(out, &sarama.ProducerMessage{
+			Topic:     e.topics.Repartition,
+			Partition: PartitionFor(key, e.nParts),
+			Key:       sarama.ByteEncoder(key),
+			Value:     sarama.ByteEncoder(m.Value),
+			Headers: []sarama.RecordHeader{
+				header(HeaderSourcePartition, strconv.FormatInt(int64(m.Partition), 10)),
+				header(HeaderSourceOffset, strconv.FormatInt(m.Offset, 10)),
+			},
+		})
+	}
+	return out, dead, nil
 }
 
 // errBadRating is wrapped by ratings outside 0..10 or not finite.

@@ -37,13 +37,35 @@ func (t Topics) TransactionalID(p int32) string {
 	return t.Changelog + "-txn-" + strconv.Itoa(int(p))
 }
 
-// newTaskProducer opens the transactional producer of partition p. Opening
-// it fences every earlier producer with the same transactional id and
-// waits for the broker to abort their open transaction.
+// RekeyTransactionalID is the transactional id of the producer that
+// forwards input partition p to the repartition topic. One per input
+// partition, whichever instance reads it, for the same reasons as
+// TransactionalID: a member that lost the input partition can get no
+// record into the repartition topic, so the aggregate sees every input
+// record exactly once and in input order.
+func (t Topics) RekeyTransactionalID(p int32) string {
+	return t.Repartition + "-txn-" + strconv.Itoa(int(p))
+}
+
+// newTaskProducer opens the transactional producer of aggregate partition
+// p (see newTxnProducer).
 func (e *Engine) newTaskProducer(p int32) (sarama.SyncProducer, error) {
+	return e.newTxnProducer(e.topics.TransactionalID(p), "-task-"+strconv.Itoa(int(p)))
+}
+
+// newRekeyProducer opens the transactional producer of input partition p
+// (see newTxnProducer).
+func (e *Engine) newRekeyProducer(p int32) (sarama.SyncProducer, error) {
+	return e.newTxnProducer(e.topics.RekeyTransactionalID(p), "-rekey-"+strconv.Itoa(int(p)))
+}
+
+// newTxnProducer opens a transactional producer with transactional id id.
+// Opening it fences every earlier producer with the same id and waits for
+// the broker to abort their open transaction.
+func (e *Engine) newTxnProducer(id, clientSuffix string) (sarama.SyncProducer, error) {
 	sc := e.saramaConfig()
-	sc.ClientID = e.cfg.ApplicationID + "-task-" + strconv.Itoa(int(p))
-	sc.Producer.Transaction.ID = e.topics.TransactionalID(p)
+	sc.ClientID = e.cfg.ApplicationID + clientSuffix
+	sc.Producer.Transaction.ID = id
 	sc.Producer.Transaction.Timeout = e.cfg.TransactionTimeout
 	// Offset-fetch and coordinator retries must outlast an open
 	// transaction of a dead predecessor (the transaction timeout).
@@ -134,7 +156,7 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 		e.log.Debug("describe group before joining", "err", err)
 		return
 	}
-	var parts []int32
+	var parts, inputs []int32
 	for _, g := range groups {
 		for _, m := range g.Members {
 			if m.GroupInstanceId == nil || *m.GroupInstanceId != e.cfg.InstanceID {
@@ -142,21 +164,57 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 			}
 			if asg, err := m.GetMemberAssignment(); err == nil && asg != nil {
 				parts = append(parts, asg.Topics[e.topics.Repartition]...)
+				inputs = append(inputs, asg.Topics[e.topics.Input]...)
 			}
 		}
 	}
-	for _, p := range parts {
-		if ctx.Err() != nil {
-			return
+	abort := func(open func(int32) (sarama.SyncProducer, error), stage string, ps []int32) {
+		for _, p := range ps {
+			if ctx.Err() != nil {
+				return
+			}
+			pr, err := open(p)
+			if err != nil {
+				e.log.Warn("could not abort the previous incarnation's transaction", "stage", stage, "partition", p, "err", err)
+				continue
+			}
+			_ = pr.Close()
 		}
-		pr, err := e.newTaskProducer(p)
-		if err != nil {
-			e.log.Warn("could not abort the previous incarnation's transaction", "partition", p, "err", err)
-			continue
+	}
+	abort(e.newTaskProducer, "aggregate", parts)
+	abort(e.newRekeyProducer, "rekey", inputs)
+	if len(parts)+len(inputs) > 0 {
+		e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs)
+	}
+}
+
+// endTxn finishes a failed transaction of pr: it aborts it when the
+// producer still can, counts it, and returns err wrapped in ErrTxnAborted
+// (and ErrFenced when the broker refused this instance as the owner).
+// what names the transaction in the error.
+func (e *Engine) endTxn(pr sarama.SyncProducer, what, step string, err error) error {
+	st := pr.TxnStatus()
+	open := st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) != 0
+	if open && st&sarama.ProducerTxnFlagFatalError == 0 {
+		if aerr := pr.AbortTxn(); aerr != nil {
+			e.log.Debug("abort transaction", "txn", what, "err", aerr)
 		}
-		_ = pr.Close()
 	}
-	if len(parts) > 0 {
-		e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts)
+	e.c.txnAborted.Add(1)
+	if isFencing(err) {
+		e.c.fenced.Add(1)
+		return fmt.Errorf("%s: %w (%s): %w: %w", what, ErrTxnAborted, step, ErrFenced, err)
 	}
+	return fmt.Errorf("%s: %w (%s): %w", what, ErrTxnAborted, step, err)
+}
+
+// groupMetadata identifies this member to the broker on transactional
+// offset commits, so that the commit of a member that lost the partition
+// is refused (KIP-447).
+func (e *Engine) groupMetadata(s sarama.ConsumerGroupSession) *sarama.ConsumerGroupMetadata {
+	var instance *string
+	if id := e.cfg.InstanceID; id != "" {
+		instance = &id
+	}
+	return sarama.NewConsumerGroupMetadataFromSession(s, e.cfg.ApplicationID, instance)
 }

@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// rekeyer is the exactly-once rekey stage of one input partition. It
+// forwards records inside a transaction of the input partition's producer
+// (see Topics.RekeyTransactionalID) and commits, every commit interval, the
+// forwarded records together with the input offset, which carries the
+// group's generation and member (KIP-447).
+//
+// Why the rekey stage is transactional: the aggregate skips a repartition
+// record whose input offset is not above the last one it counted from the
+// same input partition. That check is exact only if each input partition's
+// records reach the repartition topic once and in input order. A member
+// that lost the input partition (paused past the session timeout) but
+// still forwards would interleave its records with the new owner's, and
+// the new owner's lower offsets would then be skipped as duplicates
+// although they were never counted: lost ratings. In a transaction a
+// zombie's records are never committed: the new owner's producer
+// initialisation aborts its open transaction, and its offset commit is
+// refused for its old generation, which aborts the transaction too.
+//
+// A rekeyer is used by its claim's goroutine only.
+type rekeyer struct {
+	e    *Engine
+	sess sarama.ConsumerGroupSession
+	p    int32
+	pr   sarama.SyncProducer
+
+	inTxn      bool
+	next       int64 // input offset to commit: last forwarded + 1
+	forwarded  int64 // records forwarded in the open transaction
+	dead       int64 // dead letters in the open transaction
+	lastCommit time.Time
+}
+
+// rekeyTxn runs the exactly-once rekey stage of a claimed input partition
+// until the session ends. An error (failed or fenced transaction) aborts
+// the open transaction and restarts the session: the partition is then
+// read again from the last committed offset.
+func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	ctx := s.Context()
+	pr, err := e.newRekeyProducer(c.Partition())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer func() {
+		if err := pr.Close(); err != nil {
+			e.log.Debug("closing rekey producer", "partition", c.Partition(), "err", err)
+		}
+	}()
+	r := &rekeyer{e: e, sess: s, p: c.Partition(), pr: pr, next: -1, lastCommit: time.Now()}
+	ticker := time.NewTicker(e.cfg.CommitInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return r.final()
+		case <-ticker.C:
+			if err := r.commit(); err != nil {
+				return r.stop(err)
+			}
+		case m, ok := <-c.Messages():
+			if !ok {
+				return r.final()
+			}
+			batch := drain(m, c.Messages())
+			out, dead, err := e.forward(ctx, batch)
+			if err != nil {
+				return r.final()
+			}
+			if err := r.send(out); err != nil {
+				return r.stop(err)
+			}
+			r.forwarded += int64(len(batch) - dead)
+			r.dead += int64(dead)
+			r.next = batch[len(batch)-1].Offset + 1
+			if time.Since(r.lastCommit) >= e.cfg.CommitInterval {
+				if err := r.commit(); err != nil {
+					return r.stop(err)
+				}
+			}
+		}
+	}
+}
+
+// send produces out inside the open transaction, beginning one if needed.
+func (r *rekeyer) send(out []*sarama.ProducerMessage) error {
+	if !r.inTxn {
+		if err := r.pr.BeginTxn(); err != nil {
+			return r.e.endTxn(r.pr, r.name(), "begin", err)
+		}
+		r.inTxn = true
+	}
+	if err := r.pr.SendMessages(out); err != nil {
+		r.inTxn = false
+		return r.e.endTxn(r.pr, r.name(), "produce", sendErr(err))
+	}
+	return nil
+}
+
+// commit commits the open transaction with the input offset; without one
+// it does nothing.
+func (r *rekeyer) commit() error {
+	r.lastCommit = time.Now()
+	if !r.inTxn {
+		return nil
+	}
+	r.inTxn = false
+	e := r.e
+	offsets := map[string][]*sarama.PartitionOffsetMetadata{
+		e.topics.Input: {{Partition: r.p, Offset: r.next}},
+	}
+	if err := r.pr.AddOffsetsToTxnWithGroupMetadata(offsets, e.groupMetadata(r.sess)); err != nil {
+		return e.endTxn(r.pr, r.name(), "add offsets", err)
+	}
+	if err := r.pr.CommitTxn(); err != nil {
+		return e.endTxn(r.pr, r.name(), "commit", err)
+	}
+	e.c.txnCommitted.Add(1)
+	e.log.Debug("rekey transaction committed", "input_partition", r.p, "offset", r.next,
+		"generation", r.sess.GenerationID(), "member", r.sess.MemberID(), "records", r.forwarded)
+	e.c.rekeyed.Add(r.forwarded)
+	e.c.dead.Add(r.dead)
+	r.forwarded, r.dead = 0, 0
+	return nil
+}
+
+// stop turns a send or commit error into the stage's result: none when
+// the session has ended (the transaction is already aborted; the next
+// owner reads from the last commit).
+func (r *rekeyer) stop(err error) error {
+	if r.sess.Context().Err() != nil {
+		r.logUncommitted(err)
+		return nil
+	}
+	return err
+}
+
+// final commits what the stage forwarded when its session ends (sarama
+// bounds it with its retries): while the group rebalances the generation is still valid,
+// so this usually succeeds and spares the next owner the work. A member
+// that lost the partition cannot commit; its transaction is aborted.
+func (r *rekeyer) final() error {
+	if err := r.commit(); err != nil {
+		r.logUncommitted(err)
+	}
+	return nil
+}
+
+func (r *rekeyer) logUncommitted(err error) {
+	lvl := slog.LevelWarn
+	if errors.Is(err, ErrFenced) {
+		lvl = slog.LevelInfo
+	}
+	r.e.log.Log(context.Background(), lvl, "rekey transaction not committed; the next owner forwards again from the last commit",
+		"input_partition", r.p, "err", err)
+}
+
+func (r *rekeyer) name() string { return "input partition " + itoa(int64(r.p)) }
