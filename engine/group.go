@@ -19,7 +19,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.c.running.Store(0)
 	e.parts.setJoined()
 	e.owners.invalidate()
-	e.onAssigned(ps)
+	e.onAssigned(ps, s.GenerationID())
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "input", s.Claims()[e.topics.Input])
 	return nil
@@ -31,6 +31,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 	e := h.e
 	s.Commit()
+	e.parts.revoked(s.GenerationID())
 	for _, p := range s.Claims()[e.topics.Repartition] {
 		e.parts.remove(p)
 	}

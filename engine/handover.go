@@ -25,9 +25,16 @@ import "time"
 const minHandoverGrace = 5 * time.Second
 
 // onAssigned is called by Setup with the new assignment (already marked
-// RESTORING): partitions assigned elsewhere stop being warm, pending drops
-// of the assigned ones are cancelled.
-func (e *Engine) onAssigned(ps []int32) {
+// RESTORING) of generation gen: partitions assigned elsewhere stop being
+// warm, pending drops of the assigned ones are cancelled.
+//
+// Every warm partition also stops being warm unless gen directly follows
+// the generation that revoked them. A member paused past the session
+// timeout revokes its partitions only when it wakes, after the group went
+// on without it: another member ran them in the generations in between,
+// and this copy is behind. Answering from it while it restores would be a
+// stale read (seen in the chaos test: a count two ratings short).
+func (e *Engine) onAssigned(ps []int32, gen int32) {
 	mine := make(map[int32]bool, len(ps))
 	for _, p := range ps {
 		mine[p] = true
@@ -35,7 +42,7 @@ func (e *Engine) onAssigned(ps []int32) {
 	e.parts.mu.Lock()
 	e.parts.grace = max(2*e.cfg.SessionTimeout, minHandoverGrace)
 	for p := range e.parts.warm {
-		if !mine[p] {
+		if !mine[p] || gen != e.parts.warmGen+1 {
 			delete(e.parts.warm, p)
 		}
 	}

@@ -36,6 +36,23 @@ type partitionTracker struct {
 	// still be answered: nobody else has been assigned them yet.
 	warm  map[int32]time.Time
 	grace time.Duration
+	// warmGen is the generation of the session whose partitions are warm.
+	warmGen int32
+}
+
+// revoked records the generation of the session that is giving up its
+// partitions (Cleanup), for the next assignment to check (onAssigned).
+func (t *partitionTracker) revoked(gen int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.warmGen = gen
+}
+
+// unwarm ends the hand-over of p at once: its copy here may be behind.
+func (t *partitionTracker) unwarm(p int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.warm, p)
 }
 
 func (t *partitionTracker) set(p int32, s PartitionState) {

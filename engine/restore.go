@@ -68,6 +68,12 @@ func (t *task) restore(ctx context.Context) error {
 		log.Warn("changelog ends before the store's checkpoint (topic deleted or truncated); re-seeding the changelog from the store")
 		return t.reseed(ctx)
 	}
+	if !hasCP || end > cp+1 {
+		// Someone wrote to the changelog after this store's last flush
+		// (beyond its commit marker): this copy is behind, so it must not
+		// be answered while it catches up (see handover.go).
+		e.parts.unwarm(t.p)
+	}
 	t.checkpoint = max(start, end)
 	if start >= end {
 		log.Info("partition restored", "records", 0)
