@@ -12,11 +12,12 @@ import (
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
-// BenchmarkE2EThroughput measures the whole pipeline on kfake for each
-// store and processing guarantee side by side: b.N generated ratings over
-// 10k movies with Zipf-skewed popularity are produced and the benchmark
-// ends when every one has been applied; it reports ratings/s. Run it with
-// -count to interleave the configurations.
+// BenchmarkE2EThroughput measures the whole pipeline on kfake (on Apache
+// Kafka with KEEPSTATE_TEST_KAFKA=real) for each store and processing
+// guarantee side by side: b.N generated ratings over 10k movies with
+// Zipf-skewed popularity are produced and the benchmark ends when every one
+// has been applied; it reports ratings/s and the process's CPU per rating.
+// Run it with -count to interleave the configurations.
 func BenchmarkE2EThroughput(b *testing.B) {
 	for _, store := range []string{app.StoreClover, app.StoreRedis} {
 		for _, g := range []string{"exactly_once", "at_least_once"} {
@@ -28,7 +29,7 @@ func BenchmarkE2EThroughput(b *testing.B) {
 func benchThroughput(b *testing.B, store, guarantee string) {
 	{
 		{
-			brokers := testkit.StartKfake(b).Brokers()
+			brokers := testkit.Kafka(b)
 			reg := testkit.StartRegistry(b)
 			c := app.Default()
 			c.Brokers, c.SchemaRegistry = brokers, reg.URL()

@@ -86,7 +86,7 @@ func (cc *crashCluster) start(in *crashInstance) {
 		"--application-id", c.ApplicationID, "--input-topic", c.InputTopic, "--output-topic", c.OutputTopic,
 		"--store", c.Store, "--data-dir", in.dataDir, "--redis-url", c.RedisURL,
 		"--http-addr", in.api, "--advertise-addr", in.api, "--instance-id", in.instanceID,
-		"--commit-interval", "200ms", "--session-timeout", "3s", "--partitions", "3", "--fsync=false", "--log-level", "info",
+		"--commit-interval", "200ms", "--session-timeout", "3s", "--partitions", "3", "--fsync=false", "--log-level", crashLogLevel(),
 		"--peer-secret", testPeerSecret}
 	in.proc = testkit.StartProcess(cc.t, in.name, cc.bin, nil, append(args, in.extraArgs...)...)
 }
@@ -244,25 +244,39 @@ func runCrashTest(t *testing.T, store string) {
 	}
 	// The topics first: they tell whether a wrong API answer is a wrong
 	// state or a wrong route.
+	waitCommitted(t, c, c.InputTopic)
 	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
+	if err := diffRepartition(t, c); err != nil {
+		t.Errorf("after the chaos: %v", err)
+	}
 	if err := diffTopics(t, c, truth); err != nil {
 		t.Errorf("after the chaos: %v", err)
 	}
 	waitAllExact(t, a.api, truth)
 	// Key lookups on either instance are routed to the owner of the key.
-	checked := 0
-	for id, want := range truth {
-		if checked == 100 {
+	// An instance that has just woken from the last pause may still be
+	// rejoining the group (503 meanwhile), so this polls.
+	var ids []int64
+	for id := range truth {
+		if ids = append(ids, id); len(ids) == 100 {
 			break
 		}
-		for _, in := range inst {
-			var m testkit.Movie
-			if code, err := testkit.GetJSON(fmt.Sprintf("http://%s/movies/%d", in.api, id), &m); err != nil || code != http.StatusOK || m != want {
-				t.Errorf("GET /movies/%d on %s: %d %+v %v, want %+v", id, in.name, code, m, err, want)
+	}
+	testkit.Eventually(t, 60*time.Second, "key lookups exact on both instances", func() error {
+		for _, id := range ids {
+			for _, in := range inst {
+				var m testkit.Movie
+				code, err := testkit.GetJSON(fmt.Sprintf("http://%s/movies/%d", in.api, id), &m)
+				if err != nil || code != http.StatusOK {
+					return fmt.Errorf("GET /movies/%d on %s: %d %v", id, in.name, code, err)
+				}
+				if m != truth[id] {
+					t.Fatalf("GET /movies/%d on %s: %+v, want %+v", id, in.name, m, truth[id])
+				}
 			}
 		}
-		checked++
-	}
+		return nil
+	})
 	for _, in := range inst {
 		if st, err := stats(in.api); err == nil {
 			t.Logf("%s after the run: %+v", in.name, st.Stats)
@@ -370,14 +384,6 @@ func TestE2ECrashExactnessClover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test takes a minute")
 	}
-	if os.Getenv(testkit.KafkaEnv) == "real" && os.Getenv("KEEPSTATE_RUN_KNOWN_FAILURES") != "1" {
-		// Known failure, issue #9 stays open: on Apache Kafka this run
-		// intermittently ends with 15 % of the movies' counts too low in
-		// the changelog, the output topic and the API (CI 2026-12-01, two
-		// of four runs). It passes on kfake (run above, with -race). Run it
-		// with KEEPSTATE_RUN_KNOWN_FAILURES=1 while fixing it.
-		t.Skip("KNOWN FAILURE on Apache Kafka (issue #9 open): counts lost under kill -9 + pauses; set KEEPSTATE_RUN_KNOWN_FAILURES=1 to run")
-	}
 	runCrashTest(t, app.StoreClover)
 }
 
@@ -387,10 +393,14 @@ func TestE2ECrashExactnessRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test takes a minute")
 	}
-	if os.Getenv(testkit.KafkaEnv) == "real" && os.Getenv("KEEPSTATE_RUN_KNOWN_FAILURES") != "1" {
-		// Known failure, issue #9 stays open (see the clover variant):
-		// on Apache Kafka a run ended with 2 of 1200 movies one rating low.
-		t.Skip("KNOWN FAILURE on Apache Kafka (issue #9 open): counts lost under kill -9 + pauses; set KEEPSTATE_RUN_KNOWN_FAILURES=1 to run")
-	}
 	runCrashTest(t, app.StoreRedis)
+}
+
+// crashLogLevel is the children's log level: info, or
+// KEEPSTATE_TEST_CHILD_LOG_LEVEL when debugging.
+func crashLogLevel() string {
+	if l := os.Getenv("KEEPSTATE_TEST_CHILD_LOG_LEVEL"); l != "" {
+		return l
+	}
+	return "info"
 }
