@@ -5,16 +5,16 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-		"time"
+	"time"
 
 	"github.com/IBM/sarama"
 )
 
 // committedReader reads the committed records of one partition up to a
-// given end offset, as a read_committed consumer sees them, and knows
-// exactly when it has reached that end: transaction markers, aborted
-// records and compaction gaps all move its position forward without
-// delivering anything. sarama's PartitionConsumer hides its position past
+// given end offset, as a read_committed consumer sees them (deciding each
+// transaction by its marker, see read), and knows exactly when it has
+// reached that end: transaction markers, aborted records and compaction
+// gaps all move its position forward without delivering anything. sarama's PartitionConsumer hides its position past
 // control records, so a restore built on it could only guess its end with
 // an idle timeout; every changelog written under exactly-once ends in a
 // commit marker, so that guess would cost every restart.
