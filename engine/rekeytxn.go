@@ -60,7 +60,7 @@ func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupC
 		}
 	}()
 	r := &rekeyer{e: e, sess: s, p: c.Partition(), pr: pr, next: -1, lastCommit: time.Now()}
-	ticker := time.NewTicker(e.cfg.CommitInterval)
+	ticker := time.NewTicker(r.interval())
 	defer ticker.Stop()
 	for {
 		select {
@@ -85,7 +85,7 @@ func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupC
 			r.forwarded += int64(len(batch) - dead)
 			r.dead += int64(dead)
 			r.next = batch[len(batch)-1].Offset + 1
-			if time.Since(r.lastCommit) >= e.cfg.CommitInterval {
+			if time.Since(r.lastCommit) >= r.interval() {
 				if err := r.commit(); err != nil {
 					return r.stop(err)
 				}
@@ -165,6 +165,18 @@ func (r *rekeyer) logUncommitted(err error) {
 	}
 	r.e.log.Log(context.Background(), lvl, "rekey transaction not committed; the next owner forwards again from the last commit",
 		"input_partition", r.p, "err", err)
+}
+
+// maxRekeyCommitInterval caps how long forwarded records wait for their
+// rekey transaction to commit: the aggregate reads them read_committed, so
+// this adds to the end-to-end latency, and a long --commit-interval (meant
+// to let the aggregate's write-behind cache absorb more) must not hold the
+// whole pipeline back.
+const maxRekeyCommitInterval = 250 * time.Millisecond
+
+// interval is how often the rekey transaction commits.
+func (r *rekeyer) interval() time.Duration {
+	return min(r.e.cfg.CommitInterval, maxRekeyCommitInterval)
 }
 
 func (r *rekeyer) name() string { return "input partition " + itoa(int64(r.p)) }
