@@ -206,7 +206,7 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 		default:
 			return fmt.Errorf("fetch %s/%d at %d: %w", r.topic, r.p, next, b.Err)
 		}
-		progressed, partial := false, false
+		progressed, partial := false, b.Partial
 		for _, rs := range b.RecordsSet {
 			rb := rs.RecordBatch
 			if rb == nil {
@@ -257,6 +257,13 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 					epoch[rb.ProducerID] = rb.ProducerEpoch
 				}
 				queue = append(queue, q)
+			}
+		}
+		if !progressed && !partial {
+			// Only batches that compaction emptied (see batchesEnd): they
+			// hold nothing to deliver or decide, so step past them.
+			if n, ok := batchesEnd(b); ok && n > next && n <= b.HighWaterMarkOffset {
+				next, progressed = n, true
 			}
 		}
 		if err := deliver(); err != nil {

@@ -77,3 +77,54 @@ func TestCommittedReaderForgetsAbortsBetweenFetches(t *testing.T) {
 		t.Errorf("got %v, want %v (the aborted record skipped, the next owner's kept)", got, want)
 	}
 }
+
+// TestCommittedReaderStepsOverEmptiedBatches replays what a restore met on
+// Apache Kafka: the read of a cleaned segment returned only a batch whose
+// records compaction had removed (Kafka keeps a producer's last batch
+// header). sarama drops such batches from the response; the reader must
+// still move past them rather than fetch the same offset until it gives up.
+func TestCommittedReaderStepsOverEmptiedBatches(t *testing.T) {
+	const (
+		topic = "changelog"
+		pid   = 7
+	)
+	mb := sarama.NewMockBroker(t, 1)
+	defer mb.Close()
+
+	// Offsets 0..2: one batch, all three records removed by compaction.
+	resp := &sarama.FetchResponse{Version: fetchVersion}
+	resp.AddRecordBatch(topic, 0, sarama.StringEncoder("a"), sarama.StringEncoder("1"), 0, pid, true)
+	b := resp.GetBlock(topic, 0)
+	rb := b.RecordsSet[0].RecordBatch
+	rb.Records, rb.LastOffsetDelta = nil, 2
+	b.HighWaterMarkOffset, b.LastStableOffset = 3, 3
+
+	mb.SetHandlerByMap(map[string]sarama.MockResponse{
+		"MetadataRequest": sarama.NewMockMetadataResponse(t).
+			SetBroker(mb.Addr(), mb.BrokerID()).
+			SetLeader(topic, 0, mb.BrokerID()),
+		"FetchRequest": sarama.NewMockWrapper(resp),
+	})
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.ApiVersionsRequest = false
+	client, err := sarama.NewClient([]string{mb.Addr()}, sc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer client.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got int
+	r := committedReader{client: client, topic: topic, p: 0}
+	if err := r.read(ctx, 0, 3, func(CommittedRecord) error { got++; return nil }); err != nil {
+		t.Fatalf("read: %v (want it to step past the emptied batch)", err)
+	}
+	if got != 0 {
+		t.Errorf("delivered %d records, want 0", got)
+	}
+	if n := len(mb.History()); n > 3 {
+		t.Errorf("%d requests, want at most 3 (metadata, one fetch)", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"time"
 
@@ -112,6 +113,15 @@ func ReadCommittedByMarkers(ctx context.Context, client sarama.Client, topic str
 					pending[rb.ProducerID] = append(pending[rb.ProducerID], cr)
 				} else {
 					out = append(out, cr)
+				}
+			}
+		}
+		if !progressed && !b.Partial {
+			// Batches emptied by compaction only: sarama drops them from
+			// RecordsSet but records where they end (as engine.batchesEnd).
+			if f := reflect.ValueOf(b).Elem().FieldByName("recordsNextOffset"); f.IsValid() && f.Kind() == reflect.Pointer && !f.IsNil() {
+				if n := f.Elem().Int(); n > next && n <= b.HighWaterMarkOffset {
+					next, progressed = n, true
 				}
 			}
 		}
