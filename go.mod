@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/IBM/sarama v1.61.1
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/labstack/echo/v4 v4.16.4
 	github.com/linkedin/goavro/v2 v2.15.0
 	github.com/ostafen/clover/v2 v2.0.0-alpha.3

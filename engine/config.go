@@ -19,7 +19,9 @@ type Config struct {
 	OutputTopic string
 	// CommitInterval is how often tasks flush state and commit offsets.
 	CommitInterval time.Duration
-	// CacheMaxDocs flushes a partition early when it holds this many changed documents.
+	// CacheMaxDocs flushes a partition early when it holds this many changed
+	// documents, and bounds how many documents a partition keeps cached
+	// between flushes (the least recently used go first).
 	CacheMaxDocs int
 	// InstanceID enables static group membership when non-empty.
 	InstanceID string

@@ -45,7 +45,7 @@ func (t *task) flush(ctx context.Context) error {
 	docs := make([]MovieStats, 0, len(t.dirty))
 	msgs := make([]*sarama.ProducerMessage, 0, 2*len(t.dirty)+len(t.dead))
 	for id := range t.dirty {
-		d := t.cache[id].Clone()
+		d := t.cache.get(id).Clone()
 		docs = append(docs, d)
 		cl, err := e.changelogRecord(ctx, d)
 		if err != nil {
@@ -78,9 +78,7 @@ func (t *task) flush(ctx context.Context) error {
 		}
 		e.c.docs.Add(int64(len(docs)))
 		t.dirty = map[int64]struct{}{}
-		if len(t.cache) > e.cfg.CacheMaxDocs {
-			t.cache = map[int64]*MovieStats{}
-		}
+		t.cache.trim(e.cfg.CacheMaxDocs)
 	}
 	if t.producer == nil && t.next > t.committed {
 		t.sess.MarkOffset(e.topics.Repartition, t.p, t.next, "")
@@ -121,7 +119,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage) error {
 // here, so it is not kept answerable (warm) when the session ends: a new
 // owner may already be ahead of this instance's store.
 func (t *task) drop() {
-	t.cache = map[int64]*MovieStats{}
+	t.cache.reset()
 	t.dirty = map[int64]struct{}{}
 	t.dead = nil
 	t.e.parts.set(t.p, Restoring)

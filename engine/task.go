@@ -33,7 +33,7 @@ type task struct {
 	// dead are dead letters waiting for the next flush's transaction.
 	dead []*sarama.ProducerMessage
 
-	cache map[int64]*MovieStats
+	cache docCache
 	dirty map[int64]struct{}
 	// next is the repartition offset to commit (last seen + 1); committed
 	// is the last value committed.
@@ -46,7 +46,7 @@ type task struct {
 
 func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {
 	return &task{e: e, sess: s, claim: c, p: c.Partition(),
-		cache: map[int64]*MovieStats{}, dirty: map[int64]struct{}{}, next: -1, committed: -1}
+		cache: newDocCache(), dirty: map[int64]struct{}{}, next: -1, committed: -1}
 }
 
 // run restores the partition and processes it until the session ends.
@@ -158,7 +158,7 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 			continue
 		}
 		keys[i] = id
-		if _, ok := t.cache[id]; !ok {
+		if !t.cache.has(id) {
 			ids = append(ids, id)
 		}
 	}
@@ -174,7 +174,7 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 		for _, id := range ids {
 			if d, ok := loaded[id]; ok {
 				d := d
-				t.cache[id] = &d
+				t.cache.put(id, &d)
 			}
 		}
 	}
@@ -219,10 +219,10 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 // repartition offset is not above the document's version, or its input
 // offset is not above the one recorded for its input partition.
 func (t *task) apply(offset int64, r avro.Rating, srcP int32, srcO int64, hasSrc bool) {
-	d := t.cache[r.MovieID]
+	d := t.cache.get(r.MovieID)
 	if d == nil {
 		d = &MovieStats{MovieID: r.MovieID, Partition: t.p, Version: -1}
-		t.cache[r.MovieID] = d
+		t.cache.put(r.MovieID, d)
 	}
 	if offset <= d.Version {
 		t.e.c.duplicates.Add(1)

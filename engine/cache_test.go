@@ -1,0 +1,57 @@
+package engine
+
+import "testing"
+
+func TestDocCacheTrimKeepsRecentlyUsed(t *testing.T) {
+	tests := []struct {
+		name    string
+		touch   []int64 // read after 1..5 were put in order
+		max     int
+		want    []int64
+		dropped []int64
+	}{
+		{name: "untouched keeps the newest", max: 2, want: []int64{4, 5}, dropped: []int64{1, 2, 3}},
+		{name: "a read makes a document hot", touch: []int64{1}, max: 2, want: []int64{1, 5}, dropped: []int64{2, 3, 4}},
+		{name: "under the bound nothing goes", touch: []int64{3}, max: 10, want: []int64{1, 2, 3, 4, 5}},
+		{name: "bound zero empties", max: 0, dropped: []int64{1, 2, 3, 4, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newDocCache()
+			for id := int64(1); id <= 5; id++ {
+				c.put(id, &MovieStats{MovieID: id})
+			}
+			for _, id := range tt.touch {
+				if d := c.get(id); d == nil || d.MovieID != id {
+					t.Fatalf("get(%d) = %v, want the document", id, d)
+				}
+			}
+			c.trim(tt.max)
+			if got := c.len(); got != len(tt.want) {
+				t.Errorf("len after trim(%d) = %d, want %d", tt.max, got, len(tt.want))
+			}
+			for _, id := range tt.want {
+				if !c.has(id) {
+					t.Errorf("%d dropped, want it kept", id)
+				}
+			}
+			for _, id := range tt.dropped {
+				if c.has(id) {
+					t.Errorf("%d kept, want it dropped", id)
+				}
+			}
+		})
+	}
+}
+
+func TestDocCacheReset(t *testing.T) {
+	c := newDocCache()
+	c.put(1, &MovieStats{MovieID: 1})
+	c.reset()
+	if got := c.get(1); got != nil {
+		t.Errorf("get after reset = %v, want nil", got)
+	}
+	if got := c.len(); got != 0 {
+		t.Errorf("len after reset = %d, want 0", got)
+	}
+}
