@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/pprof"
@@ -159,5 +160,45 @@ func TestCollectCPUProfile(t *testing.T) {
 	err := app.CollectCPUProfile(context.Background(), bare.URL, time.Second, filepath.Join(t.TempDir(), "none.prof"))
 	if !errors.Is(err, app.ErrNoProfiler) {
 		t.Errorf("CollectCPUProfile(no pprof) = %v, want ErrNoProfiler", err)
+	}
+}
+
+// TestCollectCPUProfileWaitsForTheListener: the bench asks a child for its
+// profile right after starting it, before the child listens.
+func TestCollectCPUProfileWaitsForTheListener(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now: connections are refused
+
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	done := make(chan error, 1)
+	go func() { done <- app.CollectCPUProfile(context.Background(), "http://"+addr, time.Second, path) }()
+
+	// The injected fault: the listener comes up 300 ms late, as a child
+	// process's does (this delay is the scenario, not a synchronisation:
+	// the result is awaited on done).
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	srv := &http.Server{Handler: mux}
+	defer srv.Close()
+	listenErr := make(chan error, 1)
+	time.AfterFunc(300*time.Millisecond, func() {
+		l, err := net.Listen("tcp", addr)
+		listenErr <- err
+		if err == nil {
+			go srv.Serve(l)
+		}
+	})
+	if err := <-listenErr; err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("CollectCPUProfile(late listener) = %v, want it to wait and succeed", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+		t.Errorf("profile file %s: %v; want a non-empty profile", path, err)
 	}
 }

@@ -154,6 +154,10 @@ func ReadProcUsage(pid int) (ProcUsage, error) {
 	return u, nil
 }
 
+// profilerStartTimeout is how long CollectCPUProfile retries a refused
+// connection: a child process starts its listeners a little after exec.
+const profilerStartTimeout = 15 * time.Second
+
 // ErrNoProfiler means the process does not serve /debug/pprof.
 var ErrNoProfiler = errors.New("no /debug/pprof endpoint")
 
@@ -166,7 +170,22 @@ func CollectCPUProfile(ctx context.Context, base string, d time.Duration, path s
 	if err != nil {
 		return err
 	}
-	resp, err := (&http.Client{Timeout: d + 30*time.Second}).Do(req)
+	// A child just started may not listen yet: retry a refused connection
+	// for a while (polling, not a fixed sleep).
+	client := &http.Client{Timeout: d + 30*time.Second}
+	deadline := time.Now().Add(profilerStartTimeout)
+	var resp *http.Response
+	for {
+		resp, err = client.Do(req)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("cpu profile from %s: %w", base, err)
 	}
