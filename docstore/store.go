@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/ostafen/clover/v2"
@@ -71,10 +72,17 @@ func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx, db *clover.DB)
 	}))
 }
 
-// wrap marks a closed database as unavailable.
+// wrap marks a closed database, and a full disk, as unavailable: the
+// engine retries such writes with a backoff (and /readyz reports the store
+// error) instead of restarting its group session over and over. A write
+// that failed for lack of space left nothing behind (bbolt commits its
+// meta page last), so it can be retried as is once space is freed.
 func (s *Store) wrap(err error) error {
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+	switch {
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
 		return fmt.Errorf("docstore %s closed: %w", s.dir, engine.ErrUnavailable)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return fmt.Errorf("docstore %s: disk full, free space or grow the volume: %w: %w", s.dir, engine.ErrUnavailable, err)
 	}
 	return err
 }

@@ -1,0 +1,75 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// TestE2EDiskFull runs the clover store on a 1 MiB volume and streams more
+// movies into it than fit. Once the disk is full the instance must not
+// crash or loop through group sessions: /readyz answers 503 naming the
+// full disk and the flush waits. When the volume is grown, processing goes
+// on and every output is exact: the API, the last changelog record and the
+// last average of every movie.
+func TestE2EDiskFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a volume")
+	}
+	vol := testkit.SmallVolume(t, 1<<20)
+	brokers := testkit.Kafka(t)
+	reg := testkit.StartRegistry(t)
+	c := testConfig(t, brokers, reg.URL())
+	c.DataDir = vol.Dir
+	c.Fsync = true
+	in := startInstance(t, c)
+
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	p := produceConfig(c, 12000, 6000, 5) // about 2,000 movies fit in 1 MiB
+	truthOf(p, truth, sums)
+	if _, err := app.Produce(context.Background(), p, nil); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+
+	testkit.Eventually(t, 60*time.Second, "/readyz reports the full disk", func() error {
+		code, body := httpGet(in.api + "/readyz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "disk full") {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+	// Reads still work meanwhile: some movie is answered from the store.
+	var st testkit.APIStats
+	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Stats.StoreDocsWritten == 0 {
+		t.Errorf("no document written before the disk filled up; want some (is the volume too small for the test?)")
+	}
+
+	vol.Resize(t, 256<<20)
+	waitCommitted(t, c, c.InputTopic)
+	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
+	if err := diffTopics(t, c, truth); err != nil {
+		t.Errorf("after the disk was grown: %v", err)
+	}
+	waitAllExact(t, strings.TrimPrefix(in.api, "http://"), truth)
+	testkit.Eventually(t, 30*time.Second, "ready again", func() error {
+		if code, body := httpGet(in.api + "/readyz"); code != http.StatusOK {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Stats.GroupRestarts != 0 {
+		t.Errorf("group restarts %d; want 0 (a full disk is waited out, not restarted through)", st.Stats.GroupRestarts)
+	}
+}
