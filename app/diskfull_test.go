@@ -73,3 +73,51 @@ func TestE2EDiskFull(t *testing.T) {
 		t.Errorf("group restarts %d; want 0 (a full disk is waited out, not restarted through)", st.Stats.GroupRestarts)
 	}
 }
+
+// TestE2EDiskFullRedis is TestE2EDiskFull for the Redis store: redis-server
+// keeps an append-only file (fsync every second) on a 2 MiB volume. Once
+// it cannot write the file, Redis refuses writes (MISCONF); the instance
+// waits with /readyz 503 instead of restarting its group session, and ends
+// exact once the volume is grown.
+func TestE2EDiskFullRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a volume")
+	}
+	vol := testkit.SmallVolume(t, 2<<20)
+	brokers := testkit.Kafka(t)
+	reg := testkit.StartRegistry(t)
+	c := testConfig(t, brokers, reg.URL())
+	r := testkit.StartRedis(t, testkit.WithRedisDir(vol.Dir), testkit.WithRedisPersistence(testkit.RedisAOF),
+		testkit.WithRedisArgs("--appendfsync", "everysec"))
+	c.Store, c.RedisURL = app.StoreRedis, r.URL()
+	in := startInstance(t, c)
+
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	p := produceConfig(c, 16000, 8000, 9)
+	truthOf(p, truth, sums)
+	if _, err := app.Produce(context.Background(), p, nil); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	testkit.Eventually(t, 60*time.Second, "/readyz reports the full disk", func() error {
+		code, body := httpGet(in.api + "/readyz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "MISCONF") {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+
+	vol.Resize(t, 256<<20)
+	waitCommitted(t, c, c.InputTopic)
+	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
+	if err := diffTopics(t, c, truth); err != nil {
+		t.Errorf("after the disk was grown: %v", err)
+	}
+	waitAllExact(t, strings.TrimPrefix(in.api, "http://"), truth)
+	var st testkit.APIStats
+	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Stats.GroupRestarts != 0 {
+		t.Errorf("group restarts %d; want 0 (a full disk is waited out, not restarted through)", st.Stats.GroupRestarts)
+	}
+}

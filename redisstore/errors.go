@@ -13,7 +13,8 @@ import (
 // request itself. Everything that is not an error reply of the server
 // (connection refused or reset, timeouts, a closed pool) is transient, and so
 // are the server replies of a server that is loading, read-only, down, busy
-// running a script, out of memory or out of client slots.
+// running a script, out of memory or out of client slots, or unable to
+// persist writes (MISCONF: its disk is full).
 func transient(err error) bool {
 	var reply redis.Error
 	if !errors.As(err, &reply) {
@@ -23,7 +24,10 @@ func transient(err error) bool {
 		redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsMaxClientsError(err) ||
 		redis.IsOOMError(err) || redis.IsNoReplicasError(err) ||
-		redis.HasErrorPrefix(err, "BUSY")
+		redis.HasErrorPrefix(err, "BUSY") ||
+		// Writes refused because the server cannot persist them (a full
+		// disk under its AOF or RDB file): they succeed again once it can.
+		redis.HasErrorPrefix(err, "MISCONF")
 }
 
 // wrap adds the operation to err and, for a transient error, wraps

@@ -48,6 +48,7 @@ type redisConfig struct {
 	password    string
 	args        []string
 	readyWithin time.Duration
+	dir         string
 }
 
 // WithRedisPersistence makes the server keep its data in its directory
@@ -60,6 +61,13 @@ func WithRedisPersistence(p RedisPersistence) RedisOption {
 // carries the password and readiness checks authenticate.
 func WithRedisPassword(pw string) RedisOption {
 	return func(c *redisConfig) { c.password = pw }
+}
+
+// WithRedisDir makes StartRedis keep the server's data (and logs) in dir,
+// for example a testkit.SmallVolume, instead of a fresh temporary
+// directory. LaunchRedis ignores it.
+func WithRedisDir(dir string) RedisOption {
+	return func(c *redisConfig) { c.dir = dir }
 }
 
 // WithRedisArgs appends raw redis-server arguments (for example
@@ -93,7 +101,15 @@ type Redis struct {
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	bin := LookPath(t, "redis-server", RedisInstall)
-	r, err := newRedis(bin, t.TempDir(), false, opts)
+	var cfg redisConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	dir := cfg.dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	r, err := newRedis(bin, dir, false, opts)
 	if err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
