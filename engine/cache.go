@@ -48,5 +48,25 @@ func (c docCache) trim(max int) {
 	}
 }
 
+// trimClean drops the least recently used documents that are not in
+// dirty until at most max remain (or only dirty ones do).
+func (c docCache) trimClean(max int, dirty map[int64]struct{}) {
+	if c.lru.Len() <= max {
+		return
+	}
+	if len(dirty) == 0 {
+		c.trim(max)
+		return
+	}
+	for _, id := range c.lru.Keys() { // oldest first
+		if c.lru.Len() <= max {
+			return
+		}
+		if _, ok := dirty[id]; !ok {
+			c.lru.Remove(id)
+		}
+	}
+}
+
 // reset empties the cache.
 func (c docCache) reset() { c.lru.Purge() }

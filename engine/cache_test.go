@@ -55,3 +55,26 @@ func TestDocCacheReset(t *testing.T) {
 		t.Errorf("len after reset = %d, want 0", got)
 	}
 }
+
+func TestDocCacheTrimCleanKeepsDirty(t *testing.T) {
+	c := newDocCache()
+	for id := int64(1); id <= 5; id++ {
+		c.put(id, &MovieStats{MovieID: id})
+	}
+	dirty := map[int64]struct{}{1: {}, 2: {}} // the two oldest
+	c.trimClean(3, dirty)
+	for _, id := range []int64{1, 2, 5} {
+		if !c.has(id) {
+			t.Errorf("%d dropped, want it kept (dirty or newest)", id)
+		}
+	}
+	for _, id := range []int64{3, 4} {
+		if c.has(id) {
+			t.Errorf("%d kept, want it dropped (oldest clean)", id)
+		}
+	}
+	c.trimClean(0, dirty)
+	if got := c.len(); got != 2 {
+		t.Errorf("len after trimClean(0) = %d, want 2 (only the dirty ones)", got)
+	}
+}

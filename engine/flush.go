@@ -14,23 +14,57 @@ import (
 	"github.com/keepstate/keepstate/avro"
 )
 
-// flush persists the task's changed documents.
-//
-// Exactly-once: (1) in one Kafka transaction, the changelog records, the
-// averages, the pending dead letters and the repartition offset (committed
-// with the group's generation and member, so the broker refuses a member
-// that lost the partition); (2) only after the commit, the documents and the
-// changelog checkpoint (one past the last changelog record of this
-// transaction, from the acks) in one atomic store write. A failed or fenced
-// transaction is aborted, the store is left untouched, the cache dropped,
-// and the error restarts the session: the partition is restored and
-// reprocessed from the committed offsets.
-//
-// At-least-once: the same steps without a transaction: records first, then
-// the store, then the offset commit. A crash between two steps replays at
-// most this batch, and the version checks make the replay a no-op; a zombie
-// is not fenced at the broker.
+// flush hands the task's changed documents to a persist running in the
+// background (see persist) and returns at once, so that the task goes on
+// processing while the last batch is committed and written: at most one
+// persist is in flight per task, and flush first waits for the previous
+// one, failing with its error. Called by the task's goroutine only.
 func (t *task) flush(ctx context.Context) error {
+	if err := t.awaitPersist(); err != nil {
+		return err
+	}
+	job, err := t.prepare(ctx)
+	if err != nil || job == nil {
+		return err
+	}
+	job.done = make(chan struct{})
+	t.inflight = job
+	go func() {
+		defer close(job.done)
+		job.err = t.persist(ctx, job)
+	}()
+	return nil
+}
+
+// persistJob is one flush's batch on its way to Kafka and the store, and
+// what came of it. Fields above done are set by prepare; the results are
+// written by persist and read by the task after done is closed.
+type persistJob struct {
+	msgs []*sarama.ProducerMessage
+	docs []MovieStats
+	dead int
+	// next is the repartition offset to commit with the batch; commit is
+	// false when it was committed already.
+	next   int64
+	commit bool
+	// verify is an idle partition's empty store write (claim check) at
+	// checkpoint.
+	verify     bool
+	checkpoint int64
+
+	done chan struct{}
+	err  error
+	// wrote is true when the store write happened; checkpoint is then the
+	// store's new checkpoint, at the time verified.
+	wrote    bool
+	verified time.Time
+}
+
+// prepare takes what the task changed since the last flush (nil when there
+// is nothing to persist): clones of the dirty documents, their changelog
+// and average records, the pending dead letters and the offset to commit.
+// The cache keeps the documents; the task goes on changing them.
+func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 	e := t.e
 	if len(t.dirty) == 0 && len(t.dead) == 0 && t.next <= t.committed {
 		if time.Since(t.verified) >= verifyInterval {
@@ -38,69 +72,151 @@ func (t *task) flush(ctx context.Context) error {
 			// that a store that lost its state (Redis restarted without
 			// persistence) is noticed and the partition restored even
 			// without new input.
-			return t.write(ctx, Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: t.checkpoint})
+			return &persistJob{verify: true, checkpoint: t.checkpoint, next: t.next}, nil
 		}
-		return nil
+		return nil, nil
 	}
-	docs := make([]MovieStats, 0, len(t.dirty))
-	msgs := make([]*sarama.ProducerMessage, 0, 2*len(t.dirty)+len(t.dead))
+	job := &persistJob{
+		docs:   make([]MovieStats, 0, len(t.dirty)),
+		msgs:   make([]*sarama.ProducerMessage, 0, 2*len(t.dirty)+len(t.dead)),
+		dead:   len(t.dead),
+		next:   t.next,
+		commit: t.next > t.committed,
+	}
 	for id := range t.dirty {
 		d := t.cache.get(id).Clone()
-		docs = append(docs, d)
+		job.docs = append(job.docs, d)
 		cl, err := e.changelogRecord(ctx, d)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		msgs = append(msgs, cl, e.averageRecord(d))
+		job.msgs = append(job.msgs, cl, e.averageRecord(d))
 	}
-	msgs = append(msgs, t.dead...)
+	job.msgs = append(job.msgs, t.dead...)
+	t.dirty = map[int64]struct{}{}
+	t.dead = nil
+	return job, nil
+}
+
+// persist makes job durable.
+//
+// Exactly-once: (1) in one Kafka transaction, the changelog records, the
+// averages, the dead letters and the repartition offset (committed with the
+// group's generation and member, so the broker refuses a member that lost
+// the partition); (2) only after the commit, the documents and the
+// changelog checkpoint (one past the last changelog record of this
+// transaction, from the acks) in one atomic store write. A failed or fenced
+// transaction is aborted and the store is left untouched; any error breaks
+// the task (see awaitPersist): its cache is dropped, nothing more is
+// written this session, and the error restarts the session, after which the
+// partition is restored and reprocessed from the committed offsets.
+//
+// At-least-once: the same steps without a transaction: records first, then
+// the store, then the offset commit. A crash between two steps replays at
+// most this batch, and the version checks make the replay a no-op; a zombie
+// is not fenced at the broker.
+//
+// persist runs on its own goroutine and touches only job, the partition's
+// producer and the engine; the task's cache is not read.
+func (t *task) persist(ctx context.Context, job *persistJob) error {
+	e := t.e
+	// The store write follows a committed transaction: it must not be
+	// given up just because the session ended meanwhile (a clean stop
+	// would leave the store behind its changelog and cost a restore), so
+	// it outlives the session by up to finalFlushTimeout.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(t.sess.Context(), func() {
+		timer := time.AfterFunc(finalFlushTimeout, cancel)
+		context.AfterFunc(ctx, func() { timer.Stop() })
+	})
+	defer stop()
+	if job.verify {
+		return t.write(ctx, job, Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: job.checkpoint})
+	}
 	if t.producer != nil {
-		if err := t.commitTxn(msgs); err != nil {
-			t.drop()
+		if err := t.commitTxn(job.msgs, job.next, job.commit); err != nil {
 			return err
 		}
-	} else if len(msgs) > 0 {
-		if err := e.producer.SendMessages(msgs); err != nil {
+	} else if len(job.msgs) > 0 {
+		if err := e.producer.SendMessages(job.msgs); err != nil {
 			return fmt.Errorf("send changelog and averages: %w", sendErr(err))
 		}
 	}
-	e.c.dead.Add(int64(len(t.dead)))
-	t.dead = nil
-	if len(docs) > 0 {
+	e.c.dead.Add(int64(job.dead))
+	if len(job.docs) > 0 {
 		checkpoint := int64(-1)
-		for _, m := range msgs {
+		for _, m := range job.msgs {
 			if m.Topic == e.topics.Changelog && m.Offset+1 > checkpoint {
 				checkpoint = m.Offset + 1
 			}
 		}
-		if err := t.write(ctx, Batch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint}); err != nil {
+		if err := t.write(ctx, job, Batch{Partition: t.p, Epoch: t.epoch, Docs: job.docs, Checkpoint: checkpoint}); err != nil {
 			return err
 		}
-		e.c.docs.Add(int64(len(docs)))
-		t.dirty = map[int64]struct{}{}
-		t.cache.trim(e.cfg.CacheMaxDocs)
+		e.c.docs.Add(int64(len(job.docs)))
 	}
-	if t.producer == nil && t.next > t.committed {
-		t.sess.MarkOffset(e.topics.Repartition, t.p, t.next, "")
+	if t.producer == nil && job.commit {
+		t.sess.MarkOffset(e.topics.Repartition, t.p, job.next, "")
 		t.sess.Commit()
 	}
-	t.committed = max(t.committed, t.next)
 	return nil
 }
 
-// commitTxn produces msgs and commits the task's repartition offset in one
-// transaction. On any failure it aborts (when the producer still can) and
-// returns an error wrapping ErrTxnAborted, and ErrFenced when the broker
-// refused this instance as the partition's owner.
-func (t *task) commitTxn(msgs []*sarama.ProducerMessage) error {
+// persistDone is closed when the persist in flight ends; nil (never ready
+// in a select) when there is none.
+func (t *task) persistDone() <-chan struct{} {
+	if t.inflight == nil {
+		return nil
+	}
+	return t.inflight.done
+}
+
+// awaitPersist waits for the persist in flight, if any, and takes in its
+// result: the committed offset, the store checkpoint, and a cache trimmed
+// back to its bound. A failed persist breaks the task: its cache, dirty
+// documents and dead letters are dropped, and this and every later flush
+// of the session return the error without writing anything (a later batch
+// would move the store's checkpoint past documents that were never
+// written).
+func (t *task) awaitPersist() error {
+	if t.broken != nil {
+		return t.broken
+	}
+	job := t.inflight
+	if job == nil {
+		return nil
+	}
+	<-job.done
+	t.inflight = nil
+	if job.err != nil {
+		t.broken = job.err
+		t.drop()
+		return job.err
+	}
+	if job.wrote {
+		t.checkpoint, t.verified = job.checkpoint, job.verified
+	}
+	if job.commit {
+		t.committed = max(t.committed, job.next)
+	}
+	t.cache.trimClean(t.e.cfg.CacheMaxDocs, t.dirty)
+	return nil
+}
+
+// commitTxn produces msgs and, when commit is set, commits the repartition
+// offset next in one transaction. On any failure it aborts (when the
+// producer still can) and returns an error wrapping ErrTxnAborted, and
+// ErrFenced when the broker refused this instance as the partition's owner.
+func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool) error {
 	e, pr := t.e, t.producer
 	step, err := "begin", pr.BeginTxn()
 	if err == nil && len(msgs) > 0 {
 		step, err = "produce", sendErr(pr.SendMessages(msgs))
 	}
-	if err == nil && t.next > t.committed {
+	if err == nil && commit {
 		offsets := map[string][]*sarama.PartitionOffsetMetadata{
-			e.topics.Repartition: {{Partition: t.p, Offset: t.next}},
+			e.topics.Repartition: {{Partition: t.p, Offset: next}},
 		}
 		step, err = "add offsets", pr.AddOffsetsToTxnWithGroupMetadata(offsets, e.groupMetadata(t.sess))
 	}
@@ -128,25 +244,24 @@ func (t *task) drop() {
 // verifyInterval is how often an idle partition confirms its claim.
 const verifyInterval = 5 * time.Second
 
-// write applies b to the store, retrying while the store is unavailable. A
-// fenced write (another owner claimed the partition, or the store lost the
-// claim with its state) drops the task's cache and returns an error
-// wrapping ErrFenced, which restarts the group session: the partition is
-// then claimed again and restored.
-func (t *task) write(ctx context.Context, b Batch) error {
+// write applies b to the store for job, retrying while the store is
+// unavailable, and records the new checkpoint in job. A fenced write
+// (another owner claimed the partition, or the store lost the claim with
+// its state) returns an error wrapping ErrFenced, which breaks the task and
+// restarts the group session: the partition is then claimed again and
+// restored. Called by persist.
+func (t *task) write(ctx context.Context, job *persistJob, b Batch) error {
 	e := t.e
 	err := e.retryUnavailable(ctx, "apply", func() error { return e.store.Apply(ctx, b) })
 	if errors.Is(err, ErrFenced) {
 		e.c.fenced.Add(1)
-		t.drop()
 		return fmt.Errorf("partition %d: %w", t.p, err)
 	}
 	if err != nil {
 		return fmt.Errorf("store batch: %w", err)
 	}
 	e.c.batches.Add(1)
-	t.checkpoint = b.Checkpoint
-	t.verified = time.Now()
+	job.wrote, job.checkpoint, job.verified = true, b.Checkpoint, time.Now()
 	return nil
 }
 

@@ -174,7 +174,7 @@ func (t *task) reseed(ctx context.Context) error {
 		}
 		var err error
 		if t.producer != nil {
-			err = t.commitTxn(msgs)
+			err = t.commitTxn(msgs, t.next, t.next > t.committed)
 		} else if err = e.producer.SendMessages(msgs); err != nil {
 			err = fmt.Errorf("re-seed changelog: %w", sendErr(err))
 		}

@@ -42,6 +42,12 @@ type task struct {
 	// verified is when the claim was last confirmed by a store write.
 	checkpoint int64
 	verified   time.Time
+
+	// inflight is the persist in flight (see flush), nil when none; broken
+	// is the error of a failed persist, after which the task writes nothing
+	// more this session.
+	inflight *persistJob
+	broken   error
 }
 
 func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {
@@ -68,6 +74,10 @@ func (t *task) run() error {
 		select {
 		case <-ctx.Done():
 			return t.finalFlush()
+		case <-t.persistDone():
+			if err := t.awaitPersist(); err != nil {
+				return t.stop(err)
+			}
 		case <-ticker.C:
 			if err := t.flush(ctx); err != nil {
 				return t.stop(err)
@@ -105,7 +115,11 @@ func (t *task) stop(err error) error {
 func (t *task) finalFlush() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.sess.Context()), finalFlushTimeout)
 	defer cancel()
-	if err := t.flush(ctx); err != nil {
+	err := t.flush(ctx) // waits for the persist in flight first
+	if err == nil {
+		err = t.awaitPersist()
+	}
+	if err != nil {
 		lvl := slog.LevelWarn
 		if errors.Is(err, ErrFenced) {
 			lvl = slog.LevelInfo
@@ -119,6 +133,10 @@ func (t *task) finalFlush() error {
 // transaction is aborted by the broker when the next owner initialises
 // the partition's producer, or after the transaction timeout.
 func (t *task) closeProducer() {
+	if t.inflight != nil {
+		<-t.inflight.done // a persist still uses the producer
+		t.inflight = nil
+	}
 	if t.producer != nil {
 		if err := t.producer.Close(); err != nil {
 			t.e.log.Debug("closing transactional producer", "partition", t.p, "err", err)
