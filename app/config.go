@@ -42,7 +42,7 @@ type Config struct {
 	RedisStreamLen    int64         // --redis-stream-maxlen: MAXLEN ~ of the averages stream
 	HTTPAddr          string        // --http-addr: API listen address
 	CommitInterval    time.Duration // --commit-interval: flush and commit period
-	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs
+	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs; cache bound between flushes
 	LogLevel          string        // --log-level: debug | info | warn | error
 	InstanceID        string        // --instance-id: static group membership id (empty: dynamic)
 	Partitions        int32         // --partitions: partitions of created topics (0: as many as the input topic)
