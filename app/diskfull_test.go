@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -30,20 +29,8 @@ func TestE2EDiskFull(t *testing.T) {
 	c.Fsync = true
 	in := startInstance(t, c)
 
-	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	p := produceConfig(c, 12000, 6000, 5) // about 2,000 movies fit in 1 MiB
-	truthOf(p, truth, sums)
-	if _, err := app.Produce(context.Background(), p, nil); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
-
-	testkit.Eventually(t, 60*time.Second, "/readyz reports the full disk", func() error {
-		code, body := httpGet(in.api + "/readyz")
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "disk full") {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	truth := produceAll(t, c, 12000, 6000, 5) // about 2,000 movies fit in 1 MiB
+	waitNotReady(t, in.api, "disk full")
 	// Reads still work meanwhile: some movie is answered from the store.
 	var st testkit.APIStats
 	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
@@ -54,21 +41,13 @@ func TestE2EDiskFull(t *testing.T) {
 	}
 
 	vol.Resize(t, 256<<20)
-	waitCommitted(t, c, c.InputTopic)
-	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
-	if err := diffTopics(t, c, truth); err != nil {
-		t.Errorf("after the disk was grown: %v", err)
-	}
-	waitAllExact(t, strings.TrimPrefix(in.api, "http://"), truth)
+	st = waitOutputsExact(t, c, in.api, truth, "after the disk was grown")
 	testkit.Eventually(t, 30*time.Second, "ready again", func() error {
 		if code, body := httpGet(in.api + "/readyz"); code != http.StatusOK {
 			return fmt.Errorf("readyz %d %s", code, body)
 		}
 		return nil
 	})
-	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
-		t.Fatal(err)
-	}
 	if st.Stats.GroupRestarts != 0 {
 		t.Errorf("group restarts %d; want 0 (a full disk is waited out, not restarted through)", st.Stats.GroupRestarts)
 	}
@@ -92,32 +71,25 @@ func TestE2EDiskFullRedis(t *testing.T) {
 	c.Store, c.RedisURL = app.StoreRedis, r.URL()
 	in := startInstance(t, c)
 
-	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	p := produceConfig(c, 16000, 8000, 9)
-	truthOf(p, truth, sums)
-	if _, err := app.Produce(context.Background(), p, nil); err != nil {
-		t.Fatalf("produce: %v", err)
+	truth := produceAll(t, c, 16000, 8000, 9)
+	waitNotReady(t, in.api, "MISCONF")
+
+	vol.Resize(t, 256<<20)
+	st := waitOutputsExact(t, c, in.api, truth, "after the disk was grown")
+	if st.Stats.GroupRestarts != 0 {
+		t.Errorf("group restarts %d; want 0 (a full disk is waited out, not restarted through)", st.Stats.GroupRestarts)
 	}
-	testkit.Eventually(t, 60*time.Second, "/readyz reports the full disk", func() error {
-		code, body := httpGet(in.api + "/readyz")
-		if code != http.StatusServiceUnavailable || !strings.Contains(body, "MISCONF") {
+}
+
+// waitNotReady waits until /readyz at api answers 503 with a reason that
+// contains want.
+func waitNotReady(t *testing.T, api, want string) {
+	t.Helper()
+	testkit.Eventually(t, 60*time.Second, "/readyz reports "+want, func() error {
+		code, body := httpGet(api + "/readyz")
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
 			return fmt.Errorf("readyz %d %s", code, body)
 		}
 		return nil
 	})
-
-	vol.Resize(t, 256<<20)
-	waitCommitted(t, c, c.InputTopic)
-	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
-	if err := diffTopics(t, c, truth); err != nil {
-		t.Errorf("after the disk was grown: %v", err)
-	}
-	waitAllExact(t, strings.TrimPrefix(in.api, "http://"), truth)
-	var st testkit.APIStats
-	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Stats.GroupRestarts != 0 {
-		t.Errorf("group restarts %d; want 0 (a full disk is waited out, not restarted through)", st.Stats.GroupRestarts)
-	}
 }

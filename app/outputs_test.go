@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -306,4 +307,37 @@ func describeBatches(client sarama.Client, topic string, p int32, at int64) stri
 			rb.FirstOffset+int64(rb.LastOffsetDelta), rb.ProducerID, rb.ProducerEpoch, rb.IsTransactional, len(rb.Records))
 	}
 	return out
+}
+
+// produceAll produces count ratings over movies ids with seed into c's
+// input topic, waits until the broker has them, and returns the truth.
+func produceAll(t *testing.T, c app.Config, count, movies int64, seed uint64) map[int64]testkit.Movie {
+	t.Helper()
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	p := produceConfig(c, count, movies, seed)
+	truthOf(p, truth, sums)
+	if _, err := app.Produce(context.Background(), p, nil); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	return truth
+}
+
+// waitOutputsExact waits until the group has committed every input and
+// repartition offset, checks the last committed changelog record and
+// average of every movie against truth (reporting differences as errors,
+// prefixed with when), waits until the API at api (http://host:port)
+// answers every movie exactly, and returns the instance's stats.
+func waitOutputsExact(t *testing.T, c app.Config, api string, truth map[int64]testkit.Movie, when string) testkit.APIStats {
+	t.Helper()
+	waitCommitted(t, c, c.InputTopic)
+	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
+	if err := diffTopics(t, c, truth); err != nil {
+		t.Errorf("%s: %v", when, err)
+	}
+	waitAllExact(t, strings.TrimPrefix(api, "http://"), truth)
+	var st testkit.APIStats
+	if _, err := testkit.GetJSON(api+"/api/stats", &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

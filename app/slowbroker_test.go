@@ -1,15 +1,12 @@
 package app_test
 
 import (
-	"context"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -65,22 +62,8 @@ func slowBroker(t *testing.T, txnTimeout time.Duration, wantRestarts bool) {
 	c.TransactionTimeout = txnTimeout
 	in := startInstance(t, c)
 
-	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	p := produceConfig(c, 2500, 300, 3)
-	truthOf(p, truth, sums)
-	if _, err := app.Produce(context.Background(), p, nil); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
-	waitCommitted(t, c, c.InputTopic)
-	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
-	if err := diffTopics(t, c, truth); err != nil {
-		t.Errorf("on a slow broker: %v", err)
-	}
-	waitAllExact(t, strings.TrimPrefix(in.api, "http://"), truth)
-	var st testkit.APIStats
-	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
-		t.Fatal(err)
-	}
+	truth := produceAll(t, c, 2500, 300, 3)
+	st := waitOutputsExact(t, c, in.api, truth, "on a slow broker")
 	if !wantRestarts && st.Stats.GroupRestarts != 0 {
 		t.Errorf("group restarts %d; want 0 on a slow but working broker", st.Stats.GroupRestarts)
 	}

@@ -47,26 +47,13 @@ func TestCommittedReaderForgetsAbortsBetweenFetches(t *testing.T) {
 		rs.RecordBatch.ProducerEpoch = 1 // the next owner's producer initialisation bumped it
 	}
 
-	mb.SetHandlerByMap(map[string]sarama.MockResponse{
-		"MetadataRequest": sarama.NewMockMetadataResponse(t).
-			SetBroker(mb.Addr(), mb.BrokerID()).
-			SetLeader(topic, 0, mb.BrokerID()),
-		"FetchRequest": sarama.NewMockSequence(first, second),
-	})
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.ApiVersionsRequest = false // the scripted broker does not negotiate
-	client, err := sarama.NewClient([]string{mb.Addr()}, sc)
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	defer client.Close()
+	client := scriptedClient(t, mb, topic, sarama.NewMockSequence(first, second))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var got []string
 	r := committedReader{client: client, topic: topic, p: 0}
-	err = r.read(ctx, 0, 6, func(rec CommittedRecord) error {
+	err := r.read(ctx, 0, 6, func(rec CommittedRecord) error {
 		got = append(got, string(rec.Key)+"="+string(rec.Value))
 		return nil
 	})
@@ -99,20 +86,7 @@ func TestCommittedReaderStepsOverEmptiedBatches(t *testing.T) {
 	rb.Records, rb.LastOffsetDelta = nil, 2
 	b.HighWaterMarkOffset, b.LastStableOffset = 3, 3
 
-	mb.SetHandlerByMap(map[string]sarama.MockResponse{
-		"MetadataRequest": sarama.NewMockMetadataResponse(t).
-			SetBroker(mb.Addr(), mb.BrokerID()).
-			SetLeader(topic, 0, mb.BrokerID()),
-		"FetchRequest": sarama.NewMockWrapper(resp),
-	})
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.ApiVersionsRequest = false
-	client, err := sarama.NewClient([]string{mb.Addr()}, sc)
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	defer client.Close()
+	client := scriptedClient(t, mb, topic, sarama.NewMockWrapper(resp))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -127,4 +101,25 @@ func TestCommittedReaderStepsOverEmptiedBatches(t *testing.T) {
 	if n := len(mb.History()); n > 3 {
 		t.Errorf("%d requests, want at most 3 (metadata, one fetch)", n)
 	}
+}
+
+// scriptedClient points mb at topic/0 (mb leads it) with fetch answering
+// fetches, and returns a client of mb, closed when the test ends.
+func scriptedClient(t *testing.T, mb *sarama.MockBroker, topic string, fetch sarama.MockResponse) sarama.Client {
+	t.Helper()
+	mb.SetHandlerByMap(map[string]sarama.MockResponse{
+		"MetadataRequest": sarama.NewMockMetadataResponse(t).
+			SetBroker(mb.Addr(), mb.BrokerID()).
+			SetLeader(topic, 0, mb.BrokerID()),
+		"FetchRequest": fetch,
+	})
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.ApiVersionsRequest = false // the scripted broker does not negotiate
+	client, err := sarama.NewClient([]string{mb.Addr()}, sc)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
 }

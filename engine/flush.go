@@ -126,10 +126,7 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 	// it outlives the session by up to finalFlushTimeout.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stop := context.AfterFunc(t.sess.Context(), func() {
-		timer := time.AfterFunc(finalFlushTimeout, cancel)
-		context.AfterFunc(ctx, func() { timer.Stop() })
-	})
+	stop := context.AfterFunc(t.sess.Context(), func() { time.AfterFunc(finalFlushTimeout, cancel) })
 	defer stop()
 	if job.verify {
 		return t.write(ctx, job, Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: job.checkpoint})
