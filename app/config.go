@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/redact"
 )
@@ -48,8 +49,14 @@ type Config struct {
 	Partitions        int32         // --partitions: partitions of created topics (0: as many as the input topic)
 	ReplicationFactor int16         // --replication-factor: of created topics
 	Fsync             bool          // --fsync: clover fsyncs every batch (off risks the last batches on power loss)
-	AdvertiseAddr     string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
-	SessionTimeout    time.Duration // --session-timeout: consumer group session timeout
+	// --store-cache-mib: clover's block cache, MiB
+	StoreCacheMiB int64
+	// --store-write-cache: movies whose version, average and partition clover remembers to write without reading
+	StoreWriteCache int
+	// --store-disk-reserve-mib: free space clover keeps on its volume; writes wait below it
+	StoreDiskReserveMiB int64
+	AdvertiseAddr       string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
+	SessionTimeout      time.Duration // --session-timeout: consumer group session timeout
 	// --processing-guarantee: exactly_once (Kafka transactions) | at_least_once
 	ProcessingGuarantee string
 	// --transaction-timeout: how long the broker keeps a dead instance's open transaction
@@ -108,23 +115,26 @@ func (c Config) ReadSecrets() (Secrets, error) {
 // Default returns the defaults documented in the README.
 func Default() Config {
 	return Config{
-		Brokers:           []string{"localhost:9092"},
-		SchemaRegistry:    "http://localhost:8081",
-		ApplicationID:     "keepstate",
-		InputTopic:        "ratings",
-		OutputTopic:       "rating-averages",
-		Store:             StoreClover,
-		DataDir:           "./data",
-		RedisURL:          "redis://localhost:6379/0",
-		RedisStreamLen:    100000,
-		HTTPAddr:          ":7001",
-		CommitInterval:    time.Second,
-		CacheMaxDocs:      10000,
-		LogLevel:          "info",
-		Partitions:        0,
-		ReplicationFactor: 1,
-		Fsync:             true,
-		SessionTimeout:    10 * time.Second,
+		Brokers:             []string{"localhost:9092"},
+		SchemaRegistry:      "http://localhost:8081",
+		ApplicationID:       "keepstate",
+		InputTopic:          "ratings",
+		OutputTopic:         "rating-averages",
+		Store:               StoreClover,
+		DataDir:             "./data",
+		RedisURL:            "redis://localhost:6379/0",
+		RedisStreamLen:      100000,
+		HTTPAddr:            ":7001",
+		CommitInterval:      time.Second,
+		CacheMaxDocs:        10000,
+		LogLevel:            "info",
+		Partitions:          0,
+		ReplicationFactor:   1,
+		Fsync:               true,
+		StoreCacheMiB:       docstore.DefaultCacheSize >> 20,
+		StoreWriteCache:     docstore.DefaultWriteCache,
+		StoreDiskReserveMiB: docstore.DefaultDiskReserve >> 20,
+		SessionTimeout:      10 * time.Second,
 
 		ProcessingGuarantee: string(engine.ExactlyOnce),
 		TransactionTimeout:  10 * time.Second,
@@ -222,6 +232,15 @@ func (c Config) Validate() error {
 	}
 	if c.CacheMaxDocs <= 0 {
 		bad("cache-max-docs", "must be positive")
+	}
+	if c.StoreCacheMiB <= 0 {
+		bad("store-cache-mib", "must be positive")
+	}
+	if c.StoreWriteCache < 0 {
+		bad("store-write-cache", "must not be negative (0 turns it off)")
+	}
+	if c.StoreDiskReserveMiB < 0 {
+		bad("store-disk-reserve-mib", "must not be negative (0 turns the check off)")
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		bad("log-level", "%v", err)

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
-// TestE2EDiskFull runs the clover store on a 1 MiB volume and streams more
-// movies into it than fit. Once the disk is full the instance must not
+// TestE2EDiskFull runs the clover store on a volume 48 MiB above the store's
+// free-space reserve and streams more movies into it than fit. Once the disk is full the instance must not
 // crash or loop through group sessions: /readyz answers 503 naming the
 // full disk and the flush waits. When the volume is grown, processing goes
 // on and every output is exact: the API, the last changelog record and the
@@ -21,7 +22,7 @@ func TestE2EDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a volume")
 	}
-	vol := testkit.SmallVolume(t, 1<<20)
+	vol := testkit.SmallVolume(t, docstore.DefaultDiskReserve+48<<20)
 	brokers := testkit.Kafka(t)
 	reg := testkit.StartRegistry(t)
 	c := testConfig(t, brokers, reg.URL())
@@ -29,7 +30,7 @@ func TestE2EDiskFull(t *testing.T) {
 	c.Fsync = true
 	in := startInstance(t, c)
 
-	truth := produceAll(t, c, 12000, 6000, 5) // about 2,000 movies fit in 1 MiB
+	truth := produceAll(t, c, 12000, 6000, 5) // a few thousand movies fit in 48 MiB
 	waitNotReady(t, in.api, "disk full")
 	// Reads still work meanwhile: some movie is answered from the store.
 	var st testkit.APIStats
@@ -40,7 +41,7 @@ func TestE2EDiskFull(t *testing.T) {
 		t.Errorf("no document written before the disk filled up; want some (is the volume too small for the test?)")
 	}
 
-	vol.Resize(t, 256<<20)
+	vol.Resize(t, docstore.DefaultDiskReserve+256<<20)
 	st = waitOutputsExact(t, c, in.api, truth, "after the disk was grown")
 	testkit.Eventually(t, 30*time.Second, "ready again", func() error {
 		if code, body := httpGet(in.api + "/readyz"); code != http.StatusOK {

@@ -47,7 +47,9 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 func OpenStore(ctx context.Context, c Config, log *slog.Logger) (engine.Store, error) {
 	switch c.Store {
 	case StoreClover:
-		s, err := docstore.Open(c.DataDir, docstore.WithFsync(c.Fsync), docstore.WithLogger(log))
+		s, err := docstore.Open(c.DataDir, docstore.WithFsync(c.Fsync), docstore.WithLogger(log),
+			docstore.WithCacheSize(c.StoreCacheMiB<<20), docstore.WithWriteCache(c.StoreWriteCache),
+			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20))
 		if err != nil {
 			return nil, fmt.Errorf("open clover store in %s: %w", c.DataDir, err)
 		}

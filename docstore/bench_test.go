@@ -2,20 +2,21 @@ package docstore
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
 )
 
-// benchDocs is the size of the benchmark store; KEEPSTATE_BENCH_DOCS
+// benchDocs is the size of the benchmark stores; KEEPSTATE_BENCH_DOCS
 // overrides it (for a quick look).
 func benchDocs() int {
 	if n, err := strconv.Atoi(os.Getenv("KEEPSTATE_BENCH_DOCS")); err == nil && n > 0 {
@@ -24,218 +25,203 @@ func benchDocs() int {
 	return 1_000_000
 }
 
-// benchData is the store shared by the sub-benchmarks of one process,
-// built once. KEEPSTATE_BENCH_DIR keeps it across runs.
-var benchData struct {
-	once    sync.Once
-	dir     string
-	cleanup bool
-	err     error
-}
-
-func benchDir(b *testing.B) string {
-	b.Helper()
-	benchData.once.Do(func() {
-		n := benchDocs()
-		dir := os.Getenv("KEEPSTATE_BENCH_DIR")
-		if dir == "" {
-			tmp, err := os.MkdirTemp("", "docstore-bench-")
-			if err != nil {
-				benchData.err = err
-				return
+// restoreLog calls fn with the replay batches of a full restore of movies
+// 1..n over 3 partitions: 5000 documents each (engine/restore.go), one
+// partition after another, version 1 of every movie.
+func restoreLog(n int, fn func(engine.Batch) error) error {
+	const parts, size = 3, 5000
+	for p := range int32(parts) {
+		var docs []engine.MovieStats
+		var cp int64
+		for id := int64(p) + 1; id <= int64(n); id += parts {
+			m := syntheticMovie(id, 1)
+			m.Partition = p
+			docs = append(docs, m)
+			cp++
+			if len(docs) == size || id+parts > int64(n) {
+				if err := fn(engine.Batch{Partition: p, Docs: docs, Checkpoint: cp, Replay: true}); err != nil {
+					return err
+				}
+				docs = nil
 			}
-			dir, benchData.cleanup = filepath.Join(tmp, "data"), true
 		}
-		benchData.dir = dir
-		s, err := Open(dir, WithFsync(false))
-		if err != nil {
-			benchData.err = err
-			return
-		}
-		defer s.Close()
-		if next, ok, _ := s.Checkpoint(context.Background(), 0); ok && next == int64(n) {
-			return // reused
-		}
-		start := time.Now()
-		fill(b, s, n, 10_000)
-		b.Logf("built a %d-document store in %v (%.0f docs/s, fsync off, batches of 10000 inserts)",
-			n, time.Since(start), float64(n)/time.Since(start).Seconds())
-	})
-	if benchData.err != nil {
-		b.Fatalf("bench store: %v", benchData.err)
 	}
-	return benchData.dir
+	return nil
 }
 
-// BenchmarkDocstore runs every docstore measurement against one store of
-// benchDocs documents, so the numbers come side by side from one run:
+// restore replays restoreLog(n) into s (claiming each partition first).
+func restore(ctx context.Context, s *Store, n int) error {
+	epochs := map[int32]int64{}
+	return restoreLog(n, func(b engine.Batch) error {
+		if _, ok := epochs[b.Partition]; !ok {
+			e, err := s.Claim(ctx, b.Partition)
+			if err != nil {
+				return err
+			}
+			epochs[b.Partition] = e
+		}
+		b.Epoch = epochs[b.Partition]
+		return s.Apply(ctx, b)
+	})
+}
+
+// diskBytes returns the bytes the files under dir occupy on disk.
+func diskBytes(dir string) int64 {
+	var blocks int64
+	_ = filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			if fi, err := e.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					blocks += st.Blocks
+				}
+			}
+		}
+		return nil
+	})
+	return blocks * 512
+}
+
+// BenchmarkEngines compares the two engines measured for the store, Pebble
+// (what ships) and Badger, under the same Clover store code: a full
+// restore of benchDocs movies (replay batches of 5000, fsync on) into an
+// empty store, then on that store key lookups, top-100 queries and
+// 1000-document uniform batches (fsync on), and the disk used. Each engine
+// builds its own store, one after the other:
 //
-//	go test -run '^$' -bench . -benchtime 3s ./docstore
-func BenchmarkDocstore(b *testing.B) {
-	dir := benchDir(b)
-	n := int64(benchDocs())
+//	go test -tags badger -run '^$' -bench BenchmarkEngines -benchtime 1x -timeout 30m ./docstore
+//
+// (Without -tags badger the Badger candidate is left out, so that the
+// ordinary test build does not compile Badger.)
+// engineCandidate is one kv engine configuration BenchmarkEngines measures.
+type engineCandidate struct {
+	name string
+	opts []Option
+}
+
+func BenchmarkEngines(b *testing.B) {
+	n := benchDocs()
 	ctx := context.Background()
-	open := func(b *testing.B, opts ...Option) *Store {
-		s, err := Open(dir, opts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		return s
-	}
-
-	b.Run("Get", func(b *testing.B) {
-		s := open(b)
-		r := rand.New(rand.NewPCG(1, 1))
-		b.ResetTimer()
-		for b.Loop() {
-			if _, err := s.Get(ctx, 1+r.Int64N(n)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-
-	top := engine.RangeQuery{MinAvg: 8, MaxAvg: math.Inf(1), Limit: 100}
-	b.Run("TopMinAvg100/index", func(b *testing.B) {
-		s := open(b)
-		for b.Loop() {
-			page, err := s.Range(ctx, top)
-			if err != nil || len(page.Movies) != 100 {
-				b.Fatalf("range = %d movies, %v", len(page.Movies), err)
-			}
-		}
-	})
-	b.Run("TopMinAvg100/fullscan", func(b *testing.B) {
-		s := open(b)
-		want, err := s.Range(ctx, top)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			got, err := scanTop(s, top.MinAvg, top.Limit)
-			if err != nil || len(got) != len(want.Movies) || got[0].MovieID != want.Movies[0].MovieID ||
-				got[len(got)-1].MovieID != want.Movies[len(got)-1].MovieID {
-				b.Fatalf("full scan answer differs from the index answer (%d movies, %v)", len(got), err)
-			}
-		}
-	})
-
-	reopen := func(b *testing.B, opts ...Option) {
-		// One commit with opts first, so the file is in the state those
-		// options leave it in (bbolt's NoFreelistSync, measured once,
-		// would leave no freelist and make every open rebuild it).
-		s, err := Open(dir, opts...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Claim(ctx, 99); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			b.Fatal(err)
-		}
-		id := n / 2
-		for b.Loop() {
-			s, err := Open(dir, opts...)
+	engines := append([]engineCandidate{{"pebble", nil}}, badgerCandidates...)
+	engines = append(engines, engineCandidate{"readpath", []Option{withoutBulkLoad()}})
+	for _, eng := range engines {
+		dir := filepath.Join(b.TempDir(), eng.name)
+		open := func(b *testing.B) *Store {
+			s, err := Open(dir, eng.opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.Get(ctx, id); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			if err := s.Close(); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
+			return s
 		}
+		b.Run(eng.name+"/restore", func(b *testing.B) {
+			for b.Loop() {
+				_ = os.RemoveAll(dir)
+				s := open(b)
+				start, cpu0 := time.Now(), cpuTime()
+				if err := restore(ctx, s, n); err != nil {
+					b.Fatal(err)
+				}
+				took, cpu := time.Since(start), cpuTime()-cpu0
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(n)/took.Seconds(), "docs/s")
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(n)/1e3, "cpu-µs/doc")
+				b.ReportMetric(float64(diskBytes(dir))/(1<<20), "disk-MiB")
+			}
+		})
+		if eng.name == "readpath" {
+			continue
+		}
+		b.Run(eng.name+"/get", func(b *testing.B) {
+			s := open(b)
+			defer s.Close()
+			r := rand.New(rand.NewPCG(1, 1))
+			var lat []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := s.Get(ctx, 1+r.Int64N(int64(n))); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			reportLatency(b, lat, "µs", time.Microsecond)
+		})
+		b.Run(eng.name+"/top100-minAvg8", func(b *testing.B) {
+			s := open(b)
+			defer s.Close()
+			q := engine.RangeQuery{MinAvg: 8, MaxAvg: math.Inf(1), Limit: 100}
+			var lat []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				page, err := s.Range(ctx, q)
+				if err != nil || len(page.Movies) != 100 {
+					b.Fatalf("range = %d movies, %v", len(page.Movies), err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			reportLatency(b, lat, "ms", time.Millisecond)
+		})
+		b.Run(eng.name+"/apply-1000", func(b *testing.B) {
+			s := open(b)
+			defer s.Close()
+			epoch, err := s.Claim(ctx, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(2, 2))
+			version := int64(1)
+			var busy time.Duration
+			docs := 0
+			cpu0 := cpuTime()
+			for b.Loop() {
+				b.StopTimer()
+				version++
+				seen := map[int64]bool{}
+				batch := make([]engine.MovieStats, 0, 1000)
+				for len(batch) < 1000 {
+					id := 3 * (1 + r.Int64N(int64(n/3)-1)) // partition 0's ids: multiples of 3, stored as id-2
+					id -= 2
+					if seen[id] {
+						continue
+					}
+					seen[id] = true
+					m := syntheticMovie(id, version)
+					m.Partition = 0
+					batch = append(batch, m)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: batch, Checkpoint: int64(n)}); err != nil {
+					b.Fatal(err)
+				}
+				busy += time.Since(t0)
+				docs += len(batch)
+			}
+			b.ReportMetric(float64(docs)/busy.Seconds(), "docs/s")
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(docs)/1e3, "cpu-µs/doc")
+		})
 	}
-	b.Run("ReopenToFirstAnswer", func(b *testing.B) { reopen(b) })
+}
 
-	version := time.Now().UnixNano() // newer than anything stored
-	// upsert applies b.N batches of batch distinct movies drawn by pick and
-	// reports documents per second and bbolt page writes per batch.
-	upsert := func(b *testing.B, s *Store, batch int, pick func(r *rand.Rand, i int, seen map[int64]bool) int64) {
-		if int64(batch) > n/2 {
-			b.Skipf("batches of %d need a store of at least %d documents", batch, 2*batch)
-		}
-		epoch, err := s.Claim(ctx, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r := rand.New(rand.NewPCG(2, uint64(version)))
-		docs := make([]engine.MovieStats, batch)
-		before := s.db.Stats().TxStats
-		start := time.Now()
-		for b.Loop() {
-			version++
-			seen := make(map[int64]bool, batch)
-			for i := range docs {
-				id := pick(r, i, seen)
-				seen[id] = true
-				docs[i] = syntheticMovie(id, version)
-			}
-			if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: n}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "docs/s")
-		after := s.db.Stats().TxStats
-		b.ReportMetric(float64(after.GetWrite()-before.GetWrite())/float64(b.N), "pagewrites/batch")
+// reportLatency reports p50 and p99 of lat in unit.
+func reportLatency(b *testing.B, lat []time.Duration, unit string, per time.Duration) {
+	if len(lat) == 0 {
+		return
 	}
-	random := func(r *rand.Rand, _ int, seen map[int64]bool) int64 {
-		id := 1 + r.Int64N(n)
-		for seen[id] {
-			id = 1 + r.Int64N(n)
-		}
-		return id
+	slices.Sort(lat)
+	for _, q := range []float64{0.5, 0.99} {
+		v := lat[min(len(lat)-1, int(q*float64(len(lat))))]
+		b.ReportMetric(float64(v)/float64(per), fmt.Sprintf("p%.0f-%s", q*100, unit))
 	}
-	var base int64
-	clustered := func(r *rand.Rand, i int, _ map[int64]bool) int64 { // one contiguous run of ids per batch
-		if i == 0 {
-			base = r.Int64N(n - 1000)
-		}
-		return 1 + base + int64(i)
+}
+
+// cpuTime returns the CPU time (user and system) this process has used:
+// on a shared machine it moves less with the load than wall time does, and
+// it includes the engine's background compactions.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
 	}
-	// skewed draws distinct movies from the popularity of app.NewGenerator
-	// (Zipf s=1.07 over 1..n: a few popular ids dominate), redrawing ids
-	// already in the batch: a partition's batch after the engine's
-	// write-behind cache merged its ratings.
-	var zipf *rand.Zipf
-	skewed := func(r *rand.Rand, i int, seen map[int64]bool) int64 {
-		if zipf == nil {
-			zipf = rand.NewZipf(r, 1.07, 2, uint64(n-1))
-		}
-		id := int64(zipf.Uint64()) + 1
-		for seen[id] {
-			id = int64(zipf.Uint64()) + 1
-		}
-		return id
-	}
-	// Each write benchmark runs twice, one right after the other: "now" as
-	// the store writes today (docWriter) and "before" as it wrote before
-	// (Clover's UpdateById per document).
-	variants := []struct {
-		name string
-		opts []Option
-	}{{"now", nil}, {"before", []Option{withCloverUpdates()}}}
-	for _, w := range []struct {
-		name  string
-		batch int
-		pick  func(r *rand.Rand, i int, seen map[int64]bool) int64
-		fsync bool
-	}{
-		{"Upsert1000/random/fsync", 1000, random, true},
-		{"Upsert1000/random/nofsync", 1000, random, false},
-		{"Upsert1000/skewed/fsync", 1000, skewed, true},
-		{"Upsert1000/skewed/nofsync", 1000, skewed, false},
-		{"Upsert1000/clustered/fsync", 1000, clustered, true},
-		{"Upsert10000/random/fsync", 10_000, random, true},
-	} {
-		for _, v := range variants {
-			b.Run(w.name+"/"+v.name, func(b *testing.B) {
-				upsert(b, open(b, append(slices.Clone(v.opts), WithFsync(w.fsync))...), w.batch, w.pick)
-			})
-		}
-	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

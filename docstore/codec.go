@@ -63,16 +63,20 @@ func orderedFloat(f float64) uint64 {
 	return bits | signBit
 }
 
-// memberKey returns the key of movie in the members bucket: the partition,
-// then the movie id, so that one partition's movies are one key range.
+// memberKey returns the members key of movie: the namespace, the
+// partition, then the movie id, so that one partition's movies are one key
+// range.
 func memberKey(p int32, movie int64) []byte {
-	k := binary.BigEndian.AppendUint32(make([]byte, 0, 12), uint32(p))
+	k := binary.BigEndian.AppendUint32(append(make([]byte, 0, 13), nsMembers), uint32(p))
 	return binary.BigEndian.AppendUint64(k, uint64(movie)^signBit)
 }
 
+// memberPartition returns the partition of a members key.
+func memberPartition(k []byte) int32 { return int32(binary.BigEndian.Uint32(k[1:5])) }
+
 // memberMovie returns the movie id of a members key.
 func memberMovie(k []byte) int64 {
-	return int64(binary.BigEndian.Uint64(k[4:12]) ^ signBit)
+	return int64(binary.BigEndian.Uint64(k[5:13]) ^ signBit)
 }
 
 // rankKey returns the rank of (avg, movie): a 32-character lowercase hex

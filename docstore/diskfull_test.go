@@ -16,11 +16,12 @@ import (
 // index are those of the last whole batch), and goes through once the
 // volume is grown; the store then reopens consistent.
 func TestDiskFull(t *testing.T) {
-	vol := testkit.SmallVolume(t, 1<<20)
+	// The volume holds the default reserve and 64 MiB of store.
+	vol := testkit.SmallVolume(t, DefaultDiskReserve+64<<20)
 	ctx := context.Background()
 	s, err := Open(vol.Dir) // fsync on, the default
 	if err != nil {
-		t.Fatalf("Open on a 1 MiB volume: %v", err)
+		t.Fatalf("Open on a small volume: %v", err)
 	}
 	defer func() { s.Close() }()
 	epoch, err := s.Claim(ctx, 0)
@@ -45,7 +46,7 @@ func TestDiskFull(t *testing.T) {
 		}
 	}
 	if full == 0 {
-		t.Fatal("10000 batches fit on a 1 MiB volume; want it full")
+		t.Fatal("10000 batches fit on a small volume; want it full")
 	}
 	if full == 1 {
 		t.Fatalf("the first batch failed: %v; want some to fit", applyErr)
@@ -80,7 +81,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	check(full - 1)
 
-	vol.Resize(t, 64<<20)
+	vol.Resize(t, DefaultDiskReserve+128<<20)
 	if err := s.Apply(ctx, batch(full)); err != nil {
 		t.Fatalf("Apply after growing the volume: %v", err)
 	}

@@ -1,23 +1,35 @@
 // Package docstore is keepstate's embedded engine.Store: a Clover v2
-// document database on bbolt, persistent under one directory.
+// document database on Pebble (an LSM tree), persistent under one
+// directory.
 //
 // Each movie is one Clover document in the "movies" collection, with an _id
 // derived from the movie id (a canonical UUID whose hex digits are the id),
 // and the fields movieId, partition, count, sum, avg, version, sources and
 // rank. rank is a fixed-width string that sorts by average descending, then
 // movie id ascending; Clover's index on it serves range queries, limits and
-// cursors without reading documents outside the answer. It is the only
-// Clover index: every index costs two key updates per document write.
-// DropPartition and ScanPartition use a "members" bucket instead (one key
-// per movie, partition first), written only when a movie is new or moves.
+// cursors without reading documents outside the answer (Range runs Clover's
+// query planner on the index). It is the only Clover index. DropPartition
+// and ScanPartition use members keys instead (one per movie, partition
+// first, holding the movie's average so that a drop names the rank entry
+// without reading the document).
 //
-// Clover has no public transactions. The store opens bbolt itself and hands
-// Clover a store.Store bound to one bbolt transaction, so every Clover call
-// of a batch joins that transaction: a batch's documents, their index
-// entries and the partition checkpoint commit together or not at all.
-// Checkpoints, claim epochs and the format marker live in their own bbolt
-// buckets in the same file.
+// Clover talks to its storage through store.Store; this package gives it
+// one bound to a Pebble snapshot (reads) or to the batch of one Apply
+// (writes), so every Clover call of a batch joins that batch: a batch's
+// documents, their index entries, the partition checkpoint and the epoch
+// check commit as one synced Pebble batch or not at all, and readers see
+// whole batches. Writes go through docWriter, which writes Clover's own
+// document and index formats without Clover's per-call overhead (tests pin
+// both formats to Clover's code). Checkpoints, claim epochs, members and
+// the format marker live in their own key namespaces of the same database.
 //
-// The directory is locked while a Store is open: a second process fails with
-// ErrLocked within the lock timeout instead of waiting forever.
+// Apply does not read what its write cache (priorCache) knows: each
+// movie's version, average and partition, kept after every commit and
+// filled at Open from the members keys. A replay batch into an empty store
+// takes the bulk-load path (bulkLoad): no read at all, every key an append. A store of the old format (v1,
+// Clover on bbolt, the file keepstate.db) is migrated on Open.
+//
+// The directory is locked (flock) while a Store is open: a second process
+// fails with ErrLocked, naming the directory and the holder's pid, within
+// the lock timeout instead of waiting forever.
 package docstore

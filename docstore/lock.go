@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -19,23 +20,66 @@ var ErrLocked = errors.New("data directory locked")
 var ErrNotStore = errors.New("not a keepstate store")
 
 // lockInfoFile records which process holds the directory, for the error a
-// second process reports. The lock itself is bbolt's flock on dbFile.
+// second process reports. The lock itself is a flock on the directory.
 const lockInfoFile = "keepstate.lock"
 
-// writeLockInfo records this process as the holder; it is called while the
-// flock is held.
-func writeLockInfo(dir string) error {
-	host, _ := os.Hostname()
-	info := fmt.Sprintf("pid=%d host=%s since=%s\n", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
-	return os.WriteFile(filepath.Join(dir, lockInfoFile), []byte(info), 0o644)
+// lockPoll is how often Open retries a locked directory.
+const lockPoll = 20 * time.Millisecond
+
+// dirLock is an exclusive flock on the data directory, held from Open to
+// Close (released by the kernel if the process dies).
+type dirLock struct {
+	dir string
+	f   *os.File
 }
 
-// removeLockInfo removes the record; it is called before the flock is
-// released, so it never removes the next holder's record.
-func removeLockInfo(dir string) error {
-	err := os.Remove(filepath.Join(dir, lockInfoFile))
+// lockDir takes the lock on dir, waiting up to timeout for another holder.
+// It writes nothing: record records the holder once the store is open, so
+// that a refused directory is left untouched.
+func lockDir(dir string, timeout time.Duration) (*dirLock, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, lockedError(dir, timeout)
+		}
+		time.Sleep(lockPoll)
+	}
+	return &dirLock{dir: dir, f: f}, nil
+}
+
+// record writes this process into the lock info file, for the error
+// another process gets.
+func (l *dirLock) record() error {
+	host, _ := os.Hostname()
+	info := fmt.Sprintf("pid=%d host=%s since=%s\n", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
+	if err := os.WriteFile(filepath.Join(l.dir, lockInfoFile), []byte(info), 0o644); err != nil {
+		return fmt.Errorf("write lock info: %w", err)
+	}
+	return nil
+}
+
+// unlock removes the holder record, then releases the lock (in that order,
+// so it never removes the next holder's record).
+func (l *dirLock) unlock() error {
+	err := os.Remove(filepath.Join(l.dir, lockInfoFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		err = nil
+	}
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

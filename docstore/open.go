@@ -10,33 +10,28 @@ import (
 	"time"
 
 	"github.com/ostafen/clover/v2"
-	"go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
+	"github.com/ostafen/clover/v2/index"
 )
 
-// dbFile is the bbolt file inside the data directory.
-const dbFile = "keepstate.db"
+// storeDir is the Pebble database inside the data directory.
+const storeDir = "store"
 
-// formatVersion is the marker that tells a keepstate store from anything else.
-const formatVersion = "keepstate-docstore v1"
+// formatVersion is the marker that tells a keepstate store from anything
+// else; v1 was the bbolt file (migrated by Open, see migrate).
+const formatVersion = "keepstate-docstore v2 (clover on pebble)"
 
-var (
-	metaBucket        = []byte("meta")
-	checkpointsBucket = []byte("checkpoints")
-	epochsBucket      = []byte("epochs")
-	membersBucket     = []byte("members")
-	formatKey         = []byte("format")
-)
+var formatKey = nsKey(nsMeta, []byte("format"))
 
 // ignorable entries may sit in a data directory that holds no store yet
 // (a fresh volume's root has lost+found).
 var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true}
 
 // Open opens the store in dir, creating the directory and an empty store
-// when needed. It fails with ErrNotStore, leaving everything untouched,
-// when dir is a file or holds files but no keepstate store, and with
-// ErrLocked when another process holds dir for longer than the lock
-// timeout. The returned Store is safe for concurrent use.
+// when needed, and migrating a store of the old bbolt format (v1) in
+// place. It fails with ErrNotStore, leaving everything untouched, when dir
+// is a file or holds files but no keepstate store, and with ErrLocked when
+// another process holds dir for longer than the lock timeout. The returned
+// Store is safe for concurrent use.
 func Open(dir string, opts ...Option) (*Store, error) {
 	o := defaults()
 	for _, opt := range opts {
@@ -46,126 +41,173 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := prepareDir(dir); err != nil {
+	found, err := prepareDir(dir)
+	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, dbFile)
 	start := time.Now()
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:      o.lockTimeout,
-		NoSync:       !o.fsync,
-		FreelistType: bbolt.FreelistMapType,
-		// NoFreelistSync stays off: it saves no measurable page writes
-		// here (the freelist is a few pages per commit) and makes every
-		// open rebuild the freelist by walking the whole file (0.8 s at
-		// 1M movies, docs/benchmarks.md, "Clover store").
-	})
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, lockedError(dir, o.lockTimeout)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
-		return nil, fmt.Errorf("%w: %s: %s is not a valid database file: %v", ErrNotStore, dir, dbFile, err)
-	case err != nil:
-		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
-	}
-	created, err := initialize(db)
+	lock, err := lockDir(dir, o.lockTimeout)
 	if err != nil {
-		_ = db.Close()
+		return nil, err
+	}
+	s, err := open(dir, found, o, log)
+	if err == nil {
+		if err = lock.record(); err != nil {
+			close(s.warmed)
+			_ = s.kv.close(true)
+			err = fmt.Errorf("open docstore %s: %w", dir, err)
+		}
+	}
+	if err != nil {
+		_ = lock.f.Close()
+		return nil, err
+	}
+	s.lock = lock
+	go s.warm()
+	log.Info("docstore opened", "dir", dir, "created", !found.store && !found.v1, "migrated", found.v1, "fsync", o.fsync,
+		"cache_bytes", o.cacheBytes, "memtable_bytes", o.memtableBytes, "took", time.Since(start))
+	return s, nil
+}
+
+// open opens (migrating or creating) the engine of dir, locked by the caller.
+func open(dir string, found contents, o options, log *slog.Logger) (*Store, error) {
+	path := filepath.Join(dir, storeDir)
+	if found.v1 {
+		if found.store { // a migration finished, but the old file was not removed
+			if err := os.Remove(filepath.Join(dir, dbFileV1)); err != nil {
+				return nil, fmt.Errorf("open docstore %s: remove migrated %s: %w", dir, dbFileV1, err)
+			}
+		} else if err := migrate(dir, o, log); err != nil {
+			return nil, err
+		}
+		found.store = true
+	}
+	openKV := o.openKV
+	if openKV == nil {
+		openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
+			return openPebble(path, o, log, mustExist)
+		}
+	}
+	db, err := openKV(path, o, log, found.store)
+	if err != nil {
+		if found.store {
+			return nil, fmt.Errorf("%w: %s: %s is not a readable store: %v", ErrNotStore, dir, storeDir, err)
+		}
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	if err := writeLockInfo(dir); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("open docstore %s: write lock info: %w", dir, err)
+	if err := initialize(db); err != nil {
+		_ = db.close(true)
+		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	log.Info("docstore opened", "dir", dir, "created", created, "fsync", o.fsync,
-		"took", time.Since(start))
-	return &Store{dir: dir, db: db, log: log, counts: &readCounts{}, cloverUpdates: o.cloverUpdates}, nil
+	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, log: log, counts: &readCounts{},
+		priors: newPriorCache(o.writeCache), warmed: make(chan struct{}),
+		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
+	return s, nil
+}
+
+// contents is what prepareDir found in a data directory.
+type contents struct {
+	store bool // the Pebble store
+	v1    bool // an old bbolt store file
 }
 
 // prepareDir creates dir if missing and refuses a path that is not a
 // directory, or a directory holding other files and no store.
-func prepareDir(dir string) error {
+func prepareDir(dir string) (contents, error) {
+	var c contents
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return fmt.Errorf("create data dir %s: %w", dir, err)
+			return c, fmt.Errorf("create data dir %s: %w", dir, err)
 		}
-		return nil
+		return c, nil
 	case err != nil:
-		return fmt.Errorf("data dir %s: %w", dir, err)
+		return c, fmt.Errorf("data dir %s: %w", dir, err)
 	case !fi.IsDir():
-		return fmt.Errorf("%w: %s is a file, not a directory", ErrNotStore, dir)
+		return c, fmt.Errorf("%w: %s is a file, not a directory", ErrNotStore, dir)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("data dir %s: %w", dir, err)
+		return c, fmt.Errorf("data dir %s: %w", dir, err)
 	}
 	var foreign []string
 	for _, e := range entries {
-		switch {
-		case e.Name() == dbFile:
-			if !e.Type().IsRegular() {
-				return fmt.Errorf("%w: %s in %s is not a regular file", ErrNotStore, dbFile, dir)
+		switch e.Name() {
+		case storeDir:
+			if !e.IsDir() {
+				return c, fmt.Errorf("%w: %s in %s is not a directory", ErrNotStore, storeDir, dir)
 			}
-			return nil
-		case !ignorable[e.Name()]:
-			foreign = append(foreign, e.Name())
+			inside, err := os.ReadDir(filepath.Join(dir, storeDir))
+			if err != nil {
+				return c, fmt.Errorf("data dir %s: %w", dir, err)
+			}
+			c.store = len(inside) > 0
+		case dbFileV1:
+			if !e.Type().IsRegular() {
+				return c, fmt.Errorf("%w: %s in %s is not a regular file", ErrNotStore, dbFileV1, dir)
+			}
+			c.v1 = true
+		case migratingDir:
+		default:
+			if !ignorable[e.Name()] {
+				foreign = append(foreign, e.Name())
+			}
 		}
 	}
-	if len(foreign) > 0 {
-		return fmt.Errorf("%w: data dir %s holds %d entries (for example %q) but no %s; refusing to use it",
-			ErrNotStore, dir, len(foreign), foreign[0], dbFile)
+	if len(foreign) > 0 && !c.store && !c.v1 {
+		return c, fmt.Errorf("%w: data dir %s holds %d entries (for example %q) but no keepstate store; refusing to use it",
+			ErrNotStore, dir, len(foreign), foreign[0])
 	}
-	return nil
+	return c, nil
 }
 
-// initialize checks the format marker of an existing store, or sets up a
-// new one (buckets, collection and its indexes, created while the
-// collection is empty). It refuses, without writing, a bbolt file of
-// another application.
-func initialize(db *bbolt.DB) (created bool, err error) {
-	var found bool
-	err = db.View(func(tx *bbolt.Tx) error {
-		if meta := tx.Bucket(metaBucket); meta != nil {
-			if v := string(meta.Get(formatKey)); v != formatVersion {
-				return fmt.Errorf("%w: format %q, want %q", ErrNotStore, v, formatVersion)
-			}
-			found = true
-			return nil
-		}
-		return tx.ForEach(func(name []byte, _ *bbolt.Bucket) error {
-			return fmt.Errorf("%w: %s holds bucket %q and no keepstate marker", ErrNotStore, dbFile, name)
-		})
-	})
-	if err != nil || found {
+// initialize checks the format marker of an existing store, or sets up an
+// empty one (marker, collection and its index, in one synced batch). It
+// refuses, without writing, a Pebble database holding other data.
+func initialize(db kv) error {
+	snap := db.snapshot()
+	marker, err := snap.get(formatKey)
+	var empty bool
+	if err == nil && marker == nil {
+		empty, err = isEmpty(snap)
+	}
+	snap.release()
+	switch {
+	case err != nil:
+		return err
+	case marker != nil && string(marker) != formatVersion:
+		return fmt.Errorf("%w: format %q, want %q", ErrNotStore, marker, formatVersion)
+	case marker != nil:
+		return nil
+	case !empty:
+		return fmt.Errorf("%w: %s holds data and no keepstate marker", ErrNotStore, storeDir)
+	}
+	b := db.batch()
+	defer b.release()
+	if err := b.set(formatKey, []byte(formatVersion)); err != nil {
+		return err
+	}
+	if err := createData(b); err != nil {
+		return err
+	}
+	return b.commit(true)
+}
+
+// isEmpty reports whether r holds no key at all.
+func isEmpty(r kvReader) (bool, error) {
+	it, err := r.iter(nil, nil, false)
+	if err != nil {
 		return false, err
 	}
-	err = db.Update(func(tx *bbolt.Tx) error {
-		meta, err := tx.CreateBucket(metaBucket)
-		if err != nil {
-			return err
-		}
-		if err := meta.Put(formatKey, []byte(formatVersion)); err != nil {
-			return err
-		}
-		return createData(tx)
-	})
-	return err == nil, err
+	found := it.seek(nil)
+	return !found, it.close()
 }
 
-// dataBuckets hold the data (everything but the format marker).
-var dataBuckets = [][]byte{cloverBucket, checkpointsBucket, epochsBucket, membersBucket}
-
-// createData creates the empty data buckets and Clover collection with its
-// indexes inside tx.
-func createData(tx *bbolt.Tx) error {
-	for _, name := range dataBuckets {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("create bucket %s: %w", name, err)
-		}
-	}
-	cdb, err := clover.OpenWithStore(&txStore{tx: tx, counts: &readCounts{}})
+// createData creates the Clover collection with its rank index (created
+// while the collection is empty) in b.
+func createData(b kvBatch) error {
+	cdb, err := clover.OpenWithStore(&cloverStore{r: b, w: b, counts: &readCounts{}})
 	if err != nil {
 		return err
 	}
@@ -175,21 +217,35 @@ func createData(tx *bbolt.Tx) error {
 	if err := cdb.CreateIndex(collection, fieldRank); err != nil {
 		return fmt.Errorf("create index %s: %w", fieldRank, err)
 	}
+	infos, err := cdb.ListIndexes(collection)
+	if err != nil {
+		return err
+	}
+	if len(infos) != 1 || infos[0].Type != index.IndexSingleField {
+		return fmt.Errorf("create index %s: clover lists %+v", fieldRank, infos)
+	}
 	return nil
 }
 
-// Close releases the directory. It is not safe to call concurrently with
-// other methods; calling it twice returns nil.
+// Close flushes and closes the engine and releases the directory. It is
+// not safe to call concurrently with other methods; calling it twice
+// returns nil.
 func (s *Store) Close() error {
+	s.stopping.Store(true)
+	<-s.warmed
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed.Swap(true) {
 		return nil
 	}
-	lockErr := removeLockInfo(s.dir)
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("close docstore %s: %w", s.dir, err)
+	// No flush on a full disk: Pebble cannot survive a failed write;
+	// the next open replays the log instead.
+	err := s.kv.close(s.guard.check() == nil)
+	if lerr := s.lock.unlock(); err == nil && lerr != nil {
+		err = fmt.Errorf("release lock: %w", lerr)
 	}
-	if lockErr != nil {
-		return fmt.Errorf("close docstore %s: remove lock info: %w", s.dir, lockErr)
+	if err != nil {
+		return fmt.Errorf("close docstore %s: %w", s.dir, err)
 	}
 	s.log.Info("docstore closed", "dir", s.dir)
 	return nil

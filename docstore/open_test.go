@@ -86,7 +86,7 @@ func TestOpenCreatesDirectoryAndPersists(t *testing.T) {
 
 func TestOpenRefusesForeignData(t *testing.T) {
 	otherBolt := func(t *testing.T, dir string) string {
-		db, err := bbolt.Open(filepath.Join(dir, dbFile), 0o600, nil)
+		db, err := bbolt.Open(filepath.Join(dir, dbFileV1), 0o600, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,14 +116,14 @@ func TestOpenRefusesForeignData(t *testing.T) {
 				t.Fatal(err)
 			}
 			return dir
-		}, "no " + dbFile},
+		}, "no keepstate store"},
 		{"a file instead of a directory", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, "file")
 			mustWrite(t, p, "not a directory")
 			return p
 		}, "not a directory"},
 		{"garbage database file", func(t *testing.T, dir string) string {
-			mustWrite(t, filepath.Join(dir, dbFile), strings.Repeat("garbage ", 2000))
+			mustWrite(t, filepath.Join(dir, dbFileV1), strings.Repeat("garbage ", 2000))
 			return dir
 		}, "not a valid database"},
 		{"bbolt file of another application", otherBolt, "no keepstate marker"},

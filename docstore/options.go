@@ -9,6 +9,15 @@ import (
 // the data directory before it fails with ErrLocked.
 const DefaultLockTimeout = 2 * time.Second
 
+// Default memory bounds of the engine (see WithCacheSize, WithMemtableSize).
+const (
+	DefaultCacheSize    = 64 << 20
+	DefaultMemtableSize = 16 << 20
+	// DefaultWriteCache is the default number of movies the write cache
+	// remembers (see WithWriteCache): about 100 MiB when full.
+	DefaultWriteCache = 2_000_000
+)
+
 // Option configures Open.
 type Option func(*options)
 
@@ -16,22 +25,28 @@ type options struct {
 	fsync         bool
 	logger        *slog.Logger
 	lockTimeout   time.Duration
-	cloverUpdates bool // withCloverUpdates
+	cacheBytes    int64
+	memtableBytes int64
+	noBulk        bool // withoutBulkLoad
+	writeCache    int
+	diskReserve   int64 // WithDiskReserve
+	// openKV opens the engine; nil means Pebble. Tests set another one to
+	// compare engines under the same store.
+	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
 }
 
 func defaults() options {
-	return options{fsync: true, lockTimeout: DefaultLockTimeout}
+	return options{fsync: true, lockTimeout: DefaultLockTimeout,
+		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve}
 }
 
-// WithFsync sets whether every batch is flushed to disk (fsync) before Apply
-// returns. It is on by default.
+// WithFsync sets whether every batch is flushed to disk (fsync of the
+// write-ahead log) before Apply returns. It is on by default.
 //
 // Risk when off: Apply returns once the batch is in the operating system's
 // page cache. A process crash (kill -9, panic, OOM kill) still loses
-// nothing, but a power loss or kernel crash can lose the last batches and
-// may leave the file corrupt; the store must then be deleted and rebuilt
-// from the changelog (keepstate does this when the store is new). Off made
-// 1000-document batches about twice as fast in docs/benchmarks.md.
+// nothing, but a power loss or kernel crash can lose the last batches; the
+// store then restores them from the changelog after its checkpoint.
 func WithFsync(on bool) Option { return func(o *options) { o.fsync = on } }
 
 // WithLogger sets the logger; nil (the default) discards logs.
@@ -48,8 +63,60 @@ func WithLockTimeout(d time.Duration) Option {
 	}
 }
 
-// withCloverUpdates makes Apply update existing documents through Clover's
-// UpdateById, one call per document, instead of docWriter: the slower
-// reference path, kept for the equivalence test and side-by-side
-// benchmarks.
-func withCloverUpdates() Option { return func(o *options) { o.cloverUpdates = true } }
+// WithCacheSize bounds the engine's block cache (decompressed data and
+// index blocks shared by all reads), in bytes (default DefaultCacheSize).
+// Zero or negative means the default. The operating system's page cache
+// holds the files besides.
+func WithCacheSize(bytes int64) Option {
+	return func(o *options) {
+		if bytes > 0 {
+			o.cacheBytes = bytes
+		}
+	}
+}
+
+// WithMemtableSize sets the size of one memtable, in bytes (default
+// DefaultMemtableSize): writes are buffered in memory up to this size
+// before they are flushed to a file, and at most four memtables exist. It
+// also bounds the write-ahead log replayed after a crash. Zero or negative
+// means the default.
+func WithMemtableSize(bytes int64) Option {
+	return func(o *options) {
+		if bytes > 0 {
+			o.memtableBytes = bytes
+		}
+	}
+}
+
+// WithWriteCache sets how many movies the write cache remembers (default
+// DefaultWriteCache; 0 turns it off). For each movie the store has read or
+// written it keeps the version, average and partition (about 50 bytes), so
+// that Apply writes that movie without reading it first. Beyond the limit,
+// new movies are read from the store as they are written. Negative means
+// the default.
+func WithWriteCache(movies int) Option {
+	return func(o *options) {
+		if movies >= 0 {
+			o.writeCache = movies
+		}
+	}
+}
+
+// WithDiskReserve sets the free space, in bytes, the store keeps on its
+// volume (default DefaultDiskReserve): with less free, every write fails
+// with engine.ErrUnavailable (wrapping syscall.ENOSPC) naming the full
+// disk, and goes through again once space is freed. Pebble stops the
+// process on a failed log write, so the reserve must cover what it writes
+// besides a batch (memtables not yet flushed, flushes, compactions). Zero
+// turns the check off; negative means the default.
+func WithDiskReserve(bytes int64) Option {
+	return func(o *options) {
+		if bytes >= 0 {
+			o.diskReserve = bytes
+		}
+	}
+}
+
+// withoutBulkLoad turns the bulk-load path off (every replay batch reads
+// the store): the reference for the equivalence test and benchmarks.
+func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }

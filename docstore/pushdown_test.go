@@ -9,7 +9,6 @@ import (
 	"github.com/keepstate/keepstate/engine"
 	"github.com/ostafen/clover/v2"
 	"github.com/ostafen/clover/v2/query"
-	"go.etcd.io/bbolt"
 )
 
 // fill writes n movies (ids 1..n, averages spread over 0..10 with ties) in
@@ -52,7 +51,7 @@ func scanTop(s *Store, minAvg float64, limit int) ([]engine.MovieStats, error) {
 	q := query.NewQuery(collection).Where(query.Field(fieldAvg).GtEq(minAvg)).
 		Sort(query.SortOption{Field: fieldAvg, Direction: -1}, query.SortOption{Field: fieldMovie, Direction: 1}).
 		Limit(limit)
-	err := s.view(context.Background(), func(_ *bbolt.Tx, db *clover.DB) error {
+	err := s.view(context.Background(), func(_ kvReader, db *clover.DB) error {
 		docs, err := db.FindAll(q)
 		for _, doc := range docs {
 			m, err := fromDocument(doc)

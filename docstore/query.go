@@ -9,7 +9,6 @@ import (
 	"github.com/ostafen/clover/v2"
 	d "github.com/ostafen/clover/v2/document"
 	"github.com/ostafen/clover/v2/query"
-	"go.etcd.io/bbolt"
 )
 
 // rankQuery returns the Clover query for q: a range on the rank index,
@@ -49,7 +48,7 @@ func (s *Store) Range(ctx context.Context, q engine.RangeQuery) (engine.Page, er
 		return engine.Page{}, nil
 	}
 	var movies []engine.MovieStats
-	err := s.view(ctx, func(_ *bbolt.Tx, db *clover.DB) error {
+	err := s.view(ctx, func(_ kvReader, db *clover.DB) error {
 		var inner error
 		err := db.ForEach(rankQuery(q), func(doc *d.Document) bool {
 			if inner = ctx.Err(); inner != nil {

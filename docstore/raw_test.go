@@ -3,42 +3,59 @@ package docstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"testing"
 
 	"github.com/ostafen/clover/v2"
-	"go.etcd.io/bbolt"
 )
 
-// rawState is what the bbolt file holds, counted key by key.
+// rawState is what the engine holds, counted key by key.
 type rawState struct {
 	docs, rankEntries, members, size int
 	docIDs, rankIDs                  map[string]bool
 }
 
 // rawCounts reads Clover's keys directly (documents, rank index entries,
-// collection metadata) and the members bucket.
+// collection metadata) and the members keys.
 func (s *Store) rawCounts() (rawState, error) {
 	st := rawState{docIDs: map[string]bool{}, rankIDs: map[string]bool{}}
 	rankPrefix := []byte("c:" + collection + ";i:" + fieldRank + ";")
-	err := s.view(context.Background(), func(tx *bbolt.Tx, _ *clover.DB) error {
-		c := tx.Bucket(cloverBucket).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	err := s.view(context.Background(), func(r kvReader, _ *clover.DB) error {
+		it, err := r.iter(nil, nil, false)
+		if err != nil {
+			return err
+		}
+		defer it.close()
+		for ok := it.seek(nil); ok; ok = it.next() {
+			k := it.key()
 			switch {
-			case bytes.HasPrefix(k, docKeyPrefix):
+			case k[0] == nsMembers:
+				st.members++
+			case k[0] != nsClover:
+			case bytes.HasPrefix(k[1:], docKeyPrefix):
 				st.docs++
-				st.docIDs[string(k[len(docKeyPrefix):])] = true
-			case bytes.HasPrefix(k, rankPrefix):
+				st.docIDs[string(k[1+len(docKeyPrefix):])] = true
+			case bytes.HasPrefix(k[1:], rankPrefix):
 				st.rankEntries++
 				st.rankIDs[string(k[len(k)-36:])] = true
 			}
 		}
-		var meta struct{ Size int }
-		if err := json.Unmarshal(tx.Bucket(cloverBucket).Get([]byte("coll:"+collection)), &meta); err != nil {
-			return err
-		}
-		st.size = meta.Size
-		st.members = tx.Bucket(membersBucket).Stats().KeyN
-		return nil
+		st.size, err = collectionSize(r)
+		return err
 	})
 	return st, err
+}
+
+// TestRawCountsSeeEveryKind guards rawCounts itself: after one write it
+// must count one of each kind, or checkIndexAgrees proves nothing.
+func TestRawCountsSeeEveryKind(t *testing.T) {
+	s := openTemp(t, WithFsync(false))
+	defer s.Close()
+	fill(t, s, 3, 10)
+	st, err := s.rawCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.docs != 3 || st.rankEntries != 3 || st.members != 3 || st.size != 3 {
+		t.Fatalf("raw counts %+v; want 3 of each", st)
+	}
 }

@@ -1,44 +1,60 @@
 package docstore
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/ostafen/clover/v2"
-	"go.etcd.io/bbolt"
 )
 
-// scanChunk is how many documents ScanPartition loads per read transaction.
+// scanChunk is how many documents ScanPartition loads per snapshot.
 const scanChunk = 512
 
-// partitionIDs lists the movie ids of partition p, in id order, from the
-// members bucket (one key per movie, partition first).
-func partitionIDs(tx *bbolt.Tx, p int32) []int64 {
-	var ids []int64
-	prefix := binary.BigEndian.AppendUint32(nil, uint32(p))
-	c := tx.Bucket(membersBucket).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		ids = append(ids, memberMovie(k))
+// member is one members entry: a movie of a partition and its average.
+type member struct {
+	id  int64
+	avg float64
+}
+
+// partitionMembers lists the movies of partition p, in id order, from the
+// members keys (one per movie, partition first: one key range).
+func partitionMembers(r kvReader, p int32) ([]member, error) {
+	prefix := partitionKey(nsMembers, p)
+	it, err := r.iter(prefix, prefixUpper(prefix), false)
+	if err != nil {
+		return nil, err
 	}
-	return ids
+	var out []member
+	for ok := it.seek(prefix); ok; ok = it.next() {
+		avg, _, good := memberOf(it.value())
+		if !good || len(it.key()) != 13 {
+			_ = it.close()
+			return nil, fmt.Errorf("corrupt members entry %x", it.key())
+		}
+		out = append(out, member{id: memberMovie(it.key()), avg: avg})
+	}
+	return out, it.close()
 }
 
 // ScanPartition calls fn for each document of partition p, in movie id
 // order. It lists the partition's ids from one snapshot, then loads and
-// hands out documents in chunks without holding a transaction while fn
+// hands out documents in chunks without holding a snapshot while fn
 // runs, so fn may use the store. A document deleted meanwhile is skipped.
 // It stops at the first error of fn and returns it.
 func (s *Store) ScanPartition(ctx context.Context, p int32, fn func(engine.MovieStats) error) error {
-	var ids []int64
-	err := s.view(ctx, func(tx *bbolt.Tx, _ *clover.DB) error {
-		ids = partitionIDs(tx, p)
-		return nil
+	var members []member
+	err := s.view(ctx, func(r kvReader, _ *clover.DB) error {
+		var err error
+		members, err = partitionMembers(r, p)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("scan partition %d: %w", p, err)
+	}
+	ids := make([]int64, len(members))
+	for i, m := range members {
+		ids[i] = m.id
 	}
 	for len(ids) > 0 {
 		chunk := ids[:min(scanChunk, len(ids))]
@@ -59,24 +75,42 @@ func (s *Store) ScanPartition(ctx context.Context, p int32, fn func(engine.Movie
 }
 
 // DropPartition deletes every document and the checkpoint of partition p
-// in one transaction. Claim epochs are kept, so an old owner stays fenced.
+// in one batch. It reads no document: the members keys (one key range)
+// name each movie and its average, so the batch holds one tombstone per
+// document and rank entry and one range deletion for the members. Claim
+// epochs are kept, so an old owner stays fenced.
 func (s *Store) DropPartition(ctx context.Context, p int32) error {
 	var n int
-	err := s.update(ctx, func(tx *bbolt.Tx, db *clover.DB) error {
-		// Collect first: deleting while a cursor walks a bucket would move
-		// bbolt's cursor under it.
-		ids := partitionIDs(tx, p)
-		members := tx.Bucket(membersBucket)
-		for _, id := range ids {
-			if err := db.DeleteById(collection, docID(id)); err != nil {
-				return fmt.Errorf("delete movie %d: %w", id, err)
+	err := s.update(ctx, func(b kvBatch) (func(), error) {
+		s.endBulk()
+		members, err := partitionMembers(b, p)
+		if err != nil {
+			return nil, err
+		}
+		var key []byte
+		for _, m := range members {
+			if err := b.del(nsKey(nsClover, docKey(m.id))); err != nil {
+				return nil, err
 			}
-			if err := members.Delete(memberKey(p, id)); err != nil {
-				return err
+			key = rankEntry(append(key[:0], nsClover), m.avg, m.id)
+			if err := b.del(key); err != nil {
+				return nil, err
 			}
 		}
-		n = len(ids)
-		return tx.Bucket(checkpointsBucket).Delete(partitionKey(p))
+		prefix := partitionKey(nsMembers, p)
+		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
+			return nil, err
+		}
+		if err := addSize(b, -len(members)); err != nil {
+			return nil, err
+		}
+		n = len(members)
+		forget := func() {
+			for _, m := range members {
+				delete(s.priors.m, m.id)
+			}
+		}
+		return func() { forget(); s.gen++ }, b.del(partitionKey(nsCheckpoints, p))
 	})
 	if err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)
@@ -85,20 +119,18 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 	return nil
 }
 
-// Reset deletes every document and checkpoint (not the claim epochs, so an
-// old writer stays fenced) in one transaction,
-// leaving an empty store (indexes recreated on the empty collection).
+// Reset deletes every document and checkpoint in one batch (range
+// deletions), leaving an empty store with the collection and its index
+// recreated. The claim epochs survive, so an old writer stays fenced.
 func (s *Store) Reset(ctx context.Context) error {
-	err := s.update(ctx, func(tx *bbolt.Tx, _ *clover.DB) error {
-		for _, name := range dataBuckets {
-			if bytes.Equal(name, epochsBucket) {
-				continue // epochs survive: an old writer stays fenced
-			}
-			if err := tx.DeleteBucket(name); err != nil {
-				return fmt.Errorf("delete bucket %s: %w", name, err)
+	err := s.update(ctx, func(b kvBatch) (func(), error) {
+		s.endBulk()
+		for _, ns := range []byte{nsCheckpoints, nsMembers, nsClover} {
+			if err := b.delRange([]byte{ns}, nsUpper(ns)); err != nil {
+				return nil, err
 			}
 		}
-		return createData(tx)
+		return func() { clear(s.priors.m); s.gen++ }, createData(b)
 	})
 	if err != nil {
 		return fmt.Errorf("reset docstore %s: %w", s.dir, err)

@@ -1,120 +1,174 @@
 package docstore
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/ostafen/clover/v2"
 	d "github.com/ostafen/clover/v2/document"
-	"github.com/ostafen/clover/v2/index"
-	"go.etcd.io/bbolt"
 )
 
-// docWriter replaces stored documents inside one read-write bbolt
-// transaction. It does what clover.DB.UpdateById does, with the same
-// Clover packages (document encoding and validation, index keys), but
-// with the per-call overhead hoisted out of the loop: UpdateById decodes
-// the collection metadata (JSON) and builds its index handles on every
-// call, and looks the document up twice per movie together with our
-// existence check. docWriter reads the index list once per batch and the
-// document once per movie.
-//
-// The only on-disk detail it relies on beyond Clover's public API is the
-// document key (docKey, Clover's getDocumentKey), which the store already
-// used for its existence check; TestWriterMatchesUpdateByID pins the
-// result to what UpdateById writes with Clover v2.0.0-alpha.3.
-//
-// A docWriter is bound to its transaction and used by one goroutine.
+// collectionKey is Clover's metadata key of the movies collection
+// (getCollectionKey): JSON with its size and indexes.
+var collectionKey = nsKey(nsClover, []byte("coll:"+collection))
+
+// prior is what a write needs to know about the stored version of a movie:
+// its version (for the version rule), its partition (members key) and its
+// average (its rank index entry, removed when it changes).
+type prior struct {
+	version int64
+	avg     float64
+	part    int32
+}
+
+// docWriter writes one batch's documents in Clover's format: the document
+// under Clover's document key (docEncoder), the rank index entry
+// (rankEntry), the collection size in Clover's metadata, and the members
+// key of the store. It does what clover.DB.UpdateById and Insert do, with
+// their per-call overhead (metadata JSON, index handles, fmt and
+// reflection per value) hoisted out of the loop; the read side stays
+// Clover's (FindById, the query planner on the rank index). A docWriter is bound to its batch
+// and used by one goroutine.
 type docWriter struct {
-	raw     *bbolt.Bucket
-	indexes []index.Index
+	b       kvBatch
+	counts  *readCounts
+	enc     *docEncoder
+	fresh   int    // documents added to the collection
+	scratch []byte // key buffer (batches copy what they are given)
 }
 
-// newDocWriter returns a writer for the movies collection in tx, with the
-// collection's indexes as Clover's metadata lists them.
-func newDocWriter(tx *bbolt.Tx, db *clover.DB, counts *readCounts) (*docWriter, error) {
-	infos, err := db.ListIndexes(collection)
-	if err != nil {
-		return nil, fmt.Errorf("list indexes: %w", err)
-	}
-	st, err := (&txStore{tx: tx, counts: counts}).Begin(true)
-	if err != nil {
-		return nil, err
-	}
-	w := &docWriter{raw: tx.Bucket(cloverBucket)}
-	for _, info := range infos {
-		idx := index.CreateIndex(collection, info.Field, info.Type, st)
-		if idx == nil {
-			return nil, fmt.Errorf("index %s: unknown index type %d", info.Field, info.Type)
-		}
-		w.indexes = append(w.indexes, idx)
-	}
-	return w, nil
+func newDocWriter(b kvBatch, counts *readCounts) *docWriter {
+	return &docWriter{b: b, counts: counts, enc: newDocEncoder()}
 }
 
-// stored returns the stored document of movie, or nil when it has none.
-func (w *docWriter) stored(movie int64) (*d.Document, error) {
-	v := w.raw.Get(docKey(movie))
-	if v == nil {
-		return nil, nil
+// stored reads the stored version of movie from the batch's view; ok is
+// false when the movie has no document.
+func (w *docWriter) stored(movie int64) (prior, bool, error) {
+	w.counts.writeReads.Add(1)
+	v, err := w.b.get(nsKey(nsClover, docKey(movie)))
+	if err != nil || v == nil {
+		return prior{}, false, err
 	}
 	doc, err := d.Decode(v)
 	if err != nil {
-		return nil, fmt.Errorf("decode movie %d: %w", movie, err)
+		return prior{}, true, fmt.Errorf("decode movie %d: %w", movie, err)
 	}
-	return doc, nil
+	m, err := fromDocument(doc)
+	if err != nil {
+		return prior{}, true, err
+	}
+	return prior{version: m.Version, avg: m.Avg(), part: m.Partition}, true, nil
 }
 
-// replace overwrites the stored document old of movie with doc: the index
-// entries of old are removed, those of doc added, and doc validated,
-// encoded and saved, in UpdateById's order.
-func (w *docWriter) replace(movie int64, old, doc *d.Document) error {
-	for _, idx := range w.indexes {
-		if err := idx.Remove(old.ObjectId(), old.Get(idx.Field())); err != nil {
-			return fmt.Errorf("remove %s index entry: %w", idx.Field(), err)
+// put writes m over old (exists false: a new movie). It never reads.
+func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
+	avg := m.Avg()
+	if exists {
+		w.scratch = rankEntry(append(w.scratch[:0], nsClover), old.avg, m.MovieID)
+		if err := w.b.del(w.scratch); err != nil {
+			return fmt.Errorf("remove rank entry of movie %d: %w", m.MovieID, err)
 		}
-	}
-	for _, idx := range w.indexes {
-		if err := idx.Add(doc.ObjectId(), doc.Get(idx.Field()), doc.TTL()); err != nil {
-			return fmt.Errorf("add %s index entry: %w", idx.Field(), err)
+		if old.part != m.Partition {
+			if err := w.b.del(memberKey(old.part, m.MovieID)); err != nil {
+				return err
+			}
 		}
+	} else {
+		w.fresh++
 	}
-	if err := d.Validate(doc); err != nil {
-		return err
+	w.scratch = rankEntry(append(w.scratch[:0], nsClover), avg, m.MovieID)
+	if err := w.b.set(w.scratch, nil); err != nil {
+		return fmt.Errorf("add rank entry of movie %d: %w", m.MovieID, err)
 	}
-	data, err := d.Encode(doc)
+	data, err := w.enc.encode(m)
 	if err != nil {
+		return fmt.Errorf("encode movie %d: %w", m.MovieID, err)
+	}
+	w.scratch = append(append(append(w.scratch[:0], nsClover), docKeyPrefix...), docID(m.MovieID)...)
+	if err := w.b.set(w.scratch, data); err != nil {
 		return err
 	}
-	return w.raw.Put(docKey(movie), data)
+	return w.b.set(memberKey(m.Partition, m.MovieID), memberValue(avg, m.Version))
 }
 
-// update writes m over its movie's stored document if m is newer, with the
-// results of the package's update (UpdateById) path: exists is false when
-// the movie has no document (nothing is written), oldPart is the partition
-// it was stored under. A document that is not newer is left untouched
-// (UpdateById rewrites it unchanged) and refused or skipped (replay).
-func (w *docWriter) update(m engine.MovieStats, replay bool) (oldPart int32, exists bool, err error) {
-	old, err := w.stored(m.MovieID)
+// addSize adds n to the collection size in Clover's metadata.
+func addSize(b kvBatch, n int) error {
+	if n == 0 {
+		return nil
+	}
+	raw, err := b.get(collectionKey)
 	if err != nil {
-		return 0, true, fmt.Errorf("update movie %d: %w", m.MovieID, err)
+		return err
 	}
-	if old == nil {
-		return 0, false, nil
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return fmt.Errorf("collection metadata: %w", err)
 	}
-	v, err := toInt64(old.Get(fieldVersion))
+	var size int
+	if err := json.Unmarshal(meta["Size"], &size); err != nil {
+		return fmt.Errorf("collection size: %w", err)
+	}
+	meta["Size"], _ = json.Marshal(size + n)
+	out, err := json.Marshal(meta)
 	if err != nil {
-		return 0, true, fmt.Errorf("update movie %d: corrupt stored document: %w", m.MovieID, err)
+		return err
 	}
-	if m.Version <= v {
-		return m.Partition, true, stale(m, v, replay)
+	return b.set(collectionKey, out)
+}
+
+// lookup returns what the batch knows about a movie before writing it.
+type lookup func(movie int64) (prior, bool, error)
+
+// writeDocs writes docs in order, as if one by one: a document whose
+// version is not newer than the stored one (or than an earlier document of
+// the same batch) is skipped when replay is set, and refuses the batch
+// with ErrFenced otherwise. known tells the stored version of a movie
+// (a read, or the bulk load's memory); written receives the final state
+// of every movie written.
+func writeDocs(w *docWriter, docs []engine.MovieStats, replay bool, known lookup, written func(int64, prior)) error {
+	// Movie id order (stable: a movie's documents keep their order), so a
+	// movie's documents are adjacent and writes arrive in key order.
+	docs = slices.Clone(docs)
+	slices.SortStableFunc(docs, func(a, b engine.MovieStats) int { return cmp.Compare(a.MovieID, b.MovieID) })
+	for i := 0; i < len(docs); {
+		j := i + 1
+		for j < len(docs) && docs[j].MovieID == docs[i].MovieID {
+			j++
+		}
+		old, exists, err := known(docs[i].MovieID)
+		if err != nil {
+			return err
+		}
+		cur, have, changed := old, exists, false
+		var last engine.MovieStats
+		for _, m := range docs[i:j] {
+			if have && m.Version <= cur.version {
+				if err := stale(m, cur.version, replay); err != nil {
+					return err
+				}
+				continue
+			}
+			cur, have, changed, last = prior{version: m.Version, avg: m.Avg(), part: m.Partition}, true, true, m
+		}
+		if changed {
+			if err := w.put(last, old, exists); err != nil {
+				return err
+			}
+			written(last.MovieID, cur)
+		}
+		i = j
 	}
-	p, err := toInt64(old.Get(fieldPartition))
-	if err != nil {
-		return 0, true, fmt.Errorf("update movie %d: corrupt stored document: %w", m.MovieID, err)
+	return addSize(w.b, w.fresh)
+}
+
+// stale returns ErrFenced for a document that is not newer than the stored
+// version, or nil (skip it) during a replay.
+func stale(m engine.MovieStats, stored int64, replay bool) error {
+	if replay {
+		return nil
 	}
-	if err := w.replace(m.MovieID, old, toDocument(m)); err != nil {
-		return 0, true, fmt.Errorf("update movie %d: %w", m.MovieID, err)
-	}
-	return int32(p), true, nil
+	return fmt.Errorf("%w: movie %d version %d is not newer than the stored version %d",
+		engine.ErrFenced, m.MovieID, m.Version, stored)
 }

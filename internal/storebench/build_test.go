@@ -3,10 +3,10 @@ package storebench
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/boltstore"
 	"github.com/keepstate/keepstate/redisstore"
 )
 
@@ -33,57 +33,76 @@ func partitionIDs(n int, p int32, size int, fn func(ids []int64) error) error {
 	return nil
 }
 
+// replayBatch is the size of a restore's replay batches (engine/restore.go).
+const replayBatch = 5000
+
 // loadPartition writes version 1 of every movie of partition p through s in
-// batches of size, claiming p first.
+// replay batches (Batch.Replay, as a restore from the changelog writes) of
+// size, claiming p first.
 func loadPartition(ctx context.Context, s engine.Store, w *writer, n int, p int32, size int) error {
 	epoch, err := s.Claim(ctx, p)
 	if err != nil {
 		return fmt.Errorf("claim partition %d: %w", p, err)
 	}
 	return partitionIDs(n, p, size, func(ids []int64) error {
-		if err := s.Apply(ctx, w.batch(p, epoch, ids)); err != nil {
+		b := w.batch(p, epoch, ids)
+		b.Replay = true
+		if err := s.Apply(ctx, b); err != nil {
 			return fmt.Errorf("load partition %d: %w", p, err)
 		}
 		return nil
 	})
 }
 
-// buildClover creates the Clover store of movies 1..n in dir the way
-// docstore's own benchmark does: fsync off, 10,000 new documents per
-// batch (Clover inserts them with one call), one partition after another.
+// loadAll replays movies 1..n into s the way a full restore does: replay
+// batches of 5000 documents, one partition after another (each partition
+// is one changelog read in order).
+func loadAll(ctx context.Context, s engine.Store, w *writer, n int) error {
+	for p := range int32(partitions) {
+		if err := loadPartition(ctx, s, w, n, p, replayBatch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildClover creates the Clover store (Pebble) of movies 1..n in dir by a
+// full restore: replay batches, fsync on (the default).
 func buildClover(dir string, n int, w *writer) error {
-	s, err := docstore.Open(dir, docstore.WithFsync(false))
+	s, err := docstore.Open(dir)
 	if err != nil {
 		return err
 	}
-	for p := range int32(partitions) {
-		if err := loadPartition(context.Background(), s, w, n, p, 10_000); err != nil {
-			_ = s.Close()
-			return fmt.Errorf("build clover store: %w", err)
-		}
+	if err := loadAll(context.Background(), s, w, n); err != nil {
+		_ = s.Close()
+		return fmt.Errorf("build clover store: %w", err)
 	}
 	return s.Close()
 }
 
-// buildRedis loads movies 1..n under prefix the way redisstore's own
-// benchmark does: the stream off, 1000-document batches, every partition
-// writing concurrently.
+// buildBbolt creates the old Clover-on-bbolt store the same way.
+func buildBbolt(dir string, n int, w *writer) error {
+	s, err := boltstore.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := loadAll(context.Background(), s, w, n); err != nil {
+		_ = s.Close()
+		return fmt.Errorf("build bbolt store: %w", err)
+	}
+	return s.Close()
+}
+
+// buildRedis loads movies 1..n under prefix the same way (the averages
+// stream off: a restore does not feed it).
 func buildRedis(ctx context.Context, url, prefix string, n int, w *writer) error {
 	s, err := redisstore.Open(ctx, url, redisstore.WithPrefix(prefix), redisstore.WithStreamMaxLen(0))
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	errs := make([]error, partitions)
-	var wg sync.WaitGroup
-	for p := range int32(partitions) {
-		wg.Go(func() { errs[p] = loadPartition(ctx, s, w, n, p, 1000) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return fmt.Errorf("build redis store: %w", err)
-		}
+	if err := loadAll(ctx, s, w, n); err != nil {
+		return fmt.Errorf("build redis store: %w", err)
 	}
 	return nil
 }

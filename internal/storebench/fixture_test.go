@@ -12,11 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/boltstore"
 	"github.com/keepstate/keepstate/internal/testkit"
 	"github.com/keepstate/keepstate/redisstore"
 )
@@ -33,16 +35,18 @@ func benchDocs() int {
 // redisPrefix is the key prefix of the benchmark store in its redis-server.
 const redisPrefix = "storebench:"
 
-// fix holds the two stores shared by every sub-benchmark of the process,
+// fix holds the three stores shared by every sub-benchmark of the process,
 // built once by the first call of fixture; TestMain tears it down.
 var fix struct {
 	once sync.Once
 	err  error
 	n    int
 
-	tmp       string // removed by TestMain
-	cloverDir string
-	clover    *writer // shared by the fsync and nofsync runs: same file
+	tmp       string  // removed by TestMain
+	cloverDir string  // Clover on Pebble (docstore)
+	clover    *writer //
+	bboltDir  string  // Clover on bbolt (internal/boltstore, the old docstore)
+	bbolt     *writer
 
 	redisMissing bool
 	redis        *testkit.Redis
@@ -85,20 +89,25 @@ func build() error {
 	if err != nil {
 		return err
 	}
-	fix.tmp, fix.cloverDir = tmp, filepath.Join(tmp, "clover")
-	fix.clover = newWriter(fix.n)
-	start := time.Now()
-	if err := buildClover(fix.cloverDir, fix.n, fix.clover); err != nil {
-		return err
+	fix.tmp, fix.cloverDir, fix.bboltDir = tmp, filepath.Join(tmp, "clover"), filepath.Join(tmp, "bbolt")
+	for _, st := range []struct {
+		name  string
+		dir   string
+		w     **writer
+		build func(string, int, *writer) error
+	}{
+		{"bbolt", fix.bboltDir, &fix.bbolt, buildBbolt},
+		{"clover", fix.cloverDir, &fix.clover, buildClover},
+	} {
+		*st.w = newWriter(fix.n)
+		start := time.Now()
+		if err := st.build(st.dir, fix.n, *st.w); err != nil {
+			return err
+		}
+		took := time.Since(start)
+		note("%s: full restore of %d movies in %v: %.0f docs/s (replay batches of %d, fsync on, partitions one after another); disk %s",
+			st.name, fix.n, took.Round(time.Millisecond), float64(fix.n)/took.Seconds(), replayBatch, diskUsage(st.dir))
 	}
-	took := time.Since(start)
-	fi, err := os.Stat(filepath.Join(fix.cloverDir, "keepstate.db"))
-	size := "unknown"
-	if err == nil {
-		size = strconv.FormatInt(fi.Size()>>20, 10) + " MB"
-	}
-	note("clover: built %d movies in %v (%.0f docs/s; fsync off, 10000-doc batches, partitions one after another); file %s",
-		fix.n, took.Round(time.Millisecond), float64(fix.n)/took.Seconds(), size)
 
 	r, err := testkit.LaunchRedis()
 	if errors.Is(err, testkit.ErrRedisMissing) {
@@ -112,15 +121,32 @@ func build() error {
 	fix.redis = r
 	ctx := context.Background()
 	fix.redisW = newWriter(fix.n)
-	start = time.Now()
+	start := time.Now()
 	if err := buildRedis(ctx, r.URL(), redisPrefix, fix.n, fix.redisW); err != nil {
 		return err
 	}
-	took = time.Since(start)
-	note("redis: loaded %d movies in %v (%.0f docs/s; stream off, 1000-doc batches, %d partitions concurrently); %s",
-		fix.n, took.Round(time.Millisecond), float64(fix.n)/took.Seconds(), partitions, redisMemory(r))
+	took := time.Since(start)
+	note("redis: full restore of %d movies in %v: %.0f docs/s (replay batches of %d, stream off, partitions one after another); %s",
+		fix.n, took.Round(time.Millisecond), float64(fix.n)/took.Seconds(), replayBatch, redisMemory(r))
 	fix.redisStore, err = redisstore.Open(ctx, r.URL(), redisstore.WithPrefix(redisPrefix))
 	return err
+}
+
+// diskUsage returns the bytes the files under dir occupy on disk (du).
+func diskUsage(dir string) string {
+	var blocks int64
+	_ = filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return nil
+		}
+		if fi, err := e.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				blocks += st.Blocks
+			}
+		}
+		return nil
+	})
+	return fmt.Sprintf("%.0f MiB", float64(blocks*512)/(1<<20))
 }
 
 // redisMemory returns used_memory_human from INFO memory.
@@ -215,19 +241,39 @@ type target struct {
 	// server is true for the Redis store: its time in redis-server is
 	// reported too.
 	server bool
+	// fresh opens a new Store on the same data (embedded stores only).
+	fresh func() (engine.Store, error)
 }
 
-// openClover opens the shared Clover file for one sub-benchmark (the data
-// directory admits one Store at a time) and closes it when it ends.
-func openClover(fsync bool) func(b *testing.B) engine.Store {
-	return func(b *testing.B) engine.Store {
-		s, err := docstore.Open(fix.cloverDir, docstore.WithFsync(fsync))
+// openClover opens the shared Clover store for one sub-benchmark (the
+// data directory admits one Store at a time) and closes it when it ends.
+// It waits, outside the timer, until the store has filled its write cache
+// (docstore.Store.Warmed): the state of a store that has been running for
+// more than a second or two.
+func openClover(b *testing.B) engine.Store {
+	return openDir(b, "clover", func() (engine.Store, error) {
+		s, err := docstore.Open(fix.cloverDir)
+		if err == nil {
+			<-s.Warmed()
+		}
+		return s, err
+	})
+}
+
+// openBbolt does the same for the old bbolt store.
+func openBbolt(b *testing.B) engine.Store {
+	return openDir(b, "bbolt", func() (engine.Store, error) { return boltstore.Open(fix.bboltDir) })
+}
+
+func openDir(b *testing.B, name string, open func() (engine.Store, error)) engine.Store {
+	{
+		s, err := open()
 		if err != nil {
-			b.Fatalf("open clover store: %v", err)
+			b.Fatalf("open %s store: %v", name, err)
 		}
 		b.Cleanup(func() {
 			if err := s.Close(); err != nil {
-				b.Errorf("close clover store: %v", err)
+				b.Errorf("close %s store: %v", name, err)
 			}
 		})
 		return s

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/boltstore"
 )
 
 // BenchmarkStores measures the Clover and the Redis store side by side: both
@@ -47,11 +49,13 @@ import (
 // (XADD MAXLEN ~ 100000 per document, the default).
 func BenchmarkStores(b *testing.B) {
 	fixture(b)
-	clover := target{name: "clover", w: fix.clover, open: openClover(true)}
-	nofsync := target{name: "clover-nofsync", w: fix.clover, open: openClover(false)}
+	bbolt := target{name: "bbolt", w: fix.bbolt, open: openBbolt,
+		fresh: func() (engine.Store, error) { return boltstore.Open(fix.bboltDir) }}
+	clover := target{name: "clover", w: fix.clover, open: openClover,
+		fresh: func() (engine.Store, error) { return docstore.Open(fix.cloverDir) }}
 	redis := target{name: "redis", w: fix.redisW, open: openRedis, server: true}
-	readers := []target{clover, redis}
-	writers := []target{clover, nofsync, redis}
+	readers := []target{bbolt, clover, redis}
+	writers := readers
 	each := func(workload string, ts []target, fn func(*testing.B, target)) {
 		b.Run(workload, func(b *testing.B) {
 			for round := range benchRounds() {
@@ -70,6 +74,9 @@ func BenchmarkStores(b *testing.B) {
 	each("top100-minAvg8", readers, benchTop)
 	each("apply-1000", writers, func(b *testing.B, t target) { benchApply(b, t, 1000, uniformPicker) })
 	each("apply-1000-skewed", writers, func(b *testing.B, t target) { benchApply(b, t, 1000, zipfPicker) })
+	each("get-during-apply", writers, benchGetDuringApply)
+	each("reopen", []target{bbolt, clover}, benchReopen)
+	each("rss", []target{bbolt, clover}, benchRSS)
 }
 
 // benchRounds is KEEPSTATE_BENCH_ROUNDS, default 1.

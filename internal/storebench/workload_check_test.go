@@ -10,6 +10,7 @@ import (
 
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/boltstore"
 	"github.com/keepstate/keepstate/internal/testkit"
 	"github.com/keepstate/keepstate/redisstore"
 )
@@ -90,11 +91,20 @@ func TestWorkloadsKeepTheStoreContract(t *testing.T) {
 	const n, size, batches = 3000, 100, 6
 	r := testkit.StartRedis(t)
 	ctx := context.Background()
-	cw, rw := newWriter(n), newWriter(n)
+	cw, rw, bw := newWriter(n), newWriter(n), newWriter(n)
 	dir := filepath.Join(t.TempDir(), "clover")
 	if err := buildClover(dir, n, cw); err != nil {
 		t.Fatal(err)
 	}
+	bdir := filepath.Join(t.TempDir(), "bbolt")
+	if err := buildBbolt(bdir, n, bw); err != nil {
+		t.Fatal(err)
+	}
+	bs, err := boltstore.Open(bdir, boltstore.WithFsync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
 	if err := buildRedis(ctx, r.URL(), redisPrefix, n, rw); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +122,7 @@ func TestWorkloadsKeepTheStoreContract(t *testing.T) {
 		name string
 		s    engine.Store
 		w    *writer
-	}{{"clover", cs, cw}, {"redis", rs, rw}}
+	}{{"clover", cs, cw}, {"redis", rs, rw}, {"bbolt", bs, bw}}
 
 	for _, newPicker := range []func(int, *rand.Rand) *picker{uniformPicker, zipfPicker} {
 		for _, st := range stores {
@@ -136,7 +146,7 @@ func TestWorkloadsKeepTheStoreContract(t *testing.T) {
 		}
 	}
 
-	if !slices.Equal(cw.versions, rw.versions) {
+	if !slices.Equal(cw.versions, rw.versions) || !slices.Equal(cw.versions, bw.versions) {
 		t.Fatal("the writers of the two stores diverged")
 	}
 	if slices.Max(cw.versions) < 3 {
@@ -151,8 +161,12 @@ func TestWorkloadsKeepTheStoreContract(t *testing.T) {
 		if err != nil {
 			t.Fatalf("redis Get(%d): %v", id, err)
 		}
+		bb, err := bs.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("bbolt Get(%d): %v", id, err)
+		}
 		want := movie(id, cw.versions[id])
-		for _, got := range []engine.MovieStats{c, rd} {
+		for _, got := range []engine.MovieStats{c, rd, bb} {
 			if got.Version != want.Version || got.Count != want.Count || got.Sum != want.Sum || got.Partition != want.Partition {
 				t.Fatalf("movie %d = %+v, want %+v", id, got, want)
 			}
@@ -177,7 +191,7 @@ func TestWorkloadsKeepTheStoreContract(t *testing.T) {
 		}
 		tops = append(tops, ids)
 	}
-	if len(tops[0]) != q.Limit || !slices.Equal(tops[0], tops[1]) {
-		t.Errorf("top 100: clover %v, redis %v; want the same 100 movies", tops[0], tops[1])
+	if len(tops[0]) != q.Limit || !slices.Equal(tops[0], tops[1]) || !slices.Equal(tops[0], tops[2]) {
+		t.Errorf("top 100: clover %v, redis %v, bbolt %v; want the same 100 movies", tops[0], tops[1], tops[2])
 	}
 }

@@ -1,4 +1,4 @@
-package docstore
+package boltstore
 
 import (
 	"bytes"
@@ -23,16 +23,12 @@ const fillPercent = 0.9
 
 // readCounts counts what Clover reads through the adapter: documents
 // fetched by key, documents visited by a cursor (a collection scan), and
-// other keys visited by a cursor (index entries). Tests use them to prove
-// that a query is served by the index.
+// other keys visited by a cursor (index entries).
 type readCounts struct {
 	docGets    atomic.Int64
 	docScans   atomic.Int64
 	indexSteps atomic.Int64
 }
-
-// docsRead returns how many documents were read, by key or by scan.
-func (c *readCounts) docsRead() int64 { return c.docGets.Load() + c.docScans.Load() }
 
 // docKeyPrefix is Clover's key prefix of the movies collection's documents
 // (Clover's getDocumentKey).

@@ -1,0 +1,138 @@
+package docstore
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"sync/atomic"
+
+	"github.com/ostafen/clover/v2/store"
+)
+
+// readCounts counts what Clover reads through the adapter: documents
+// fetched by key, documents visited by a cursor (a collection scan), and
+// other keys visited by a cursor (index entries). Tests use them to prove
+// that a query is served by the index.
+type readCounts struct {
+	writeReads atomic.Int64 // documents read by Apply (docWriter.stored)
+	docGets    atomic.Int64
+	docScans   atomic.Int64
+	indexSteps atomic.Int64
+}
+
+// docsRead returns how many documents were read, by key or by scan.
+func (c *readCounts) docsRead() int64 { return c.docGets.Load() + c.docScans.Load() }
+
+// docKeyPrefix is Clover's key prefix of the movies collection's documents
+// (Clover's getDocumentKey).
+var docKeyPrefix = []byte("c:" + collection + ";d:")
+
+// docKey returns Clover's key of a movie's document.
+func docKey(movie int64) []byte {
+	return append(slices.Clip(docKeyPrefix), docID(movie)...)
+}
+
+// cloverStore is a Clover store.Store bound to one kv read view or write
+// batch: every Begin joins it, and the returned transaction's Commit and
+// Rollback do nothing, so the Store decides the outcome. Clover's keys live
+// under the nsClover namespace. It is used by one goroutine.
+type cloverStore struct {
+	r      kvReader
+	w      kvBatch // nil for a read view
+	counts *readCounts
+}
+
+var _ store.Store = (*cloverStore)(nil)
+
+var errReadOnly = errors.New("docstore: write inside a read-only view")
+
+// Begin returns a view of the bound read view or batch.
+func (s *cloverStore) Begin(update bool) (store.Tx, error) {
+	if update && s.w == nil {
+		return nil, errReadOnly
+	}
+	return &cloverTx{s: s}, nil
+}
+
+// Close does nothing: the Store owns the engine.
+func (s *cloverStore) Close() error { return nil }
+
+// cloverTx is Clover's view of the bound read view or batch.
+type cloverTx struct{ s *cloverStore }
+
+func (t *cloverTx) Set(key, value []byte) error {
+	if t.s.w == nil {
+		return errReadOnly
+	}
+	return t.s.w.set(nsKey(nsClover, key), value)
+}
+
+func (t *cloverTx) Get(key []byte) ([]byte, error) {
+	if bytes.HasPrefix(key, docKeyPrefix) {
+		t.s.counts.docGets.Add(1)
+	}
+	v, err := t.s.r.get(nsKey(nsClover, key))
+	if v != nil {
+		v = slices.Clone(v) // Clover keeps values across calls
+	}
+	return v, err
+}
+
+func (t *cloverTx) Delete(key []byte) error {
+	if t.s.w == nil {
+		return errReadOnly
+	}
+	return t.s.w.del(nsKey(nsClover, key))
+}
+
+func (t *cloverTx) Cursor(forward bool) (store.Cursor, error) {
+	it, err := t.s.r.iter([]byte{nsClover}, nsUpper(nsClover), !forward)
+	if err != nil {
+		return nil, err
+	}
+	return &cloverCursor{it: it, counts: t.s.counts}, nil
+}
+
+// Commit does nothing: the Store commits the batch.
+func (t *cloverTx) Commit() error { return nil }
+
+// Rollback does nothing: the Store decides.
+func (t *cloverTx) Rollback() error { return nil }
+
+// cloverCursor adapts a kv iterator to Clover's cursor. A reverse Seek
+// positions on the last key <= the sought key, like Clover's own bbolt
+// adapter.
+type cloverCursor struct {
+	it     kvIter
+	counts *readCounts
+}
+
+func (c *cloverCursor) count() {
+	if !c.it.valid() {
+		return
+	}
+	if bytes.HasPrefix(c.it.key()[1:], docKeyPrefix) {
+		c.counts.docScans.Add(1)
+	} else {
+		c.counts.indexSteps.Add(1)
+	}
+}
+
+func (c *cloverCursor) Seek(seek []byte) error {
+	c.it.seek(nsKey(nsClover, seek))
+	c.count()
+	return nil
+}
+
+func (c *cloverCursor) Next() {
+	c.it.next()
+	c.count()
+}
+
+func (c *cloverCursor) Valid() bool { return c.it.valid() }
+
+func (c *cloverCursor) Item() (store.Item, error) {
+	return store.Item{Key: slices.Clone(c.it.key()[1:]), Value: slices.Clone(c.it.value())}, nil
+}
+
+func (c *cloverCursor) Close() error { return c.it.close() }

@@ -1,0 +1,105 @@
+package docstore
+
+import (
+	"encoding/binary"
+)
+
+// The store keeps everything in one ordered key space of the log-structured
+// engine, split by a one-byte namespace prefix.
+const (
+	nsMeta        byte = 'a' // format marker
+	nsCheckpoints byte = 'b' // partition -> next changelog offset
+	nsEpochs      byte = 'e' // partition -> last claimed epoch
+	nsMembers     byte = 'm' // partition, movie -> ordered average (for DropPartition)
+	nsClover      byte = 'z' // Clover's own keys (documents, index entries, metadata)
+)
+
+// kv is the ordered key-value engine under the store: Pebble in
+// production (pebbleKV). Writes are serialized by the Store; reads run
+// concurrently on snapshots.
+type kv interface {
+	// snapshot returns a consistent read view of the committed state.
+	snapshot() kvReader
+	// batch returns an empty write batch whose reads see the committed
+	// state plus its own writes.
+	batch() kvBatch
+	// writeBatch returns an empty write batch whose reads see the
+	// committed state only, not its own writes: cheaper, for callers that
+	// never read a key after writing it (Apply) while holding the Store's
+	// write lock (so the committed state cannot change under them).
+	writeBatch() kvBatch
+	// close closes the engine, first flushing its memory to its files
+	// when flush is set (so that the next open replays no log).
+	close(flush bool) error
+}
+
+// kvReader reads one consistent view. get returns nil for a missing key;
+// the returned slice is only valid until the next call on the reader.
+type kvReader interface {
+	get(key []byte) ([]byte, error)
+	// iter returns an iterator over [lower, upper).
+	iter(lower, upper []byte, reverse bool) (kvIter, error)
+	release()
+}
+
+// kvIter walks keys in order (or in reverse). seek positions at the first
+// key >= k (forward) or the last key <= k (reverse); next steps in the
+// iterator's direction. key and value are valid until the next call.
+type kvIter interface {
+	seek(k []byte) bool
+	next() bool
+	valid() bool
+	key() []byte
+	value() []byte
+	close() error
+}
+
+// kvBatch is one atomic write. Nothing is visible to other readers before
+// commit; release without commit discards it.
+type kvBatch interface {
+	kvReader
+	set(key, value []byte) error
+	del(key []byte) error
+	// delRange deletes every key in [lower, upper).
+	delRange(lower, upper []byte) error
+	// commit applies the batch atomically; with sync it is durable on
+	// return.
+	commit(sync bool) error
+}
+
+// nsKey returns key under namespace ns.
+func nsKey(ns byte, key []byte) []byte {
+	k := make([]byte, 0, 1+len(key))
+	return append(append(k, ns), key...)
+}
+
+// nsUpper returns the first key after namespace ns.
+func nsUpper(ns byte) []byte { return []byte{ns + 1} }
+
+// partitionKey returns the key of partition p under namespace ns.
+func partitionKey(ns byte, p int32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{ns}, uint32(p))
+}
+
+// prefixUpper returns the smallest key greater than every key with prefix.
+func prefixUpper(prefix []byte) []byte {
+	up := append([]byte(nil), prefix...)
+	for i := len(up) - 1; i >= 0; i-- {
+		if up[i] < 0xff {
+			up[i]++
+			return up[:i+1]
+		}
+	}
+	return nil
+}
+
+// getInt64 reads an int64 value; ok is false when the key is missing.
+func getInt64(r kvReader, key []byte) (int64, bool, error) {
+	v, err := r.get(key)
+	if err != nil || len(v) != 8 {
+		return 0, false, err
+	}
+	return int64(binary.BigEndian.Uint64(v)), true, nil
+}
+
+func int64Value(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }

@@ -1,0 +1,82 @@
+package docstore
+
+import (
+	"time"
+)
+
+// warmChunk is how many members entries warm adds per hold of the write
+// lock.
+const warmChunk = 20_000
+
+// warm fills the write cache from the members keys (one key range holding
+// every movie's partition, average and version) in the background after
+// Open, so that the first batches after a restart write without reading.
+// It reads one snapshot and adds, under the write lock, only movies the
+// cache does not hold yet (a batch committed since the snapshot put the
+// newer state there); a drop or reset since the snapshot (gen moved) makes
+// the snapshot stale and stops it. It stops when the cache is full or
+// Close begins, and closes s.warmed when it returns.
+func (s *Store) warm() {
+	defer close(s.warmed)
+	if s.priors.max == 0 {
+		return
+	}
+	s.mu.RLock() // Close waits (stopping makes that short)
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	start := time.Now()
+	s.wmu.Lock()
+	gen := s.gen
+	snap := s.kv.snapshot()
+	s.wmu.Unlock()
+	defer snap.release()
+	it, err := snap.iter([]byte{nsMembers}, nsUpper(nsMembers), false)
+	if err != nil {
+		s.log.Warn("docstore write cache not filled", "err", err)
+		return
+	}
+	defer it.close()
+	type entry struct {
+		id int64
+		p  prior
+	}
+	chunk := make([]entry, 0, warmChunk)
+	added := 0
+	flush := func() bool {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if s.gen != gen || s.stopping.Load() {
+			return false
+		}
+		for _, e := range chunk {
+			if _, ok := s.priors.get(e.id); !ok && !s.priors.full() {
+				s.priors.put(e.id, e.p)
+				added++
+			}
+		}
+		chunk = chunk[:0]
+		return !s.priors.full()
+	}
+	for ok := it.seek([]byte{nsMembers}); ok; ok = it.next() {
+		k := it.key()
+		avg, version, good := memberOf(it.value())
+		if !good || len(k) != 13 {
+			s.log.Warn("docstore write cache: malformed members entry", "key", k)
+			return
+		}
+		chunk = append(chunk, entry{memberMovie(k), prior{version: version, avg: avg, part: memberPartition(k)}})
+		if len(chunk) == warmChunk && !flush() {
+			return
+		}
+	}
+	flush()
+	s.log.Info("docstore write cache filled", "movies", added, "took", time.Since(start))
+}
+
+// Warmed returns a channel closed once the write cache has been filled
+// after Open (or filling stopped: cache full, Close, a drop or reset).
+// Until then the store answers and writes normally; applies just read
+// the movies the cache does not hold yet. Safe for concurrent use.
+func (s *Store) Warmed() <-chan struct{} { return s.warmed }
