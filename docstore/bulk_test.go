@@ -84,31 +84,48 @@ func sameMovies(a, b map[int64]engine.MovieStats) bool {
 }
 
 // TestBulkLoadMatchesReadingPath replays the same changelog into an empty
-// store twice, with and without the bulk-load path: the bulk load must read
-// no document and leave the same documents, checkpoints and index.
+// store three times: with the bulk-load path writing ingested files (the
+// default), with it writing batches, and without it. The bulk loads must
+// read no document and all three must leave the same documents,
+// checkpoints and index.
 func TestBulkLoadMatchesReadingPath(t *testing.T) {
 	log := replayLog()
-	bulk := openTemp(t, WithFsync(false))
-	defer bulk.Close()
+	ingest := openTemp(t, WithFsync(false))
+	defer ingest.Close()
+	batches := openTemp(t, WithFsync(false), withoutIngest())
+	defer batches.Close()
 	reading := openTemp(t, WithFsync(false), withoutBulkLoad())
 	defer reading.Close()
-	replayAll(t, bulk, log)
-	replayAll(t, reading, log)
-
-	if got := bulk.counts.writeReads.Load(); got != 0 {
-		t.Errorf("bulk load read %d documents; want 0", got)
+	for _, s := range []*Store{ingest, batches, reading} {
+		replayAll(t, s, log)
+	}
+	want := storedMovies(t, reading, 600) // reads write the buffer out
+	for _, tc := range []struct {
+		name        string
+		s           *Store
+		wantIngests bool
+	}{{"ingest", ingest, true}, {"batches", batches, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.s
+			got := storedMovies(t, s, 600)
+			if n := s.counts.writeReads.Load(); n != 0 {
+				t.Errorf("bulk load read %d documents; want 0", n)
+			}
+			if n := s.counts.ingests.Load(); (n > 0) != tc.wantIngests {
+				t.Errorf("%d ingested files; want some: %v", n, tc.wantIngests)
+			}
+			if !s.bulk.on || len(s.bulk.parts) != 3 || len(s.priors.m) != 600 {
+				t.Errorf("bulk state on=%v partitions=%d cached=%d; want on with 3 and 600", s.bulk.on, len(s.bulk.parts), len(s.priors.m))
+			}
+			if len(got) != 600 || !sameMovies(got, want) {
+				t.Fatalf("bulk store holds %d movies, reading store %d, or they differ", len(got), len(want))
+			}
+		})
 	}
 	if got := reading.counts.writeReads.Load(); got == 0 {
 		t.Errorf("reading path read no document; the comparison is meaningless")
 	}
-	if !bulk.bulk.on || len(bulk.bulk.parts) != 3 || len(bulk.priors.m) != 600 {
-		t.Errorf("bulk state on=%v partitions=%d cached=%d; want on with 3 and 600", bulk.bulk.on, len(bulk.bulk.parts), len(bulk.priors.m))
-	}
-	a, b := storedMovies(t, bulk, 600), storedMovies(t, reading, 600)
-	if len(a) != 600 || !sameMovies(a, b) {
-		t.Fatalf("bulk store holds %d movies, reading store %d, or they differ", len(a), len(b))
-	}
-	for _, s := range []*Store{bulk, reading} {
+	for _, s := range []*Store{ingest, batches, reading} {
 		if err := checkIndexAgrees(s); err != nil {
 			t.Fatal(err)
 		}

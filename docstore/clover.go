@@ -15,6 +15,7 @@ import (
 // that a query is served by the index.
 type readCounts struct {
 	writeReads atomic.Int64 // documents read by Apply (docWriter.stored)
+	ingests    atomic.Int64 // bulk-load buffers written out as ingested files
 	docGets    atomic.Int64
 	docScans   atomic.Int64
 	indexSteps atomic.Int64

@@ -82,6 +82,10 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		}
 		found.store = true
 	}
+	// Files a crash left half written for ingestion.
+	if err := os.RemoveAll(path + ingestDirSuffix); err != nil {
+		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+	}
 	openKV := o.openKV
 	if openKV == nil {
 		openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
@@ -99,7 +103,7 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		_ = db.close(true)
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, log: log, counts: &readCounts{},
+	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, log: log, counts: &readCounts{},
 		priors: newPriorCache(o.writeCache), warmed: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
 	return s, nil
@@ -148,7 +152,7 @@ func prepareDir(dir string) (contents, error) {
 				return c, fmt.Errorf("%w: %s in %s is not a regular file", ErrNotStore, dbFileV1, dir)
 			}
 			c.v1 = true
-		case migratingDir:
+		case migratingDir, storeDir + ingestDirSuffix:
 		default:
 			if !ignorable[e.Name()] {
 				foreign = append(foreign, e.Name())
@@ -238,6 +242,12 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.wmu.Lock()
+	if err := s.materialize(); err != nil {
+		// Lost with the process: the next start restores those partitions.
+		s.log.Warn("docstore bulk load not written at close; its partitions will be restored again", "err", err)
+	}
+	s.wmu.Unlock()
 	// No flush on a full disk: Pebble cannot survive a failed write;
 	// the next open replays the log instead.
 	err := s.kv.close(s.guard.check() == nil)

@@ -28,6 +28,7 @@ type options struct {
 	cacheBytes    int64
 	memtableBytes int64
 	noBulk        bool // withoutBulkLoad
+	noIngest      bool // withoutIngest
 	writeCache    int
 	diskReserve   int64 // WithDiskReserve
 	// openKV opens the engine; nil means Pebble. Tests set another one to
@@ -120,3 +121,8 @@ func WithDiskReserve(bytes int64) Option {
 // withoutBulkLoad turns the bulk-load path off (every replay batch reads
 // the store): the reference for the equivalence test and benchmarks.
 func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
+
+// withoutIngest makes bulk loads write through ordinary write batches
+// instead of ingested files: the reference for the equivalence test and
+// benchmarks.
+func withoutIngest() Option { return func(o *options) { o.noIngest = true } }

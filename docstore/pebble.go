@@ -1,21 +1,33 @@
 package docstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // pebbleKV is the kv engine on Pebble, an LSM tree: a batch is one append
 // to the write-ahead log (one fsync when synced) and a memtable insert;
 // random updates never rewrite pages in place.
 type pebbleKV struct {
-	db *pebble.DB
+	db   *pebble.DB
+	opts *pebble.Options
+	// tmp is where ingested files are written before Pebble links them
+	// in: beside the database, on the same file system.
+	tmp string
+	seq int
 }
+
+var _ kvIngester = (*pebbleKV)(nil)
 
 // openPebble opens (or, unless mustExist, creates) the Pebble database in
 // path with the memory bounds of o.
@@ -49,7 +61,7 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 	if err != nil {
 		return nil, err
 	}
-	return &pebbleKV{db: db}, nil
+	return &pebbleKV{db: db, opts: opts, tmp: path + ingestDirSuffix}, nil
 }
 
 func (p *pebbleKV) snapshot() kvReader { return &pebbleReader{r: p.db.NewSnapshot()} }
@@ -203,4 +215,41 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.log.Error("pebble fatal: " + msg)
 	panic("pebble: " + msg)
+}
+
+// ingestDirSuffix names the directory (beside the database's) holding
+// files being written for ingestion; Open removes what a crash left there.
+const ingestDirSuffix = ".ingest"
+
+// ingest writes entries into one sorted table and has Pebble link it into
+// its tree: atomic (all or none), durable on return (the table is synced,
+// Pebble syncs its manifest), and newer than every key already held.
+func (p *pebbleKV) ingest(entries []kvEntry) error {
+	if err := os.MkdirAll(p.tmp, 0o750); err != nil {
+		return err
+	}
+	p.seq++
+	path := filepath.Join(p.tmp, fmt.Sprintf("%06d.sst", p.seq))
+	defer os.Remove(path) // Pebble made its own link
+	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	wo := p.opts.MakeWriterOptions(6, p.db.TableFormat())
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	for _, e := range entries {
+		if e.del {
+			err = w.Delete(e.key)
+		} else {
+			err = w.Set(e.key, e.value)
+		}
+		if err != nil {
+			_ = w.Close()
+			return fmt.Errorf("write table: %w", err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return p.db.Ingest(context.Background(), []string{path})
 }

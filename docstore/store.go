@@ -20,6 +20,8 @@ type Store struct {
 	lock   *dirLock
 	sync   bool
 	noBulk bool // withoutBulkLoad
+	// noIngest makes bulk loads go through write batches (withoutIngest).
+	noIngest bool
 	guard  diskGuard
 	log    *slog.Logger
 	counts *readCounts
@@ -31,9 +33,11 @@ type Store struct {
 	// wmu serializes writes (and guards bulk, priors and gen).
 	wmu    sync.Mutex
 	bulk   bulkLoad
+	buf    loadBuffer // bulk-load batches not written out yet (ingest.go)
 	priors priorCache
 	gen    uint64 // counts drops and resets (they make warm's snapshot stale)
 
+	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops
 	warmed   chan struct{} // closed when warm has returned
 
@@ -68,6 +72,9 @@ func (s *Store) view(ctx context.Context, fn func(r kvReader, db *clover.DB) err
 		return err
 	}
 	defer s.mu.RUnlock()
+	if err := s.flushBuffered(); err != nil {
+		return err
+	}
 	snap := s.kv.snapshot()
 	defer snap.release()
 	db, err := clover.OpenWithStore(&cloverStore{r: snap, counts: s.counts})
@@ -95,6 +102,9 @@ func (s *Store) write(ctx context.Context, blind bool, fn func(b kvBatch) (after
 	}
 	defer s.mu.RUnlock()
 	if err := s.guard.check(); err != nil {
+		return err
+	}
+	if err := s.materialize(); err != nil { // the buffered bulk load goes first
 		return err
 	}
 	var b kvBatch
@@ -210,6 +220,12 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 		if err := m.Validate(); err != nil {
 			return fmt.Errorf("apply partition %d: %w", b.Partition, err)
 		}
+	}
+	if handled, err := s.applyBulk(ctx, b); handled {
+		if err != nil {
+			return fmt.Errorf("apply partition %d (%d docs): %w", b.Partition, len(b.Docs), err)
+		}
+		return nil
 	}
 	// A blind batch: every key is read (epoch, checkpoint, members, each
 	// movie once, the collection size) before the batch writes it.

@@ -1,0 +1,263 @@
+package docstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// Bulk loads are written as sorted files, not through the memtable.
+//
+// A full restore into an empty store (see bulkLoad) used to go through
+// Pebble's write path like any batch: log, memtable, flush, then
+// compactions rewriting the same keys at every level. When the engine
+// supports ingestion (kvIngester: Pebble), a bulk-load batch is instead
+// kept in memory (loadBuffer: the newest version of each movie and the
+// partitions' checkpoints), and the buffer is written out as one sorted
+// file that Pebble links into its tree in one step (Ingest): each key is
+// written once, sorted once, and the document, its rank index entry, its
+// members key, the collection size and the checkpoints land together.
+//
+// The buffer is written out (materialize) before any other operation
+// reads or writes the store, when it holds ingestChunk movies, when no
+// bulk batch has arrived for ingestIdle, and on Close. So every read sees
+// every batch Apply accepted, exactly as without the buffer. What changes
+// is durability: a bulk batch is durable once the buffer holding it is
+// written out, not when Apply returns. A crash before then leaves the
+// partition as it was before those batches (no checkpoint, no documents),
+// so the next start restores it again; nothing the engine committed to
+// Kafka depends on a restore's batches.
+
+// ingestChunk is how many movies the load buffer holds before it is
+// written out (about 100 bytes each in memory).
+const ingestChunk = 250_000
+
+// ingestIdle is how long the load buffer waits for the next bulk batch
+// before it is written out (the engine says nothing when a restore ends).
+const ingestIdle = 100 * time.Millisecond
+
+// kvEntry is one key of an ingested file: a value to set, or a deletion.
+type kvEntry struct {
+	key   []byte
+	value []byte
+	del   bool
+}
+
+// kvIngester is the optional ability of a kv engine to add a sorted set
+// of entries atomically and durably, newer than everything it holds,
+// without going through its write path. entries are sorted by key, with
+// no key twice.
+type kvIngester interface {
+	ingest(entries []kvEntry) error
+}
+
+// loadBuffer holds the bulk-load batches not yet written out. Guarded by
+// Store.wmu.
+type loadBuffer struct {
+	docs        map[int64]engine.MovieStats
+	checkpoints map[int32]int64
+	timer       *time.Timer // writes the buffer out after ingestIdle
+}
+
+func (b *loadBuffer) empty() bool { return len(b.docs) == 0 && len(b.checkpoints) == 0 }
+
+// applyBulk is Apply's bulk-load path: it buffers b when the store is in
+// (or can start) a bulk load and its engine ingests; handled is false when
+// b must take the ordinary path.
+func (s *Store) applyBulk(ctx context.Context, b engine.Batch) (handled bool, err error) {
+	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noIngest || len(b.Docs) == 0 {
+		return false, nil
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.acquire(ctx); err != nil {
+		return true, err
+	}
+	defer s.mu.RUnlock()
+	if err := s.guard.check(); err != nil {
+		return true, err
+	}
+	return s.bufferBulk(b)
+}
+
+// bufferBulk takes a replay batch onto the bulk-load buffer when the store
+// is in (or can start) a bulk load and its engine ingests. handled is
+// false when the batch must take the ordinary path. The caller holds wmu
+// and the shared lock.
+func (s *Store) bufferBulk(b engine.Batch) (handled bool, err error) {
+	snap := s.kv.snapshot()
+	defer snap.release()
+	claimed, ok, err := getInt64(snap, partitionKey(nsEpochs, b.Partition))
+	switch {
+	case err != nil:
+		return true, err
+	case !ok:
+		return true, fmt.Errorf("%w: epoch %d, but the partition has no claim (store reset or lost?)", engine.ErrFenced, b.Epoch)
+	case b.Epoch != claimed:
+		return true, fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, b.Epoch, claimed)
+	}
+	if !s.bulk.on && !s.buf.empty() {
+		// A load ended with batches still buffered: write them out before
+		// deciding afresh.
+		if err := s.materialize(); err != nil {
+			return true, err
+		}
+	}
+	on, err := s.bulkFor(snap, b.Partition, true)
+	if err != nil || !on {
+		return false, err
+	}
+	if s.buf.docs == nil {
+		s.buf.docs = map[int64]engine.MovieStats{}
+		s.buf.checkpoints = map[int32]int64{}
+	}
+	for _, m := range b.Docs {
+		cur, have := s.buf.docs[m.MovieID]
+		if !have {
+			if p, ok := s.priors.get(m.MovieID); ok && m.Version <= p.version {
+				continue // older than what an earlier ingest wrote: a replay skips it
+			}
+		}
+		if have && m.Version <= cur.Version {
+			continue
+		}
+		s.buf.docs[m.MovieID] = m
+	}
+	s.buf.checkpoints[b.Partition] = b.Checkpoint
+	s.buffered.Store(true)
+	if len(s.buf.docs) >= ingestChunk {
+		return true, s.materialize()
+	}
+	if s.buf.timer == nil {
+		s.buf.timer = time.AfterFunc(ingestIdle, s.materializeIdle)
+	} else {
+		s.buf.timer.Reset(ingestIdle)
+	}
+	return true, nil
+}
+
+// materializeIdle writes the buffer out after a pause in bulk batches.
+func (s *Store) materializeIdle() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.materialize(); err != nil {
+		s.log.Warn("docstore bulk load not written yet; retried before the next operation", "err", err)
+	}
+}
+
+// flushBuffered writes the buffer out if it holds anything, for an
+// operation about to read the store. The caller holds the shared lock,
+// not wmu.
+func (s *Store) flushBuffered() error {
+	if !s.buffered.Load() {
+		return nil
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.materialize()
+}
+
+// materialize writes the load buffer out as one ingested file and empties
+// it. On error the buffer is kept, to be retried by the next operation.
+// The caller holds wmu and the lock (shared or exclusive).
+func (s *Store) materialize() error {
+	if s.buf.empty() {
+		return nil
+	}
+	if s.buf.timer != nil {
+		s.buf.timer.Stop()
+	}
+	if err := s.guard.check(); err != nil {
+		return err
+	}
+	start := time.Now()
+	snap := s.kv.snapshot()
+	meta, err := snap.get(collectionKey)
+	if err == nil {
+		meta = slices.Clone(meta)
+	}
+	snap.release()
+	if err != nil {
+		return err
+	}
+	entries := make([]kvEntry, 0, 3*len(s.buf.docs)+len(s.buf.checkpoints)+1)
+	enc := newDocEncoder()
+	type entry struct {
+		id int64
+		p  prior
+	}
+	written := make([]entry, 0, len(s.buf.docs))
+	fresh := 0
+	for id, m := range s.buf.docs {
+		old, exists := s.priors.get(id) // in a bulk load, a movie the cache does not know is new
+		avg := m.Avg()
+		rank := rankEntry([]byte{nsClover}, avg, id)
+		if exists {
+			if oldRank := rankEntry([]byte{nsClover}, old.avg, id); !bytes.Equal(oldRank, rank) {
+				entries = append(entries, kvEntry{key: oldRank, del: true})
+			}
+			if old.part != m.Partition {
+				entries = append(entries, kvEntry{key: memberKey(old.part, id), del: true})
+			}
+		} else {
+			fresh++
+		}
+		data, err := enc.encode(m)
+		if err != nil {
+			return fmt.Errorf("encode movie %d: %w", id, err)
+		}
+		entries = append(entries,
+			kvEntry{key: rank, value: []byte{}},
+			kvEntry{key: nsKey(nsClover, docKey(id)), value: slices.Clone(data)},
+			kvEntry{key: memberKey(m.Partition, id), value: memberValue(avg, m.Version)})
+		written = append(written, entry{id, prior{version: m.Version, avg: avg, part: m.Partition}})
+	}
+	if fresh > 0 {
+		sized, err := withSize(meta, fresh)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, kvEntry{key: slices.Clone(collectionKey), value: sized})
+	}
+	for p, cp := range s.buf.checkpoints {
+		entries = append(entries, kvEntry{key: partitionKey(nsCheckpoints, p), value: int64Value(cp)})
+	}
+	slices.SortFunc(entries, func(a, b kvEntry) int { return bytes.Compare(a.key, b.key) })
+	if err := s.kv.(kvIngester).ingest(entries); err != nil {
+		return fmt.Errorf("ingest bulk load (%d movies): %w", len(s.buf.docs), err)
+	}
+	for _, e := range written {
+		s.priors.put(e.id, e.p)
+	}
+	s.counts.ingests.Add(1)
+	s.log.Info("docstore bulk load written", "movies", len(s.buf.docs), "fresh", fresh,
+		"partitions", len(s.buf.checkpoints), "took", time.Since(start))
+	s.buf.docs, s.buf.checkpoints = nil, nil
+	s.buffered.Store(false)
+	return nil
+}
+
+// withSize returns Clover's collection metadata meta with n more
+// documents in its size.
+func withSize(meta []byte, n int) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(meta, &fields); err != nil {
+		return nil, fmt.Errorf("collection metadata: %w", err)
+	}
+	var size int
+	if err := json.Unmarshal(fields["Size"], &size); err != nil {
+		return nil, fmt.Errorf("collection size: %w", err)
+	}
+	fields["Size"], _ = json.Marshal(size + n)
+	return json.Marshal(fields)
+}
