@@ -22,9 +22,9 @@ type Store struct {
 	noBulk bool // withoutBulkLoad
 	// noIngest makes bulk loads go through write batches (withoutIngest).
 	noIngest bool
-	guard  diskGuard
-	log    *slog.Logger
-	counts *readCounts
+	guard    diskGuard
+	log      *slog.Logger
+	counts   *readCounts
 
 	// mu guards kv against Close: every operation holds it shared.
 	mu     sync.RWMutex
