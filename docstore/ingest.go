@@ -73,12 +73,12 @@ func (s *Store) applyBulk(ctx context.Context, b engine.Batch) (handled bool, er
 	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noIngest || len(b.Docs) == 0 {
 		return false, nil
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
 	if err := s.acquire(ctx); err != nil {
 		return true, err
 	}
 	defer s.mu.RUnlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	if err := s.guard.check(); err != nil {
 		return true, err
 	}

@@ -68,6 +68,8 @@ func TestHelperProcess(t *testing.T) {
 		_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes stdin or kills us
 		s.Close()
 		os.Exit(0)
+	case "restore":
+		runRestoreHelper(ctx, s, fail)
 	case "write":
 		epoch, err := s.Claim(ctx, 0)
 		if err != nil {

@@ -95,12 +95,13 @@ func (s *Store) update(ctx context.Context, fn func(b kvBatch) (after func(), er
 // write is update with a choice of batch: blind (kv.writeBatch) reads
 // only the committed state, for fn that never reads what it wrote.
 func (s *Store) write(ctx context.Context, blind bool, fn func(b kvBatch) (after func(), err error)) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	// Lock order, everywhere: the shared lock, then wmu.
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
 	defer s.mu.RUnlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	if err := s.guard.check(); err != nil {
 		return err
 	}

@@ -123,7 +123,11 @@ type Store interface {
 	// or no claim at all: the store lost its state since the claim), or
 	// (unless b.Replay) if any document's Version is not newer than the
 	// stored one; ErrInvalid if a document fails Validate. A batch without
-	// documents only moves the checkpoint and confirms the claim.
+	// documents only moves the checkpoint and confirms the claim. Every
+	// later read sees an applied batch. A live batch is durable when Apply
+	// returns; a replay batch may be held in memory and made durable with
+	// later ones (a bulk load), so a crash may undo replay batches together
+	// with their checkpoint, and the next restore repeats them.
 	Apply(ctx context.Context, b Batch) error
 	// DropPartition deletes every document and the checkpoint of partition
 	// p, so the next owner restores it from the whole changelog.
