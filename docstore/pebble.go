@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sync/errgroup"
 )
 
 // pebbleKV is the kv engine on Pebble, an LSM tree: a batch is one append
@@ -221,35 +222,71 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 // files being written for ingestion; Open removes what a crash left there.
 const ingestDirSuffix = ".ingest"
 
-// ingest writes entries into one sorted table and has Pebble link it into
-// its tree: atomic (all or none), durable on return (the table is synced,
-// Pebble syncs its manifest), and newer than every key already held.
-func (p *pebbleKV) ingest(entries []kvEntry) error {
+// ingest writes the runs into two sorted tables (the runs split where
+// their sizes balance), in parallel, and has Pebble link both into its
+// tree in one step: atomic (all or none), durable on return (the tables
+// are synced, Pebble syncs its manifest), and newer than every key
+// already held.
+func (p *pebbleKV) ingest(runs [][]kvEntry) error {
 	if err := os.MkdirAll(p.tmp, 0o750); err != nil {
 		return err
 	}
-	p.seq++
-	path := filepath.Join(p.tmp, fmt.Sprintf("%06d.sst", p.seq))
-	defer os.Remove(path) // Pebble made its own link
+	total := 0
+	for _, r := range runs {
+		total += len(r)
+	}
+	split, acc := len(runs), 0
+	for i, r := range runs {
+		if acc > 0 && acc+len(r)/2 > total/2 {
+			split = i
+			break
+		}
+		acc += len(r)
+	}
+	var paths []string
+	var g errgroup.Group
+	for _, part := range [][][]kvEntry{runs[:split], runs[split:]} {
+		if len(part) == 0 {
+			continue
+		}
+		p.seq++
+		path := filepath.Join(p.tmp, fmt.Sprintf("%06d.sst", p.seq))
+		paths = append(paths, path)
+		g.Go(func() error { return p.writeTable(path, part) })
+	}
+	defer func() {
+		for _, path := range paths {
+			_ = os.Remove(path) // Pebble made its own links
+		}
+	}()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return p.db.Ingest(context.Background(), paths)
+}
+
+// writeTable writes runs, in order, into a new synced table at path.
+func (p *pebbleKV) writeTable(path string, runs [][]kvEntry) error {
 	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	wo := p.opts.MakeWriterOptions(6, p.db.TableFormat())
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
-	for _, e := range entries {
-		if e.del {
-			err = w.Delete(e.key)
-		} else {
-			err = w.Set(e.key, e.value)
-		}
-		if err != nil {
-			_ = w.Close()
-			return fmt.Errorf("write table: %w", err)
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), p.opts.MakeWriterOptions(6, p.db.TableFormat()))
+	for _, run := range runs {
+		for _, e := range run {
+			if e.del {
+				err = w.Delete(e.key)
+			} else {
+				err = w.Set(e.key, e.value)
+			}
+			if err != nil {
+				_ = w.Close()
+				return fmt.Errorf("write table: %w", err)
+			}
 		}
 	}
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("write table: %w", err)
 	}
-	return p.db.Ingest(context.Background(), []string{path})
+	return nil
 }
