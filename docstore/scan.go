@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/ostafen/clover/v2"
 )
 
 // scanChunk is how many documents ScanPartition loads per snapshot.
@@ -44,7 +43,7 @@ func partitionMembers(r kvReader, p int32) ([]member, error) {
 // It stops at the first error of fn and returns it.
 func (s *Store) ScanPartition(ctx context.Context, p int32, fn func(engine.MovieStats) error) error {
 	var members []member
-	err := s.view(ctx, func(r kvReader, _ *clover.DB) error {
+	err := s.read(ctx, func(r kvReader) error {
 		var err error
 		members, err = partitionMembers(r, p)
 		return err

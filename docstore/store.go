@@ -9,6 +9,7 @@ import (
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/ostafen/clover/v2"
+	d "github.com/ostafen/clover/v2/document"
 )
 
 // Store is the Clover store of keepstate. All methods are safe for
@@ -68,6 +69,18 @@ func (s *Store) acquire(ctx context.Context) error {
 
 // view runs fn on one snapshot, with a Clover handle reading it.
 func (s *Store) view(ctx context.Context, fn func(r kvReader, db *clover.DB) error) error {
+	return s.read(ctx, func(r kvReader) error {
+		db, err := clover.OpenWithStore(&cloverStore{r: r, counts: s.counts})
+		if err != nil {
+			return err
+		}
+		return fn(r, db)
+	})
+}
+
+// read runs fn on one snapshot of the committed state (a buffered bulk
+// load is written out first, so fn sees every batch Apply accepted).
+func (s *Store) read(ctx context.Context, fn func(r kvReader) error) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -77,11 +90,7 @@ func (s *Store) view(ctx context.Context, fn func(r kvReader, db *clover.DB) err
 	}
 	snap := s.kv.snapshot()
 	defer snap.release()
-	db, err := clover.OpenWithStore(&cloverStore{r: snap, counts: s.counts})
-	if err != nil {
-		return err
-	}
-	return fn(snap, db)
+	return fn(snap)
 }
 
 // update runs fn with one write batch and commits it (synced unless fsync
@@ -149,7 +158,7 @@ func (s *Store) Claim(ctx context.Context, p int32) (int64, error) {
 // Checkpoint returns the next changelog offset to read for partition p; ok
 // is false when the store holds no checkpoint for p.
 func (s *Store) Checkpoint(ctx context.Context, p int32) (next int64, ok bool, err error) {
-	err = s.view(ctx, func(r kvReader, _ *clover.DB) error {
+	err = s.read(ctx, func(r kvReader) error {
 		next, ok, err = getInt64(r, partitionKey(nsCheckpoints, p))
 		return err
 	})
@@ -159,14 +168,14 @@ func (s *Store) Checkpoint(ctx context.Context, p int32) (next int64, ok bool, e
 	return next, ok, nil
 }
 
-// Get returns the aggregate of one movie by its _id (one key lookup through
-// Clover's FindById, no scan), or ErrNotFound.
+// Get returns the aggregate of one movie by its _id (one key lookup of
+// its Clover document, no scan), or ErrNotFound.
 func (s *Store) Get(ctx context.Context, movieID int64) (engine.MovieStats, error) {
 	var m engine.MovieStats
-	err := s.view(ctx, func(_ kvReader, db *clover.DB) error {
+	err := s.read(ctx, func(r kvReader) error {
 		var err error
 		var ok bool
-		m, ok, err = find(db, movieID)
+		m, ok, err = s.find(r, movieID)
 		if err == nil && !ok {
 			err = engine.ErrNotFound
 		}
@@ -178,11 +187,20 @@ func (s *Store) Get(ctx context.Context, movieID int64) (engine.MovieStats, erro
 	return m, nil
 }
 
-// find looks a movie up by _id; Clover returns (nil, nil) when it is missing.
-func find(db *clover.DB, movieID int64) (engine.MovieStats, bool, error) {
-	doc, err := db.FindById(collection, docID(movieID))
-	if err != nil || doc == nil {
+// find reads a movie's Clover document by its key and decodes it with
+// Clover's decoder. It is what Clover's FindById does, without its check
+// that the collection exists (the store creates it with the store) and
+// without opening a Clover handle per call: a key lookup is the hot read
+// of the engine (Load) and of the API.
+func (s *Store) find(r kvReader, movieID int64) (engine.MovieStats, bool, error) {
+	s.counts.docGets.Add(1)
+	v, err := r.get(nsKey(nsClover, docKey(movieID)))
+	if err != nil || v == nil {
 		return engine.MovieStats{}, false, err
+	}
+	doc, err := d.Decode(v)
+	if err != nil {
+		return engine.MovieStats{}, false, fmt.Errorf("decode movie %d: %w", movieID, err)
 	}
 	m, err := fromDocument(doc)
 	return m, err == nil, err
@@ -192,9 +210,9 @@ func find(db *clover.DB, movieID int64) (engine.MovieStats, bool, error) {
 // ids without a document are absent from the map.
 func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieStats, error) {
 	out := make(map[int64]engine.MovieStats, len(ids))
-	err := s.view(ctx, func(_ kvReader, db *clover.DB) error {
+	err := s.read(ctx, func(r kvReader) error {
 		for _, id := range ids {
-			m, ok, err := find(db, id)
+			m, ok, err := s.find(r, id)
 			if err != nil {
 				return err
 			}
