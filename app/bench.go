@@ -214,6 +214,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 	for _, phase := range cfg.Phases {
 		pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		var pr PhaseResult
+		b.log.Info("bench phase started", "phase", phase)
 		switch phase {
 		case PhaseFill:
 			pr, err = b.process(pctx, PhaseFill, Workload{Dist: DistFill, Movies: cfg.Movies, Seed: cfg.Seed + 1000})
