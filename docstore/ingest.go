@@ -26,7 +26,8 @@ import (
 // members key, the collection size and the checkpoints land together.
 //
 // The buffer is written out (materialize) before any other operation
-// reads or writes the store, when it holds ingestChunk movies, when no
+// reads or writes the store, in the background when it holds
+// defaultIngestChunk movies (while the next batches buffer), when no
 // bulk batch has arrived for ingestIdle, and on Close. So every read sees
 // every batch Apply accepted, exactly as without the buffer. What changes
 // is durability: a bulk batch is durable once the buffer holding it is
@@ -35,9 +36,10 @@ import (
 // so the next start restores it again; nothing the engine committed to
 // Kafka depends on a restore's batches.
 
-// ingestChunk is how many movies the load buffer holds before it is
-// written out (about 100 bytes each in memory).
-const ingestChunk = 250_000
+// defaultIngestChunk is how many movies the load buffer holds before it
+// is handed to a background ingestion (a few hundred bytes each in memory,
+// twice while one chunk is ingested and the next one buffers).
+const defaultIngestChunk = 250_000
 
 // ingestIdle is how long the load buffer waits for the next bulk batch
 // before it is written out (the engine says nothing when a restore ends).
@@ -92,6 +94,13 @@ func (s *Store) applyBulk(ctx context.Context, b engine.Batch) (handled bool, er
 // false when the batch must take the ordinary path. The caller holds wmu
 // and the shared lock.
 func (s *Store) bufferBulk(b engine.Batch) (handled bool, err error) {
+	if !s.bulk.on && !s.buf.empty() {
+		// A load ended with batches still buffered: write them out before
+		// deciding afresh (on the state they leave).
+		if err := s.materialize(); err != nil {
+			return true, err
+		}
+	}
 	snap := s.kv.snapshot()
 	defer snap.release()
 	claimed, ok, err := getInt64(snap, partitionKey(nsEpochs, b.Partition))
@@ -102,13 +111,6 @@ func (s *Store) bufferBulk(b engine.Batch) (handled bool, err error) {
 		return true, fmt.Errorf("%w: epoch %d, but the partition has no claim (store reset or lost?)", engine.ErrFenced, b.Epoch)
 	case b.Epoch != claimed:
 		return true, fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, b.Epoch, claimed)
-	}
-	if !s.bulk.on && !s.buf.empty() {
-		// A load ended with batches still buffered: write them out before
-		// deciding afresh.
-		if err := s.materialize(); err != nil {
-			return true, err
-		}
 	}
 	on, err := s.bulkFor(snap, b.Partition, true)
 	if err != nil || !on {
@@ -121,8 +123,11 @@ func (s *Store) bufferBulk(b engine.Batch) (handled bool, err error) {
 	for _, m := range b.Docs {
 		cur, have := s.buf.docs[m.MovieID]
 		if !have {
+			// Older than what an earlier ingest wrote: a replay skips it.
+			// (A movie of the ingest still in flight is not in the cache
+			// yet; bulkEntries skips it there.)
 			if p, ok := s.priors.get(m.MovieID); ok && m.Version <= p.version {
-				continue // older than what an earlier ingest wrote: a replay skips it
+				continue
 			}
 		}
 		if have && m.Version <= cur.Version {
@@ -132,8 +137,14 @@ func (s *Store) bufferBulk(b engine.Batch) (handled bool, err error) {
 	}
 	s.buf.checkpoints[b.Partition] = b.Checkpoint
 	s.buffered.Store(true)
-	if len(s.buf.docs) >= ingestChunk {
-		return true, s.materialize()
+	if len(s.buf.docs) >= s.ingestChunk {
+		// Written out in the background while the next chunk buffers;
+		// the chunk before it must have landed first (its movies are in
+		// the write cache only then).
+		if err := s.awaitIngest(); err != nil {
+			return true, err
+		}
+		return true, s.startIngest()
 	}
 	if s.buf.timer == nil {
 		s.buf.timer = time.AfterFunc(ingestIdle, s.materializeIdle)
@@ -169,19 +180,60 @@ func (s *Store) flushBuffered() error {
 	return s.materialize()
 }
 
-// materialize writes the load buffer out as one ingested file and empties
-// it. On error the buffer is kept, to be retried by the next operation.
-// The caller holds wmu and the lock (shared or exclusive).
+// materialize writes the load buffer out (after the ingestion in flight,
+// if any) and returns once everything buffered is in the store. On error
+// the buffer is kept, to be retried by the next operation. The caller
+// holds wmu and the lock (shared or exclusive).
 func (s *Store) materialize() error {
-	if s.buf.empty() {
-		return nil
-	}
 	if s.buf.timer != nil {
 		s.buf.timer.Stop()
 	}
+	if err := s.awaitIngest(); err != nil {
+		return err
+	}
+	if !s.buf.empty() {
+		if err := s.startIngest(); err != nil {
+			return err
+		}
+		if err := s.awaitIngest(); err != nil {
+			return err
+		}
+	}
+	s.buffered.Store(false)
+	return nil
+}
+
+// ingestJob is one load buffer being written out in the background.
+type ingestJob struct {
+	docs        map[int64]engine.MovieStats
+	checkpoints map[int32]int64
+	done        chan struct{}
+	// Set by the job before done is closed:
+	written []written
+	fresh   int
+	err     error
+}
+
+// startIngest hands the load buffer to a background ingestion (none may
+// be in flight). While it runs, the write cache is only read: every path
+// that changes it (writes, drops, resets, warm, the next ingestion) awaits
+// the job first, under wmu. The caller holds wmu.
+func (s *Store) startIngest() error {
 	if err := s.guard.check(); err != nil {
 		return err
 	}
+	job := &ingestJob{docs: s.buf.docs, checkpoints: s.buf.checkpoints, done: make(chan struct{})}
+	s.buf.docs, s.buf.checkpoints = nil, nil
+	s.job = job
+	go func() {
+		defer close(job.done)
+		job.err = s.runIngest(job)
+	}()
+	return nil
+}
+
+// runIngest writes job's documents and checkpoints out as ingested tables.
+func (s *Store) runIngest(job *ingestJob) error {
 	start := time.Now()
 	snap := s.kv.snapshot()
 	meta, err := snap.get(collectionKey)
@@ -192,21 +244,51 @@ func (s *Store) materialize() error {
 	if err != nil {
 		return err
 	}
-	runs, done, fresh, err := s.bulkEntries(meta)
+	runs, done, fresh, err := s.bulkEntries(job.docs, job.checkpoints, meta)
 	if err != nil {
 		return err
 	}
 	if err := s.kv.(kvIngester).ingest(runs); err != nil {
-		return fmt.Errorf("ingest bulk load (%d movies): %w", len(s.buf.docs), err)
+		return fmt.Errorf("ingest bulk load (%d movies): %w", len(job.docs), err)
 	}
-	for _, e := range done {
+	job.written, job.fresh = done, fresh
+	s.counts.ingests.Add(1)
+	s.log.Info("docstore bulk load written", "movies", len(job.docs), "fresh", fresh,
+		"partitions", len(job.checkpoints), "took", time.Since(start))
+	return nil
+}
+
+// awaitIngest waits for the ingestion in flight, if any, and records what
+// it wrote in the write cache. If it failed, its documents and checkpoints
+// go back into the load buffer (under what was buffered since, which is
+// newer) and its error is returned. The caller holds wmu.
+func (s *Store) awaitIngest() error {
+	job := s.job
+	if job == nil {
+		return nil
+	}
+	<-job.done
+	s.job = nil
+	if job.err != nil {
+		if s.buf.docs == nil {
+			s.buf.docs = map[int64]engine.MovieStats{}
+			s.buf.checkpoints = map[int32]int64{}
+		}
+		for id, m := range job.docs {
+			if cur, ok := s.buf.docs[id]; !ok || cur.Version < m.Version {
+				s.buf.docs[id] = m
+			}
+		}
+		for p, cp := range job.checkpoints {
+			if _, ok := s.buf.checkpoints[p]; !ok {
+				s.buf.checkpoints[p] = cp
+			}
+		}
+		return job.err
+	}
+	for _, e := range job.written {
 		s.priors.put(e.id, e.p)
 	}
-	s.counts.ingests.Add(1)
-	s.log.Info("docstore bulk load written", "movies", len(s.buf.docs), "fresh", fresh,
-		"partitions", len(s.buf.checkpoints), "took", time.Since(start))
-	s.buf.docs, s.buf.checkpoints = nil, nil
-	s.buffered.Store(false)
 	return nil
 }
 
@@ -223,7 +305,7 @@ type written struct {
 // keys share long prefixes, and one byte-wise sort of every key was a
 // third of a restore's CPU). It returns the state of every movie written
 // and how many are new.
-func (s *Store) bulkEntries(meta []byte) (runs [][]kvEntry, out []written, fresh int, err error) {
+func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int32]int64, meta []byte) (runs [][]kvEntry, out []written, fresh int, err error) {
 	type rankItem struct {
 		id  int64
 		avg float64
@@ -236,7 +318,7 @@ func (s *Store) bulkEntries(meta []byte) (runs [][]kvEntry, out []written, fresh
 		version int64
 		del     bool
 	}
-	ids := slices.Sorted(maps.Keys(s.buf.docs))
+	ids := slices.Sorted(maps.Keys(buf))
 	n := len(ids)
 	docs := make([]kvEntry, 0, n)
 	ranks := make([]rankItem, 0, n+n/4)
@@ -244,8 +326,11 @@ func (s *Store) bulkEntries(meta []byte) (runs [][]kvEntry, out []written, fresh
 	out = make([]written, 0, n)
 	enc := newDocEncoder()
 	for _, id := range ids { // movie id order is document key order
-		m := s.buf.docs[id]
+		m := buf[id]
 		old, exists := s.priors.get(id) // in a bulk load, a movie the cache does not know is new
+		if exists && m.Version <= old.version {
+			continue // an older version replayed while the newer one was being ingested
+		}
 		avg := m.Avg()
 		if exists {
 			if rankKey(old.avg, id) != rankKey(avg, id) {
@@ -287,8 +372,8 @@ func (s *Store) bulkEntries(meta []byte) (runs [][]kvEntry, out []written, fresh
 		}
 	}
 	var small []kvEntry
-	for _, p := range slices.Sorted(maps.Keys(s.buf.checkpoints)) {
-		small = append(small, kvEntry{key: partitionKey(nsCheckpoints, p), value: int64Value(s.buf.checkpoints[p])})
+	for _, p := range slices.Sorted(maps.Keys(checkpoints)) {
+		small = append(small, kvEntry{key: partitionKey(nsCheckpoints, p), value: int64Value(checkpoints[p])})
 	}
 	runs = [][]kvEntry{small, memberRun, docs, rankRun}
 	if fresh > 0 {

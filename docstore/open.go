@@ -103,7 +103,7 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		_ = db.close(true)
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, log: log, counts: &readCounts{},
+	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: o.ingestChunk, log: log, counts: &readCounts{},
 		priors: newPriorCache(o.writeCache), warmed: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
 	return s, nil

@@ -29,6 +29,7 @@ type options struct {
 	memtableBytes int64
 	noBulk        bool // withoutBulkLoad
 	noIngest      bool // withoutIngest
+	ingestChunk   int  // withIngestChunk
 	writeCache    int
 	diskReserve   int64 // WithDiskReserve
 	// openKV opens the engine; nil means Pebble. Tests set another one to
@@ -38,7 +39,8 @@ type options struct {
 
 func defaults() options {
 	return options{fsync: true, lockTimeout: DefaultLockTimeout,
-		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve}
+		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve,
+		ingestChunk: defaultIngestChunk}
 }
 
 // WithFsync sets whether every batch is flushed to disk (fsync of the
@@ -126,3 +128,7 @@ func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
 // instead of ingested files: the reference for the equivalence test and
 // benchmarks.
 func withoutIngest() Option { return func(o *options) { o.noIngest = true } }
+
+// withIngestChunk sets how many movies a bulk load buffers before it
+// hands them to a background ingestion (tests use small chunks).
+func withIngestChunk(n int) Option { return func(o *options) { o.ingestChunk = n } }

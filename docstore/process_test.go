@@ -54,7 +54,11 @@ func TestHelperProcess(t *testing.T) {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 		os.Exit(3)
 	}
-	s, err := Open(dir)
+	var opts []Option
+	if mode == "restore" {
+		opts = append(opts, withIngestChunk(250)) // background ingestions every few batches
+	}
+	s, err := Open(dir, opts...)
 	if err != nil {
 		fail("open: %v", err)
 	}

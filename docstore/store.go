@@ -32,11 +32,14 @@ type Store struct {
 	closed atomic.Bool
 
 	// wmu serializes writes (and guards bulk, priors and gen).
-	wmu    sync.Mutex
-	bulk   bulkLoad
-	buf    loadBuffer // bulk-load batches not written out yet (ingest.go)
-	priors priorCache
-	gen    uint64 // counts drops and resets (they make warm's snapshot stale)
+	wmu  sync.Mutex
+	bulk bulkLoad
+	buf  loadBuffer // bulk-load batches not written out yet (ingest.go)
+	job  *ingestJob // the load buffer being ingested in the background, or nil
+	// ingestChunk is the load buffer's size that starts an ingestion.
+	ingestChunk int
+	priors      priorCache
+	gen         uint64 // counts drops and resets (they make warm's snapshot stale)
 
 	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops

@@ -47,8 +47,8 @@ func (s *Store) warm() {
 	flush := func() bool {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
-		if s.gen != gen || s.stopping.Load() {
-			return false
+		if s.gen != gen || s.stopping.Load() || s.job != nil || !s.buf.empty() {
+			return false // a bulk load runs: it fills the cache itself
 		}
 		for _, e := range chunk {
 			if _, ok := s.priors.get(e.id); !ok && !s.priors.full() {
