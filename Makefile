@@ -52,6 +52,7 @@ lint:
 	fi
 	$(GO) vet $(PKGS)
 	$(STATICCHECK) $(PKGS)
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
 unit:
 	$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) $(PKGS)

@@ -170,9 +170,7 @@ func ProduceWorkload(ctx context.Context, o ProduceOptions, w Workload, truth *T
 	if err := w.Validate(); err != nil {
 		return 0, err
 	}
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.ClientID = "keepstate-bench-produce"
+	sc := engine.NewSaramaConfig("keepstate-bench-produce")
 	sc.Producer.Return.Successes = false
 	sc.Producer.Return.Errors = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
@@ -180,7 +178,6 @@ func ProduceWorkload(ctx context.Context, o ProduceOptions, w Workload, truth *T
 	sc.Producer.Flush.Bytes = 512 << 10
 	sc.Producer.Flush.Frequency = 5 * time.Millisecond
 	sc.ChannelBufferSize = 4096
-	sc.Net.DialTimeout = 5 * time.Second
 	if err := ensureTopic(o.Brokers, sc, o.Topic, o.Partitions); err != nil {
 		return 0, err
 	}

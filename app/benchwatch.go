@@ -8,16 +8,14 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/keepstate/keepstate/engine"
 )
 
 // benchClientConfig is the sarama configuration of the benchmark's own
 // Kafka clients: committed reads only, so that a transactional system's
 // aborted records and commit markers are never taken for data.
 func benchClientConfig() *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.ClientID = "keepstate-bench"
-	sc.Net.DialTimeout = 5 * time.Second
+	sc := engine.NewSaramaConfig("keepstate-bench")
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Fetch.Default = 4 << 20

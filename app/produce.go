@@ -102,15 +102,12 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.ClientID = "keepstate-produce"
+	sc := engine.NewSaramaConfig("keepstate-produce")
 	sc.Producer.Return.Successes = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Idempotent = true
 	sc.Net.MaxOpenRequests = 1
 	sc.Producer.Partitioner = engine.NewJavaPartitioner
-	sc.Net.DialTimeout = 5 * time.Second
 	if err := ensureTopic(p.Brokers, sc, p.Topic, p.Partitions); err != nil {
 		return 0, err
 	}
@@ -144,7 +141,7 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 			}
 		}
 	}()
-	subject := p.Topic + "-value"
+	subject := avro.ValueSubject(p.Topic)
 	start := time.Now()
 	for ctx.Err() == nil {
 		r, ok, err := next()

@@ -25,10 +25,7 @@ func Reset(ctx context.Context, c Config, reprocess bool, log *slog.Logger) erro
 		return err
 	}
 	log = discardLogger(log)
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V3_6_0_0
-	sc.ClientID = c.ApplicationID + "-reset"
-	sc.Net.DialTimeout = 5 * time.Second
+	sc := engine.NewSaramaConfig(c.ApplicationID + "-reset")
 	admin, err := sarama.NewClusterAdmin(c.Brokers, sc)
 	if err != nil {
 		return fmt.Errorf("%w: kafka %v: %w; start Kafka or set --brokers", ErrUnavailable, c.Brokers, err)

@@ -90,10 +90,7 @@ func (e *Engine) Topics() Topics { return e.topics }
 // set. Version 3.6 makes transactional offset commits carry the member and
 // generation (TxnOffsetCommit v3, KIP-447), which is what fences a zombie.
 func (e *Engine) saramaConfig() *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.ClientID = e.cfg.ApplicationID
-	sc.Version = sarama.V3_6_0_0
-	sc.Net.DialTimeout = 5 * time.Second
+	sc := NewSaramaConfig(e.cfg.ApplicationID)
 	sc.Metadata.Retry.Max = 2
 	sc.Metadata.Retry.Backoff = 200 * time.Millisecond
 	sc.Producer.Idempotent = true

@@ -265,7 +265,7 @@ func (t *task) write(ctx context.Context, job *persistJob, b Batch) error {
 // changelogRecord is the compacted changelog record of d: key the movie id,
 // value Avro CountAndSum, processing metadata in headers.
 func (e *Engine) changelogRecord(ctx context.Context, d MovieStats) (*sarama.ProducerMessage, error) {
-	v, err := e.serde.EncodeCountAndSum(ctx, e.topics.Changelog+"-value", avro.CountAndSum{Count: d.Count, Sum: d.Sum})
+	v, err := e.serde.EncodeCountAndSum(ctx, avro.ValueSubject(e.topics.Changelog), avro.CountAndSum{Count: d.Count, Sum: d.Sum})
 	if err != nil {
 		return nil, fmt.Errorf("encode changelog value: %w", err)
 	}

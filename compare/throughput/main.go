@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprint(out, header)
 	fmt.Fprintf(out, "producing %d ratings to %s ...\n", o.ratings, input)
 	took, err := app.ProduceWorkload(ctx, app.ProduceOptions{Brokers: o.brokers, Topic: input, Partitions: int32(o.partitions),
-		Encode: app.RegistryEncoder(client, input+"-value")}, w, truth)
+		Encode: app.RegistryEncoder(client, avro.ValueSubject(input))}, w, truth)
 	if err != nil {
 		return err
 	}
