@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -76,7 +77,7 @@ func benchThroughput(b *testing.B, store, guarantee string) {
 				b.Fatalf("produce: %v", err)
 			}
 			testkit.Eventually(b, 10*time.Minute, "all ratings applied", func() error {
-				var st testkit.APIStats
+				var st testkit.APIStats[engine.Stats]
 				if _, err := testkit.GetJSON(api+"/api/stats", &st); err != nil {
 					return err
 				}

@@ -342,7 +342,7 @@ func pausePastSession(t *testing.T, victim, other *crashInstance) bool {
 	}
 	err = waitFor(30*time.Second, func() error {
 		st, err := stats(victim.api)
-		if err == nil && st.Stats.TxnAborted <= before.Stats.TxnAborted {
+		if err == nil && st.Stats.TransactionsAborted <= before.Stats.TransactionsAborted {
 			err = fmt.Errorf("%s: no aborted transaction yet", victim.name)
 		}
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/docstore"
+	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -33,7 +34,7 @@ func TestE2EDiskFull(t *testing.T) {
 	truth := produceAll(t, c, 12000, 6000, 5) // a few thousand movies fit in 48 MiB
 	waitNotReady(t, in.api, "disk full")
 	// Reads still work meanwhile: some movie is answered from the store.
-	var st testkit.APIStats
+	var st testkit.APIStats[engine.Stats]
 	if _, err := testkit.GetJSON(in.api+"/api/stats", &st); err != nil {
 		t.Fatal(err)
 	}

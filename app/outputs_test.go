@@ -327,7 +327,7 @@ func produceAll(t *testing.T, c app.Config, count, movies int64, seed uint64) ma
 // average of every movie against truth (reporting differences as errors,
 // prefixed with when), waits until the API at api (http://host:port)
 // answers every movie exactly, and returns the instance's stats.
-func waitOutputsExact(t *testing.T, c app.Config, api string, truth map[int64]testkit.Movie, when string) testkit.APIStats {
+func waitOutputsExact(t *testing.T, c app.Config, api string, truth map[int64]testkit.Movie, when string) testkit.APIStats[engine.Stats] {
 	t.Helper()
 	waitCommitted(t, c, c.InputTopic)
 	waitCommitted(t, c, c.EngineConfig(nil).Topics().Repartition)
@@ -335,7 +335,7 @@ func waitOutputsExact(t *testing.T, c app.Config, api string, truth map[int64]te
 		t.Errorf("%s: %v", when, err)
 	}
 	waitAllExact(t, strings.TrimPrefix(api, "http://"), truth)
-	var st testkit.APIStats
+	var st testkit.APIStats[engine.Stats]
 	if _, err := testkit.GetJSON(api+"/api/stats", &st); err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
 // stats reads /api/stats of an instance.
-func stats(api string) (testkit.APIStats, error) {
-	var st testkit.APIStats
+func stats(api string) (testkit.APIStats[engine.Stats], error) {
+	var st testkit.APIStats[engine.Stats]
 	code, err := testkit.GetJSON("http://"+api+"/api/stats", &st)
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("/api/stats: %d", code)

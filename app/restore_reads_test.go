@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -51,7 +52,7 @@ func TestE2EFullRestoreNeverAnswersStale(t *testing.T) {
 	p.Brokers, p.SchemaRegistry, p.Topic = cc.cfg.Brokers, cc.cfg.SchemaRegistry, cc.cfg.InputTopic
 	processed := func(want int64) func() error {
 		return func() error {
-			var st testkit.APIStats
+			var st testkit.APIStats[engine.Stats]
 			if _, err := testkit.GetJSON("http://"+a.api+"/api/stats", &st); err != nil {
 				return err
 			}

@@ -67,12 +67,12 @@ func slowBroker(t *testing.T, txnTimeout time.Duration, wantRestarts bool) {
 	if !wantRestarts && st.Stats.GroupRestarts != 0 {
 		t.Errorf("group restarts %d; want 0 on a slow but working broker", st.Stats.GroupRestarts)
 	}
-	if wantRestarts && st.Stats.TxnAborted == 0 {
+	if wantRestarts && st.Stats.TransactionsAborted == 0 {
 		t.Errorf("no transaction aborted; want the broker's timeout to have aborted one (the scenario did not happen)")
 	}
 	if delayed.Load() == 0 {
 		t.Errorf("no EndTxn was delayed 3 s; the test did not inject what it claims")
 	}
 	t.Logf("%d EndTxn requests, %d of them answered 3 s late; %d transactions committed, %d aborted, %d group restarts",
-		endTxns.Load(), delayed.Load(), st.Stats.TxnCommitted, st.Stats.TxnAborted, st.Stats.GroupRestarts)
+		endTxns.Load(), delayed.Load(), st.Stats.TransactionsCommitted, st.Stats.TransactionsAborted, st.Stats.GroupRestarts)
 }

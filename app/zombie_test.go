@@ -99,7 +99,7 @@ func zombieScenario(t *testing.T, store, guarantee string, full bool) []error {
 		}
 		// Its late flush either was aborted (exactly-once) or wrote
 		// documents (at-least-once, where nothing stops it).
-		if st.Stats.TxnAborted+st.Stats.StoreDocsWritten <= before.Stats.TxnAborted+before.Stats.StoreDocsWritten {
+		if st.Stats.TransactionsAborted+st.Stats.StoreDocsWritten <= before.Stats.TransactionsAborted+before.Stats.StoreDocsWritten {
 			return fmt.Errorf("x: %+v", st.Stats)
 		}
 		return nil
@@ -109,7 +109,7 @@ func zombieScenario(t *testing.T, store, guarantee string, full bool) []error {
 		t.Fatal(err)
 	}
 	t.Logf("zombie x after resuming: %+v", after.Stats)
-	if after.Stats.TxnAborted == 0 {
+	if after.Stats.TransactionsAborted == 0 {
 		problems = append(problems, errors.New("x's late flush was not aborted"))
 	}
 	if after.Stats.StoreDocsWritten != 0 {

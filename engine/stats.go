@@ -3,36 +3,39 @@ package engine
 import "sync/atomic"
 
 // Stats is a snapshot of the engine's counters since the process started.
+// It is the one definition of the counters: GET /api/stats (and the
+// dashboard) serve it under its JSON names, /metrics exports each field,
+// and the tests decode the endpoint into it.
 type Stats struct {
 	// RecordsProcessed counts ratings applied to an aggregate.
-	RecordsProcessed int64
+	RecordsProcessed int64 `json:"recordsProcessed"`
 	// RecordsRekeyed counts input records forwarded to the repartition topic.
-	RecordsRekeyed int64
+	RecordsRekeyed int64 `json:"recordsRekeyed"`
 	// DuplicatesSkipped counts repartition records skipped as replays or
 	// rekey duplicates by the version/sources check.
-	DuplicatesSkipped int64
+	DuplicatesSkipped int64 `json:"duplicatesSkipped"`
 	// DeadLettered counts records sent to the dead-letter topic.
-	DeadLettered int64
+	DeadLettered int64 `json:"deadLettered"`
 	// ChangelogRestored counts changelog records read during restores.
-	ChangelogRestored int64
+	ChangelogRestored int64 `json:"changelogRestored"`
 	// StoreBatches counts atomic batch writes to the store.
-	StoreBatches int64
+	StoreBatches int64 `json:"storeBatches"`
 	// StoreDocsWritten counts documents written in those batches.
-	StoreDocsWritten int64
+	StoreDocsWritten int64 `json:"storeDocsWritten"`
 	// FencedWrites counts batches refused because another writer owns the partition.
-	FencedWrites int64
+	FencedWrites int64 `json:"fencedWrites"`
 	// TransactionsCommitted counts flush transactions committed (exactly-once).
-	TransactionsCommitted int64
+	TransactionsCommitted int64 `json:"transactionsCommitted"`
 	// TransactionsAborted counts flush transactions aborted: fenced by a new
 	// owner, or failed; their records are invisible to read_committed readers.
-	TransactionsAborted int64
+	TransactionsAborted int64 `json:"transactionsAborted"`
 	// GroupRestarts counts consumer group sessions ended by an error (a
 	// failed task, a fenced or aborted flush, a broker error).
-	GroupRestarts int64
+	GroupRestarts int64 `json:"groupRestarts"`
 	// PartitionsAssigned is the number of repartition partitions this instance owns.
-	PartitionsAssigned int64
+	PartitionsAssigned int64 `json:"partitionsAssigned"`
 	// PartitionsRunning is how many of them finished restoring.
-	PartitionsRunning int64
+	PartitionsRunning int64 `json:"partitionsRunning"`
 }
 
 // counters are the live, atomically updated values behind Stats.

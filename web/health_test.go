@@ -58,8 +58,8 @@ func TestAPIStats(t *testing.T) {
 		ready error
 		want  statsBody
 	}{
-		{"ready", nil, statsBody{Ready: true, Stats: toStatsJSON(st)}},
-		{"not ready", errors.New("restoring"), statsBody{Ready: false, Reason: "restoring", Stats: toStatsJSON(st)}},
+		{"ready", nil, statsBody{Ready: true, Stats: st}},
+		{"not ready", errors.New("restoring"), statsBody{Ready: false, Reason: "restoring", Stats: st}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

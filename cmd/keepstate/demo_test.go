@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -57,7 +58,7 @@ func TestDemoAnswersProducesAndRestartsWithoutReplay(t *testing.T) {
 	if before.Count < m.Count {
 		t.Errorf("restarted demo lost data: movie 1 count %d, had %d before the restart", before.Count, m.Count)
 	}
-	var st testkit.APIStats
+	var st testkit.APIStats[engine.Stats]
 	if _, err := testkit.GetJSON("http://"+api+"/api/stats", &st); err != nil {
 		t.Fatal(err)
 	}
