@@ -17,6 +17,7 @@ import (
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/redact"
+	"github.com/keepstate/keepstate/redisstore"
 )
 
 // ErrConfig is wrapped by every configuration error returned by Validate.
@@ -112,32 +113,35 @@ func (c Config) ReadSecrets() (Secrets, error) {
 	return s, nil
 }
 
-// Default returns the defaults documented in the README.
+// Default returns the defaults documented in the README. The engine's
+// and the stores' own defaults are taken from their packages, so that
+// each default is written down once.
 func Default() Config {
+	e := engine.DefaultConfig()
 	return Config{
-		Brokers:             []string{"localhost:9092"},
+		Brokers:             e.Brokers,
 		SchemaRegistry:      "http://localhost:8081",
-		ApplicationID:       "keepstate",
-		InputTopic:          "ratings",
-		OutputTopic:         "rating-averages",
+		ApplicationID:       e.ApplicationID,
+		InputTopic:          e.InputTopic,
+		OutputTopic:         e.OutputTopic,
 		Store:               StoreClover,
 		DataDir:             "./data",
 		RedisURL:            "redis://localhost:6379/0",
-		RedisStreamLen:      100000,
+		RedisStreamLen:      redisstore.DefaultStreamMaxLen,
 		HTTPAddr:            ":7001",
-		CommitInterval:      time.Second,
-		CacheMaxDocs:        10000,
+		CommitInterval:      e.CommitInterval,
+		CacheMaxDocs:        e.CacheMaxDocs,
 		LogLevel:            "info",
 		Partitions:          0,
-		ReplicationFactor:   1,
+		ReplicationFactor:   e.ReplicationFactor,
 		Fsync:               true,
 		StoreCacheMiB:       docstore.DefaultCacheSize >> 20,
 		StoreWriteCache:     docstore.DefaultWriteCache,
 		StoreDiskReserveMiB: docstore.DefaultDiskReserve >> 20,
-		SessionTimeout:      10 * time.Second,
+		SessionTimeout:      e.SessionTimeout,
 
-		ProcessingGuarantee: string(engine.ExactlyOnce),
-		TransactionTimeout:  10 * time.Second,
+		ProcessingGuarantee: string(e.ProcessingGuarantee),
+		TransactionTimeout:  e.TransactionTimeout,
 		StaleDropAfter:      10 * time.Minute,
 	}
 }
