@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -15,7 +16,7 @@ import (
 // msgpack of the document's field map), without building the map: Clover's
 // Document.SetAll normalizes every value by reflection, which cost more
 // than the rest of a bulk load together. The bytes decode (d.Decode) to
-// the same fields as d.Encode(toDocument(m)); TestEncodeMatchesClover pins
+// the same fields as d.Encode(moviedoc.ToDocument(m)); TestEncodeMatchesClover pins
 // that. A docEncoder is used by one goroutine; the returned slice is valid
 // until the next call.
 type docEncoder struct {
@@ -55,15 +56,15 @@ func (e *docEncoder) encode(m engine.MovieStats) ([]byte, error) {
 	}
 	err := firstErr(
 		enc.EncodeMapLen(9),
-		strs(fieldID, docID(m.MovieID)),
-		ints(fieldMovie, m.MovieID),
-		ints(fieldPartition, int64(m.Partition)),
-		ints(fieldCount, m.Count),
-		floats(fieldSum, m.Sum),
-		floats(fieldAvg, avg),
-		ints(fieldVersion, m.Version),
-		strs(fieldRank, rankKey(avg, m.MovieID)),
-		enc.EncodeString(fieldSources),
+		strs(moviedoc.FieldID, moviedoc.DocID(m.MovieID)),
+		ints(moviedoc.FieldMovie, m.MovieID),
+		ints(moviedoc.FieldPartition, int64(m.Partition)),
+		ints(moviedoc.FieldCount, m.Count),
+		floats(moviedoc.FieldSum, m.Sum),
+		floats(moviedoc.FieldAvg, avg),
+		ints(moviedoc.FieldVersion, m.Version),
+		strs(fieldRank, moviedoc.RankKey(avg, m.MovieID)),
+		enc.EncodeString(moviedoc.FieldSources),
 	)
 	if err != nil {
 		return nil, err

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	d "github.com/ostafen/clover/v2/document"
 	"github.com/ostafen/clover/v2/index"
 )
 
 // TestEncodeMatchesClover pins docEncoder to Clover: its bytes decode to
 // exactly the fields (values and Go types) that Clover's own encoding of
-// toDocument(m) decodes to.
+// moviedoc.ToDocument(m) decodes to.
 func TestEncodeMatchesClover(t *testing.T) {
 	enc := newDocEncoder()
 	for _, m := range []engine.MovieStats{
@@ -30,7 +31,7 @@ func TestEncodeMatchesClover(t *testing.T) {
 		if err != nil {
 			t.Fatalf("movie %d: decode ours: %v", m.MovieID, err)
 		}
-		raw, err := d.Encode(toDocument(m))
+		raw, err := d.Encode(moviedoc.ToDocument(m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +42,7 @@ func TestEncodeMatchesClover(t *testing.T) {
 		if g, w := gotDoc.AsMap(), wantDoc.AsMap(); !reflect.DeepEqual(g, w) {
 			t.Fatalf("movie %d:\n got %#v\nwant %#v", m.MovieID, g, w)
 		}
-		back, err := fromDocument(gotDoc)
+		back, err := moviedoc.FromDocument(gotDoc)
 		if err != nil || back.Version != m.Version || back.Count != m.Count || back.Sum != m.Sum || back.Partition != m.Partition {
 			t.Fatalf("movie %d round trip = %+v, %v", m.MovieID, back, err)
 		}
@@ -57,7 +58,7 @@ func TestRankEntryMatchesClover(t *testing.T) {
 	}{{0, 1}, {10, 362}, {7.35, -5}, {math.Inf(1), math.MaxInt64}, {-3, math.MinInt64}} {
 		tx := &captureTx{}
 		idx := index.CreateIndex(collection, fieldRank, index.IndexSingleField, tx)
-		if err := idx.Add(docID(c.movie), rankKey(c.avg, c.movie), 0); err != nil {
+		if err := idx.Add(moviedoc.DocID(c.movie), moviedoc.RankKey(c.avg, c.movie), 0); err != nil {
 			t.Fatal(err)
 		}
 		if got := rankEntry(nil, c.avg, c.movie); !bytes.Equal(got, tx.key) {

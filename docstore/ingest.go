@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 )
 
 // Bulk loads are written as sorted files, not through the memtable.
@@ -103,14 +104,8 @@ func (s *Store) bufferBulk(b engine.Batch) (handled bool, err error) {
 	}
 	snap := s.kv.snapshot()
 	defer snap.release()
-	claimed, ok, err := getInt64(snap, partitionKey(nsEpochs, b.Partition))
-	switch {
-	case err != nil:
+	if err := checkClaim(snap, b); err != nil {
 		return true, err
-	case !ok:
-		return true, fmt.Errorf("%w: epoch %d, but the partition has no claim (store reset or lost?)", engine.ErrFenced, b.Epoch)
-	case b.Epoch != claimed:
-		return true, fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, b.Epoch, claimed)
 	}
 	on, err := s.bulkFor(snap, b.Partition, true)
 	if err != nil || !on {
@@ -333,7 +328,7 @@ func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int
 		}
 		avg := m.Avg()
 		if exists {
-			if rankKey(old.avg, id) != rankKey(avg, id) {
+			if moviedoc.RankKey(old.avg, id) != moviedoc.RankKey(avg, id) {
 				ranks = append(ranks, rankItem{id: id, avg: old.avg, del: true})
 			}
 			if old.part != m.Partition {
@@ -353,7 +348,7 @@ func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int
 	}
 	// Rank entries sort by average descending, then movie id (rankKey).
 	slices.SortFunc(ranks, func(a, b rankItem) int {
-		return cmp.Or(cmp.Compare(^orderedFloat(a.avg), ^orderedFloat(b.avg)),
+		return cmp.Or(cmp.Compare(^moviedoc.OrderedFloat(a.avg), ^moviedoc.OrderedFloat(b.avg)),
 			cmp.Compare(uint64(a.id)^signBit, uint64(b.id)^signBit))
 	})
 	rankRun := make([]kvEntry, len(ranks))

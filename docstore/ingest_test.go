@@ -111,30 +111,23 @@ func TestCrashDuringBulkLoad(t *testing.T) {
 		}
 		want := int64(4 * (1 + r.IntN(3)))
 		deadline := time.After(30 * time.Second)
-		for durable < want {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatalf("kill %d: child exited early: %s", i, stderr.String())
+		until := func(done func() bool, what string) {
+			for !done() {
+				select {
+				case line, ok := <-lines:
+					if !ok {
+						t.Fatalf("kill %d: child exited early: %s", i, stderr.String())
+					}
+					note(line)
+				case <-deadline:
+					t.Fatalf("kill %d: %s: not within 30s: %s", i, what, stderr.String())
 				}
-				note(line)
-			case <-deadline:
-				t.Fatalf("kill %d: child made round %d durable within 30s, want %d: %s", i, durable, want, stderr.String())
 			}
 		}
+		until(func() bool { return durable >= want }, fmt.Sprintf("round %d durable", want))
 		// Kill soon after the child starts writing a buffer out, so that
 		// many kills land inside the ingestion.
-		for last != "writing" {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatalf("kill %d: child exited early: %s", i, stderr.String())
-				}
-				note(line)
-			case <-deadline:
-				t.Fatalf("kill %d: child wrote no buffer out within 30s: %s", i, stderr.String())
-			}
-		}
+		until(func() bool { return last == "writing" }, "a buffer written out")
 		time.Sleep(time.Duration(r.IntN(15_000)) * time.Microsecond)
 		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill: %v", err)

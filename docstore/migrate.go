@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	d "github.com/ostafen/clover/v2/document"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -131,7 +132,7 @@ func copyV1(old *bbolt.DB, db *pebbleKV) (int, error) {
 			if err != nil {
 				return fmt.Errorf("decode %s: %w", k, err)
 			}
-			m, err := fromDocument(doc)
+			m, err := moviedoc.FromDocument(doc)
 			if err != nil {
 				return err
 			}

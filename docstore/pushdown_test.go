@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2"
 	"github.com/ostafen/clover/v2/query"
 )
@@ -48,13 +49,13 @@ func syntheticMovie(id, version int64) engine.MovieStats {
 // the whole collection.
 func scanTop(s *Store, minAvg float64, limit int) ([]engine.MovieStats, error) {
 	var out []engine.MovieStats
-	q := query.NewQuery(collection).Where(query.Field(fieldAvg).GtEq(minAvg)).
-		Sort(query.SortOption{Field: fieldAvg, Direction: -1}, query.SortOption{Field: fieldMovie, Direction: 1}).
+	q := query.NewQuery(collection).Where(query.Field(moviedoc.FieldAvg).GtEq(minAvg)).
+		Sort(query.SortOption{Field: moviedoc.FieldAvg, Direction: -1}, query.SortOption{Field: moviedoc.FieldMovie, Direction: 1}).
 		Limit(limit)
 	err := s.view(context.Background(), func(_ kvReader, db *clover.DB) error {
 		docs, err := db.FindAll(q)
 		for _, doc := range docs {
-			m, err := fromDocument(doc)
+			m, err := moviedoc.FromDocument(doc)
 			if err != nil {
 				return err
 			}

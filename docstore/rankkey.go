@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/google/orderedcode"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2/index"
 	"github.com/ostafen/clover/v2/store"
 )
@@ -20,8 +21,8 @@ var rankIndexPrefix = learnRankPrefix()
 // reflection per call.
 func rankEntry(buf []byte, avg float64, movie int64) []byte {
 	buf = append(buf, rankIndexPrefix...)
-	buf, _ = orderedcode.Append(buf, rankKey(avg, movie)) // a string never fails
-	return append(buf, docID(movie)...)
+	buf, _ = orderedcode.Append(buf, moviedoc.RankKey(avg, movie)) // a string never fails
+	return append(buf, moviedoc.DocID(movie)...)
 }
 
 // learnRankPrefix asks Clover's index for the key of an empty rank string
@@ -29,7 +30,7 @@ func rankEntry(buf []byte, avg float64, movie int64) []byte {
 func learnRankPrefix() []byte {
 	tx := &captureTx{}
 	idx := index.CreateIndex(collection, fieldRank, index.IndexSingleField, tx)
-	id := docID(0)
+	id := moviedoc.DocID(0)
 	if err := idx.Add(id, "", 0); err != nil || len(tx.key) < len(id)+2 {
 		panic("docstore: clover rank index key format changed") // init-time invariant, not input
 	}

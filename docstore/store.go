@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2"
 	d "github.com/ostafen/clover/v2/document"
 )
@@ -205,7 +206,7 @@ func (s *Store) find(r kvReader, movieID int64) (engine.MovieStats, bool, error)
 	if err != nil {
 		return engine.MovieStats{}, false, fmt.Errorf("decode movie %d: %w", movieID, err)
 	}
-	m, err := fromDocument(doc)
+	m, err := moviedoc.FromDocument(doc)
 	return m, err == nil, err
 }
 
@@ -231,6 +232,21 @@ func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieSt
 	return out, nil
 }
 
+// checkClaim returns ErrFenced unless b.Epoch is the current claim of
+// b.Partition in r.
+func checkClaim(r kvReader, b engine.Batch) error {
+	claimed, ok, err := getInt64(r, partitionKey(nsEpochs, b.Partition))
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: epoch %d, but the partition has no claim (store reset or lost?)", engine.ErrFenced, b.Epoch)
+	case b.Epoch != claimed:
+		return fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, b.Epoch, claimed)
+	}
+	return nil
+}
+
 // Apply writes b as one synced batch: every document (in Clover's format,
 // rank index entry included) and the partition checkpoint, or nothing.
 // b.Epoch must be the partition's current claim (else ErrFenced); see
@@ -252,14 +268,8 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 	// A blind batch: every key is read (epoch, checkpoint, members, each
 	// movie once, the collection size) before the batch writes it.
 	err := s.write(ctx, true, func(kb kvBatch) (func(), error) {
-		claimed, ok, err := getInt64(kb, partitionKey(nsEpochs, b.Partition))
-		switch {
-		case err != nil:
+		if err := checkClaim(kb, b); err != nil {
 			return nil, err
-		case !ok:
-			return nil, fmt.Errorf("%w: epoch %d, but the partition has no claim (store reset or lost?)", engine.ErrFenced, b.Epoch)
-		case b.Epoch != claimed:
-			return nil, fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, b.Epoch, claimed)
 		}
 		w := newDocWriter(kb, s.counts)
 		bulk := false
@@ -271,11 +281,7 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 		}
 		// What the batch learns (reads) and leaves (writes) goes into the
 		// prior cache once it has committed, in that order.
-		type entry struct {
-			id int64
-			p  prior
-		}
-		learned := make([]entry, 0, len(b.Docs))
+		learned := make([]written, 0, len(b.Docs))
 		known := func(id int64) (prior, bool, error) {
 			if p, ok := s.priors.get(id); ok {
 				return p, true, nil
@@ -285,17 +291,17 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 			}
 			p, ok, err := w.stored(id)
 			if ok && err == nil {
-				learned = append(learned, entry{id, p})
+				learned = append(learned, written{id, p})
 			}
 			return p, ok, err
 		}
-		written := func(id int64, p prior) { learned = append(learned, entry{id, p}) }
+		wrote := func(id int64, p prior) { learned = append(learned, written{id, p}) }
 		after := func() {
 			for _, e := range learned {
 				s.priors.put(e.id, e.p)
 			}
 		}
-		if err := writeDocs(w, b.Docs, b.Replay, known, written); err != nil {
+		if err := writeDocs(w, b.Docs, b.Replay, known, wrote); err != nil {
 			return nil, err
 		}
 		return after, kb.set(partitionKey(nsCheckpoints, b.Partition), int64Value(b.Checkpoint))

@@ -2,11 +2,11 @@ package docstore
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	d "github.com/ostafen/clover/v2/document"
 )
 
@@ -55,7 +55,7 @@ func (w *docWriter) stored(movie int64) (prior, bool, error) {
 	if err != nil {
 		return prior{}, true, fmt.Errorf("decode movie %d: %w", movie, err)
 	}
-	m, err := fromDocument(doc)
+	m, err := moviedoc.FromDocument(doc)
 	if err != nil {
 		return prior{}, true, err
 	}
@@ -86,7 +86,7 @@ func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	if err != nil {
 		return fmt.Errorf("encode movie %d: %w", m.MovieID, err)
 	}
-	w.scratch = append(append(append(w.scratch[:0], nsClover), docKeyPrefix...), docID(m.MovieID)...)
+	w.scratch = append(append(append(w.scratch[:0], nsClover), docKeyPrefix...), moviedoc.DocID(m.MovieID)...)
 	if err := w.b.set(w.scratch, data); err != nil {
 		return err
 	}
@@ -102,16 +102,7 @@ func addSize(b kvBatch, n int) error {
 	if err != nil {
 		return err
 	}
-	var meta map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return fmt.Errorf("collection metadata: %w", err)
-	}
-	var size int
-	if err := json.Unmarshal(meta["Size"], &size); err != nil {
-		return fmt.Errorf("collection size: %w", err)
-	}
-	meta["Size"], _ = json.Marshal(size + n)
-	out, err := json.Marshal(meta)
+	out, err := withSize(raw, n)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2/store"
 	"go.etcd.io/bbolt"
 )
@@ -36,7 +37,7 @@ var docKeyPrefix = []byte("c:" + collection + ";d:")
 
 // docKey returns Clover's key of a movie's document.
 func docKey(movie int64) []byte {
-	return append(slices.Clip(docKeyPrefix), docID(movie)...)
+	return append(slices.Clip(docKeyPrefix), moviedoc.DocID(movie)...)
 }
 
 // txStore is a Clover store.Store bound to one open bbolt transaction:

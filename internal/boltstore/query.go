@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2"
 	d "github.com/ostafen/clover/v2/document"
 	"github.com/ostafen/clover/v2/query"
@@ -18,11 +19,11 @@ import (
 // walking the rank index from the first matching key and stops after the
 // limit: it reads the page and two more documents, never the collection.
 func rankQuery(q engine.RangeQuery) *query.Query {
-	lo := rankKey(q.MaxAvg, math.MinInt64) // avg <= MaxAvg
-	hi := rankKey(q.MinAvg, math.MaxInt64) // avg >= MinAvg
+	lo := moviedoc.RankKey(q.MaxAvg, math.MinInt64) // avg <= MaxAvg
+	hi := moviedoc.RankKey(q.MinAvg, math.MaxInt64) // avg >= MinAvg
 	start := query.Field(fieldRank).GtEq(lo)
 	if q.After != nil {
-		if after := rankKey(q.After.Avg, q.After.MovieID); after >= lo {
+		if after := moviedoc.RankKey(q.After.Avg, q.After.MovieID); after >= lo {
 			start = query.Field(fieldRank).Gt(after)
 		}
 	}
@@ -56,7 +57,7 @@ func (s *Store) Range(ctx context.Context, q engine.RangeQuery) (engine.Page, er
 				return false
 			}
 			var m engine.MovieStats
-			if m, inner = fromDocument(doc); inner != nil {
+			if m, inner = moviedoc.FromDocument(doc); inner != nil {
 				return false
 			}
 			movies = append(movies, m)

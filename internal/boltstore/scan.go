@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2"
 	"go.etcd.io/bbolt"
 )
@@ -68,7 +69,7 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 		ids := partitionIDs(tx, p)
 		members := tx.Bucket(membersBucket)
 		for _, id := range ids {
-			if err := db.DeleteById(collection, docID(id)); err != nil {
+			if err := db.DeleteById(collection, moviedoc.DocID(id)); err != nil {
 				return fmt.Errorf("delete movie %d: %w", id, err)
 			}
 			if err := members.Delete(memberKey(p, id)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2"
 	d "github.com/ostafen/clover/v2/document"
 	"go.etcd.io/bbolt"
@@ -145,11 +146,11 @@ func (s *Store) Get(ctx context.Context, movieID int64) (engine.MovieStats, erro
 
 // find looks a movie up by _id; Clover returns (nil, nil) when it is missing.
 func find(db *clover.DB, movieID int64) (engine.MovieStats, bool, error) {
-	doc, err := db.FindById(collection, docID(movieID))
+	doc, err := db.FindById(collection, moviedoc.DocID(movieID))
 	if err != nil || doc == nil {
 		return engine.MovieStats{}, false, err
 	}
-	m, err := fromDocument(doc)
+	m, err := moviedoc.FromDocument(doc)
 	return m, err == nil, err
 }
 
@@ -260,7 +261,7 @@ func (s *Store) writeDocs(tx *bbolt.Tx, db *clover.DB, docs []engine.MovieStats,
 	}
 	docsIn := make([]*d.Document, len(fresh))
 	for i, m := range fresh {
-		docsIn[i] = toDocument(m)
+		docsIn[i] = moviedoc.ToDocument(m)
 		if err := members.Put(memberKey(m.Partition, m.MovieID), []byte{}); err != nil {
 			return err
 		}
@@ -310,7 +311,7 @@ func (u cloverUpdater) update(m engine.MovieStats, replay bool) (oldPart int32, 
 // update replaces the stored document of m through Clover's UpdateById
 // (see updater).
 func update(db *clover.DB, m engine.MovieStats, replay bool) (oldPart int32, exists bool, err error) {
-	doc := toDocument(m)
+	doc := moviedoc.ToDocument(m)
 	var (
 		isStale   bool
 		stored    int64
@@ -318,7 +319,7 @@ func update(db *clover.DB, m engine.MovieStats, replay bool) (oldPart int32, exi
 	)
 	oldPart = m.Partition
 	err = db.UpdateById(collection, doc.ObjectId(), func(old *d.Document) *d.Document {
-		v, err := toInt64(old.Get(fieldVersion))
+		v, err := moviedoc.ToInt64(old.Get(moviedoc.FieldVersion))
 		if err != nil {
 			decodeErr = err
 			return old
@@ -327,7 +328,7 @@ func update(db *clover.DB, m engine.MovieStats, replay bool) (oldPart int32, exi
 			isStale, stored = true, v
 			return old // rewritten unchanged; the caller refuses or skips
 		}
-		p, err := toInt64(old.Get(fieldPartition))
+		p, err := moviedoc.ToInt64(old.Get(moviedoc.FieldPartition))
 		if err != nil {
 			decodeErr = err
 			return old

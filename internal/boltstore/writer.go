@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2"
 	d "github.com/ostafen/clover/v2/document"
 	"github.com/ostafen/clover/v2/index"
@@ -102,18 +103,18 @@ func (w *docWriter) update(m engine.MovieStats, replay bool) (oldPart int32, exi
 	if old == nil {
 		return 0, false, nil
 	}
-	v, err := toInt64(old.Get(fieldVersion))
+	v, err := moviedoc.ToInt64(old.Get(moviedoc.FieldVersion))
 	if err != nil {
 		return 0, true, fmt.Errorf("update movie %d: corrupt stored document: %w", m.MovieID, err)
 	}
 	if m.Version <= v {
 		return m.Partition, true, stale(m, v, replay)
 	}
-	p, err := toInt64(old.Get(fieldPartition))
+	p, err := moviedoc.ToInt64(old.Get(moviedoc.FieldPartition))
 	if err != nil {
 		return 0, true, fmt.Errorf("update movie %d: corrupt stored document: %w", m.MovieID, err)
 	}
-	if err := w.replace(m.MovieID, old, toDocument(m)); err != nil {
+	if err := w.replace(m.MovieID, old, moviedoc.ToDocument(m)); err != nil {
 		return 0, true, fmt.Errorf("update movie %d: %w", m.MovieID, err)
 	}
 	return int32(p), true, nil

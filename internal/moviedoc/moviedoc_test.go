@@ -1,4 +1,4 @@
-package docstore
+package moviedoc
 
 import (
 	"math"
@@ -16,16 +16,16 @@ func TestDocIDIsCanonicalAndOrdered(t *testing.T) {
 	ids := []int64{math.MinInt64, math.MinInt64 + 1, -362, -1, 0, 1, 362, 1 << 40, math.MaxInt64}
 	seen := map[string]int64{}
 	for i, id := range ids {
-		got := docID(id)
+		got := DocID(id)
 		if !canonicalUUID.MatchString(got) {
-			t.Fatalf("docID(%d) = %q; want a canonical 36-character UUID", id, got)
+			t.Fatalf("DocID(%d) = %q; want a canonical 36-character UUID", id, got)
 		}
 		if prev, dup := seen[got]; dup {
-			t.Fatalf("docID(%d) = docID(%d) = %q", id, prev, got)
+			t.Fatalf("DocID(%d) = DocID(%d) = %q", id, prev, got)
 		}
 		seen[got] = id
-		if i > 0 && docID(ids[i-1]) >= got {
-			t.Fatalf("docID(%d) = %q does not sort after docID(%d) = %q", id, got, ids[i-1], docID(ids[i-1]))
+		if i > 0 && DocID(ids[i-1]) >= got {
+			t.Fatalf("DocID(%d) = %q does not sort after DocID(%d) = %q", id, got, ids[i-1], DocID(ids[i-1]))
 		}
 	}
 }
@@ -44,14 +44,14 @@ func TestRankKeyOrderMatchesCursorOrder(t *testing.T) {
 		cs = append(cs, engine.Cursor{Avg: r.NormFloat64() * 5, MovieID: r.Int64() - math.MaxInt64/2})
 	}
 	for _, a := range cs {
-		ka := rankKey(a.Avg, a.MovieID)
+		ka := RankKey(a.Avg, a.MovieID)
 		if len(ka) != 32 {
-			t.Fatalf("rankKey(%v, %d) has length %d; want 32", a.Avg, a.MovieID, len(ka))
+			t.Fatalf("RankKey(%v, %d) has length %d; want 32", a.Avg, a.MovieID, len(ka))
 		}
 		for _, b := range cs {
-			kb := rankKey(b.Avg, b.MovieID)
+			kb := RankKey(b.Avg, b.MovieID)
 			if got, want := ka < kb, a.Before(b); got != want {
-				t.Fatalf("rankKey(%v,%d) < rankKey(%v,%d) = %v; want %v (cursor order)", a.Avg, a.MovieID, b.Avg, b.MovieID, got, want)
+				t.Fatalf("RankKey(%v,%d) < RankKey(%v,%d) = %v; want %v (cursor order)", a.Avg, a.MovieID, b.Avg, b.MovieID, got, want)
 			}
 		}
 	}
@@ -65,7 +65,7 @@ func TestDocumentRoundTrip(t *testing.T) {
 			Sources: map[int32]int64{math.MaxInt32: math.MaxInt64, 1: math.MinInt64}},
 	}
 	for _, want := range cases {
-		data, err := d.Encode(toDocument(want)) // the bytes Clover stores
+		data, err := d.Encode(ToDocument(want)) // the bytes Clover stores
 		if err != nil {
 			t.Fatalf("encode %+v: %v", want, err)
 		}
@@ -73,9 +73,9 @@ func TestDocumentRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("decode %+v: %v", want, err)
 		}
-		got, err := fromDocument(doc)
+		got, err := FromDocument(doc)
 		if err != nil {
-			t.Fatalf("fromDocument(decoded %+v): %v", want, err)
+			t.Fatalf("FromDocument(decoded %+v): %v", want, err)
 		}
 		if got.MovieID != want.MovieID || got.Partition != want.Partition || got.Count != want.Count ||
 			got.Sum != want.Sum || got.Version != want.Version || len(got.Sources) != len(want.Sources) {
