@@ -121,15 +121,22 @@ func TestRogueGroupMember(t *testing.T) {
 		}
 		return nil
 	})
-	for _, id := range ids {
-		p := engine.PartitionFor(engine.EncodeMovieKey(id), 3)
-		if !isRogue[p] {
-			continue
+	// The rogue's claim can be seen a moment before the instance processes
+	// its own assignment of the same generation; until then the revoked
+	// partitions are in hand-over (handover.go) and still answered. Once
+	// the assignment is in, they must answer 503.
+	testkit.Eventually(t, 10*time.Second, "rogue's partitions answer 503", func() error {
+		for _, id := range ids {
+			p := engine.PartitionFor(engine.EncodeMovieKey(id), 3)
+			if !isRogue[p] {
+				continue
+			}
+			if code, body := httpGet(fmt.Sprintf("%s/movies/%d", in.api, id)); code != http.StatusServiceUnavailable {
+				return fmt.Errorf("movie %d (rogue's partition %d) = %d %s, want 503", id, p, code, body)
+			}
 		}
-		if code, body := httpGet(fmt.Sprintf("%s/movies/%d", in.api, id)); code != http.StatusServiceUnavailable {
-			t.Errorf("movie %d (rogue's partition %d) = %d %s, want 503", id, p, code, body)
-		}
-	}
+		return nil
+	})
 	code, body := httpGet(in.api + "/movies?minAvg=0")
 	var page struct {
 		Movies            []movie `json:"movies"`
