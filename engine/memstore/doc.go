@@ -1,0 +1,9 @@
+// Package memstore is an in-memory engine.Store: a map under a lock,
+// scanned on every range query. It keeps nothing across processes, so a
+// restart restores every partition from the changelog.
+//
+// It exists for tests and examples: the engine's broker-free unit tests
+// run against it, and the conformance suite (engine/storetest) runs
+// against it to check the suite itself. It is correct but not fast; use
+// docstore or redisstore in production.
+package memstore
