@@ -47,7 +47,9 @@ type Engine struct {
 	parts    partitionTracker
 	restarts restartLog
 
+	kafka    Kafka
 	client   sarama.Client
+	clog     Log // reads the changelog for restores, over client
 	producer sarama.SyncProducer
 	nParts   int32 // repartition/changelog partitions
 	nOut     int32 // output topic partitions
@@ -75,7 +77,7 @@ func New(cfg Config, store Store, serde Serde) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Engine{cfg: cfg, topics: cfg.Topics(), store: store, serde: serde, log: log}, nil
+	return &Engine{cfg: cfg, topics: cfg.Topics(), store: store, serde: serde, log: log, kafka: cfg.kafka()}, nil
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -117,32 +119,34 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	return sc
 }
 
-// connect opens the client and producer and creates the internal topics.
+// connect opens the client, the admin and the producer, and creates the
+// internal topics.
 func (e *Engine) connect(ctx context.Context) error {
-	client, err := sarama.NewClient(e.cfg.Brokers, e.saramaConfig())
+	client, err := e.kafka.NewClient(e.saramaConfig())
 	if err != nil {
 		return fmt.Errorf("%w: cannot reach brokers %s (%v); start Kafka or set --brokers (try `keepstate demo` for an in-process broker)",
 			ErrKafkaUnavailable, strings.Join(e.cfg.Brokers, ","), err)
 	}
 	e.client = client
-	if err := e.ensureTopics(ctx); err != nil {
-		return err
-	}
-	// The producer gets its own connections: on the consumer group's, each
-	// produce request would queue behind a fetch that the broker may hold
-	// for up to Consumer.MaxWaitTime (500 ms), delaying every hop.
-	producer, err := sarama.NewSyncProducer(e.cfg.Brokers, e.saramaConfig())
-	if err != nil {
-		return fmt.Errorf("engine: producer: %w", err)
-	}
-	e.producer = producer
-	admin, err := e.newAdmin()
+	e.clog = e.kafka.NewLog(client)
+	admin, err := e.kafka.NewClusterAdmin(e.saramaConfig())
 	if err != nil {
 		return fmt.Errorf("%w: admin client: %v", ErrKafkaUnavailable, err)
 	}
 	e.owners.mu.Lock()
 	e.admin = admin
 	e.owners.mu.Unlock()
+	if err := e.ensureTopics(ctx, admin); err != nil {
+		return err
+	}
+	// The producer gets its own connections: on the consumer group's, each
+	// produce request would queue behind a fetch that the broker may hold
+	// for up to Consumer.MaxWaitTime (500 ms), delaying every hop.
+	producer, err := e.kafka.NewSyncProducer(e.saramaConfig())
+	if err != nil {
+		return fmt.Errorf("engine: producer: %w", err)
+	}
+	e.producer = producer
 	e.numParts.Store(e.nParts)
 	return nil
 }
@@ -168,7 +172,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(2*e.cfg.TransactionTimeout/gc.Metadata.Retry.Backoff))
 		e.abortPredecessor(ctx)
 	}
-	group, err := sarama.NewConsumerGroup(e.cfg.Brokers, e.cfg.ApplicationID, gc)
+	group, err := e.kafka.NewConsumerGroup(e.cfg.ApplicationID, gc)
 	if err != nil {
 		return fmt.Errorf("engine: consumer group: %w", err)
 	}

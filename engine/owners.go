@@ -178,8 +178,3 @@ func (e *Engine) rejectPeer(member, addr string, err error) {
 	e.owners.rejected[addr] = true
 	e.log.Warn("ignoring group member with an invalid advertised address", "member", member, "addr", truncate(addr, 64), "err", err)
 }
-
-// newAdmin opens the admin client used for group descriptions.
-func (e *Engine) newAdmin() (sarama.ClusterAdmin, error) {
-	return sarama.NewClusterAdmin(e.cfg.Brokers, e.saramaConfig())
-}

@@ -51,11 +51,11 @@ func (t *task) restore(ctx context.Context) error {
 		return err
 	}
 	t.epoch = epoch
-	oldest, err := e.client.GetOffset(e.topics.Changelog, t.p, sarama.OffsetOldest)
+	oldest, err := e.clog.Start(ctx, e.topics.Changelog, t.p)
 	if err != nil {
 		return fmt.Errorf("changelog start: %w", err)
 	}
-	end, err := waitStable(ctx, e.client, e.topics.Changelog, t.p)
+	end, err := e.clog.StableEnd(ctx, e.topics.Changelog, t.p)
 	if err != nil {
 		return err
 	}
@@ -110,8 +110,7 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 		pending = map[int64]MovieStats{}
 		return nil
 	}
-	r := committedReader{client: e.client, topic: e.topics.Changelog, p: t.p}
-	err := r.read(ctx, start, end, func(m CommittedRecord) error {
+	err := e.clog.ReadCommitted(ctx, e.topics.Changelog, t.p, start, end, func(m CommittedRecord) error {
 		read++
 		e.c.restored.Add(1)
 		d, err := t.decodeChangelog(ctx, m)
@@ -205,7 +204,7 @@ func (t *task) reseed(ctx context.Context) error {
 		return err
 	}
 	if checkpoint < 0 { // nothing stored: the changelog's end is the checkpoint
-		if checkpoint, err = waitStable(ctx, e.client, e.topics.Changelog, t.p); err != nil {
+		if checkpoint, err = e.clog.StableEnd(ctx, e.topics.Changelog, t.p); err != nil {
 			return err
 		}
 	}

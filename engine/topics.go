@@ -16,12 +16,7 @@ const defaultInputPartitions = 3
 // ensureTopics creates the topics the engine needs and records their
 // partition counts. Internal topics get as many partitions as the input
 // topic (or Config.Partitions); the changelog is compacted.
-func (e *Engine) ensureTopics(ctx context.Context) error {
-	admin, err := sarama.NewClusterAdmin(e.cfg.Brokers, e.saramaConfig())
-	if err != nil {
-		return fmt.Errorf("%w: admin client: %v", ErrKafkaUnavailable, err)
-	}
-	defer admin.Close()
+func (e *Engine) ensureTopics(ctx context.Context, admin sarama.ClusterAdmin) error {
 	existing, err := admin.ListTopics()
 	if err != nil {
 		return fmt.Errorf("%w: list topics: %v", ErrKafkaUnavailable, err)

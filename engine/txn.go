@@ -73,7 +73,7 @@ func (e *Engine) newTxnProducer(id, clientSuffix string) (sarama.SyncProducer, e
 	sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Transaction.Retry.BackoffFunc = nil
 	sc.Producer.Retry.Max = 5
-	pr, err := sarama.NewSyncProducer(e.cfg.Brokers, sc)
+	pr, err := e.kafka.NewSyncProducer(sc)
 	if err != nil {
 		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
 	}
@@ -146,11 +146,12 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 	if e.cfg.InstanceID == "" {
 		return
 	}
-	admin, err := sarama.NewClusterAdminFromClient(e.client)
-	if err != nil {
+	e.owners.mu.Lock()
+	admin := e.admin
+	e.owners.mu.Unlock()
+	if admin == nil {
 		return
 	}
-	// Not admin.Close: it would close the shared client.
 	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
 	if err != nil {
 		e.log.Debug("describe group before joining", "err", err)
