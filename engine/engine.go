@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -43,9 +42,8 @@ type Engine struct {
 	serde  Serde
 	log    *slog.Logger
 
-	c        counters
-	parts    partitionTracker
-	restarts restartLog
+	c     counters
+	route *Router
 
 	kafka    Kafka
 	client   sarama.Client
@@ -58,10 +56,7 @@ type Engine struct {
 	mu            sync.Mutex
 	cancelSession context.CancelFunc
 
-	owners   owners
-	stale    staleDropper
-	admin    sarama.ClusterAdmin // guarded by owners.mu
-	numParts atomic.Int32        // nParts for readers outside the engine's goroutines
+	stale staleDropper
 }
 
 // New checks cfg and returns an engine that will use store and serde. It
@@ -77,7 +72,8 @@ func New(cfg Config, store Store, serde Serde) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Engine{cfg: cfg, topics: cfg.Topics(), store: store, serde: serde, log: log, kafka: cfg.kafka()}, nil
+	return &Engine{cfg: cfg, topics: cfg.Topics(), store: store, serde: serde, log: log, kafka: cfg.kafka(),
+		route: newRouter(cfg, log)}, nil
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -133,9 +129,7 @@ func (e *Engine) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: admin client: %v", ErrKafkaUnavailable, err)
 	}
-	e.owners.mu.Lock()
-	e.admin = admin
-	e.owners.mu.Unlock()
+	e.route.setAdmin(admin)
 	if err := e.ensureTopics(ctx, admin); err != nil {
 		return err
 	}
@@ -147,7 +141,7 @@ func (e *Engine) connect(ctx context.Context) error {
 		return fmt.Errorf("engine: producer: %w", err)
 	}
 	e.producer = producer
-	e.numParts.Store(e.nParts)
+	e.route.numParts.Store(e.nParts)
 	return nil
 }
 
@@ -198,7 +192,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		case errors.Is(err, sarama.ErrFencedInstancedId):
 			return fmt.Errorf("%w (--instance-id=%q): stop the other one or give each instance its own id", ErrInstanceFenced, e.cfg.InstanceID)
 		case err != nil:
-			e.restarts.note(err)
+			e.route.restarts.note(err)
 			e.c.restarts.Add(1)
 			e.log.Warn("consumer group session ended", "err", err, "retry_in", backoff)
 			if !sleepCtx(ctx, backoff) {
@@ -219,7 +213,7 @@ func (e *Engine) restartSession(reason string, err error) {
 		return // this session is already ending
 	}
 	e.log.Warn("restarting group session", "reason", reason, "err", err)
-	e.restarts.note(err)
+	e.route.restarts.note(err)
 	e.c.restarts.Add(1)
 	e.cancelSession()
 	e.cancelSession = nil
@@ -227,12 +221,9 @@ func (e *Engine) restartSession(reason string, err error) {
 
 func (e *Engine) close() {
 	e.stale.stop()
-	e.owners.mu.Lock()
-	if e.admin != nil {
-		_ = e.admin.Close()
-		e.admin = nil
+	if admin := e.route.setAdmin(nil); admin != nil {
+		_ = admin.Close()
 	}
-	e.owners.mu.Unlock()
 	if e.producer != nil {
 		_ = e.producer.Close()
 		e.producer = nil

@@ -235,7 +235,7 @@ func (t *task) drop() {
 	t.cache.reset()
 	t.dirty = map[int64]struct{}{}
 	t.dead = nil
-	t.e.parts.set(t.p, Restoring)
+	t.e.route.parts.set(t.p, Restoring)
 }
 
 // verifyInterval is how often an idle partition confirms its claim.

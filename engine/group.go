@@ -13,12 +13,12 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e := h.e
 	ps := s.Claims()[e.topics.Repartition]
 	for _, p := range ps {
-		e.parts.set(p, Restoring)
+		e.route.parts.set(p, Restoring)
 	}
 	e.c.assigned.Store(int64(len(ps)))
 	e.c.running.Store(0)
-	e.parts.setJoined()
-	e.owners.invalidate()
+	e.route.parts.setJoined()
+	e.route.owners.invalidate()
 	e.onAssigned(ps, s.GenerationID())
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "input", s.Claims()[e.topics.Input])
@@ -31,13 +31,13 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 	e := h.e
 	s.Commit()
-	e.parts.revoked(s.GenerationID())
+	e.route.parts.revoked(s.GenerationID())
 	for _, p := range s.Claims()[e.topics.Repartition] {
-		e.parts.remove(p)
+		e.route.parts.remove(p)
 	}
 	e.c.assigned.Store(0)
 	e.c.running.Store(0)
-	e.owners.invalidate()
+	e.route.owners.invalidate()
 	e.scheduleStaleDrops(s.Claims()[e.topics.Repartition])
 	return nil
 }

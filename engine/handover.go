@@ -35,19 +35,27 @@ const minHandoverGrace = 5 * time.Second
 // and this copy is behind. Answering from it while it restores would be a
 // stale read (seen in the chaos test: a count two ratings short).
 func (e *Engine) onAssigned(ps []int32, gen int32) {
+	e.route.assigned(ps, gen, max(2*e.cfg.SessionTimeout, minHandoverGrace))
+	e.cancelStaleDrops(ps)
+}
+
+// assigned ends the hand-over of the warm partitions that ps (generation
+// gen) does not give back, or all of them when gen does not directly
+// follow the revoking generation (see onAssigned); grace is how long the
+// partitions revoked next stay warm.
+func (r *Router) assigned(ps []int32, gen int32, grace time.Duration) {
 	mine := make(map[int32]bool, len(ps))
 	for _, p := range ps {
 		mine[p] = true
 	}
-	e.parts.mu.Lock()
-	e.parts.grace = max(2*e.cfg.SessionTimeout, minHandoverGrace)
-	for p := range e.parts.warm {
-		if !mine[p] || gen != e.parts.warmGen+1 {
-			delete(e.parts.warm, p)
+	r.parts.mu.Lock()
+	defer r.parts.mu.Unlock()
+	r.parts.grace = grace
+	for p := range r.parts.warm {
+		if !mine[p] || gen != r.parts.warmGen+1 {
+			delete(r.parts.warm, p)
 		}
 	}
-	e.parts.mu.Unlock()
-	e.cancelStaleDrops(ps)
 }
 
 // clearWarm ends the hand-over of p: it is RUNNING again. The caller holds t.mu.

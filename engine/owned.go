@@ -11,7 +11,7 @@ import (
 // owned before a rebalance (a local store), or partitions it is restoring.
 // Only partitions RUNNING here are answered.
 type ownedQuerier struct {
-	e *Engine
+	r *Router
 	q Querier
 }
 
@@ -21,18 +21,18 @@ type ownedQuerier struct {
 // returns only documents of partitions RUNNING here. Use it for stores
 // local to an instance; a shared store (Redis) needs no wrapping. Safe for
 // concurrent use.
-func (e *Engine) OwnedQuerier(q Querier) Querier { return &ownedQuerier{e: e, q: q} }
+func (e *Engine) OwnedQuerier(q Querier) Querier { return &ownedQuerier{r: e.route, q: q} }
 
 // Get returns the stored document of movieID when its partition is RUNNING
 // here (or in hand-over, see handover.go), ErrNotFound when there is none,
 // and an error wrapping ErrUnavailable otherwise.
 func (o *ownedQuerier) Get(ctx context.Context, movieID int64) (MovieStats, error) {
-	n := o.e.numParts.Load()
+	n := o.r.numParts.Load()
 	if n == 0 {
 		return MovieStats{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
 	p := PartitionFor(EncodeMovieKey(movieID), n)
-	if !o.e.answerable(p) {
+	if !o.r.answerable(p) {
 		return MovieStats{}, fmt.Errorf("partition %d of movie %d is not running on this instance: %w", p, movieID, ErrUnavailable)
 	}
 	m, err := o.q.Get(ctx, movieID)
@@ -40,7 +40,7 @@ func (o *ownedQuerier) Get(ctx context.Context, movieID int64) (MovieStats, erro
 		return m, err
 	}
 	// The partition may have stopped running during the read.
-	if !o.e.answerable(p) {
+	if !o.r.answerable(p) {
 		return MovieStats{}, fmt.Errorf("partition %d of movie %d stopped running on this instance: %w", p, movieID, ErrUnavailable)
 	}
 	return m, nil
@@ -58,14 +58,14 @@ func (o *ownedQuerier) Range(ctx context.Context, q RangeQuery) (Page, error) {
 // It is what an instance contributes to a range query merged across
 // instances. Safe for concurrent use.
 func (e *Engine) RangeLocal(ctx context.Context, q RangeQuery) (Page, []int32, error) {
-	return (&ownedQuerier{e: e, q: e.store}).rangeCovered(ctx, q)
+	return (&ownedQuerier{r: e.route, q: e.store}).rangeCovered(ctx, q)
 }
 
 func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []int32, error) {
 	if err := q.Validate(); err != nil {
 		return Page{}, nil, err
 	}
-	running := o.e.answerableSet()
+	running := o.r.answerableSet()
 	var out Page
 	inner := q
 	for done := false; !done; {
@@ -90,7 +90,7 @@ func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []
 		inner.After = page.Next
 	}
 	// A partition that stopped running during the query is not covered.
-	now := o.e.answerableSet()
+	now := o.r.answerableSet()
 	covered := make([]int32, 0, len(running))
 	for p := range running {
 		if now[p] {

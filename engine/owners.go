@@ -41,7 +41,7 @@ type owners struct {
 	snap   atomic.Pointer[Membership]
 	flight singleflight.Group
 
-	mu       sync.Mutex // guards admin (Engine.admin) and rejected
+	mu       sync.Mutex // guards admin (Enginr.admin) and rejected
 	rejected map[string]bool
 }
 
@@ -56,24 +56,24 @@ func (o *owners) invalidate() { o.snap.Store(nil) }
 // or while nobody usable owns it (rebalancing, or an owner advertising an
 // invalid address). Safe for concurrent use; it never blocks longer than
 // ctx or describeTimeout.
-func (e *Engine) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
-	n := e.numParts.Load()
+func (r *Router) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
+	n := r.numParts.Load()
 	if n == 0 {
 		return "", false, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
 	p := PartitionFor(EncodeMovieKey(movieID), n)
-	if e.answerable(p) {
-		return e.cfg.AdvertiseAddr, true, nil
+	if r.answerable(p) {
+		return r.self, true, nil
 	}
-	if st, ok := e.partitionState(p); ok {
+	if st, ok := r.partitionState(p); ok {
 		return "", false, fmt.Errorf("partition %d is %s on this instance: %w", p, st, ErrUnavailable)
 	}
-	m, err := e.Membership(ctx)
+	m, err := r.Membership(ctx)
 	if err != nil {
 		return "", false, err
 	}
 	addr, ok := m.Owners[p]
-	if !ok || addr == e.cfg.AdvertiseAddr {
+	if !ok || addr == r.self {
 		// Owned by this address in a snapshot taken before this instance
 		// lost the partition: nobody is known to run it.
 		return "", false, fmt.Errorf("partition %d has no owner right now (rebalancing): %w", p, ErrUnavailable)
@@ -85,14 +85,14 @@ func (e *Engine) Owner(ctx context.Context, movieID int64) (addr string, local b
 // when the cached one is older than ownersTTL. Concurrent callers share one
 // describe; each waits at most until its ctx ends. Errors wrap
 // ErrUnavailable. Safe for concurrent use.
-func (e *Engine) Membership(ctx context.Context) (Membership, error) {
-	if m := e.owners.snap.Load(); m != nil && time.Since(m.Taken) < ownersTTL {
+func (r *Router) Membership(ctx context.Context) (Membership, error) {
+	if m := r.owners.snap.Load(); m != nil && time.Since(m.Taken) < ownersTTL {
 		return *m, nil
 	}
-	ch := e.owners.flight.DoChan("describe", func() (any, error) {
-		m, err := e.describe()
+	ch := r.owners.flight.DoChan("describe", func() (any, error) {
+		m, err := r.describe()
 		if err == nil {
-			e.owners.snap.Store(&m)
+			r.owners.snap.Store(&m)
 		}
 		return m, err
 	})
@@ -103,7 +103,7 @@ func (e *Engine) Membership(ctx context.Context) (Membership, error) {
 		}
 		return res.Val.(Membership), nil
 	case <-ctx.Done():
-		return Membership{}, fmt.Errorf("describe group %s: %w: %w", e.cfg.ApplicationID, ctx.Err(), ErrUnavailable)
+		return Membership{}, fmt.Errorf("describe group %s: %w: %w", r.appID, ctx.Err(), ErrUnavailable)
 	}
 }
 
@@ -111,10 +111,10 @@ func (e *Engine) Membership(ctx context.Context) (Membership, error) {
 // takes no context, so the call runs in its own goroutine and describe
 // gives up after describeTimeout (the goroutine ends with sarama's own
 // network timeouts; singleflight keeps at most one in flight).
-func (e *Engine) describe() (Membership, error) {
-	e.owners.mu.Lock()
-	admin := e.admin
-	e.owners.mu.Unlock()
+func (r *Router) describe() (Membership, error) {
+	r.owners.mu.Lock()
+	admin := r.admin
+	r.owners.mu.Unlock()
 	if admin == nil {
 		return Membership{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
@@ -124,7 +124,7 @@ func (e *Engine) describe() (Membership, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		g, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+		g, err := admin.DescribeConsumerGroups([]string{r.appID})
 		done <- result{g, err}
 	}()
 	t := time.NewTimer(describeTimeout)
@@ -133,12 +133,12 @@ func (e *Engine) describe() (Membership, error) {
 	select {
 	case res = <-done:
 	case <-t.C:
-		return Membership{}, fmt.Errorf("describe group %s: no answer in %v: %w", e.cfg.ApplicationID, describeTimeout, ErrUnavailable)
+		return Membership{}, fmt.Errorf("describe group %s: no answer in %v: %w", r.appID, describeTimeout, ErrUnavailable)
 	}
 	if res.err != nil {
-		return Membership{}, fmt.Errorf("describe group %s: %v: %w", e.cfg.ApplicationID, res.err, ErrUnavailable)
+		return Membership{}, fmt.Errorf("describe group %s: %v: %w", r.appID, res.err, ErrUnavailable)
 	}
-	m := Membership{Partitions: e.numParts.Load(), Self: e.cfg.AdvertiseAddr, Owners: map[int32]string{}, Taken: time.Now()}
+	m := Membership{Partitions: r.numParts.Load(), Self: r.self, Owners: map[int32]string{}, Taken: time.Now()}
 	for _, g := range res.groups {
 		for _, mem := range g.Members {
 			meta, err := mem.GetMemberMetadata()
@@ -147,14 +147,14 @@ func (e *Engine) describe() (Membership, error) {
 			}
 			addr := string(meta.UserData)
 			if err := ValidPeerAddr(addr); err != nil {
-				e.rejectPeer(mem.MemberId, addr, err)
+				r.rejectPeer(mem.MemberId, addr, err)
 				continue
 			}
 			asg, err := mem.GetMemberAssignment()
 			if err != nil || asg == nil {
 				continue
 			}
-			for _, p := range asg.Topics[e.topics.Repartition] {
+			for _, p := range asg.Topics[r.repartition] {
 				if p >= 0 && p < m.Partitions {
 					m.Owners[p] = addr
 				}
@@ -166,15 +166,15 @@ func (e *Engine) describe() (Membership, error) {
 
 // rejectPeer logs (once per address) a member whose advertised address is
 // not a bare host:port; its partitions are treated as having no owner.
-func (e *Engine) rejectPeer(member, addr string, err error) {
-	e.owners.mu.Lock()
-	defer e.owners.mu.Unlock()
-	if e.owners.rejected == nil {
-		e.owners.rejected = map[string]bool{}
+func (r *Router) rejectPeer(member, addr string, err error) {
+	r.owners.mu.Lock()
+	defer r.owners.mu.Unlock()
+	if r.owners.rejected == nil {
+		r.owners.rejected = map[string]bool{}
 	}
-	if e.owners.rejected[addr] || len(e.owners.rejected) > 100 {
+	if r.owners.rejected[addr] || len(r.owners.rejected) > 100 {
 		return
 	}
-	e.owners.rejected[addr] = true
-	e.log.Warn("ignoring group member with an invalid advertised address", "member", member, "addr", truncate(addr, 64), "err", err)
+	r.owners.rejected[addr] = true
+	r.log.Warn("ignoring group member with an invalid advertised address", "member", member, "addr", truncate(addr, 64), "err", err)
 }

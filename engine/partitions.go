@@ -94,11 +94,11 @@ func (t *partitionTracker) setStoreErr(err error) {
 }
 
 // Partitions returns the state of each repartition partition this instance owns.
-func (e *Engine) Partitions() map[int32]PartitionState {
-	e.parts.mu.Lock()
-	defer e.parts.mu.Unlock()
-	out := make(map[int32]PartitionState, len(e.parts.states))
-	for p, s := range e.parts.states {
+func (r *Router) Partitions() map[int32]PartitionState {
+	r.parts.mu.Lock()
+	defer r.parts.mu.Unlock()
+	out := make(map[int32]PartitionState, len(r.parts.states))
+	for p, s := range r.parts.states {
 		out[p] = s
 	}
 	return out
@@ -106,27 +106,27 @@ func (e *Engine) Partitions() map[int32]PartitionState {
 
 // Owns reports whether this instance currently owns aggregate partition p
 // (RESTORING or RUNNING).
-func (e *Engine) Owns(p int32) bool {
-	_, ok := e.partitionState(p)
+func (r *Router) Owns(p int32) bool {
+	_, ok := r.partitionState(p)
 	return ok
 }
 
 // partitionState returns the state of partition p here; ok is false when
 // this instance does not own p.
-func (e *Engine) partitionState(p int32) (s PartitionState, ok bool) {
-	e.parts.mu.Lock()
-	defer e.parts.mu.Unlock()
-	s, ok = e.parts.states[p]
+func (r *Router) partitionState(p int32) (s PartitionState, ok bool) {
+	r.parts.mu.Lock()
+	defer r.parts.mu.Unlock()
+	s, ok = r.parts.states[p]
 	return s, ok
 }
 
 // answerable reports whether queries for partition p may be answered from
 // this instance's store: p is RUNNING here, or in hand-over (see
 // handover.go).
-func (e *Engine) answerable(p int32) bool {
-	e.parts.mu.Lock()
-	defer e.parts.mu.Unlock()
-	return e.parts.answerableLocked(p, time.Now())
+func (r *Router) answerable(p int32) bool {
+	r.parts.mu.Lock()
+	defer r.parts.mu.Unlock()
+	return r.parts.answerableLocked(p, time.Now())
 }
 
 func (t *partitionTracker) answerableLocked(p int32, now time.Time) bool {
@@ -138,18 +138,18 @@ func (t *partitionTracker) answerableLocked(p int32, now time.Time) bool {
 }
 
 // answerableSet returns the partitions answerable on this instance.
-func (e *Engine) answerableSet() map[int32]bool {
-	e.parts.mu.Lock()
-	defer e.parts.mu.Unlock()
+func (r *Router) answerableSet() map[int32]bool {
+	r.parts.mu.Lock()
+	defer r.parts.mu.Unlock()
 	now := time.Now()
-	out := make(map[int32]bool, len(e.parts.states)+len(e.parts.warm))
-	for p := range e.parts.states {
-		if e.parts.answerableLocked(p, now) {
+	out := make(map[int32]bool, len(r.parts.states)+len(r.parts.warm))
+	for p := range r.parts.states {
+		if r.parts.answerableLocked(p, now) {
 			out[p] = true
 		}
 	}
-	for p := range e.parts.warm {
-		if e.parts.answerableLocked(p, now) {
+	for p := range r.parts.warm {
+		if r.parts.answerableLocked(p, now) {
 			out[p] = true
 		}
 	}
@@ -158,20 +158,20 @@ func (e *Engine) answerableSet() map[int32]bool {
 
 // Ready returns nil when the instance has joined its group, every assigned
 // partition is RUNNING and the store is reachable; otherwise an error saying why.
-func (e *Engine) Ready() error {
-	e.parts.mu.Lock()
-	defer e.parts.mu.Unlock()
-	if !e.parts.joined {
-		return fmt.Errorf("not yet joined consumer group %q", e.cfg.ApplicationID)
+func (r *Router) Ready() error {
+	r.parts.mu.Lock()
+	defer r.parts.mu.Unlock()
+	if !r.parts.joined {
+		return fmt.Errorf("not yet joined consumer group %q", r.appID)
 	}
-	if err := e.restarts.failing(); err != nil {
+	if err := r.restarts.failing(); err != nil {
 		return err
 	}
-	if e.parts.storeErr != nil {
-		return fmt.Errorf("store unavailable: %v", e.parts.storeErr)
+	if r.parts.storeErr != nil {
+		return fmt.Errorf("store unavailable: %v", r.parts.storeErr)
 	}
 	var restoring []int32
-	for p, s := range e.parts.states {
+	for p, s := range r.parts.states {
 		if s != Running {
 			restoring = append(restoring, p)
 		}

@@ -72,7 +72,7 @@ func (t *task) restore(ctx context.Context) error {
 		// Someone wrote to the changelog after this store's last flush
 		// (beyond its commit marker): this copy is behind, so it must not
 		// be answered while it catches up (see handover.go).
-		e.parts.unwarm(t.p)
+		e.route.parts.unwarm(t.p)
 	}
 	t.checkpoint = max(start, end)
 	if start >= end {

@@ -15,10 +15,10 @@ func (e *Engine) retryUnavailable(ctx context.Context, what string, fn func() er
 	for {
 		err := fn()
 		if err == nil || !errors.Is(err, ErrUnavailable) {
-			e.parts.setStoreErr(nil)
+			e.route.parts.setStoreErr(nil)
 			return err
 		}
-		e.parts.setStoreErr(err)
+		e.route.parts.setStoreErr(err)
 		e.log.Warn("store unavailable, retrying", "op", what, "err", err, "retry_in", backoff)
 		if !sleepCtx(ctx, backoff) {
 			return ctx.Err()

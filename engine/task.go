@@ -66,7 +66,7 @@ func (t *task) run() error {
 		}
 		return fmt.Errorf("restore partition %d: %w", t.p, err)
 	}
-	e.parts.set(t.p, Running)
+	e.route.parts.set(t.p, Running)
 	e.c.running.Add(1)
 	ticker := time.NewTicker(e.cfg.CommitInterval)
 	defer ticker.Stop()

@@ -146,9 +146,7 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 	if e.cfg.InstanceID == "" {
 		return
 	}
-	e.owners.mu.Lock()
-	admin := e.admin
-	e.owners.mu.Unlock()
+	admin := e.route.adminClient()
 	if admin == nil {
 		return
 	}

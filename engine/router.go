@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/IBM/sarama"
+)
+
+// Router is an instance's routing and readiness state, split out of the
+// Engine that updates it: which aggregate partitions this instance owns
+// and in which state, which revoked ones it may still answer (hand-over),
+// whether the store answers, how often the group restarted, and the
+// group's membership snapshot, from which keys owned by another instance
+// are routed there. The engine's processing goroutines write it; the HTTP
+// handlers read it. It has its own locks (the partition tracker's, the
+// owners'), never held across a network call, and none shared with the
+// engine. Safe for concurrent use. Get it from Engine.Router.
+type Router struct {
+	appID       string
+	self        string // this instance's advertised address
+	repartition string
+	log         *slog.Logger
+
+	parts    partitionTracker
+	owners   owners
+	restarts restartLog
+	numParts atomic.Int32        // aggregate partitions; 0 until connected
+	admin    sarama.ClusterAdmin // guarded by owners.mu
+}
+
+func newRouter(cfg Config, log *slog.Logger) *Router {
+	return &Router{appID: cfg.ApplicationID, self: cfg.AdvertiseAddr, repartition: cfg.Topics().Repartition, log: log}
+}
+
+// Router returns the engine's routing and readiness state.
+func (e *Engine) Router() *Router { return e.route }
+
+// setAdmin installs the admin client used to describe the group and
+// returns the one it replaces (nil: none).
+func (r *Router) setAdmin(a sarama.ClusterAdmin) sarama.ClusterAdmin {
+	r.owners.mu.Lock()
+	defer r.owners.mu.Unlock()
+	old := r.admin
+	r.admin = a
+	return old
+}
+
+// adminClient returns the admin client, nil before the engine connected.
+func (r *Router) adminClient() sarama.ClusterAdmin {
+	r.owners.mu.Lock()
+	defer r.owners.mu.Unlock()
+	return r.admin
+}
+
+// Owner returns where movieID is answered; see Router.Owner.
+func (e *Engine) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
+	return e.route.Owner(ctx, movieID)
+}
+
+// Membership returns the group's ownership snapshot; see Router.Membership.
+func (e *Engine) Membership(ctx context.Context) (Membership, error) { return e.route.Membership(ctx) }
+
+// Partitions returns the state of each partition owned here; see
+// Router.Partitions.
+func (e *Engine) Partitions() map[int32]PartitionState { return e.route.Partitions() }
+
+// Owns reports whether this instance owns partition p; see Router.Owns.
+func (e *Engine) Owns(p int32) bool { return e.route.Owns(p) }
+
+// Ready reports whether this instance is ready to answer; see Router.Ready.
+func (e *Engine) Ready() error { return e.route.Ready() }
