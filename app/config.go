@@ -1,7 +1,9 @@
 // Package app wires keepstate together: it turns a Config into a running
-// processor, store and HTTP server, and implements the subcommands (run,
-// demo, produce, reset). cmd/keepstate only maps flags and environment
-// variables onto Config and calls into this package.
+// processor, store and HTTP server, and implements the subcommands run,
+// produce and reset. The demo and bench subcommands, which start in-process
+// fakes (kfake, srfake), live in app/demo and app/bench so that this package
+// imports none of them. cmd/keepstate only maps flags and environment
+// variables onto Config and calls into these packages.
 package app
 
 import (

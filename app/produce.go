@@ -108,7 +108,7 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 	sc.Producer.Idempotent = true
 	sc.Net.MaxOpenRequests = 1
 	sc.Producer.Partitioner = engine.NewJavaPartitioner
-	if err := ensureTopic(p.Brokers, sc, p.Topic, p.Partitions); err != nil {
+	if err := EnsureTopic(p.Brokers, sc, p.Topic, p.Partitions); err != nil {
 		return 0, err
 	}
 	prod, err := sarama.NewAsyncProducer(p.Brokers, sc)
@@ -219,8 +219,9 @@ func jsonLines(r io.Reader) func() (avro.Rating, bool, error) {
 	}
 }
 
-// ensureTopic creates topic with n partitions when it does not exist.
-func ensureTopic(brokers []string, sc *sarama.Config, topic string, n int32) error {
+// EnsureTopic creates topic with n partitions (replication factor 1) when
+// it does not exist; `keepstate produce` and `keepstate bench` use it.
+func EnsureTopic(brokers []string, sc *sarama.Config, topic string, n int32) error {
 	admin, err := sarama.NewClusterAdmin(brokers, sc)
 	if err != nil {
 		return fmt.Errorf("%w: kafka %v: %w; start Kafka or set --brokers (try `keepstate demo`)", ErrUnavailable, brokers, err)

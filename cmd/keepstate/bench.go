@@ -9,13 +9,14 @@ import (
 	"strings"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/bench"
 )
 
-// cmdBench is `keepstate bench`: flags onto app.BenchConfig, then app.Bench.
+// cmdBench is `keepstate bench`: flags onto bench.Config, then bench.Run.
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	b := app.DefaultBench()
+	b := bench.Default()
 	b.Out = stdout
 	logLevel := "warn"
 	var zipf, uniform bool
@@ -53,7 +54,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: --zipf and --uniform exclude each other", app.ErrConfig)
 	}
 	if uniform {
-		b.Dist = app.DistUniform
+		b.Dist = bench.DistUniform
 	}
 	b.Phases = splitList(*phases)
 	if b.Binary == "" {
@@ -67,6 +68,6 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
 	}
-	_, err = app.Bench(ctx, b, log)
+	_, err = bench.Run(ctx, b, log)
 	return err
 }

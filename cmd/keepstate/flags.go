@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/demo"
 )
 
 // envName returns the environment variable of a flag: KEEPSTATE_ + upper
@@ -108,7 +109,7 @@ func splitList(s string) []string {
 }
 
 // demoFlags registers the flags only the demo has.
-func demoFlags(fs *flag.FlagSet, d *app.DemoConfig) {
+func demoFlags(fs *flag.FlagSet, d *demo.Config) {
 	fs.StringVar(&d.KafkaAddr, "kafka-addr", d.KafkaAddr, "listen address of the in-process Kafka broker")
 	fs.StringVar(&d.RegistryAddr, "registry-addr", d.RegistryAddr, "listen address of the in-process Schema Registry")
 	fs.Float64Var(&d.Rate, "rate", d.Rate, "generated ratings per second (0: no generator)")

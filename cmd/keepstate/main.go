@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/demo"
 )
 
 const usage = `keepstate — a Kafka stream processor with a persistent, queryable state store.
@@ -117,7 +118,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	d := app.DefaultDemo()
+	d := demo.Default()
 	d.Out = stdout
 	commonFlags(fs, &d.Config)
 	demoFlags(fs, &d)
@@ -128,7 +129,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
 	}
-	return app.Demo(ctx, d, log)
+	return demo.Run(ctx, d, log)
 }
 
 func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {

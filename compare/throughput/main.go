@@ -41,7 +41,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/bench"
 	"github.com/keepstate/keepstate/avro"
 )
 
@@ -105,9 +105,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	o.brokers = strings.Split(*brokers, ",")
 	o.systems = strings.Split(*systems, ",")
-	o.dist = app.DistZipf
+	o.dist = bench.DistZipf
 	if *uniform {
-		o.dist = app.DistUniform
+		o.dist = bench.DistUniform
 	}
 	if *brokers == "" {
 		return errors.New("--brokers is required (scripts/bench-compare.sh starts Apache Kafka)")
@@ -139,13 +139,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	stamp := time.Now().Unix() % 1e6
 	input := fmt.Sprintf("tp-ratings-%d", stamp)
-	w := app.Workload{Dist: o.dist, Movies: o.movies, Ratings: o.ratings, Seed: o.seed}
-	truth := app.NewTruth()
+	w := bench.Workload{Dist: o.dist, Movies: o.movies, Ratings: o.ratings, Seed: o.seed}
+	truth := bench.NewTruth()
 	header := describe(o, input)
 	fmt.Fprint(out, header)
 	fmt.Fprintf(out, "producing %d ratings to %s ...\n", o.ratings, input)
-	took, err := app.ProduceWorkload(ctx, app.ProduceOptions{Brokers: o.brokers, Topic: input, Partitions: int32(o.partitions),
-		Encode: app.RegistryEncoder(client, avro.ValueSubject(input))}, w, truth)
+	took, err := bench.ProduceWorkload(ctx, bench.ProduceOptions{Brokers: o.brokers, Topic: input, Partitions: int32(o.partitions),
+		Encode: bench.RegistryEncoder(client, avro.ValueSubject(input))}, w, truth)
 	if err != nil {
 		return err
 	}

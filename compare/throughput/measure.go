@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/bench"
 )
 
 // env is what every measurement shares.
@@ -20,7 +20,7 @@ type env struct {
 	o        options
 	input    string
 	registry string
-	truth    *app.Truth
+	truth    *bench.Truth
 	stamp    int64
 	out      io.Writer
 }
@@ -28,7 +28,7 @@ type env struct {
 // measurement is one system's run.
 type measurement struct {
 	seconds, rate, cpu, rssMiB float64
-	check                      app.CheckReport
+	check                      bench.CheckReport
 }
 
 // measure starts system s as a child in a fresh group, waits until the
@@ -82,7 +82,7 @@ func (e *env) measure(ctx context.Context, s string, run int) (measurement, erro
 	if err := createTopic(e.o.brokers, output, int32(e.o.partitions)); err != nil {
 		return m, err
 	}
-	child, err := app.StartChild(filepath.Join(e.o.work, appID+".log"), bin, args...)
+	child, err := bench.StartChild(filepath.Join(e.o.work, appID+".log"), bin, args...)
 	if err != nil {
 		return m, err
 	}
@@ -90,12 +90,12 @@ func (e *env) measure(ctx context.Context, s string, run int) (measurement, erro
 	wctx, cancel := context.WithTimeout(ctx, e.o.timeout)
 	defer cancel()
 	type res struct {
-		r   app.DrainResult
+		r   bench.DrainResult
 		err error
 	}
 	done := make(chan res, 1)
 	go func() {
-		r, err := app.DrainWatch{Brokers: e.o.brokers, Group: appID, Stages: [][]string{{e.input}, {repartition}}}.Wait(wctx)
+		r, err := bench.DrainWatch{Brokers: e.o.brokers, Group: appID, Stages: [][]string{{e.input}, {repartition}}}.Wait(wctx)
 		done <- res{r, err}
 	}()
 	var d res
@@ -123,7 +123,7 @@ func (e *env) measure(ctx context.Context, s string, run int) (measurement, erro
 	if strings.HasPrefix(s, "keepstate") {
 		m.check = e.checkAPI(ctx, "http://"+addr)
 	} else {
-		obs, err := app.ScanOutputTopic(ctx, e.o.brokers, output)
+		obs, err := bench.ScanOutputTopic(ctx, e.o.brokers, output)
 		if err != nil {
 			return m, err
 		}
@@ -141,11 +141,11 @@ func (e *env) measure(ctx context.Context, s string, run int) (measurement, erro
 
 // checkAPI reads every movie through keepstate's API, again for up to 30 s
 // while it is not exact (the store is written right after the commit).
-func (e *env) checkAPI(ctx context.Context, base string) app.CheckReport {
+func (e *env) checkAPI(ctx context.Context, base string) bench.CheckReport {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		obs, err := app.ScanAPI(ctx, base)
-		r := app.CheckReport{Movies: e.truth.Movies(), Missing: e.truth.Movies()}
+		obs, err := bench.ScanAPI(ctx, base)
+		r := bench.CheckReport{Movies: e.truth.Movies(), Missing: e.truth.Movies()}
 		if err == nil {
 			r = e.truth.Check(obs)
 		}

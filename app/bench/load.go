@@ -1,4 +1,4 @@
-package app
+package bench
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/engine"
 )
@@ -40,10 +41,10 @@ func (w Workload) Validate() error {
 	switch w.Dist {
 	case DistZipf, DistUniform, DistFill:
 	default:
-		return fmt.Errorf("%w: unknown workload distribution %q (want %s, %s or %s)", ErrConfig, w.Dist, DistZipf, DistUniform, DistFill)
+		return fmt.Errorf("%w: unknown workload distribution %q (want %s, %s or %s)", app.ErrConfig, w.Dist, DistZipf, DistUniform, DistFill)
 	}
 	if w.Movies <= 1 || (w.Dist != DistFill && w.Ratings <= 0) {
-		return fmt.Errorf("%w: a workload needs more than one movie and at least one rating", ErrConfig)
+		return fmt.Errorf("%w: a workload needs more than one movie and at least one rating", app.ErrConfig)
 	}
 	return nil
 }
@@ -178,12 +179,12 @@ func ProduceWorkload(ctx context.Context, o ProduceOptions, w Workload, truth *T
 	sc.Producer.Flush.Bytes = 512 << 10
 	sc.Producer.Flush.Frequency = 5 * time.Millisecond
 	sc.ChannelBufferSize = 4096
-	if err := ensureTopic(o.Brokers, sc, o.Topic, o.Partitions); err != nil {
+	if err := app.EnsureTopic(o.Brokers, sc, o.Topic, o.Partitions); err != nil {
 		return 0, err
 	}
 	prod, err := sarama.NewAsyncProducer(o.Brokers, sc)
 	if err != nil {
-		return 0, fmt.Errorf("%w: kafka %v: %w", ErrUnavailable, o.Brokers, err)
+		return 0, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, o.Brokers, err)
 	}
 	var firstErr error
 	errDone := make(chan struct{})

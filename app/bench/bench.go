@@ -1,4 +1,11 @@
-package app
+// Package bench is `keepstate bench`, an end-to-end benchmark of keepstate
+// run as a child process, and the pieces it is built from (workload
+// generator, ground truth and exactness check, drain watch, child process
+// and /proc usage, CPU profile fetch), which compare/throughput reuses.
+// Without --brokers and --schema-registry it runs an in-process Kafka broker
+// (kfake) and Schema Registry (demo.Registry), which is why it lives
+// outside package app.
+package bench
 
 import (
 	"context"
@@ -18,6 +25,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/demo"
 )
 
 // Phases of `keepstate bench`, run in this order.
@@ -30,13 +40,13 @@ const (
 
 var benchPhases = []string{PhaseFill, PhaseRun, PhaseRestart, PhaseRestore}
 
-// ErrNotExact is returned by Bench when a phase ended with a state that is
+// ErrNotExact is returned by Run when a phase ended with a state that is
 // not exactly the ratings produced.
 var ErrNotExact = errors.New("benchmark state is not exact")
 
-// BenchConfig configures `keepstate bench`: an end-to-end benchmark of
-// keepstate run as a child process. Start from DefaultBench().
-type BenchConfig struct {
+// Config configures `keepstate bench`: an end-to-end benchmark of
+// keepstate run as a child process. Start from Default().
+type Config struct {
 	Brokers        []string      // --brokers: a running Kafka (empty: an in-process kfake broker)
 	SchemaRegistry string        // --schema-registry (empty: an in-process registry)
 	Movies         int64         // --movies: distinct movies
@@ -61,16 +71,16 @@ type BenchConfig struct {
 	Out        io.Writer     // where the table or JSON goes
 }
 
-// DefaultBench returns the bench defaults: 62k movies, 1M Zipf ratings,
+// Default returns the bench defaults: 62k movies, 1M Zipf ratings,
 // clover, every phase, in-process broker; about a minute on 2 cores.
-func DefaultBench() BenchConfig {
-	return BenchConfig{Movies: 62000, Ratings: 1000000, Dist: DistZipf, Store: StoreClover,
-		RedisURL: Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1,
+func Default() Config {
+	return Config{Movies: 62000, Ratings: 1000000, Dist: DistZipf, Store: app.StoreClover,
+		RedisURL: app.Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1,
 		ProfileFor: 10 * time.Second, Timeout: 10 * time.Minute, Out: io.Discard}
 }
 
 // Validate checks the bench settings.
-func (b BenchConfig) Validate() error {
+func (b Config) Validate() error {
 	var errs []error
 	if b.Dist != DistZipf && b.Dist != DistUniform {
 		errs = append(errs, fmt.Errorf("distribution %q: want %s or %s", b.Dist, DistZipf, DistUniform))
@@ -78,7 +88,7 @@ func (b BenchConfig) Validate() error {
 	if b.Movies < 2 || b.Ratings < 1 || b.Partitions < 1 {
 		errs = append(errs, errors.New("--movies >= 2, --ratings >= 1 and --partitions >= 1 are required"))
 	}
-	if b.Store != StoreClover && b.Store != StoreRedis {
+	if b.Store != app.StoreClover && b.Store != app.StoreRedis {
 		errs = append(errs, fmt.Errorf("--store: unknown store %q", b.Store))
 	}
 	if len(b.Phases) == 0 {
@@ -103,7 +113,7 @@ func (b BenchConfig) Validate() error {
 		errs = append(errs, errors.New("a keepstate binary, a positive --timeout and --cpuprofile-seconds are required"))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", app.ErrConfig, errors.Join(errs...))
 	}
 	return nil
 }
@@ -121,8 +131,8 @@ type PhaseResult struct {
 	Note       string      `json:"note,omitempty"`
 }
 
-// BenchResult is the whole benchmark's outcome.
-type BenchResult struct {
+// Result is the whole benchmark's outcome.
+type Result struct {
 	Date       string        `json:"date"`
 	Broker     string        `json:"broker"`
 	Store      string        `json:"store"`
@@ -132,9 +142,9 @@ type BenchResult struct {
 	Phases     []PhaseResult `json:"phases"`
 }
 
-// bench is one run of Bench.
+// bench is the state of one Run.
 type bench struct {
-	cfg      BenchConfig
+	cfg      Config
 	log      *slog.Logger
 	work     string
 	brokers  []string
@@ -147,16 +157,19 @@ type bench struct {
 	encode   ProduceOptions
 }
 
-// Bench is `keepstate bench`. It produces the ratings of each phase first,
+// Run is `keepstate bench`. It produces the ratings of each phase first,
 // then starts keepstate as a child process and times it, checks every
 // movie against the ratings produced, and prints a table (or JSON) to
 // cfg.Out. It returns ErrNotExact (after printing) when a check failed.
-func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult, error) {
-	var res BenchResult
+func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
+	var res Result
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	b := &bench{cfg: cfg, log: discardLogger(log), truth: NewTruth()}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &bench{cfg: cfg, log: log, truth: NewTruth()}
 	var err error
 	if b.work = cfg.WorkDir; b.work == "" {
 		if b.work, err = os.MkdirTemp("", "keepstate-bench-"); err != nil {
@@ -189,7 +202,7 @@ func Bench(ctx context.Context, cfg BenchConfig, log *slog.Logger) (BenchResult,
 		defer stop()
 		b.registry = url
 	}
-	reg, err := OpenRegistry(ctx, Config{SchemaRegistry: b.registry}, b.log)
+	reg, err := app.OpenRegistry(ctx, app.Config{SchemaRegistry: b.registry}, b.log)
 	if err != nil {
 		return res, err
 	}
@@ -404,7 +417,7 @@ func freeTCPAddr() (string, error) {
 
 // serveBenchRegistry serves an in-process Schema Registry on loopback.
 func serveBenchRegistry(path string, log *slog.Logger) (func(), string, error) {
-	reg, err := newPersistentRegistry(path, log)
+	reg, err := demo.NewRegistry(path, log)
 	if err != nil {
 		return nil, "", err
 	}
@@ -427,7 +440,7 @@ func loadAvg() string {
 }
 
 // printBench writes res as a table, or as JSON.
-func printBench(w io.Writer, res BenchResult, asJSON bool) error {
+func printBench(w io.Writer, res Result, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

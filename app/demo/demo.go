@@ -1,4 +1,9 @@
-package app
+// Package demo is `keepstate demo`: keepstate (app.Run) together with an
+// in-process Kafka broker (kfake), an in-process Schema Registry (srfake,
+// persisted by Registry) and a ratings generator, in one process. It keeps
+// these fakes out of package app, whose production path imports none of
+// them.
+package demo
 
 import (
 	"context"
@@ -16,12 +21,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/keepstate/keepstate/app"
 )
 
-// DemoConfig configures `keepstate demo`: the service plus an in-process
+// Config configures `keepstate demo`: the service plus an in-process
 // Kafka broker and Schema Registry and a ratings generator, in one process.
-type DemoConfig struct {
-	Config
+type Config struct {
+	app.Config
 	// KafkaAddr is where the in-process broker listens.
 	KafkaAddr string
 	// RegistryAddr is where the in-process Schema Registry listens.
@@ -34,17 +41,17 @@ type DemoConfig struct {
 	Out io.Writer
 }
 
-// DefaultDemo returns the demo defaults: broker 127.0.0.1:9092, registry
+// Default returns the demo defaults: broker 127.0.0.1:9092, registry
 // 127.0.0.1:8081, API :7001, 50 ratings/s over 1000 movies, store ./data.
-func DefaultDemo() DemoConfig {
-	return DemoConfig{Config: Default(), KafkaAddr: "127.0.0.1:9092", RegistryAddr: "127.0.0.1:8081",
+func Default() Config {
+	return Config{Config: app.Default(), KafkaAddr: "127.0.0.1:9092", RegistryAddr: "127.0.0.1:8081",
 		Rate: 50, Movies: 1000, Out: io.Discard}
 }
 
 // Validate checks the demo settings.
-func (d DemoConfig) Validate() error {
+func (d Config) Validate() error {
 	var errs []error
-	if d.Store != StoreClover {
+	if d.Store != app.StoreClover {
 		// redis works too, but then Redis must run; say so if it does not.
 		if err := d.Config.Validate(); err != nil {
 			errs = append(errs, err)
@@ -59,19 +66,22 @@ func (d DemoConfig) Validate() error {
 		errs = append(errs, errors.New("--rate must be >= 0 and --movies > 0"))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", app.ErrConfig, errors.Join(errs...))
 	}
 	return nil
 }
 
-// Demo runs the demo until ctx ends. Under --data-dir the broker keeps its
+// Run runs the demo until ctx ends. Under --data-dir the broker keeps its
 // log in kafka/, the registry its schemas in registry.jsonl and the clover
-// store its data in store/, so a restarted demo keeps all three.
-func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
+// store its data in store/, so a restarted demo keeps all three. A nil log
+// discards.
+func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	log = discardLogger(log)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if err := os.MkdirAll(d.DataDir, 0o755); err != nil {
 		return fmt.Errorf("demo: create --data-dir: %w", err)
 	}
@@ -104,7 +114,7 @@ func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
 		return fmt.Errorf("demo: start in-process Kafka: %w", err)
 	}
 	defer cluster.Close()
-	reg, err := newPersistentRegistry(filepath.Join(d.DataDir, "registry.jsonl"), log)
+	reg, err := NewRegistry(filepath.Join(d.DataDir, "registry.jsonl"), log)
 	if err != nil {
 		regLn.Close()
 		return err
@@ -130,20 +140,20 @@ func Demo(ctx context.Context, d DemoConfig, log *slog.Logger) error {
 	close(genDone)
 	ready := func(api string) {
 		fmt.Fprintf(d.Out, "keepstate demo is running\n  API:             http://%s  (try /movies/1 and /movies?minAvg=8)\n  Kafka broker:    %s\n  Schema Registry: %s\n  Store:           %s (%s)\n  Generator:       %g ratings/s over %d movies\nPress Ctrl-C to stop.\n",
-			displayAddr(mustTCPAddr(api)), c.Brokers[0], c.SchemaRegistry, c.Store, c.DataDir, d.Rate, d.Movies)
+			displayAddr(api), c.Brokers[0], c.SchemaRegistry, c.Store, c.DataDir, d.Rate, d.Movies)
 		if d.Rate > 0 {
 			genDone = make(chan struct{})
 			go func() {
 				defer close(genDone)
-				p := ProduceConfig{Brokers: c.Brokers, SchemaRegistry: c.SchemaRegistry, Topic: c.InputTopic,
+				p := app.ProduceConfig{Brokers: c.Brokers, SchemaRegistry: c.SchemaRegistry, Topic: c.InputTopic,
 					Movies: d.Movies, Rate: d.Rate, Seed: uint64(time.Now().UnixNano()), Partitions: c.Partitions}
-				if _, err := Produce(ctx, p, log); err != nil && ctx.Err() == nil {
+				if _, err := app.Produce(ctx, p, log); err != nil && ctx.Err() == nil {
 					log.Error("demo generator stopped", "err", err)
 				}
 			}()
 		}
 	}
-	err = Run(ctx, c, log, ready)
+	err = app.Run(ctx, c, log, ready)
 	cancel()
 	<-genDone
 	return err
@@ -155,12 +165,12 @@ const demoLockTimeout = time.Second
 
 // lockDataDir takes an exclusive lock on dir (the file demo.lock, locked
 // with bbolt's portable file lock) and returns its release; it fails with
-// ErrConfig when another process holds it.
+// app.ErrConfig when another process holds it.
 func lockDataDir(dir string) (func(), error) {
 	path := filepath.Join(dir, "demo.lock")
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: demoLockTimeout})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%w: --data-dir %s is in use by another keepstate demo (lock %s held); stop it or choose another --data-dir", ErrConfig, dir, path)
+		return nil, fmt.Errorf("%w: --data-dir %s is in use by another keepstate demo (lock %s held); stop it or choose another --data-dir", app.ErrConfig, dir, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("demo: lock --data-dir %s: %w", dir, err)
@@ -168,10 +178,15 @@ func lockDataDir(dir string) (func(), error) {
 	return func() { _ = db.Close() }, nil
 }
 
-func mustTCPAddr(s string) net.Addr {
-	a, err := net.ResolveTCPAddr("tcp", s)
+// displayAddr renders the API's listen address for humans, as app.Run logs
+// it (":7001" → "localhost:7001").
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return &net.TCPAddr{}
+		return addr
 	}
-	return a
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -1,4 +1,4 @@
-package app_test
+package bench_test
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/bench"
 	"github.com/keepstate/keepstate/avro"
 )
 
 // drain returns every rating of w.
-func drain(w app.Workload) []avro.Rating {
+func drain(w bench.Workload) []avro.Rating {
 	var out []avro.Rating
 	next := w.Generator()
 	for r, ok := next(); ok; r, ok = next() {
@@ -29,9 +29,9 @@ func drain(w app.Workload) []avro.Rating {
 }
 
 func TestWorkloadGenerator(t *testing.T) {
-	for _, dist := range []string{app.DistZipf, app.DistUniform, app.DistFill} {
+	for _, dist := range []string{bench.DistZipf, bench.DistUniform, bench.DistFill} {
 		t.Run(dist, func(t *testing.T) {
-			w := app.Workload{Dist: dist, Movies: 500, Ratings: 5000, Seed: 7}
+			w := bench.Workload{Dist: dist, Movies: 500, Ratings: 5000, Seed: 7}
 			if err := w.Validate(); err != nil {
 				t.Fatalf("Validate() = %v, want nil", err)
 			}
@@ -55,22 +55,22 @@ func TestWorkloadGenerator(t *testing.T) {
 				seen[r.MovieID]++
 			}
 			switch dist {
-			case app.DistFill:
+			case bench.DistFill:
 				if len(seen) != int(w.Movies) {
 					t.Errorf("fill rated %d distinct movies, want %d", len(seen), w.Movies)
 				}
-			case app.DistZipf:
+			case bench.DistZipf:
 				if seen[1] < 10*seen[250] {
 					t.Errorf("zipf: movie 1 has %d ratings, movie 250 %d: want a strong skew", seen[1], seen[250])
 				}
-			case app.DistUniform:
+			case bench.DistUniform:
 				if seen[1] > 3*seen[250]+10 {
 					t.Errorf("uniform: movie 1 has %d ratings, movie 250 %d: want no skew", seen[1], seen[250])
 				}
 			}
 			other := w
 			other.Seed++
-			if c := drain(other); dist != app.DistFill && c[0] == a[0] && c[1] == a[1] && c[2] == a[2] {
+			if c := drain(other); dist != bench.DistFill && c[0] == a[0] && c[1] == a[1] && c[2] == a[2] {
 				t.Errorf("seeds %d and %d start alike: %+v", w.Seed, other.Seed, c[:3])
 			}
 		})
@@ -78,10 +78,10 @@ func TestWorkloadGenerator(t *testing.T) {
 }
 
 func TestWorkloadValidate(t *testing.T) {
-	for _, w := range []app.Workload{
+	for _, w := range []bench.Workload{
 		{Dist: "pareto", Movies: 10, Ratings: 10},
-		{Dist: app.DistZipf, Movies: 1, Ratings: 10},
-		{Dist: app.DistUniform, Movies: 10, Ratings: 0},
+		{Dist: bench.DistZipf, Movies: 1, Ratings: 10},
+		{Dist: bench.DistUniform, Movies: 10, Ratings: 0},
 	} {
 		if err := w.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil, want an error", w)
@@ -90,24 +90,24 @@ func TestWorkloadValidate(t *testing.T) {
 }
 
 func TestTruthCheck(t *testing.T) {
-	truth := app.NewTruth()
+	truth := bench.NewTruth()
 	for _, r := range []avro.Rating{{MovieID: 1, Rating: 10}, {MovieID: 1, Rating: 8}, {MovieID: 2, Rating: 0.5}} {
 		truth.Add(r)
 	}
-	exact := []app.Observed{{MovieID: 1, Count: 2, Avg: 9}, {MovieID: 2, Count: 1, Avg: 0.5}}
+	exact := []bench.Observed{{MovieID: 1, Count: 2, Avg: 9}, {MovieID: 2, Count: 1, Avg: 0.5}}
 	tests := []struct {
 		name                         string
-		obs                          []app.Observed
+		obs                          []bench.Observed
 		ok                           bool
 		exact, wrong, missing, extra int
 	}{
 		{"exact", exact, true, 2, 0, 0, 0},
-		{"average only", []app.Observed{{MovieID: 1, Count: -1, Avg: 9}, {MovieID: 2, Count: -1, Avg: 0.5}}, true, 2, 0, 0, 0},
-		{"count off by one", []app.Observed{{MovieID: 1, Count: 3, Avg: 9}, exact[1]}, false, 1, 1, 0, 0},
-		{"average off", []app.Observed{{MovieID: 1, Count: 2, Avg: 9.000000001}, exact[1]}, false, 1, 1, 0, 0},
+		{"average only", []bench.Observed{{MovieID: 1, Count: -1, Avg: 9}, {MovieID: 2, Count: -1, Avg: 0.5}}, true, 2, 0, 0, 0},
+		{"count off by one", []bench.Observed{{MovieID: 1, Count: 3, Avg: 9}, exact[1]}, false, 1, 1, 0, 0},
+		{"average off", []bench.Observed{{MovieID: 1, Count: 2, Avg: 9.000000001}, exact[1]}, false, 1, 1, 0, 0},
 		{"missing", exact[:1], false, 1, 0, 1, 0},
-		{"extra movie", append([]app.Observed{{MovieID: 3, Count: 1, Avg: 1}}, exact...), false, 2, 0, 0, 1},
-		{"twice", append([]app.Observed{exact[0]}, exact...), false, 2, 0, 0, 1},
+		{"extra movie", append([]bench.Observed{{MovieID: 3, Count: 1, Avg: 1}}, exact...), false, 2, 0, 0, 1},
+		{"twice", append([]bench.Observed{exact[0]}, exact...), false, 2, 0, 0, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,7 +133,7 @@ func TestReadProcUsage(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skip("no /proc: not Linux")
 	}
-	u, err := app.ReadProcUsage(os.Getpid())
+	u, err := bench.ReadProcUsage(os.Getpid())
 	if err != nil {
 		t.Fatalf("ReadProcUsage(self) = %v", err)
 	}
@@ -151,14 +151,14 @@ func TestCollectCPUProfile(t *testing.T) {
 	defer bare.Close()
 
 	path := filepath.Join(t.TempDir(), "cpu.prof")
-	if err := app.CollectCPUProfile(context.Background(), srv.URL, time.Second, path); err != nil {
+	if err := bench.CollectCPUProfile(context.Background(), srv.URL, time.Second, path); err != nil {
 		t.Fatalf("CollectCPUProfile(pprof server) = %v", err)
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
 		t.Errorf("profile file %s: %v, size %v; want a non-empty profile", path, err, fi)
 	}
-	err := app.CollectCPUProfile(context.Background(), bare.URL, time.Second, filepath.Join(t.TempDir(), "none.prof"))
-	if !errors.Is(err, app.ErrNoProfiler) {
+	err := bench.CollectCPUProfile(context.Background(), bare.URL, time.Second, filepath.Join(t.TempDir(), "none.prof"))
+	if !errors.Is(err, bench.ErrNoProfiler) {
 		t.Errorf("CollectCPUProfile(no pprof) = %v, want ErrNoProfiler", err)
 	}
 }
@@ -175,7 +175,7 @@ func TestCollectCPUProfileWaitsForTheListener(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "cpu.prof")
 	done := make(chan error, 1)
-	go func() { done <- app.CollectCPUProfile(context.Background(), "http://"+addr, time.Second, path) }()
+	go func() { done <- bench.CollectCPUProfile(context.Background(), "http://"+addr, time.Second, path) }()
 
 	// The injected fault: the listener comes up 300 ms late, as a child
 	// process's does (this delay is the scenario, not a synchronisation:

@@ -1,4 +1,4 @@
-package app
+package demo
 
 import (
 	"bufio"
@@ -17,10 +17,12 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
-// persistentRegistry is the demo's in-process Schema Registry (srfake) whose
+// Registry is the demo's in-process Schema Registry (srfake) whose
 // registrations are appended to a JSON-lines file and re-seeded on start, so
-// a restarted demo decodes the records its Kafka log already holds.
-type persistentRegistry struct {
+// a restarted demo decodes the records its Kafka log already holds. It is an
+// http.Handler serving the Schema Registry API; `keepstate bench` serves one
+// too when it is given no --schema-registry.
+type Registry struct {
 	reg  *srfake.Registry
 	path string
 	log  *slog.Logger
@@ -35,9 +37,13 @@ type registryEntry struct {
 	Type    string `json:"type,omitempty"`
 }
 
-// newPersistentRegistry loads path (if present) into a new srfake registry.
-func newPersistentRegistry(path string, log *slog.Logger) (*persistentRegistry, error) {
-	p := &persistentRegistry{reg: srfake.NewRegistry(), path: path, log: log}
+// NewRegistry returns a Registry persisted in path, loading the schemas
+// path holds (if it exists). A nil log discards.
+func NewRegistry(path string, log *slog.Logger) (*Registry, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Registry{reg: srfake.NewRegistry(), path: path, log: log}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return p, nil
@@ -66,7 +72,10 @@ func newPersistentRegistry(path string, log *slog.Logger) (*persistentRegistry, 
 			return nil, fmt.Errorf("demo registry %s: %w", path, err)
 		}
 	}
-	return p, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("demo registry %s: %w", path, err)
+	}
+	return p, nil
 }
 
 // seed calls SeedSchema, which panics on conflicting input, and turns a
@@ -82,7 +91,7 @@ func seed(reg *srfake.Registry, e registryEntry, s sr.Schema) (err error) {
 }
 
 // ServeHTTP serves the registry API and records successful registrations.
-func (p *persistentRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/subjects/") || !strings.HasSuffix(r.URL.Path, "/versions") {
 		p.reg.Handler().ServeHTTP(w, r)
 		return
@@ -109,7 +118,7 @@ func (p *persistentRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // record appends the registration of id under subject, once.
-func (p *persistentRegistry) record(subject string, id int) {
+func (p *Registry) record(subject string, id int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for v := 1; ; v++ {

@@ -1,9 +1,10 @@
-package app_test
+package demo_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/demo"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -32,20 +34,32 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// testLogger returns a debug logger whose output is printed, under name,
+// only when the test fails.
+func testLogger(t *testing.T, name string) *slog.Logger {
+	buf := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", name, buf.String())
+		}
+	})
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 // TestDemoLocksDataDirFirst starts a demo, then a second one on the same
 // --data-dir whose --kafka-addr is taken: it must fail on the data-dir
 // lock, before it even tries to start its broker (which would write into
 // the live broker's directory).
 func TestDemoLocksDataDirFirst(t *testing.T) {
 	dir := t.TempDir()
-	first := app.DefaultDemo()
+	first := demo.Default()
 	first.DataDir, first.HTTPAddr, first.Rate = dir, "127.0.0.1:0", 0
 	first.KafkaAddr, first.RegistryAddr = testkit.FreeAddr(t), testkit.FreeAddr(t)
 	out := &syncBuffer{}
 	first.Out = out
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- app.Demo(ctx, first, testLogger(t, "first demo")) }()
+	go func() { done <- demo.Run(ctx, first, testLogger(t, "first demo")) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -68,7 +82,7 @@ func TestDemoLocksDataDirFirst(t *testing.T) {
 	second.Out = &syncBuffer{}
 	second.KafkaAddr, second.RegistryAddr = taken.Addr().String(), testkit.FreeAddr(t)
 	start := time.Now()
-	err = app.Demo(context.Background(), second, testLogger(t, "second demo"))
+	err = demo.Run(context.Background(), second, testLogger(t, "second demo"))
 	if !errors.Is(err, app.ErrConfig) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second demo on the same --data-dir = %v, want ErrConfig naming the data dir in use (before any broker starts)", err)
 	}

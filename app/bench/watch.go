@@ -1,4 +1,4 @@
-package app
+package bench
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -133,7 +135,7 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 	}
 	client, err := sarama.NewClient(w.Brokers, benchClientConfig())
 	if err != nil {
-		return DrainResult{}, fmt.Errorf("%w: kafka %v: %w", ErrUnavailable, w.Brokers, err)
+		return DrainResult{}, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, w.Brokers, err)
 	}
 	defer client.Close()
 	admin, err := sarama.NewClusterAdminFromClient(client)

@@ -1,4 +1,4 @@
-package app_test
+package bench_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/app/bench"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -15,7 +15,7 @@ import (
 // process kfake, clover, keepstate run as a child process, every phase), so
 // the command keeps working. About 10 s with -race.
 func TestBenchTiny(t *testing.T) {
-	b := app.DefaultBench()
+	b := bench.Default()
 	b.Binary = testkit.Keepstate(t)
 	b.Movies, b.Ratings = 200, 2000
 	b.WorkDir = t.TempDir()
@@ -25,9 +25,9 @@ func TestBenchTiny(t *testing.T) {
 	b.Out = &out
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	res, err := app.Bench(ctx, b, nil)
+	res, err := bench.Run(ctx, b, nil)
 	if err != nil {
-		t.Fatalf("Bench = %v\n%s", err, out.String())
+		t.Fatalf("Run = %v\n%s", err, out.String())
 	}
 	if len(res.Phases) != 4 {
 		t.Fatalf("got %d phases, want 4:\n%s", len(res.Phases), out.String())

@@ -1,4 +1,4 @@
-package app
+package bench
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -155,7 +156,7 @@ func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
 func ScanOutputTopic(ctx context.Context, brokers []string, topic string) ([]Observed, error) {
 	client, err := sarama.NewClient(brokers, benchClientConfig())
 	if err != nil {
-		return nil, fmt.Errorf("%w: kafka %v: %w", ErrUnavailable, brokers, err)
+		return nil, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, brokers, err)
 	}
 	defer client.Close()
 	consumer, err := sarama.NewConsumerFromClient(client)

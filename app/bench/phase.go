@@ -1,4 +1,4 @@
-package app
+package bench
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -143,15 +144,15 @@ func (b *bench) pollUntil(ctx context.Context, ok func(context.Context) bool) (t
 // Redis key of the application (as `keepstate reset` does).
 func (b *bench) wipeStore(ctx context.Context) error {
 	dir := filepath.Join(b.work, "store")
-	if b.cfg.Store == StoreClover {
+	if b.cfg.Store == app.StoreClover {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("delete the store: %w", err)
 		}
 		return nil
 	}
-	c := Default()
+	c := app.Default()
 	c.Store, c.RedisURL, c.ApplicationID, c.DataDir = b.cfg.Store, b.cfg.RedisURL, b.appID, dir
-	s, err := OpenStore(ctx, c, b.log)
+	s, err := app.OpenStore(ctx, c, b.log)
 	if err != nil {
 		return err
 	}
