@@ -31,7 +31,7 @@ const staleDropTimeout = time.Minute
 // only). Safe for concurrent use.
 type staleDropper struct {
 	mu      sync.Mutex
-	pending map[int32]*time.Timer
+	pending map[int32]*staleDrop
 	// running is held while a drop deletes; assignment takes it so that
 	// a partition is never restored while its old copy is being deleted.
 	running sync.Mutex
@@ -39,14 +39,21 @@ type staleDropper struct {
 	stopped bool         // guarded by mu: the engine stopped, arm nothing
 }
 
+// staleDrop is one armed drop. Its timer's function identifies it by
+// this pointer, which exists before the timer does: a timer that fires
+// before AfterFunc has returned must not read the variable AfterFunc's
+// result is being stored to (a data race the broker-free unit tests
+// found with a very short StaleDropAfter).
+type staleDrop struct{ timer *time.Timer }
+
 // stop disarms every pending drop and waits for a running one, so that no
 // drop touches the store after the engine's Run returned (the caller then
 // closes the store).
 func (d *staleDropper) stop() {
 	d.mu.Lock()
 	d.stopped = true
-	for p, t := range d.pending {
-		t.Stop()
+	for p, sd := range d.pending {
+		sd.timer.Stop()
 		delete(d.pending, p)
 	}
 	d.mu.Unlock()
@@ -73,15 +80,15 @@ func (e *Engine) scheduleStaleDrops(ps []int32) {
 		return
 	}
 	if d.pending == nil {
-		d.pending = map[int32]*time.Timer{}
+		d.pending = map[int32]*staleDrop{}
 	}
 	for _, p := range ps {
-		if t := d.pending[p]; t != nil {
-			t.Stop()
+		if old := d.pending[p]; old != nil {
+			old.timer.Stop()
 		}
-		var t *time.Timer
-		t = time.AfterFunc(e.cfg.StaleDropAfter, func() { e.dropStale(p, t) })
-		d.pending[p] = t
+		sd := &staleDrop{}
+		sd.timer = time.AfterFunc(e.cfg.StaleDropAfter, func() { e.dropStale(p, sd) })
+		d.pending[p] = sd
 	}
 }
 
@@ -92,8 +99,8 @@ func (e *Engine) cancelStaleDrops(ps []int32) {
 	d := &e.stale
 	d.mu.Lock()
 	for _, p := range ps {
-		if t := d.pending[p]; t != nil {
-			t.Stop()
+		if sd := d.pending[p]; sd != nil {
+			sd.timer.Stop()
 			delete(d.pending, p)
 		}
 	}
@@ -103,14 +110,14 @@ func (e *Engine) cancelStaleDrops(ps []int32) {
 	d.running.Unlock()
 }
 
-// dropStale deletes the stale copy of p if t is still its pending drop and
-// this instance has not been assigned p again.
-func (e *Engine) dropStale(p int32, t *time.Timer) {
+// dropStale deletes the stale copy of p if sd is still its pending drop
+// and this instance has not been assigned p again.
+func (e *Engine) dropStale(p int32, sd *staleDrop) {
 	d := &e.stale
 	d.running.Lock()
 	defer d.running.Unlock()
 	d.mu.Lock()
-	current := d.pending[p] == t
+	current := d.pending[p] == sd
 	if current {
 		delete(d.pending, p)
 	}
