@@ -41,6 +41,8 @@ type Engine struct {
 	store  Store
 	serde  Serde
 	log    *slog.Logger
+	// changelogSubject is the registry subject of changelog values.
+	changelogSubject string
 
 	c     counters
 	route *Router
@@ -73,7 +75,8 @@ func New(cfg Config, store Store, serde Serde) (*Engine, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return &Engine{cfg: cfg, topics: cfg.Topics(), store: store, serde: serde, log: log, kafka: cfg.kafka(),
-		route: newRouter(cfg, log)}, nil
+		changelogSubject: avro.ValueSubject(cfg.Topics().Changelog),
+		route:            newRouter(cfg, log)}, nil
 }
 
 // Stats returns a snapshot of the engine's counters.

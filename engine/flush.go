@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -83,14 +82,15 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 		next:   t.next,
 		commit: t.next > t.committed,
 	}
+	a := newRecordArena(2*len(t.dirty), 1)
 	for id := range t.dirty {
 		d := t.cache.get(id).Clone()
 		job.docs = append(job.docs, d)
-		cl, err := e.changelogRecord(ctx, d)
+		cl, err := e.changelogRecord(ctx, d, a)
 		if err != nil {
 			return nil, err
 		}
-		job.msgs = append(job.msgs, cl, e.averageRecord(d))
+		job.msgs = append(job.msgs, cl, e.averageRecord(d, a))
 	}
 	job.msgs = append(job.msgs, t.dead...)
 	t.dirty = map[int64]struct{}{}
@@ -264,38 +264,39 @@ func (t *task) write(ctx context.Context, job *persistJob, b Batch) error {
 
 // changelogRecord is the compacted changelog record of d: key the movie id,
 // value Avro CountAndSum, processing metadata in headers.
-func (e *Engine) changelogRecord(ctx context.Context, d MovieStats) (*sarama.ProducerMessage, error) {
-	v, err := e.serde.EncodeCountAndSum(ctx, avro.ValueSubject(e.topics.Changelog), avro.CountAndSum{Count: d.Count, Sum: d.Sum})
+func (e *Engine) changelogRecord(ctx context.Context, d MovieStats, a *recordArena) (*sarama.ProducerMessage, error) {
+	v, err := e.serde.EncodeCountAndSum(ctx, e.changelogSubject, avro.CountAndSum{Count: d.Count, Sum: d.Sum})
 	if err != nil {
 		return nil, fmt.Errorf("encode changelog value: %w", err)
 	}
-	return &sarama.ProducerMessage{
-		Topic:     e.topics.Changelog,
-		Partition: d.Partition,
-		Key:       sarama.ByteEncoder(EncodeMovieKey(d.MovieID)),
-		Value:     sarama.ByteEncoder(v),
-		Headers: []sarama.RecordHeader{
-			header(HeaderVersion, strconv.FormatInt(d.Version, 10)),
-			header(HeaderSources, encodeSources(d.Sources)),
-		},
-	}, nil
+	pm := a.msg()
+	pm.Topic = e.topics.Changelog
+	pm.Partition = d.Partition
+	pm.Key = a.enc(a.key(d.MovieID))
+	pm.Value = a.enc(v)
+	pm.Headers = a.headers(2)
+	pm.Headers[0] = sarama.RecordHeader{Key: keyVersion, Value: a.int(d.Version)}
+	pm.Headers[1] = sarama.RecordHeader{Key: keySources, Value: a.sources(d.Sources)}
+	return pm, nil
 }
 
 // averageRecord is the output record of d: 8-byte big-endian long key and
 // 8-byte big-endian IEEE-754 double value, as Java's serializers write them.
-func (e *Engine) averageRecord(d MovieStats) *sarama.ProducerMessage {
-	key := EncodeMovieKey(d.MovieID)
-	return &sarama.ProducerMessage{
-		Topic:     e.topics.Output,
-		Partition: PartitionFor(key, e.nOut),
-		Key:       sarama.ByteEncoder(key),
-		Value:     sarama.ByteEncoder(EncodeDouble(d.Avg())),
-	}
+func (e *Engine) averageRecord(d MovieStats, a *recordArena) *sarama.ProducerMessage {
+	key := a.key(d.MovieID)
+	pm := a.msg()
+	pm.Topic = e.topics.Output
+	pm.Partition = PartitionFor(key, e.nOut)
+	pm.Key = a.enc(key)
+	pm.Value = a.enc(a.double(d.Avg()))
+	return pm
 }
 
 // EncodeDouble encodes v as Java's DoubleSerializer does.
-func EncodeDouble(v float64) []byte {
-	return binary.BigEndian.AppendUint64(nil, math.Float64bits(v))
+func EncodeDouble(v float64) []byte { return appendDouble(nil, v) }
+
+func appendDouble(b []byte, v float64) []byte {
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(v))
 }
 
 // DecodeDouble decodes a value written by Java's DoubleSerializer; it

@@ -2,7 +2,7 @@ package engine
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,6 +34,52 @@ func header(k, v string) sarama.RecordHeader {
 	return sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}
 }
 
+// The names of the headers written for every record, converted once and
+// shared by all records (sarama only reads them).
+var (
+	keySourcePartition = []byte(HeaderSourcePartition)
+	keySourceOffset    = []byte(HeaderSourceOffset)
+	keyVersion         = []byte(HeaderVersion)
+	keySources         = []byte(HeaderSources)
+)
+
+// findHeaderBytes is findHeader without copying the value.
+func findHeaderBytes(hs []*sarama.RecordHeader, k string) ([]byte, bool) {
+	for _, h := range hs {
+		if h != nil && string(h.Key) == k {
+			return h.Value, true
+		}
+	}
+	return nil, false
+}
+
+// parseDecimal parses b as a base-10 integer of at most bits bits, as
+// strconv.ParseInt does, without allocating.
+func parseDecimal(b []byte, bits uint) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0') // 19 digits cannot overflow a uint64
+	}
+	limit := uint64(1) << (bits - 1)
+	if (!neg && u >= limit) || (neg && u > limit) {
+		return 0, false
+	}
+	if neg {
+		return -int64(u), true
+	}
+	return int64(u), true
+}
+
 func findHeader(hs []*sarama.RecordHeader, k string) (string, bool) {
 	for _, h := range hs {
 		if h != nil && string(h.Key) == k {
@@ -46,36 +92,39 @@ func findHeader(hs []*sarama.RecordHeader, k string) (string, bool) {
 // sourceOf returns the input position carried by a repartition record; ok is
 // false when the headers are absent (records not written by keepstate).
 func sourceOf(hs []*sarama.RecordHeader) (p int32, off int64, ok bool, err error) {
-	ps, ok1 := findHeader(hs, HeaderSourcePartition)
-	os, ok2 := findHeader(hs, HeaderSourceOffset)
+	ps, ok1 := findHeaderBytes(hs, HeaderSourcePartition)
+	os, ok2 := findHeaderBytes(hs, HeaderSourceOffset)
 	if !ok1 || !ok2 {
 		return 0, 0, false, nil
 	}
-	pp, err1 := strconv.ParseInt(ps, 10, 32)
-	oo, err2 := strconv.ParseInt(os, 10, 64)
-	if err1 != nil || err2 != nil {
+	pp, ok1 := parseDecimal(ps, 32)
+	oo, ok2 := parseDecimal(os, 64)
+	if !ok1 || !ok2 {
 		return 0, 0, false, fmt.Errorf("bad source headers %q/%q: %w", ps, os, ErrInvalid)
 	}
 	return int32(pp), oo, true, nil
 }
 
 // encodeSources renders sources as "p:o,p:o" sorted by partition.
-func encodeSources(m map[int32]int64) string {
-	ps := make([]int32, 0, len(m))
+func encodeSources(m map[int32]int64) string { return string(appendSources(nil, m)) }
+
+// appendSources appends encodeSources(m) to b.
+func appendSources(b []byte, m map[int32]int64) []byte {
+	var small [8]int32
+	ps := small[:0]
 	for p := range m {
 		ps = append(ps, p)
 	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
-	var b strings.Builder
+	slices.Sort(ps)
 	for i, p := range ps {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(strconv.FormatInt(int64(p), 10))
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatInt(m[p], 10))
+		b = strconv.AppendInt(b, int64(p), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, m[p], 10)
 	}
-	return b.String()
+	return b
 }
 
 // decodeSources parses the output of encodeSources.

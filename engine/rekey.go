@@ -91,6 +91,7 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 // only when ctx ends while the registry is unreachable.
 func (e *Engine) forward(ctx context.Context, batch []*sarama.ConsumerMessage) (out []*sarama.ProducerMessage, dead int, err error) {
 	out = make([]*sarama.ProducerMessage, 0, len(batch))
+	a := newRecordArena(len(batch), 2)
 	for _, m := range batch {
 		r, err := e.decodeRating(ctx, m.Value)
 		if err != nil {
@@ -106,17 +107,16 @@ func (e *Engine) forward(ctx context.Context, batch []*sarama.ConsumerMessage) (
 			dead++
 			continue
 		}
-		key := EncodeMovieKey(r.MovieID)
-		out = append(out, &sarama.ProducerMessage{
-			Topic:     e.topics.Repartition,
-			Partition: PartitionFor(key, e.nParts),
-			Key:       sarama.ByteEncoder(key),
-			Value:     sarama.ByteEncoder(m.Value),
-			Headers: []sarama.RecordHeader{
-				header(HeaderSourcePartition, strconv.FormatInt(int64(m.Partition), 10)),
-				header(HeaderSourceOffset, strconv.FormatInt(m.Offset, 10)),
-			},
-		})
+		key := a.key(r.MovieID)
+		pm := a.msg()
+		pm.Topic = e.topics.Repartition
+		pm.Partition = PartitionFor(key, e.nParts)
+		pm.Key = a.enc(key)
+		pm.Value = a.enc(m.Value)
+		pm.Headers = a.headers(2)
+		pm.Headers[0] = sarama.RecordHeader{Key: keySourcePartition, Value: a.int(int64(m.Partition))}
+		pm.Headers[1] = sarama.RecordHeader{Key: keySourceOffset, Value: a.int(m.Offset)}
+		out = append(out, pm)
 	}
 	return out, dead, nil
 }

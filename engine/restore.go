@@ -167,6 +167,7 @@ func (t *task) reseed(ctx context.Context) error {
 	}
 	checkpoint := int64(-1)
 	var msgs []*sarama.ProducerMessage
+	a := newRecordArena(restoreBatchDocs, 2)
 	send := func() error {
 		if len(msgs) == 0 {
 			return nil
@@ -187,7 +188,7 @@ func (t *task) reseed(ctx context.Context) error {
 		return nil
 	}
 	err := sc.ScanPartition(ctx, t.p, func(d MovieStats) error {
-		m, err := e.changelogRecord(ctx, d)
+		m, err := e.changelogRecord(ctx, d, a)
 		if err != nil {
 			return err
 		}
