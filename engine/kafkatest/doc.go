@@ -29,6 +29,13 @@
 // ordered event log (Cluster.Events) to which they may add their own
 // entries (Cluster.Note), for instance store writes.
 //
+// It differs from Kafka on purpose, where the engine does not depend on
+// the difference: every Consume call starts a new generation (Kafka
+// rebalances only when the membership or the subscription changes);
+// offset fetches do not wait for open transactions (a commit here is
+// applied in one step, so there is no window to wait out); Pause and
+// Resume do nothing.
+//
 // Everything is guarded by one lock per Cluster, so every value here is
 // safe for concurrent use. Methods of the sarama interfaces that the
 // engine does not call are not modelled: they are inherited from a nil
