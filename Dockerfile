@@ -22,8 +22,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# cmd/keepstate/deploy_test.go runs this same build command and checks that
-# the result is statically linked.
+# TestStaticBuild (deploytest/image_test.go) runs this same build command and
+# checks that the result is statically linked.
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w" -o /out/keepstate ./cmd/keepstate
 
 FROM alpine:${ALPINE_VERSION}

@@ -2,8 +2,8 @@
 #
 #   make build        static binary in bin/keepstate
 #   make deps         install test dependencies (scripts/install-test-deps.sh)
-#   make lint         gofmt, go vet, staticcheck
-#   make unit         all tests with -race (Kafka tests on the in-process kfake)
+#   make lint         gofmt, go vet, staticcheck, go mod tidy -diff (also in MODULES)
+#   make unit         all tests with -race (Kafka tests on the in-process kfake; also MODULES)
 #   make integration  TestIntegration*/TestE2E* on one real Apache Kafka broker (without
 #                     -race: the unit run already races the same tests on kfake)
 #   make fuzz         short fuzz runs: Avro rating decoder, API query and id parsing
@@ -14,11 +14,17 @@
 #   make demo         everything in one process (kfake, srfake, clover, API on :7001)
 #   make image        docker image, when a docker engine answers
 #
-# PKGS narrows the packages, e.g. make lint unit PKGS=./internal/testkit/...
+# PKGS narrows the packages of the main module, e.g. make lint unit PKGS=./internal/testkit/...
+# MODULES are modules of their own in this tree (./... stops at their go.mod)
+# that lint and unit cover too: deploytest, the tests of k8s/, docker-compose
+# and the Dockerfile, which need kustomize (kept out of the main module). A
+# narrowed PKGS leaves them out; only them: make lint unit PKGS= MODULES=deploytest
+# (compare/goka is not one: scripts/bench-compare.sh builds it.)
 
 SHELL := /bin/bash
 GO ?= go
 PKGS ?= ./...
+MODULES ?= $(if $(filter ./...,$(PKGS)),deploytest)
 # gofmt takes directories: ./internal/testkit/... -> ./internal/testkit
 GOFMT_DIRS = $(patsubst %/...,%,$(PKGS))
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
@@ -29,7 +35,8 @@ INTEGRATION_RUN ?= Integration|E2E
 # Only the packages that have such tests (compiling the others with -race
 # for nothing costs CI minutes, and their "no tests to run" lines hide the
 # real results).
-INTEGRATION_PKGS ?= $(shell grep -rlE --include='*_test.go' '^func Test(Integration|E2E)' . | grep -v '^./compare/' | xargs -r -n1 dirname | sort -u | sed 's|$$|/|')
+# compare/ and deploytest/ are modules of their own.
+INTEGRATION_PKGS ?= $(shell grep -rlE --include='*_test.go' '^func Test(Integration|E2E)' . | grep -vE '^\./(compare|deploytest)/' | xargs -r -n1 dirname | sort -u | sed 's|$$|/|')
 FUZZ_TIME ?= 15s
 BENCH_TIME ?= 1s
 BENCH_TIMEOUT ?= 15m
@@ -46,16 +53,25 @@ deps:
 	scripts/install-test-deps.sh
 
 lint:
-	@unformatted="$$(gofmt -l $(GOFMT_DIRS))"; \
+	@unformatted="$$(gofmt -l $(GOFMT_DIRS) $(MODULES) </dev/null | sort -u)"; \
 	if [[ -n "$$unformatted" ]]; then \
 		echo "gofmt: these files are not formatted (run gofmt -w):"; echo "$$unformatted"; exit 1; \
 	fi
-	$(GO) vet $(PKGS)
-	$(STATICCHECK) $(PKGS)
+	$(if $(PKGS),$(GO) vet $(PKGS))
+	$(if $(PKGS),$(STATICCHECK) $(PKGS))
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@set -e; for m in $(MODULES); do \
+		echo "cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) mod tidy -diff"; \
+		(cd "$$m" && $(GO) vet ./... && $(STATICCHECK) ./...); \
+		(cd "$$m" && $(GO) mod tidy -diff) || { echo "$$m: go.mod/go.sum are not tidy: run go mod tidy in $$m"; exit 1; }; \
+	done
 
 unit:
-	$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) $(PKGS)
+	$(if $(PKGS),$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) $(PKGS))
+	@set -e; for m in $(MODULES); do \
+		echo "cd $$m && $(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) ./..."; \
+		(cd "$$m" && $(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) ./...); \
+	done
 
 # One broker serves the whole run; the trap stops it even when tests fail,
 # and the script stops it by itself should this shell be killed.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/app/bench"
+	"github.com/keepstate/keepstate/internal/cli"
 )
 
 // cmdBench is `keepstate bench`: flags onto bench.Config, then bench.Run.
@@ -20,7 +21,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	b.Out = stdout
 	logLevel := "warn"
 	var zipf, uniform bool
-	brokersFlag(fs, &b.Brokers)
+	cli.BrokersFlag(fs, &b.Brokers)
 	fs.StringVar(&b.SchemaRegistry, "schema-registry", "", "Schema Registry URL (default: an in-process one)")
 	fs.Int64Var(&b.Movies, "movies", b.Movies, "distinct movies (the fill phase rates each once)")
 	fs.Int64Var(&b.Ratings, "ratings", b.Ratings, "ratings of the run phase")
@@ -56,7 +57,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if uniform {
 		b.Dist = bench.DistUniform
 	}
-	b.Phases = splitList(*phases)
+	b.Phases = cli.SplitList(*phases)
 	if b.Binary == "" {
 		self, err := os.Executable()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/cli"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -31,7 +32,7 @@ func TestEnvFillsUnsetFlagsAndFlagsWin(t *testing.T) {
 			}
 			fs := flag.NewFlagSet("run", flag.ContinueOnError)
 			cfg := app.Default()
-			commonFlags(fs, &cfg)
+			cli.CommonFlags(fs, &cfg)
 			if err := parse(fs, tt.args); err != nil {
 				t.Fatalf("parse: %v", err)
 			}
@@ -45,11 +46,11 @@ func TestEnvFillsUnsetFlagsAndFlagsWin(t *testing.T) {
 func TestEnvNameOfEveryFlag(t *testing.T) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfg := app.Default()
-	commonFlags(fs, &cfg)
+	cli.CommonFlags(fs, &cfg)
 	fs.VisitAll(func(f *flag.Flag) {
 		want := "KEEPSTATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if got := envName(f.Name); got != want {
-			t.Errorf("envName(%q) = %q, want %q", f.Name, got, want)
+		if got := cli.EnvName(f.Name); got != want {
+			t.Errorf("cli.EnvName(%q) = %q, want %q", f.Name, got, want)
 		}
 	})
 }

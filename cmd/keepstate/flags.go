@@ -1,112 +1,16 @@
 package main
 
+// The flags of single subcommands. The flags shared with the app.Config of
+// run, demo and reset, and the environment variable of every flag, are in
+// internal/cli.
+
 import (
 	"flag"
-	"fmt"
-	"os"
-	"strings"
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/app/demo"
+	"github.com/keepstate/keepstate/internal/cli"
 )
-
-// envName returns the environment variable of a flag: KEEPSTATE_ + upper
-// case with dashes as underscores.
-func envName(flagName string) string {
-	return "KEEPSTATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// commonFlags registers the flags shared by run, demo and reset on fs.
-func commonFlags(fs *flag.FlagSet, c *app.Config) {
-	brokersFlag(fs, &c.Brokers)
-	fs.StringVar(&c.SchemaRegistry, "schema-registry", c.SchemaRegistry, "Schema Registry URL")
-	fs.StringVar(&c.ApplicationID, "application-id", c.ApplicationID, "consumer group id and prefix of internal topics")
-	fs.StringVar(&c.InputTopic, "input-topic", c.InputTopic, "topic of Avro ratings")
-	fs.StringVar(&c.OutputTopic, "output-topic", c.OutputTopic, "topic of averages (long key, double value)")
-	fs.StringVar(&c.Store, "store", c.Store, "state store: clover or redis")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the clover store")
-	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL: redis[s]://[user:password@]host:port/db")
-	fs.Int64Var(&c.RedisStreamLen, "redis-stream-maxlen", c.RedisStreamLen, "approximate MAXLEN of the Redis averages stream")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address of the API")
-	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often state is flushed and offsets committed")
-	fs.IntVar(&c.CacheMaxDocs, "cache-max-docs", c.CacheMaxDocs, "flush a partition early when it holds this many changed documents; also the most documents a partition keeps cached between flushes (least recently used go first)")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
-	fs.StringVar(&c.InstanceID, "instance-id", c.InstanceID, "static group membership id, stable per instance (empty: dynamic membership)")
-	fs.Func("partitions", "partitions of the topics keepstate creates (default: as many as the input topic)", func(s string) error {
-		var n int32
-		if _, err := fmt.Sscan(s, &n); err != nil {
-			return fmt.Errorf("not a number: %q", s)
-		}
-		c.Partitions = n
-		return nil
-	})
-	fs.Func("replication-factor", "replication factor of the topics keepstate creates (default 1)", func(s string) error {
-		var n int16
-		if _, err := fmt.Sscan(s, &n); err != nil {
-			return fmt.Errorf("not a number: %q", s)
-		}
-		c.ReplicationFactor = n
-		return nil
-	})
-	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "host:port other instances use to reach this API (default: hostname and the --http-addr port)")
-	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long a silent instance keeps its partitions")
-	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's profiler (/debug/pprof) on this address, e.g. localhost:6060 (off when empty; never exposed on --http-addr)")
-	fs.StringVar(&c.ProcessingGuarantee, "processing-guarantee", c.ProcessingGuarantee,
-		"exactly_once (Kafka transactions: a paused or partitioned instance cannot write after losing its partitions) or at_least_once (brokers without transactions; unsafe against such an instance)")
-	fs.DurationVar(&c.TransactionTimeout, "transaction-timeout", c.TransactionTimeout, "exactly_once: how long the broker keeps a dead instance's open transaction before aborting it")
-	fs.BoolVar(&c.Fsync, "fsync", c.Fsync, "clover: fsync every batch (turning it off risks the last batches on power loss)")
-	fs.Int64Var(&c.StoreCacheMiB, "store-cache-mib", c.StoreCacheMiB, "clover: block cache of the store engine, MiB (memory besides the operating system's page cache)")
-	fs.IntVar(&c.StoreWriteCache, "store-write-cache", c.StoreWriteCache, "clover: movies whose version, average and partition the store remembers (~50 B each) so that it writes them without reading; 0 turns it off")
-	fs.Int64Var(&c.StoreDiskReserveMiB, "store-disk-reserve-mib", c.StoreDiskReserveMiB, "clover: free space, MiB, the store keeps on its volume; below it writes wait (readyz 503) until space is freed; 0 turns the check off")
-	registryAuthFlags(fs, &c.SchemaRegistryUser, &c.SchemaRegistryPassword, &c.SchemaRegistryPasswordFile)
-	fs.StringVar(&c.PeerSecret, "peer-secret", c.PeerSecret, "clover: shared secret authenticating queries routed between instances (the same on every instance, 16+ characters)")
-	fs.StringVar(&c.PeerSecretFile, "peer-secret-file", c.PeerSecretFile, "clover: file holding the peer secret (e.g. a mounted Kubernetes secret)")
-	fs.DurationVar(&c.StaleDropAfter, "stale-drop-after", c.StaleDropAfter, "clover: delete a partition's documents this long after it moved to another instance (0: keep them)")
-}
-
-// registryAuthFlags registers the Schema Registry credential flags.
-func registryAuthFlags(fs *flag.FlagSet, user, password, passwordFile *string) {
-	fs.StringVar(user, "schema-registry-user", *user, "Schema Registry basic-auth user (API key)")
-	fs.StringVar(password, "schema-registry-password", *password, "Schema Registry basic-auth password (API secret); prefer the file or KEEPSTATE_SCHEMA_REGISTRY_PASSWORD")
-	fs.StringVar(passwordFile, "schema-registry-password-file", *passwordFile, "file holding the Schema Registry password (e.g. a mounted Kubernetes secret)")
-}
-
-// applyEnv sets every flag of fs that was not given on the command line from
-// its environment variable, if that is set.
-func applyEnv(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
-			}
-		}
-	})
-	return err
-}
-
-// brokersFlag registers --brokers, a comma-separated list, into dst.
-func brokersFlag(fs *flag.FlagSet, dst *[]string) {
-	fs.Func("brokers", "Kafka bootstrap servers, comma separated (default localhost:9092)", func(s string) error {
-		*dst = splitList(s)
-		return nil
-	})
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
 
 // demoFlags registers the flags only the demo has.
 func demoFlags(fs *flag.FlagSet, d *demo.Config) {
@@ -118,9 +22,9 @@ func demoFlags(fs *flag.FlagSet, d *demo.Config) {
 
 // produceFlags registers the flags of produce.
 func produceFlags(fs *flag.FlagSet, p *app.ProduceConfig, fromStdin *bool, logLevel *string) {
-	brokersFlag(fs, &p.Brokers)
+	cli.BrokersFlag(fs, &p.Brokers)
 	fs.StringVar(&p.SchemaRegistry, "schema-registry", p.SchemaRegistry, "Schema Registry URL")
-	registryAuthFlags(fs, &p.SchemaRegistryUser, &p.SchemaRegistryPassword, &p.SchemaRegistryPasswordFile)
+	cli.RegistryAuthFlags(fs, &p.SchemaRegistryUser, &p.SchemaRegistryPassword, &p.SchemaRegistryPasswordFile)
 	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send ratings to")
 	fs.Int64Var(&p.Count, "count", p.Count, "ratings to generate (0: until interrupted)")
 	fs.Int64Var(&p.Movies, "movies", p.Movies, "distinct movie ids (1..movies, Zipf-skewed popularity)")

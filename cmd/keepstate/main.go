@@ -16,6 +16,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/app/demo"
+	"github.com/keepstate/keepstate/internal/cli"
 )
 
 const usage = `keepstate — a Kafka stream processor with a persistent, queryable state store.
@@ -93,7 +94,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
 		return errUsage
 	}
-	if err := applyEnv(fs); err != nil {
+	if err := cli.ApplyEnv(fs); err != nil {
 		fmt.Fprintln(fs.Output(), err)
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -104,7 +105,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := app.Default()
-	commonFlags(fs, &cfg)
+	cli.CommonFlags(fs, &cfg)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	d := demo.Default()
 	d.Out = stdout
-	commonFlags(fs, &d.Config)
+	cli.CommonFlags(fs, &d.Config)
 	demoFlags(fs, &d)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -158,7 +159,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("keepstate reset", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := app.Default()
-	commonFlags(fs, &cfg)
+	cli.CommonFlags(fs, &cfg)
 	reprocess := fs.Bool("reprocess", false, "also delete the internal topics and the group's offsets: recompute everything from the earliest input")
 	if err := parse(fs, args); err != nil {
 		return err

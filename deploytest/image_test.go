@@ -1,4 +1,4 @@
-package main
+package deploytest
 
 // The container image: the Dockerfile agrees with the program and the k8s
 // manifests, .dockerignore keeps the sources in the build context, and the

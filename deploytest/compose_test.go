@@ -1,4 +1,4 @@
-package main
+package deploytest
 
 // Consistency of docker-compose.yml (and the Redis override file) with the
 // program: environment names are flags and validate, every address keepstate

@@ -1,4 +1,4 @@
-package main
+package deploytest
 
 // Consistency of the k8s/ overlays with the program: settings are flags and
 // validate, the volume sits at the data dir, probes use real routes on the
@@ -22,26 +22,29 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/cli"
 	"github.com/keepstate/keepstate/web"
 )
 
-// repoRoot is the repository root relative to this package.
-const repoRoot = "../.."
+// repoRoot is the repository root (the main module) relative to this
+// package.
+const repoRoot = ".."
 
 // finalFlushBound is how long the engine's last flush of a partition may
 // take on shutdown (engine's unexported finalFlushTimeout).
 const finalFlushBound = 30 * time.Second
 
 // configFromEnv applies env (KEEPSTATE_* name → value) to a flag set built
-// exactly as main builds it and returns the resulting, validated Config.
+// exactly as `keepstate run` builds it (cli.CommonFlags on app.Default) and
+// returns the resulting, validated Config.
 // A name that is not the environment variable of a flag fails the test.
 func configFromEnv(t *testing.T, where string, env map[string]string) app.Config {
 	t.Helper()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfg := app.Default()
-	commonFlags(fs, &cfg)
+	cli.CommonFlags(fs, &cfg)
 	byEnv := map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) { byEnv[envName(f.Name)] = f.Name })
+	fs.VisitAll(func(f *flag.Flag) { byEnv[cli.EnvName(f.Name)] = f.Name })
 	for name, value := range env {
 		flagName, ok := byEnv[name]
 		if !ok {
@@ -168,7 +171,7 @@ func checkEnv(t *testing.T, r rendered, c container, podName string) app.Config 
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			instanceFromPod = instanceFromPod || e.Name == envName("instance-id")
+			instanceFromPod = instanceFromPod || e.Name == cli.EnvName("instance-id")
 			env[e.Name] = podName
 		case e.ValueFrom != nil:
 			t.Errorf("env %s: only fieldRef metadata.name is modelled by this test", e.Name)
@@ -181,7 +184,7 @@ func checkEnv(t *testing.T, r rendered, c container, podName string) app.Config 
 		}
 	}
 	if !instanceFromPod {
-		t.Errorf("%s is not set from the pod name (fieldRef metadata.name)", envName("instance-id"))
+		t.Errorf("%s is not set from the pod name (fieldRef metadata.name)", cli.EnvName("instance-id"))
 	}
 	return configFromEnv(t, "keepstate container", env)
 }

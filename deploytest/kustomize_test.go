@@ -1,4 +1,4 @@
-package main
+package deploytest
 
 // Rendering of the k8s/ kustomizations with the kustomize API, and the few
 // Kubernetes object fields the deployment tests compare.
