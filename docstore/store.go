@@ -1,9 +1,11 @@
 package docstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -211,10 +213,15 @@ func (s *Store) find(r kvReader, movieID int64) (engine.MovieStats, bool, error)
 }
 
 // Load returns the stored documents for ids, all read from one snapshot;
-// ids without a document are absent from the map.
+// ids without a document are absent from the map. A batch of at least
+// seekLoadMin ids is read with one iterator, seeking the keys in order
+// (see loadSorted); fewer are point reads.
 func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieStats, error) {
 	out := make(map[int64]engine.MovieStats, len(ids))
 	err := s.read(ctx, func(r kvReader) error {
+		if len(ids) >= seekLoadMin {
+			return s.loadSorted(r, ids, out)
+		}
 		for _, id := range ids {
 			m, ok, err := s.find(r, id)
 			if err != nil {
@@ -230,6 +237,52 @@ func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieSt
 		return nil, fmt.Errorf("load %d movies: %w", len(ids), err)
 	}
 	return out, nil
+}
+
+// seekLoadMin is the smallest Load read with one iterator.
+const seekLoadMin = 16
+
+// loadSorted reads the documents of ids into out with one iterator over
+// the snapshot, seeking their keys in ascending order. A point read builds
+// an iterator over every level of the LSM for each key; one iterator
+// seeking forward reuses its position (Pebble turns a seek past the
+// current key into steps where it can), which halved the cost of the
+// aggregate stage's reads of documents its cache had dropped.
+func (s *Store) loadSorted(r kvReader, ids []int64, out map[int64]engine.MovieStats) error {
+	type entry struct {
+		id  int64
+		key []byte
+	}
+	keys := make([]entry, len(ids))
+	for i, id := range ids {
+		keys[i] = entry{id, nsKey(nsClover, docKey(id))}
+	}
+	slices.SortFunc(keys, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+	upper := append(slices.Clip(keys[len(keys)-1].key), 0)
+	it, err := r.iter(keys[0].key, upper, false)
+	if err != nil {
+		return err
+	}
+	defer it.close()
+	for i, k := range keys {
+		if i > 0 && bytes.Equal(k.key, keys[i-1].key) {
+			continue // an id asked for twice
+		}
+		s.counts.docGets.Add(1)
+		if !it.seek(k.key) || !bytes.Equal(it.key(), k.key) {
+			continue
+		}
+		doc, err := d.Decode(it.value())
+		if err != nil {
+			return fmt.Errorf("decode movie %d: %w", k.id, err)
+		}
+		m, err := moviedoc.FromDocument(doc)
+		if err != nil {
+			return err
+		}
+		out[k.id] = m
+	}
+	return nil
 }
 
 // checkClaim returns ErrFenced unless b.Epoch is the current claim of
