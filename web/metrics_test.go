@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,5 +162,29 @@ func TestMetricsRegistriesAreSeparate(t *testing.T) {
 	values, _ := series(t, get(t, b, "/metrics").Body.String())
 	if v, ok := values[`keepstate_http_requests_total{code=200,method=GET,route=/healthz}`]; ok {
 		t.Errorf("server b counts server a's requests: %v", v)
+	}
+}
+
+// TestEveryStatIsExported keeps /metrics in step with engine.Stats, the one
+// definition of the counters: each field must be read by exactly one
+// metric, so a counter added to Stats cannot be forgotten here.
+func TestEveryStatIsExported(t *testing.T) {
+	var s engine.Stats
+	v := reflect.ValueOf(&s).Elem()
+	for i := range v.NumField() {
+		v.Field(i).SetInt(int64(i + 1)) // a distinct value per field
+	}
+	read := map[int64]string{}
+	for _, m := range statMetrics {
+		got := m.get(s)
+		if other, dup := read[got]; dup {
+			t.Errorf("metrics %s and %s read the same Stats field", other, m.name)
+		}
+		read[got] = m.name
+	}
+	for i := range v.NumField() {
+		if _, ok := read[int64(i+1)]; !ok {
+			t.Errorf("engine.Stats.%s has no metric in statMetrics", v.Type().Field(i).Name)
+		}
 	}
 }
