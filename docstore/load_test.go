@@ -28,18 +28,7 @@ func BenchmarkLoad(b *testing.B) {
 		name string
 		load func(r kvReader, ids []int64, out map[int64]engine.MovieStats) error
 	}{
-		{"point", func(r kvReader, ids []int64, out map[int64]engine.MovieStats) error {
-			for _, id := range ids {
-				m, ok, err := s.find(r, id)
-				if err != nil {
-					return err
-				}
-				if ok {
-					out[id] = m
-				}
-			}
-			return nil
-		}},
+		{"point", s.loadPoints},
 		{"sorted", s.loadSorted},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
@@ -82,18 +71,7 @@ func TestLoadSortedMatchesPointReads(t *testing.T) {
 			t.Fatalf("Load(%d ids): %v", n, err)
 		}
 		want := map[int64]engine.MovieStats{}
-		err = s.read(ctx, func(r kvReader) error {
-			for _, id := range ids {
-				m, ok, err := s.find(r, id)
-				if err != nil {
-					return err
-				}
-				if ok {
-					want[id] = m
-				}
-			}
-			return nil
-		})
+		err = s.read(ctx, func(r kvReader) error { return s.loadPoints(r, ids, want) })
 		if err != nil {
 			t.Fatal(err)
 		}

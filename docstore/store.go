@@ -222,21 +222,26 @@ func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieSt
 		if len(ids) >= seekLoadMin {
 			return s.loadSorted(r, ids, out)
 		}
-		for _, id := range ids {
-			m, ok, err := s.find(r, id)
-			if err != nil {
-				return err
-			}
-			if ok {
-				out[id] = m
-			}
-		}
-		return nil
+		return s.loadPoints(r, ids, out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load %d movies: %w", len(ids), err)
 	}
 	return out, nil
+}
+
+// loadPoints reads the documents of ids into out with one point read each.
+func (s *Store) loadPoints(r kvReader, ids []int64, out map[int64]engine.MovieStats) error {
+	for _, id := range ids {
+		m, ok, err := s.find(r, id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out[id] = m
+		}
+	}
+	return nil
 }
 
 // seekLoadMin is the smallest Load read with one iterator.

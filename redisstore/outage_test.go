@@ -1,14 +1,12 @@
 package redisstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -121,26 +119,8 @@ func TestRedisComesBackEmpty(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the client's background goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestRouteClientLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.SyncBuffer
 	RouteClientLogs(slog.New(slog.NewJSONHandler(&buf, nil)))
 	t.Cleanup(func() { RouteClientLogs(nil) })
 	url := "redis://127.0.0.1:" + strconv.Itoa(closedPort(t)) + "/0"

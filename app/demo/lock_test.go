@@ -1,13 +1,11 @@
 package demo_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,28 +14,10 @@ import (
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
-// syncBuffer is a concurrency-safe bytes.Buffer.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testLogger returns a debug logger whose output is printed, under name,
 // only when the test fails.
 func testLogger(t *testing.T, name string) *slog.Logger {
-	buf := &syncBuffer{}
+	buf := &testkit.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs of %s:\n%s", name, buf.String())
@@ -55,7 +35,7 @@ func TestDemoLocksDataDirFirst(t *testing.T) {
 	first := demo.Default()
 	first.DataDir, first.HTTPAddr, first.Rate = dir, "127.0.0.1:0", 0
 	first.KafkaAddr, first.RegistryAddr = testkit.FreeAddr(t), testkit.FreeAddr(t)
-	out := &syncBuffer{}
+	out := &testkit.SyncBuffer{}
 	first.Out = out
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -79,7 +59,7 @@ func TestDemoLocksDataDirFirst(t *testing.T) {
 	}
 	defer taken.Close()
 	second := first
-	second.Out = &syncBuffer{}
+	second.Out = &testkit.SyncBuffer{}
 	second.KafkaAddr, second.RegistryAddr = taken.Addr().String(), testkit.FreeAddr(t)
 	start := time.Now()
 	err = demo.Run(context.Background(), second, testLogger(t, "second demo"))
