@@ -204,12 +204,24 @@ func (s *Store) find(r kvReader, movieID int64) (engine.MovieStats, bool, error)
 	if err != nil || v == nil {
 		return engine.MovieStats{}, false, err
 	}
-	doc, err := d.Decode(v)
+	m, err := decodeDoc(v)
 	if err != nil {
 		return engine.MovieStats{}, false, fmt.Errorf("decode movie %d: %w", movieID, err)
 	}
-	m, err := moviedoc.FromDocument(doc)
-	return m, err == nil, err
+	return m, true, nil
+}
+
+// decodeDoc decodes a stored movie document: the fast path (decodeMovie)
+// for the layout this store writes, Clover's decoder for anything else.
+func decodeDoc(v []byte) (engine.MovieStats, error) {
+	if m, ok := decodeMovie(v); ok {
+		return m, nil
+	}
+	doc, err := d.Decode(v)
+	if err != nil {
+		return engine.MovieStats{}, err
+	}
+	return moviedoc.FromDocument(doc)
 }
 
 // Load returns the stored documents for ids, all read from one snapshot;
@@ -277,13 +289,9 @@ func (s *Store) loadSorted(r kvReader, ids []int64, out map[int64]engine.MovieSt
 		if !it.seek(k.key) || !bytes.Equal(it.key(), k.key) {
 			continue
 		}
-		doc, err := d.Decode(it.value())
+		m, err := decodeDoc(it.value())
 		if err != nil {
 			return fmt.Errorf("decode movie %d: %w", k.id, err)
-		}
-		m, err := moviedoc.FromDocument(doc)
-		if err != nil {
-			return err
 		}
 		out[k.id] = m
 	}

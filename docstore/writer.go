@@ -7,7 +7,6 @@ import (
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/moviedoc"
-	d "github.com/ostafen/clover/v2/document"
 )
 
 // collectionKey is Clover's metadata key of the movies collection
@@ -51,13 +50,9 @@ func (w *docWriter) stored(movie int64) (prior, bool, error) {
 	if err != nil || v == nil {
 		return prior{}, false, err
 	}
-	doc, err := d.Decode(v)
+	m, err := decodeDoc(v)
 	if err != nil {
 		return prior{}, true, fmt.Errorf("decode movie %d: %w", movie, err)
-	}
-	m, err := moviedoc.FromDocument(doc)
-	if err != nil {
-		return prior{}, true, err
 	}
 	return prior{version: m.Version, avg: m.Avg(), part: m.Partition}, true, nil
 }
