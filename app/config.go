@@ -47,6 +47,7 @@ type Config struct {
 	HTTPAddr          string        // --http-addr: API listen address
 	CommitInterval    time.Duration // --commit-interval: flush and commit period
 	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs; cache bound between flushes
+	BufferedRecords   int           // --buffered-records: fetched records each partition buffers ahead of its stage
 	LogLevel          string        // --log-level: debug | info | warn | error
 	InstanceID        string        // --instance-id: static group membership id (empty: dynamic)
 	Partitions        int32         // --partitions: partitions of created topics (0: as many as the input topic)
@@ -133,6 +134,7 @@ func Default() Config {
 		HTTPAddr:            ":7001",
 		CommitInterval:      e.CommitInterval,
 		CacheMaxDocs:        e.CacheMaxDocs,
+		BufferedRecords:     e.BufferedRecords,
 		LogLevel:            "info",
 		Partitions:          0,
 		ReplicationFactor:   e.ReplicationFactor,
@@ -238,6 +240,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheMaxDocs <= 0 {
 		bad("cache-max-docs", "must be positive")
+	}
+	if c.BufferedRecords <= 0 {
+		bad("buffered-records", "must be positive")
 	}
 	if c.StoreCacheMiB <= 0 {
 		bad("store-cache-mib", "must be positive")

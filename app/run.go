@@ -30,6 +30,7 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		OutputTopic:       c.OutputTopic,
 		CommitInterval:    c.CommitInterval,
 		CacheMaxDocs:      c.CacheMaxDocs,
+		BufferedRecords:   c.BufferedRecords,
 		InstanceID:        c.InstanceID,
 		Partitions:        c.Partitions,
 		ReplicationFactor: c.ReplicationFactor,

@@ -23,6 +23,13 @@ type Config struct {
 	// documents, and bounds how many documents a partition keeps cached
 	// between flushes (the least recently used go first).
 	CacheMaxDocs int
+	// BufferedRecords is how many fetched records each claimed partition
+	// buffers ahead of its stage (sarama's ChannelBufferSize), like Kafka
+	// Streams' buffered.records.per.partition. A stage drains up to 2000
+	// at a time, so a smaller buffer means smaller batches (see
+	// docs/benchmarks.md: 256 halved the throughput); the memory it may
+	// hold is this times the largest record times the partitions owned.
+	BufferedRecords int
 	// InstanceID enables static group membership when non-empty.
 	InstanceID string
 	// Partitions of the topics the engine creates; 0 means as many as the input topic.
@@ -64,6 +71,7 @@ func DefaultConfig() Config {
 		OutputTopic:       "rating-averages",
 		CommitInterval:    time.Second,
 		CacheMaxDocs:      10000,
+		BufferedRecords:   2048,
 		ReplicationFactor: 1,
 		SessionTimeout:    10 * time.Second,
 
@@ -89,6 +97,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheMaxDocs <= 0 {
 		errs = append(errs, errors.New("cache max docs must be positive"))
+	}
+	if c.BufferedRecords <= 0 {
+		errs = append(errs, errors.New("buffered records must be positive"))
 	}
 	switch c.ProcessingGuarantee {
 	case ExactlyOnce, AtLeastOnce:

@@ -85,10 +85,6 @@ func (e *Engine) Stats() Stats { return e.c.snapshot() }
 // Topics returns the topic names the engine uses.
 func (e *Engine) Topics() Topics { return e.topics }
 
-// consumerBuffer is sarama's ChannelBufferSize for every consumer: about
-// one drained batch (maxDrain) per partition.
-const consumerBuffer = 2048
-
 // saramaConfig is the client configuration shared by consumer and producer:
 // idempotent producer with acks=all and one request in flight, manual
 // offset commits, read_committed, static membership when an instance id is
@@ -119,14 +115,14 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = max(e.cfg.SessionTimeout/10, 100*time.Millisecond)
 	sc.Consumer.Group.Member.UserData = []byte(e.cfg.AdvertiseAddr)
-	// Each claimed partition buffers this many fetched records. sarama's
-	// default (256) capped every drained batch near 256 records and
-	// stalled the fetch loop while a stage worked through one: per-batch
-	// costs (a produce round trip, a transaction, a store read) were paid
-	// every 256 records. At 2048 the end-to-end run (Zipf, in-process
-	// broker) went from 55-58k to 98-140k ratings/s; see
+	// Each claimed partition buffers Config.BufferedRecords fetched
+	// records. sarama's default (256) capped every drained batch near 256
+	// records and stalled the fetch loop while a stage worked through one:
+	// per-batch costs (a produce round trip, a transaction, a store read)
+	// were paid every 256 records. At 2048 the end-to-end run (Zipf,
+	// in-process broker) went from 55-58k to 98-140k ratings/s; see
 	// docs/benchmarks.md.
-	sc.ChannelBufferSize = consumerBuffer
+	sc.ChannelBufferSize = e.cfg.BufferedRecords
 	return sc
 }
 

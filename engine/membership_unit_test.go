@@ -209,6 +209,7 @@ func TestUnitNewRejectsInvalidConfig(t *testing.T) {
 		{"zero commit interval", func(c *engine.Config) { c.CommitInterval = 0 }},
 		{"short session timeout", func(c *engine.Config) { c.SessionTimeout = time.Millisecond }},
 		{"zero cache", func(c *engine.Config) { c.CacheMaxDocs = 0 }},
+		{"no record buffer", func(c *engine.Config) { c.BufferedRecords = 0 }},
 		{"unknown guarantee", func(c *engine.Config) { c.ProcessingGuarantee = "maybe" }},
 		{"short transaction timeout", func(c *engine.Config) { c.TransactionTimeout = time.Millisecond }},
 		{"no replicas", func(c *engine.Config) { c.ReplicationFactor = 0 }},
