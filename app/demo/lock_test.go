@@ -34,7 +34,10 @@ func TestDemoLocksDataDirFirst(t *testing.T) {
 	dir := t.TempDir()
 	first := demo.Default()
 	first.DataDir, first.HTTPAddr, first.Rate = dir, "127.0.0.1:0", 0
-	first.KafkaAddr, first.RegistryAddr = testkit.FreeAddr(t), testkit.FreeAddr(t)
+	// Port 0: the demo binds ephemeral ports itself, so no other test can
+	// take them between choosing and listening (a free port picked in
+	// advance was once taken by a parallel test in CI).
+	first.KafkaAddr, first.RegistryAddr = "127.0.0.1:0", "127.0.0.1:0"
 	out := &testkit.SyncBuffer{}
 	first.Out = out
 	ctx, cancel := context.WithCancel(context.Background())
@@ -60,7 +63,7 @@ func TestDemoLocksDataDirFirst(t *testing.T) {
 	defer taken.Close()
 	second := first
 	second.Out = &testkit.SyncBuffer{}
-	second.KafkaAddr, second.RegistryAddr = taken.Addr().String(), testkit.FreeAddr(t)
+	second.KafkaAddr, second.RegistryAddr = taken.Addr().String(), "127.0.0.1:0"
 	start := time.Now()
 	err = demo.Run(context.Background(), second, testLogger(t, "second demo"))
 	if !errors.Is(err, app.ErrConfig) || !strings.Contains(err.Error(), "in use") {
