@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,29 +20,9 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-// logBuffer collects an instance's logs and prints them if the test fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func testLogger(t *testing.T, name string) *slog.Logger {
-	lb := &logBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			lb.mu.Lock()
-			t.Logf("logs of %s:\n%s", name, lb.buf.String())
-			lb.mu.Unlock()
-		}
-	})
-	return slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+// testLogger returns a debug logger whose output is printed, under name,
+// only when the test fails.
+func testLogger(t *testing.T, name string) *slog.Logger { return testkit.Logger(t, name) }
 
 // testConfig returns a config with unique topics and group, a fresh data
 // dir, a short commit interval and an ephemeral API port.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,19 +18,6 @@ import (
 
 // plantedSecret is searched for everywhere; it must never show.
 const plantedSecret = "pl4nted-S3CRET-7c1d"
-
-// secretLogs is a log sink the test can search (debug level: everything).
-type secretLogs struct{ logBuffer }
-
-func (l *secretLogs) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-func (l *secretLogs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // noSecret fails when text holds the planted secret.
 func noSecret(t *testing.T, where, text string) {
@@ -76,11 +62,11 @@ func TestPlantedSecretNeverShows(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testConfig(t, brokers, reg.URL())
 			outage := tt.setup(&c)
-			logs := &secretLogs{}
+			logs := &testkit.SyncBuffer{}
 			ctx, cancel := context.WithCancel(context.Background())
 			addr := make(chan string, 1)
 			done := make(chan error, 1)
-			go func() { done <- app.Run(ctx, c, logs.logger(), func(a string) { addr <- a }) }()
+			go func() { done <- app.Run(ctx, c, logs.Logger(), func(a string) { addr <- a }) }()
 			defer func() {
 				cancel()
 				if err := <-done; err != nil {
@@ -178,8 +164,8 @@ func TestPlantedSecretNeverShows(t *testing.T) {
 	}
 	redisDown := c
 	redisDown.Store, redisDown.RedisURL = app.StoreRedis, "redis://:"+plantedSecret+"@127.0.0.1:1/0"
-	logs := &secretLogs{}
-	if _, err := app.OpenStore(context.Background(), redisDown, logs.logger()); err == nil {
+	logs := &testkit.SyncBuffer{}
+	if _, err := app.OpenStore(context.Background(), redisDown, logs.Logger()); err == nil {
 		t.Errorf("OpenStore(redis down) = nil error")
 	} else {
 		noSecret(t, "the redis-down error", err.Error())

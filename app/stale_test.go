@@ -28,13 +28,13 @@ func TestStaleCopiesAreDropped(t *testing.T) {
 	reg := testkit.StartRegistry(t)
 	ca := testConfig(t, brokers, reg.URL())
 	ca.StaleDropAfter = 500 * time.Millisecond
-	logs := &secretLogs{}
+	logs := &testkit.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs of a:\n%s", logs.String())
 		}
 	})
-	a := startInstanceLog(t, ca, logs.logger())
+	a := startInstanceLog(t, ca, logs.Logger())
 	var lines []string
 	for id := 1; id <= 30; id++ {
 		lines = append(lines, fmt.Sprintf(`{"movie_id":%d,"rating":5}`, id))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/testkit"
 )
 
 func TestGetMovie(t *testing.T) {
@@ -270,8 +271,8 @@ func TestStoreErrors(t *testing.T) {
 	for _, tc := range tests {
 		for _, target := range []string{"/movies/1", "/movies?minAvg=1"} {
 			t.Run(tc.name+" "+target, func(t *testing.T) {
-				var logs logBuffer
-				opts := Options{Querier: tc.fq, Logger: logs.logger()}
+				var logs testkit.SyncBuffer
+				opts := Options{Querier: tc.fq, Logger: logs.Logger()}
 				if tc.noQuerier {
 					opts.Querier = nil
 				}

@@ -3,7 +3,6 @@ package demo_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -13,18 +12,6 @@ import (
 	"github.com/keepstate/keepstate/app/demo"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
-
-// testLogger returns a debug logger whose output is printed, under name,
-// only when the test fails.
-func testLogger(t *testing.T, name string) *slog.Logger {
-	buf := &testkit.SyncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("logs of %s:\n%s", name, buf.String())
-		}
-	})
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 // TestDemoLocksDataDirFirst starts a demo, then a second one on the same
 // --data-dir whose --kafka-addr is taken: it must fail on the data-dir
@@ -42,7 +29,7 @@ func TestDemoLocksDataDirFirst(t *testing.T) {
 	first.Out = out
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- demo.Run(ctx, first, testLogger(t, "first demo")) }()
+	go func() { done <- demo.Run(ctx, first, testkit.Logger(t, "first demo")) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -65,7 +52,7 @@ func TestDemoLocksDataDirFirst(t *testing.T) {
 	second.Out = &testkit.SyncBuffer{}
 	second.KafkaAddr, second.RegistryAddr = taken.Addr().String(), "127.0.0.1:0"
 	start := time.Now()
-	err = demo.Run(context.Background(), second, testLogger(t, "second demo"))
+	err = demo.Run(context.Background(), second, testkit.Logger(t, "second demo"))
 	if !errors.Is(err, app.ErrConfig) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second demo on the same --data-dir = %v, want ErrConfig naming the data dir in use (before any broker starts)", err)
 	}
