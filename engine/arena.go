@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"strconv"
 
 	"github.com/IBM/sarama"
@@ -80,22 +79,6 @@ func (a *recordArena) int(v int64) []byte {
 	a.reserve(20)
 	start := len(a.buf)
 	a.buf = strconv.AppendInt(a.buf, v, 10)
-	return a.cut(start)
-}
-
-// key returns the 8-byte big-endian key of id (see EncodeMovieKey).
-func (a *recordArena) key(id int64) []byte {
-	a.reserve(8)
-	start := len(a.buf)
-	a.buf = binary.BigEndian.AppendUint64(a.buf, uint64(id))
-	return a.cut(start)
-}
-
-// double returns v as Java's DoubleSerializer writes it (see EncodeDouble).
-func (a *recordArena) double(v float64) []byte {
-	a.reserve(8)
-	start := len(a.buf)
-	a.buf = appendDouble(a.buf, v)
 	return a.cut(start)
 }
 

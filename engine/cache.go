@@ -15,27 +15,38 @@ import (
 // most popular documents from the store). A docCache belongs to one task
 // and is not safe for concurrent use.
 type docCache struct {
-	lru *simplelru.LRU[int64, *MovieStats]
+	lru *simplelru.LRU[string, *entry]
+}
+
+// entry is one cached document: the aggregate and its processing
+// metadata.
+type entry struct {
+	// id is string(key), the cache's and the dirty set's key.
+	id      string
+	key     []byte
+	version int64
+	sources map[int32]int64
+	agg     Agg
 }
 
 func newDocCache() docCache {
 	// No size limit here (see trim); NewLRU fails only for a size <= 0.
-	lru, _ := simplelru.NewLRU[int64, *MovieStats](math.MaxInt, nil)
+	lru, _ := simplelru.NewLRU[string, *entry](math.MaxInt, nil)
 	return docCache{lru: lru}
 }
 
-// get returns the cached document of id and marks it recently used; nil
+// get returns the cached document of key and marks it recently used; nil
 // when it is not cached.
-func (c docCache) get(id int64) *MovieStats {
-	d, _ := c.lru.Get(id)
+func (c docCache) get(key string) *entry {
+	d, _ := c.lru.Get(key)
 	return d
 }
 
-// has reports whether id is cached, without touching its recency.
-func (c docCache) has(id int64) bool { return c.lru.Contains(id) }
+// has reports whether key is cached, without touching its recency.
+func (c docCache) has(key string) bool { return c.lru.Contains(key) }
 
-// put caches d as id's document, most recently used.
-func (c docCache) put(id int64, d *MovieStats) { c.lru.Add(id, d) }
+// put caches d as key's document, most recently used.
+func (c docCache) put(key string, d *entry) { c.lru.Add(key, d) }
 
 // len is the number of cached documents.
 func (c docCache) len() int { return c.lru.Len() }
@@ -50,7 +61,7 @@ func (c docCache) trim(max int) {
 
 // trimClean drops the least recently used documents that are not in
 // dirty until at most max remain (or only dirty ones do).
-func (c docCache) trimClean(max int, dirty map[int64]struct{}) {
+func (c docCache) trimClean(max int, dirty map[string]struct{}) {
 	if c.lru.Len() <= max {
 		return
 	}
@@ -58,12 +69,12 @@ func (c docCache) trimClean(max int, dirty map[int64]struct{}) {
 		c.trim(max)
 		return
 	}
-	for _, id := range c.lru.Keys() { // oldest first
+	for _, k := range c.lru.Keys() { // oldest first
 		if c.lru.Len() <= max {
 			return
 		}
-		if _, ok := dirty[id]; !ok {
-			c.lru.Remove(id)
+		if _, ok := dirty[k]; !ok {
+			c.lru.Remove(k)
 		}
 	}
 }

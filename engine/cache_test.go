@@ -2,6 +2,9 @@ package engine
 
 import "testing"
 
+// ck is the cache key of movie id.
+func ck(id int64) string { return string(EncodeMovieKey(id)) }
+
 func TestDocCacheTrimKeepsRecentlyUsed(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -19,10 +22,10 @@ func TestDocCacheTrimKeepsRecentlyUsed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newDocCache()
 			for id := int64(1); id <= 5; id++ {
-				c.put(id, &MovieStats{MovieID: id})
+				c.put(ck(id), &entry{id: ck(id)})
 			}
 			for _, id := range tt.touch {
-				if d := c.get(id); d == nil || d.MovieID != id {
+				if d := c.get(ck(id)); d == nil || d.id != ck(id) {
 					t.Fatalf("get(%d) = %v, want the document", id, d)
 				}
 			}
@@ -31,12 +34,12 @@ func TestDocCacheTrimKeepsRecentlyUsed(t *testing.T) {
 				t.Errorf("len after trim(%d) = %d, want %d", tt.max, got, len(tt.want))
 			}
 			for _, id := range tt.want {
-				if !c.has(id) {
+				if !c.has(ck(id)) {
 					t.Errorf("%d dropped, want it kept", id)
 				}
 			}
 			for _, id := range tt.dropped {
-				if c.has(id) {
+				if c.has(ck(id)) {
 					t.Errorf("%d kept, want it dropped", id)
 				}
 			}
@@ -46,9 +49,9 @@ func TestDocCacheTrimKeepsRecentlyUsed(t *testing.T) {
 
 func TestDocCacheReset(t *testing.T) {
 	c := newDocCache()
-	c.put(1, &MovieStats{MovieID: 1})
+	c.put(ck(1), &entry{id: ck(1)})
 	c.reset()
-	if got := c.get(1); got != nil {
+	if got := c.get(ck(1)); got != nil {
 		t.Errorf("get after reset = %v, want nil", got)
 	}
 	if got := c.len(); got != 0 {
@@ -59,17 +62,17 @@ func TestDocCacheReset(t *testing.T) {
 func TestDocCacheTrimCleanKeepsDirty(t *testing.T) {
 	c := newDocCache()
 	for id := int64(1); id <= 5; id++ {
-		c.put(id, &MovieStats{MovieID: id})
+		c.put(ck(id), &entry{id: ck(id)})
 	}
-	dirty := map[int64]struct{}{1: {}, 2: {}} // the two oldest
+	dirty := map[string]struct{}{ck(1): {}, ck(2): {}} // the two oldest
 	c.trimClean(3, dirty)
 	for _, id := range []int64{1, 2, 5} {
-		if !c.has(id) {
+		if !c.has(ck(id)) {
 			t.Errorf("%d dropped, want it kept (dirty or newest)", id)
 		}
 	}
 	for _, id := range []int64{3, 4} {
-		if c.has(id) {
+		if c.has(ck(id)) {
 			t.Errorf("%d kept, want it dropped (oldest clean)", id)
 		}
 	}

@@ -13,10 +13,16 @@ type Config struct {
 	Brokers []string
 	// ApplicationID is the consumer group id and the prefix of internal topics.
 	ApplicationID string
-	// InputTopic holds Confluent-framed Avro ratings.
+	// InputTopic holds the job's input records (the movie job: Confluent-framed
+	// Avro ratings).
 	InputTopic string
-	// OutputTopic receives averages (8-byte long key, 8-byte double value).
+	// OutputTopic receives the job's output records (the movie job:
+	// averages, 8-byte long key, 8-byte double value); it may be empty for
+	// a job without output.
 	OutputTopic string
+	// RepartitionTopic, ChangelogTopic and DLQTopic name the internal
+	// topics; empty derives them from ApplicationID (see Topics).
+	RepartitionTopic, ChangelogTopic, DLQTopic string
 	// CommitInterval is how often tasks flush state and commit offsets.
 	CommitInterval time.Duration
 	// CacheMaxDocs flushes a partition early when it holds this many changed
@@ -86,8 +92,8 @@ func (c Config) Validate() error {
 	if len(c.Brokers) == 0 && c.Kafka == nil {
 		errs = append(errs, errors.New("no brokers"))
 	}
-	if c.ApplicationID == "" || c.InputTopic == "" || c.OutputTopic == "" {
-		errs = append(errs, errors.New("application id, input and output topic must be set"))
+	if c.ApplicationID == "" || c.InputTopic == "" {
+		errs = append(errs, errors.New("application id and input topic must be set"))
 	}
 	if c.CommitInterval <= 0 {
 		errs = append(errs, errors.New("commit interval must be positive"))
@@ -140,14 +146,24 @@ type Topics struct {
 	Input, Output, Repartition, Changelog, DLQ string
 }
 
-// TopicsFor derives the internal topic names from the application id, as
-// Kafka Streams would name them.
+// Topics returns the topic names: the internal ones as set, or derived from
+// the application id as Kafka Streams would name them.
 func (c Config) Topics() Topics {
-	return Topics{
+	t := Topics{
 		Input:       c.InputTopic,
 		Output:      c.OutputTopic,
-		Repartition: c.ApplicationID + "-ratings-by-movie-repartition",
-		Changelog:   c.ApplicationID + "-movie-stats-changelog",
-		DLQ:         c.ApplicationID + "-dlq",
+		Repartition: c.RepartitionTopic,
+		Changelog:   c.ChangelogTopic,
+		DLQ:         c.DLQTopic,
 	}
+	if t.Repartition == "" {
+		t.Repartition = c.ApplicationID + "-ratings-by-movie-repartition"
+	}
+	if t.Changelog == "" {
+		t.Changelog = c.ApplicationID + "-movie-stats-changelog"
+	}
+	if t.DLQ == "" {
+		t.DLQ = c.ApplicationID + "-dlq"
+	}
+	return t
 }

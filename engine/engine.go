@@ -22,7 +22,7 @@ var ErrKafkaUnavailable = errors.New("kafka unavailable")
 // same static instance id; this one must stop.
 var ErrInstanceFenced = errors.New("another instance with the same --instance-id joined the group")
 
-// Serde encodes and decodes the Avro records the engine reads and writes.
+// Serde encodes and decodes the Avro records of the movie job (MovieJob).
 // *avro.Registry implements it. Implementations must be safe for concurrent
 // use; decode errors wrapping avro.ErrRegistryUnavailable are retried, any
 // other decode error sends the record to the dead-letter topic.
@@ -38,11 +38,13 @@ type Serde interface {
 type Engine struct {
 	cfg    Config
 	topics Topics
-	store  Store
-	serde  Serde
+	// table holds the job's state; job is the aggregation it runs.
+	table Table
+	job   Runner
+	// movies is the movie Store behind table when the engine was built by
+	// New (RangeLocal answers /movies from it); nil for other jobs.
+	movies Store
 	log    *slog.Logger
-	// changelogSubject is the registry subject of changelog values.
-	changelogSubject string
 
 	c     counters
 	route *Router
@@ -61,23 +63,50 @@ type Engine struct {
 	stale staleDropper
 }
 
-// New checks cfg and returns an engine that will use store and serde. It
-// does not connect to anything; Run does.
+// New checks cfg and returns an engine that runs the movie job (MovieJob)
+// on store, decoding and encoding Avro with serde. It does not connect to
+// anything; Run does.
 func New(cfg Config, store Store, serde Serde) (*Engine, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if store == nil || serde == nil {
 		return nil, fmt.Errorf("engine: store and serde are required: %w", ErrInvalid)
+	}
+	job, err := MovieJob(serde).Runner()
+	if err != nil {
+		return nil, err
+	}
+	e, err := NewJob(cfg, MovieTable(store), job)
+	if err != nil {
+		return nil, err
+	}
+	e.movies = store
+	return e, nil
+}
+
+// NewJob checks cfg and returns an engine that runs job (see Job.Runner)
+// with its state in table (opened with job.Spec(), see Tables). Its
+// output records, if the job has any, go to cfg.OutputTopic. It does not
+// connect to anything; Run does.
+func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
+	if table == nil || job == nil {
+		return nil, fmt.Errorf("engine: table and job are required: %w", ErrInvalid)
+	}
+	if job.HasOutput() && cfg.OutputTopic == "" {
+		return nil, fmt.Errorf("engine: job %s writes output records but no output topic is set: %w", job.Spec().Name, ErrInvalid)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Engine{cfg: cfg, topics: cfg.Topics(), store: store, serde: serde, log: log, kafka: cfg.kafka(),
-		changelogSubject: avro.ValueSubject(cfg.Topics().Changelog),
-		route:            newRouter(cfg, log)}, nil
+	log = log.With("job", job.Spec().Name)
+	return &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: cfg.kafka(),
+		route: newRouter(cfg, log)}, nil
 }
+
+// Job returns the job the engine runs.
+func (e *Engine) Job() Runner { return e.job }
 
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats { return e.c.snapshot() }

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/keepstate/keepstate/avro"
 )
 
 // flush hands the task's changed documents to a persist running in the
@@ -40,7 +38,7 @@ func (t *task) flush(ctx context.Context) error {
 // written by persist and read by the task after done is closed.
 type persistJob struct {
 	msgs []*sarama.ProducerMessage
-	docs []MovieStats
+	docs []Doc
 	dead int
 	// next is the repartition offset to commit with the batch; commit is
 	// false when it was committed already.
@@ -60,8 +58,9 @@ type persistJob struct {
 }
 
 // prepare takes what the task changed since the last flush (nil when there
-// is nothing to persist): clones of the dirty documents, their changelog
-// and average records, the pending dead letters and the offset to commit.
+// is nothing to persist): the dirty documents encoded for the store, their
+// changelog and output records, the pending dead letters and the offset to
+// commit.
 // The cache keeps the documents; the task goes on changing them.
 func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 	e := t.e
@@ -76,24 +75,38 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 		return nil, nil
 	}
 	job := &persistJob{
-		docs:   make([]MovieStats, 0, len(t.dirty)),
+		docs:   make([]Doc, 0, len(t.dirty)),
 		msgs:   make([]*sarama.ProducerMessage, 0, 2*len(t.dirty)+len(t.dead)),
 		dead:   len(t.dead),
 		next:   t.next,
 		commit: t.next > t.committed,
 	}
 	a := newRecordArena(2*len(t.dirty), 1)
+	values := make([]byte, 0, 32*len(t.dirty))
+	index := make([]IndexValue, 0, len(t.dirty)*len(e.job.Spec().Indexes))
 	for id := range t.dirty {
-		d := t.cache.get(id).Clone()
+		c := t.cache.get(id)
+		var err error
+		start := len(values)
+		if values, err = c.agg.AppendValue(ctx, values); err != nil {
+			return nil, err
+		}
+		istart := len(index)
+		index = c.agg.AppendIndex(index)
+		d := Doc{Key: c.key, Partition: t.p, Version: c.version, Sources: cloneSources(c.sources),
+			Value: values[start:len(values):len(values)], Index: index[istart:len(index):len(index)]}
 		job.docs = append(job.docs, d)
-		cl, err := e.changelogRecord(ctx, d, a)
+		cl, err := e.changelogRecord(ctx, d, c.agg, a)
 		if err != nil {
 			return nil, err
 		}
-		job.msgs = append(job.msgs, cl, e.averageRecord(d, a))
+		job.msgs = append(job.msgs, cl)
+		if e.job.HasOutput() {
+			job.msgs = append(job.msgs, e.outputRecord(d.Key, c.agg, a))
+		}
 	}
 	job.msgs = append(job.msgs, t.dead...)
-	t.dirty = map[int64]struct{}{}
+	t.dirty = map[string]struct{}{}
 	t.dead = nil
 	return job, nil
 }
@@ -129,7 +142,7 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 	stop := context.AfterFunc(t.sess.Context(), func() { time.AfterFunc(finalFlushTimeout, cancel) })
 	defer stop()
 	if job.verify {
-		return t.write(ctx, job, Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: job.checkpoint})
+		return t.write(ctx, job, DocBatch{Partition: t.p, Epoch: t.epoch, Checkpoint: job.checkpoint})
 	}
 	if t.producer != nil {
 		if err := t.commitTxn(job.msgs, job.next, job.commit); err != nil {
@@ -148,7 +161,7 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 				checkpoint = m.Offset + 1
 			}
 		}
-		if err := t.write(ctx, job, Batch{Partition: t.p, Epoch: t.epoch, Docs: job.docs, Checkpoint: checkpoint}); err != nil {
+		if err := t.write(ctx, job, DocBatch{Partition: t.p, Epoch: t.epoch, Docs: job.docs, Checkpoint: checkpoint}); err != nil {
 			return err
 		}
 		e.c.docs.Add(int64(len(job.docs)))
@@ -233,7 +246,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool
 // owner may already be ahead of this instance's store.
 func (t *task) drop() {
 	t.cache.reset()
-	t.dirty = map[int64]struct{}{}
+	t.dirty = map[string]struct{}{}
 	t.dead = nil
 	t.e.route.parts.set(t.p, Restoring)
 }
@@ -247,9 +260,9 @@ const verifyInterval = 5 * time.Second
 // its state) returns an error wrapping ErrFenced, which breaks the task and
 // restarts the group session: the partition is then claimed again and
 // restored. Called by persist.
-func (t *task) write(ctx context.Context, job *persistJob, b Batch) error {
+func (t *task) write(ctx context.Context, job *persistJob, b DocBatch) error {
 	e := t.e
-	err := e.retryUnavailable(ctx, "apply", func() error { return e.store.Apply(ctx, b) })
+	err := e.retryUnavailable(ctx, "apply", func() error { return e.table.Apply(ctx, b) })
 	if errors.Is(err, ErrFenced) {
 		e.c.fenced.Add(1)
 		return fmt.Errorf("partition %d: %w", t.p, err)
@@ -262,17 +275,18 @@ func (t *task) write(ctx context.Context, job *persistJob, b Batch) error {
 	return nil
 }
 
-// changelogRecord is the compacted changelog record of d: key the movie id,
-// value Avro CountAndSum, processing metadata in headers.
-func (e *Engine) changelogRecord(ctx context.Context, d MovieStats, a *recordArena) (*sarama.ProducerMessage, error) {
-	v, err := e.serde.EncodeCountAndSum(ctx, e.changelogSubject, avro.CountAndSum{Count: d.Count, Sum: d.Sum})
+// changelogRecord is the compacted changelog record of d, whose aggregate
+// is agg: key the document's key, value the job's changelog encoding,
+// processing metadata in headers.
+func (e *Engine) changelogRecord(ctx context.Context, d Doc, agg Agg, a *recordArena) (*sarama.ProducerMessage, error) {
+	v, err := e.job.EncodeChangelog(ctx, e.topics.Changelog, agg)
 	if err != nil {
 		return nil, fmt.Errorf("encode changelog value: %w", err)
 	}
 	pm := a.msg()
 	pm.Topic = e.topics.Changelog
 	pm.Partition = d.Partition
-	pm.Key = a.enc(a.key(d.MovieID))
+	pm.Key = a.enc(d.Key)
 	pm.Value = a.enc(v)
 	pm.Headers = a.headers(2)
 	pm.Headers[0] = sarama.RecordHeader{Key: keyVersion, Value: a.int(d.Version)}
@@ -280,16 +294,32 @@ func (e *Engine) changelogRecord(ctx context.Context, d MovieStats, a *recordAre
 	return pm, nil
 }
 
-// averageRecord is the output record of d: 8-byte big-endian long key and
-// 8-byte big-endian IEEE-754 double value, as Java's serializers write them.
-func (e *Engine) averageRecord(d MovieStats, a *recordArena) *sarama.ProducerMessage {
-	key := a.key(d.MovieID)
+// outputRecord is the output record of key's aggregate: the record key and
+// the job's output value (the movie job: the average as Java's
+// DoubleSerializer writes it), partitioned as Kafka's default partitioner
+// would.
+func (e *Engine) outputRecord(key []byte, agg Agg, a *recordArena) *sarama.ProducerMessage {
+	a.reserve(16)
+	start := len(a.buf)
+	a.buf = e.job.AppendOutput(a.buf, agg)
 	pm := a.msg()
 	pm.Topic = e.topics.Output
 	pm.Partition = PartitionFor(key, e.nOut)
 	pm.Key = a.enc(key)
-	pm.Value = a.enc(a.double(d.Avg()))
+	pm.Value = a.enc(a.cut(start))
 	return pm
+}
+
+// cloneSources copies m (nil stays nil).
+func cloneSources(m map[int32]int64) map[int32]int64 {
+	if m == nil {
+		return nil
+	}
+	c := make(map[int32]int64, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }
 
 // EncodeDouble encodes v as Java's DoubleSerializer does.

@@ -57,8 +57,12 @@ func (o *ownedQuerier) Range(ctx context.Context, q RangeQuery) (Page, error) {
 // on this instance and returns which partitions the page covers (sorted).
 // It is what an instance contributes to a range query merged across
 // instances. Safe for concurrent use.
+// It answers ErrInvalid for an engine not built by New (not the movie job).
 func (e *Engine) RangeLocal(ctx context.Context, q RangeQuery) (Page, []int32, error) {
-	return (&ownedQuerier{r: e.route, q: e.store}).rangeCovered(ctx, q)
+	if e.movies == nil {
+		return Page{}, nil, fmt.Errorf("range over movies: job %s is not the movie job: %w", e.job.Spec().Name, ErrInvalid)
+	}
+	return (&ownedQuerier{r: e.route, q: e.movies}).rangeCovered(ctx, q)
 }
 
 func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []int32, error) {

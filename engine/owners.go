@@ -57,11 +57,16 @@ func (o *owners) invalidate() { o.snap.Store(nil) }
 // invalid address). Safe for concurrent use; it never blocks longer than
 // ctx or describeTimeout.
 func (r *Router) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
+	return r.OwnerOf(ctx, EncodeMovieKey(movieID))
+}
+
+// OwnerOf is Owner for a record key of any job.
+func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bool, err error) {
 	n := r.numParts.Load()
 	if n == 0 {
 		return "", false, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
-	p := PartitionFor(EncodeMovieKey(movieID), n)
+	p := PartitionFor(key, n)
 	if r.answerable(p) {
 		return r.self, true, nil
 	}

@@ -26,8 +26,11 @@ func (benchSerde) DecodeCountAndSum(context.Context, []byte) (avro.CountAndSum, 
 
 func benchEngine() *Engine {
 	cfg := DefaultConfig()
-	return &Engine{cfg: cfg, topics: cfg.Topics(), serde: benchSerde{}, nParts: 3, nOut: 3, nDLQ: 3,
-		changelogSubject: avro.ValueSubject(cfg.Topics().Changelog)}
+	job, err := MovieJob(benchSerde{}).Runner()
+	if err != nil {
+		panic(err)
+	}
+	return &Engine{cfg: cfg, topics: cfg.Topics(), job: job, nParts: 3, nOut: 3, nDLQ: 3}
 }
 
 // BenchmarkForward is the rekey stage's per-record work: one drained batch
@@ -69,18 +72,24 @@ func BenchmarkSourceOf(b *testing.B) {
 // flush of 2000 documents.
 func BenchmarkFlushRecords(b *testing.B) {
 	e := benchEngine()
-	docs := make([]MovieStats, maxDrain)
+	docs := make([]Doc, maxDrain)
+	aggs := make([]Agg, maxDrain)
 	for i := range docs {
-		docs[i] = MovieStats{MovieID: int64(i), Partition: 1, Count: 10, Sum: 70, Version: 5_000_000, Sources: map[int32]int64{0: 1_000_000, 1: 2_000_000, 2: 3_000_000}}
+		docs[i] = movieDoc(MovieStats{MovieID: int64(i), Partition: 1, Count: 10, Sum: 70, Version: 5_000_000, Sources: map[int32]int64{0: 1_000_000, 1: 2_000_000, 2: 3_000_000}})
+		a, err := e.job.DecodeValue(context.Background(), docs[i].Value)
+		if err != nil {
+			b.Fatal(err)
+		}
+		aggs[i] = a
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		a := newRecordArena(2*len(docs), 2)
-		for _, d := range docs {
-			if _, err := e.changelogRecord(context.Background(), d, a); err != nil {
+		for i, d := range docs {
+			if _, err := e.changelogRecord(context.Background(), d, aggs[i], a); err != nil {
 				b.Fatal(err)
 			}
-			e.averageRecord(d, a)
+			e.outputRecord(d.Key, aggs[i], a)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -93,7 +92,7 @@ func (e *Engine) forward(ctx context.Context, batch []*sarama.ConsumerMessage) (
 	out = make([]*sarama.ProducerMessage, 0, len(batch))
 	a := newRecordArena(len(batch), 2)
 	for _, m := range batch {
-		r, err := e.decodeRating(ctx, m.Value)
+		key, err := e.recordKey(ctx, a, m.Value)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, 0, ctx.Err()
@@ -102,12 +101,11 @@ func (e *Engine) forward(ctx context.Context, batch []*sarama.ConsumerMessage) (
 			dead++
 			continue
 		}
-		if n := len(m.Value) + repartitionOverhead; n > MaxRecordBytes {
+		if n := len(m.Value) + len(key) + repartitionOverhead; n > MaxRecordBytes {
 			out = append(out, e.deadLetter(m, fmt.Errorf("%w: %d bytes, the repartition limit is %d", ErrRecordTooLarge, n, MaxRecordBytes)))
 			dead++
 			continue
 		}
-		key := a.key(r.MovieID)
 		pm := a.msg()
 		pm.Topic = e.topics.Repartition
 		pm.Partition = PartitionFor(key, e.nParts)
@@ -124,29 +122,50 @@ func (e *Engine) forward(ctx context.Context, batch []*sarama.ConsumerMessage) (
 // errBadRating is wrapped by ratings outside 0..10 or not finite.
 var errBadRating = errors.New("rating out of range")
 
-// decodeRating decodes and validates a Confluent-framed Avro rating,
-// retrying while the Schema Registry is unreachable. Any other failure is
-// returned and the record is dead-lettered.
-func (e *Engine) decodeRating(ctx context.Context, b []byte) (avro.Rating, error) {
+// retryable reports whether a job's decode error is temporary.
+func retryable(err error) bool {
+	return errors.Is(err, ErrRetry) || errors.Is(err, avro.ErrRegistryUnavailable)
+}
+
+// withRetry runs a job's decoding step, retrying with backoff while it
+// fails temporarily (a Schema Registry outage). Any other failure is
+// returned and the record is dead-lettered; ctx ending returns ctx.Err().
+func (e *Engine) withRetry(ctx context.Context, fn func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
-		r, err := e.serde.DecodeRating(ctx, b)
-		if errors.Is(err, avro.ErrRegistryUnavailable) {
-			e.log.Warn("schema registry unavailable, retrying", "err", err, "retry_in", backoff)
-			if !sleepCtx(ctx, backoff) {
-				return avro.Rating{}, ctx.Err()
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
+		err := fn()
+		if err == nil || !retryable(err) {
+			return err
 		}
-		if err != nil {
-			return r, err
+		e.log.Warn("decoder temporarily unavailable, retrying", "err", err, "retry_in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return ctx.Err()
 		}
-		if math.IsNaN(r.Rating) || math.IsInf(r.Rating, 0) || r.Rating < 0 || r.Rating > 10 {
-			return r, fmt.Errorf("%w: movie %d rating %v (want 0..10)", errBadRating, r.MovieID, r.Rating)
-		}
-		return r, nil
+		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// recordKey decodes an input record with the job and returns its record
+// key, in a's bytes.
+func (e *Engine) recordKey(ctx context.Context, a *recordArena, value []byte) ([]byte, error) {
+	var key []byte
+	err := e.withRetry(ctx, func() error {
+		a.reserve(64)
+		start := len(a.buf)
+		buf, err := e.job.AppendKey(ctx, a.buf, value)
+		if err != nil {
+			return err
+		}
+		a.buf = buf
+		key = a.cut(start)
+		return nil
+	})
+	return key, err
+}
+
+// addRecord adds a repartition record to agg with the job.
+func (e *Engine) addRecord(ctx context.Context, agg Agg, key, value []byte) error {
+	return e.withRetry(ctx, func() error { return e.job.Add(ctx, agg, key, value) })
 }
 
 // ErrRecordTooLarge is the dead-letter reason of a valid record too large

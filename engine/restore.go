@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -41,10 +42,10 @@ func (t *task) restore(ctx context.Context) error {
 	var epoch, cp int64
 	var hasCP bool
 	err := e.retryUnavailable(ctx, "claim", func() (err error) {
-		if epoch, err = e.store.Claim(ctx, t.p); err != nil {
+		if epoch, err = e.table.Claim(ctx, t.p); err != nil {
 			return err
 		}
-		cp, hasCP, err = e.store.Checkpoint(ctx, t.p)
+		cp, hasCP, err = e.table.Checkpoint(ctx, t.p)
 		return err
 	})
 	if err != nil {
@@ -94,20 +95,20 @@ func (t *task) restore(ctx context.Context) error {
 // final transaction marker.
 func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 	e := t.e
-	pending := map[int64]MovieStats{}
+	pending := map[string]Doc{}
 	var read int64
 	write := func(checkpoint int64) error {
-		docs := make([]MovieStats, 0, len(pending))
+		docs := make([]Doc, 0, len(pending))
 		for _, d := range pending {
 			docs = append(docs, d)
 		}
-		b := Batch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint, Replay: true}
-		if err := e.retryUnavailable(ctx, "replay", func() error { return e.store.Apply(ctx, b) }); err != nil {
+		b := DocBatch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint, Replay: true}
+		if err := e.retryUnavailable(ctx, "replay", func() error { return e.table.Apply(ctx, b) }); err != nil {
 			return fmt.Errorf("replay batch: %w", err)
 		}
 		e.c.batches.Add(1)
 		t.checkpoint = checkpoint
-		pending = map[int64]MovieStats{}
+		pending = map[string]Doc{}
 		return nil
 	}
 	err := e.clog.ReadCommitted(ctx, e.topics.Changelog, t.p, start, end, func(m CommittedRecord) error {
@@ -116,8 +117,8 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 		d, err := t.decodeChangelog(ctx, m)
 		if err != nil {
 			e.log.Warn("skipping unreadable changelog record", "partition", t.p, "offset", m.Offset, "err", err)
-		} else if old, ok := pending[d.MovieID]; !ok || d.Version > old.Version {
-			pending[d.MovieID] = d
+		} else if old, ok := pending[string(d.Key)]; !ok || d.Version > old.Version {
+			pending[string(d.Key)] = d
 		}
 		if len(pending) >= restoreBatchDocs {
 			return write(m.Offset + 1)
@@ -131,29 +132,34 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 }
 
 // decodeChangelog turns a changelog record back into a document.
-func (t *task) decodeChangelog(ctx context.Context, m CommittedRecord) (MovieStats, error) {
-	id, err := DecodeMovieKey(m.Key)
-	if err != nil {
-		return MovieStats{}, err
+func (t *task) decodeChangelog(ctx context.Context, m CommittedRecord) (Doc, error) {
+	e := t.e
+	if err := e.job.CheckKey(m.Key); err != nil {
+		return Doc{}, err
 	}
-	cs, err := t.e.serde.DecodeCountAndSum(ctx, m.Value)
+	agg, err := e.job.DecodeChangelog(ctx, e.topics.Changelog, m.Value)
 	if err != nil {
-		return MovieStats{}, err
+		return Doc{}, err
 	}
 	vs, ok := findHeader(m.Headers, HeaderVersion)
 	if !ok {
-		return MovieStats{}, fmt.Errorf("no %s header: %w", HeaderVersion, ErrInvalid)
+		return Doc{}, fmt.Errorf("no %s header: %w", HeaderVersion, ErrInvalid)
 	}
 	version, err := strconv.ParseInt(vs, 10, 64)
 	if err != nil {
-		return MovieStats{}, fmt.Errorf("bad %s header %q: %w", HeaderVersion, vs, ErrInvalid)
+		return Doc{}, fmt.Errorf("bad %s header %q: %w", HeaderVersion, vs, ErrInvalid)
 	}
 	ss, _ := findHeader(m.Headers, HeaderSources)
 	sources, err := decodeSources(ss)
 	if err != nil {
-		return MovieStats{}, err
+		return Doc{}, err
 	}
-	return MovieStats{MovieID: id, Partition: t.p, Count: cs.Count, Sum: cs.Sum, Version: version, Sources: sources}, nil
+	value, err := agg.AppendValue(ctx, nil)
+	if err != nil {
+		return Doc{}, err
+	}
+	return Doc{Key: bytes.Clone(m.Key), Partition: t.p, Version: version, Sources: sources,
+		Value: value, Index: agg.AppendIndex(nil)}, nil
 }
 
 // reseed produces every stored document of the partition to the changelog
@@ -161,7 +167,7 @@ func (t *task) decodeChangelog(ctx context.Context, m CommittedRecord) (MovieSta
 // and moves the checkpoint past the last record it wrote.
 func (t *task) reseed(ctx context.Context) error {
 	e := t.e
-	sc, ok := e.store.(PartitionScanner)
+	sc, ok := scannerOf(e.table)
 	if !ok {
 		return fmt.Errorf("store cannot list partition %d to re-seed the changelog; reset the store", t.p)
 	}
@@ -187,8 +193,14 @@ func (t *task) reseed(ctx context.Context) error {
 		msgs = msgs[:0]
 		return nil
 	}
-	err := sc.ScanPartition(ctx, t.p, func(d MovieStats) error {
-		m, err := e.changelogRecord(ctx, d, a)
+	err := sc.ScanPartition(ctx, t.p, func(d Doc) error {
+		// The records outlive fn: keep nothing the store may reuse.
+		d = d.Clone()
+		agg, err := e.job.DecodeValue(ctx, d.Value)
+		if err != nil {
+			return fmt.Errorf("re-seed document %s: %w", e.job.FormatKey(d.Key), err)
+		}
+		m, err := e.changelogRecord(ctx, d, agg, a)
 		if err != nil {
 			return err
 		}
@@ -209,7 +221,16 @@ func (t *task) reseed(ctx context.Context) error {
 			return err
 		}
 	}
-	b := Batch{Partition: t.p, Epoch: t.epoch, Checkpoint: checkpoint, Replay: true}
+	b := DocBatch{Partition: t.p, Epoch: t.epoch, Checkpoint: checkpoint, Replay: true}
 	t.checkpoint = checkpoint
-	return e.retryUnavailable(ctx, "checkpoint", func() error { return e.store.Apply(ctx, b) })
+	return e.retryUnavailable(ctx, "checkpoint", func() error { return e.table.Apply(ctx, b) })
+}
+
+// scannerOf returns table's TableScanner, if it can list partitions.
+func scannerOf(table Table) (TableScanner, bool) {
+	if mt, ok := table.(*movieTable); ok && !mt.canScan() {
+		return nil, false
+	}
+	sc, ok := table.(TableScanner)
+	return sc, ok
 }

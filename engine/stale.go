@@ -64,7 +64,7 @@ func (d *staleDropper) stop() {
 
 // staleDropsEnabled reports whether this engine drops stale copies.
 func (e *Engine) staleDropsEnabled() bool {
-	l, ok := e.store.(InstanceLocal)
+	l, ok := e.table.(InstanceLocal)
 	return ok && l.InstanceLocal() && e.cfg.StaleDropAfter > 0
 }
 
@@ -127,7 +127,7 @@ func (e *Engine) dropStale(p int32, sd *staleDrop) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), staleDropTimeout)
 	defer cancel()
-	if err := e.store.DropPartition(ctx, p); err != nil {
+	if err := e.table.DropPartition(ctx, p); err != nil {
 		e.log.Warn("could not drop the stale copy of a partition that moved away; it stays until the next try", "partition", p, "err", err)
 		return
 	}

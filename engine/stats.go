@@ -7,7 +7,7 @@ import "sync/atomic"
 // dashboard) serve it under its JSON names, /metrics exports each field,
 // and the tests decode the endpoint into it.
 type Stats struct {
-	// RecordsProcessed counts ratings applied to an aggregate.
+	// RecordsProcessed counts records applied to an aggregate.
 	RecordsProcessed int64 `json:"recordsProcessed"`
 	// RecordsRekeyed counts input records forwarded to the repartition topic.
 	RecordsRekeyed int64 `json:"recordsRekeyed"`
@@ -60,5 +60,25 @@ func (c *counters) snapshot() Stats {
 		GroupRestarts:         c.restarts.Load(),
 		PartitionsAssigned:    c.assigned.Load(),
 		PartitionsRunning:     c.running.Load(),
+	}
+}
+
+// Add returns the field-by-field sum of s and o (the counters of several
+// jobs' engines in one process).
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		RecordsProcessed:      s.RecordsProcessed + o.RecordsProcessed,
+		RecordsRekeyed:        s.RecordsRekeyed + o.RecordsRekeyed,
+		DuplicatesSkipped:     s.DuplicatesSkipped + o.DuplicatesSkipped,
+		DeadLettered:          s.DeadLettered + o.DeadLettered,
+		ChangelogRestored:     s.ChangelogRestored + o.ChangelogRestored,
+		StoreBatches:          s.StoreBatches + o.StoreBatches,
+		StoreDocsWritten:      s.StoreDocsWritten + o.StoreDocsWritten,
+		FencedWrites:          s.FencedWrites + o.FencedWrites,
+		TransactionsCommitted: s.TransactionsCommitted + o.TransactionsCommitted,
+		TransactionsAborted:   s.TransactionsAborted + o.TransactionsAborted,
+		GroupRestarts:         s.GroupRestarts + o.GroupRestarts,
+		PartitionsAssigned:    s.PartitionsAssigned + o.PartitionsAssigned,
+		PartitionsRunning:     s.PartitionsRunning + o.PartitionsRunning,
 	}
 }

@@ -1,16 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/keepstate/keepstate/avro"
 )
 
 // finalFlushTimeout bounds the flush a task does when its session ends.
@@ -34,7 +32,7 @@ type task struct {
 	dead []*sarama.ProducerMessage
 
 	cache docCache
-	dirty map[int64]struct{}
+	dirty map[string]struct{}
 	// next is the repartition offset to commit (last seen + 1); committed
 	// is the last value committed.
 	next, committed int64
@@ -52,7 +50,7 @@ type task struct {
 
 func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {
 	return &task{e: e, sess: s, claim: c, p: c.Partition(),
-		cache: newDocCache(), dirty: map[int64]struct{}{}, next: -1, committed: -1}
+		cache: newDocCache(), dirty: map[string]struct{}{}, next: -1, committed: -1}
 }
 
 // run restores the partition and processes it until the session ends.
@@ -167,48 +165,50 @@ func (t *task) deadLetters(dead []*sarama.ProducerMessage) error {
 // process applies a batch of repartition records to the cache.
 func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) error {
 	e := t.e
-	ids := make([]int64, 0, len(batch))
-	keys := make([]int64, len(batch))
+	var missing [][]byte
+	bad := make([]bool, len(batch))
 	for i, m := range batch {
-		id, err := DecodeMovieKey(m.Key)
-		if err != nil {
-			keys[i] = math.MinInt64
+		if err := e.job.CheckKey(m.Key); err != nil {
+			bad[i] = true
 			continue
 		}
-		keys[i] = id
-		if !t.cache.has(id) {
-			ids = append(ids, id)
+		if !t.cache.has(string(m.Key)) {
+			missing = append(missing, m.Key)
 		}
 	}
-	if len(ids) > 0 {
-		var loaded map[int64]MovieStats
+	if len(missing) > 0 {
+		var loaded map[string]Doc
 		err := e.retryUnavailable(ctx, "load", func() (err error) {
-			loaded, err = e.store.Load(ctx, ids)
+			loaded, err = e.table.Load(ctx, missing)
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("load documents: %w", err)
 		}
-		for _, id := range ids {
-			if d, ok := loaded[id]; ok {
-				d := d
-				t.cache.put(id, &d)
+		for k, d := range loaded {
+			a, err := e.job.DecodeValue(ctx, d.Value)
+			if err != nil {
+				return fmt.Errorf("load document %s: %w", e.job.FormatKey(d.Key), err)
 			}
+			t.cache.put(k, &entry{id: k, key: d.Key, version: d.Version, sources: d.Sources, agg: a})
 		}
 	}
 	var dead []*sarama.ProducerMessage
 	next := t.next
 	var stopErr error
 	for i, m := range batch {
-		if keys[i] == math.MinInt64 {
+		if bad[i] {
 			dead = append(dead, e.deadLetter(m, fmt.Errorf("bad repartition key: %w", ErrInvalid)))
 			next = m.Offset + 1
 			continue
 		}
-		r, err := e.decodeRating(ctx, m.Value)
-		if err == nil && r.MovieID != keys[i] {
-			err = fmt.Errorf("key %d does not match movie_id %d: %w", keys[i], r.MovieID, ErrInvalid)
+		srcP, srcO, hasSrc, err := sourceOf(m.Headers)
+		if err != nil {
+			dead = append(dead, e.deadLetter(m, err))
+			next = m.Offset + 1
+			continue
 		}
+		err = t.apply(ctx, m, srcP, srcO, hasSrc)
 		if err != nil && ctx.Err() != nil {
 			// Not this record's fault: stop here, it is processed again later.
 			stopErr = ctx.Err()
@@ -217,14 +217,7 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 		next = m.Offset + 1
 		if err != nil {
 			dead = append(dead, e.deadLetter(m, err))
-			continue
 		}
-		srcP, srcO, hasSrc, err := sourceOf(m.Headers)
-		if err != nil {
-			dead = append(dead, e.deadLetter(m, err))
-			continue
-		}
-		t.apply(m.Offset, r, srcP, srcO, hasSrc)
 	}
 	if err := t.deadLetters(dead); err != nil {
 		return err
@@ -233,34 +226,44 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 	return stopErr
 }
 
-// apply adds one rating unless the document already reflects it: its
+// apply adds one record unless the document already reflects it: its
 // repartition offset is not above the document's version, or its input
-// offset is not above the one recorded for its input partition.
-func (t *task) apply(offset int64, r avro.Rating, srcP int32, srcO int64, hasSrc bool) {
-	d := t.cache.get(r.MovieID)
-	if d == nil {
-		d = &MovieStats{MovieID: r.MovieID, Partition: t.p, Version: -1}
-		t.cache.put(r.MovieID, d)
-	}
-	if offset <= d.Version {
-		t.e.c.duplicates.Add(1)
-		return
-	}
-	if hasSrc {
-		if last, ok := d.Sources[srcP]; ok && srcO <= last {
-			t.e.c.duplicates.Add(1)
-			return
+// offset is not above the one recorded for its input partition. A record
+// the job cannot decode or add returns the error (dead-lettered by the
+// caller) and changes nothing.
+func (t *task) apply(ctx context.Context, m *sarama.ConsumerMessage, srcP int32, srcO int64, hasSrc bool) error {
+	e := t.e
+	d := t.cache.get(string(m.Key))
+	if d != nil {
+		if m.Offset <= d.version {
+			e.c.duplicates.Add(1)
+			return nil
+		}
+		if hasSrc {
+			if last, ok := d.sources[srcP]; ok && srcO <= last {
+				e.c.duplicates.Add(1)
+				return nil
+			}
 		}
 	}
-	d.Count++
-	d.Sum += r.Rating
-	d.Version = offset
-	if hasSrc {
-		if d.Sources == nil {
-			d.Sources = map[int32]int64{}
-		}
-		d.Sources[srcP] = srcO
+	fresh := d == nil
+	if fresh {
+		d = &entry{id: string(m.Key), key: bytes.Clone(m.Key), version: -1, agg: e.job.NewAgg()}
 	}
-	t.dirty[r.MovieID] = struct{}{}
-	t.e.c.processed.Add(1)
+	if err := e.addRecord(ctx, d.agg, m.Key, m.Value); err != nil {
+		return err
+	}
+	if fresh {
+		t.cache.put(d.id, d)
+	}
+	d.version = m.Offset
+	if hasSrc {
+		if d.sources == nil {
+			d.sources = map[int32]int64{}
+		}
+		d.sources[srcP] = srcO
+	}
+	t.dirty[d.id] = struct{}{}
+	e.c.processed.Add(1)
+	return nil
 }

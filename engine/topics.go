@@ -43,6 +43,9 @@ func (e *Engine) ensureTopics(ctx context.Context, admin sarama.ClusterAdmin) er
 		{e.topics.DLQ, sized},
 	}
 	for _, w := range want {
+		if w.name == "" { // a job without output
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -79,8 +82,10 @@ func (e *Engine) ensureTopics(ctx context.Context, admin sarama.ClusterAdmin) er
 		return fmt.Errorf("engine: %s has %d partitions but %s has %d: they must be co-partitioned (reset with --reprocess)",
 			e.topics.Changelog, nc, e.topics.Repartition, e.nParts)
 	}
-	if e.nOut, err = count(e.topics.Output); err != nil {
-		return err
+	if e.topics.Output != "" {
+		if e.nOut, err = count(e.topics.Output); err != nil {
+			return err
+		}
 	}
 	e.nDLQ, err = count(e.topics.DLQ)
 	return err

@@ -1,5 +1,5 @@
-// Package memstore is an in-memory engine.Store: a map under a lock,
-// scanned on every range query. It keeps nothing across processes, so a
+// Package memstore is an in-memory engine.Store and engine.Tables: maps
+// under locks, scanned and sorted on every range or index query. It keeps nothing across processes, so a
 // restart restores every partition from the changelog.
 //
 // It exists for tests and examples: the engine's broker-free unit tests

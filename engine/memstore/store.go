@@ -19,6 +19,8 @@ type Store struct {
 	ckpt   map[int32]int64
 	epochs map[int32]int64
 	local  bool
+	// tables are the Store's tables (see OpenTable).
+	tables tableSet
 }
 
 var (

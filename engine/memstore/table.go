@@ -1,0 +1,265 @@
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+var (
+	_ engine.Tables        = (*Store)(nil)
+	_ engine.Table         = (*table)(nil)
+	_ engine.TableScanner  = (*table)(nil)
+	_ engine.TableResetter = (*table)(nil)
+)
+
+// tableSet is the tables of one Store, by name.
+type tableSet struct {
+	mu     sync.Mutex
+	tables map[string]*table
+}
+
+func (s *Store) tableSet() *tableSet {
+	s.tables.mu.Lock()
+	defer s.tables.mu.Unlock()
+	if s.tables.tables == nil {
+		s.tables.tables = map[string]*table{}
+	}
+	return &s.tables
+}
+
+// OpenTable returns the in-memory table of spec, creating it empty on the
+// first call for spec.Name. Opening the name again returns the same table
+// when spec is equal to the first one (same indexes in the same order and
+// the same TiesAscending) and fails with an error wrapping
+// engine.ErrInvalid otherwise; an invalid spec fails the same way. The
+// table also implements engine.TableScanner and engine.TableResetter. It
+// lives as long as the Store and is safe for concurrent use; Close does
+// not affect it.
+func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Table, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("open table: %w", err)
+	}
+	set := s.tableSet()
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if tb, ok := set.tables[spec.Name]; ok {
+		if !slices.Equal(tb.spec.Indexes, spec.Indexes) {
+			return nil, fmt.Errorf("open table %s: the index set changed from %v to %v: %w",
+				spec.Name, tb.spec.Indexes, spec.Indexes, engine.ErrInvalid)
+		}
+		if tb.spec.TiesAscending != spec.TiesAscending {
+			return nil, fmt.Errorf("open table %s: TiesAscending changed from %v to %v: %w",
+				spec.Name, tb.spec.TiesAscending, spec.TiesAscending, engine.ErrInvalid)
+		}
+		return tb, nil
+	}
+	spec.Indexes = slices.Clone(spec.Indexes)
+	tb := &table{spec: spec, local: s.local, docs: map[string]engine.Doc{}, ckpt: map[int32]int64{}, epochs: map[int32]int64{}}
+	set.tables[spec.Name] = tb
+	return tb, nil
+}
+
+// table is an in-memory engine.Table: a map under one lock, scanned and
+// sorted on every query. Stored documents are never modified in place
+// (Apply replaces them), so a reader may keep one after unlocking.
+type table struct {
+	spec   engine.TableSpec // immutable
+	local  bool             // immutable: the Store's Local option
+	mu     sync.RWMutex
+	docs   map[string]engine.Doc
+	ckpt   map[int32]int64
+	epochs map[int32]int64
+}
+
+// InstanceLocal reports the Store's Local option (see engine.InstanceLocal).
+func (t *table) InstanceLocal() bool { return t.local }
+
+// Spec returns a copy of the table's spec.
+func (t *table) Spec() engine.TableSpec {
+	s := t.spec
+	s.Indexes = slices.Clone(s.Indexes)
+	return s
+}
+
+// Claim raises partition p's epoch and returns it.
+func (t *table) Claim(_ context.Context, p int32) (int64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.epochs[p]++
+	return t.epochs[p], nil
+}
+
+// Checkpoint returns partition p's checkpoint; ok is false when none was
+// written.
+func (t *table) Checkpoint(_ context.Context, p int32) (int64, bool, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	n, ok := t.ckpt[p]
+	return n, ok, nil
+}
+
+// Load returns copies of the stored documents of keys by string(key);
+// keys without a document are absent.
+func (t *table) Load(_ context.Context, keys [][]byte) (map[string]engine.Doc, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make(map[string]engine.Doc, len(keys))
+	for _, k := range keys {
+		if d, ok := t.docs[string(k)]; ok {
+			out[string(k)] = d.Clone()
+		}
+	}
+	return out, nil
+}
+
+// Apply writes copies of b's documents and its checkpoint atomically. It
+// fails with engine.ErrInvalid when a document fails Doc.Validate or
+// belongs to another partition, and with engine.ErrFenced when b.Epoch is
+// not p's current claim or (unless b.Replay) a document's version is not
+// newer than the stored one; a replay skips such documents. Nothing is
+// written when it fails.
+func (t *table) Apply(_ context.Context, b engine.DocBatch) error {
+	for i, d := range b.Docs {
+		if err := d.Validate(t.spec); err != nil {
+			return fmt.Errorf("apply to partition %d: doc %d: %w", b.Partition, i, err)
+		}
+		if d.Partition != b.Partition {
+			return fmt.Errorf("apply to table %s partition %d: doc %d belongs to partition %d: %w",
+				t.spec.Name, b.Partition, i, d.Partition, engine.ErrInvalid)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur := t.epochs[b.Partition]; b.Epoch == 0 || b.Epoch != cur {
+		return fmt.Errorf("apply to table %s partition %d: epoch %d, current claim %d: %w",
+			t.spec.Name, b.Partition, b.Epoch, cur, engine.ErrFenced)
+	}
+	pending := make(map[string]engine.Doc, len(b.Docs))
+	for _, d := range b.Docs {
+		old, ok := pending[string(d.Key)]
+		if !ok {
+			old, ok = t.docs[string(d.Key)]
+		}
+		if ok && d.Version <= old.Version {
+			if b.Replay {
+				continue
+			}
+			return fmt.Errorf("apply to table %s partition %d: key %x version %d, stored %d: %w",
+				t.spec.Name, b.Partition, d.Key, d.Version, old.Version, engine.ErrFenced)
+		}
+		pending[string(d.Key)] = d.Clone()
+	}
+	for k, d := range pending {
+		t.docs[k] = d
+	}
+	t.ckpt[b.Partition] = b.Checkpoint
+	return nil
+}
+
+// DropPartition deletes partition p's documents and checkpoint; its epoch
+// stays.
+func (t *table) DropPartition(_ context.Context, p int32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, d := range t.docs {
+		if d.Partition == p {
+			delete(t.docs, k)
+		}
+	}
+	delete(t.ckpt, p)
+	return nil
+}
+
+// Get returns a copy of key's document, or an error wrapping
+// engine.ErrNotFound.
+func (t *table) Get(_ context.Context, key []byte) (engine.Doc, error) {
+	t.mu.RLock()
+	d, ok := t.docs[string(key)]
+	t.mu.RUnlock()
+	if !ok {
+		return engine.Doc{}, fmt.Errorf("table %s: key %x: %w", t.spec.Name, key, engine.ErrNotFound)
+	}
+	return d.Clone(), nil
+}
+
+// Query scans every document and returns copies of the page q selects, in
+// the order of TableSpec.Before; Next is set when the page is full. An
+// invalid query fails with engine.ErrInvalid.
+func (t *table) Query(_ context.Context, q engine.IndexQuery) (engine.DocPage, error) {
+	pos, kind, err := q.Validate(t.spec)
+	if err != nil {
+		return engine.DocPage{}, fmt.Errorf("query table %s: %w", t.spec.Name, err)
+	}
+	t.mu.RLock()
+	var match []engine.Doc
+	for _, d := range t.docs {
+		if !q.InRange(d.Index[pos], kind) {
+			continue
+		}
+		if q.After != nil && !t.spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc) {
+			continue
+		}
+		match = append(match, d)
+	}
+	t.mu.RUnlock()
+	slices.SortFunc(match, func(a, b engine.Doc) int {
+		ca, cb := cursorAt(a, pos), cursorAt(b, pos)
+		switch {
+		case t.spec.Before(ca, cb, kind, q.Desc):
+			return -1
+		case t.spec.Before(cb, ca, kind, q.Desc):
+			return 1
+		}
+		return 0
+	})
+	var page engine.DocPage
+	match = match[:min(len(match), q.Limit)]
+	for _, d := range match {
+		page.Docs = append(page.Docs, d.Clone())
+	}
+	if len(match) == q.Limit {
+		last := page.Docs[len(page.Docs)-1]
+		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: bytes.Clone(last.Key)}
+	}
+	return page, nil
+}
+
+func cursorAt(d engine.Doc, pos int) engine.IndexCursor {
+	return engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
+}
+
+// ScanPartition calls fn with a copy of each document of partition p, in
+// key order, stopping at fn's first error. It reads a snapshot, so fn may
+// call the table.
+func (t *table) ScanPartition(_ context.Context, p int32, fn func(engine.Doc) error) error {
+	t.mu.RLock()
+	var docs []engine.Doc
+	for _, d := range t.docs {
+		if d.Partition == p {
+			docs = append(docs, d)
+		}
+	}
+	t.mu.RUnlock()
+	slices.SortFunc(docs, func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
+	for _, d := range docs {
+		if err := fn(d.Clone()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reset deletes every document and checkpoint of the table and keeps its
+// epochs, so a writer from before the reset stays fenced once the
+// partition is claimed again.
+func (t *table) Reset(context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.docs, t.ckpt = map[string]engine.Doc{}, map[int32]int64{}
+	return nil
+}

@@ -1,0 +1,190 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// testTableConcurrentReaders runs readers in goroutines while the test
+// goroutine applies batches that always move keys 1 and 2 together: both
+// get version k, index values k (and "v<k>") and a value naming k, so
+// they stay tied and adjacent in every index, above the static key 3. A
+// reader that sees two versions in one answer, a doc whose index entry
+// disagrees with its version, a doc twice or missing, saw a partly applied
+// batch; a Get whose version goes down saw time run backwards.
+func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	const batches = 100
+	pairDoc := func(i int, k int64) engine.Doc {
+		d := tdoc(sh, i, 0, k, float64(k), fmt.Sprintf("v%05d", k))
+		d.Value = []byte(fmt.Sprintf("version %d", k))
+		return d
+	}
+	pair := func(k int64) []engine.Doc { return []engine.Doc{pairDoc(1, k), pairDoc(2, k)} }
+	static := tdoc(sh, 3, 0, 1, -1, "")
+	k1, k2, k3 := sh.key(1), sh.key(2), sh.key(3)
+	tapply(t, tb, 0, 1, append(pair(1), static)...)
+	epoch := tclaim(t, tb, 0)
+
+	// consistent checks that d is the pair doc i of some version and
+	// returns that version.
+	consistent := func(i int, d engine.Doc) (int64, error) {
+		if want := pairDoc(i, d.Version); !sameDoc(sh.spec, d, want) {
+			return 0, fmt.Errorf("doc %s is not version %d's %s", showDoc(d), d.Version, showDoc(want))
+		}
+		return d.Version, nil
+	}
+	// samePair checks that a and b are keys 1 and 2 of one batch.
+	samePair := func(what string, a, b engine.Doc) error {
+		va, err := consistent(1, a)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		vb, err := consistent(2, b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if va != vb {
+			return fmt.Errorf("%s saw a partial batch: key 1 at version %d, key 2 at %d", what, va, vb)
+		}
+		return nil
+	}
+
+	c, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Bool
+		mu     sync.Mutex
+		errs   []error
+		done   = make(chan struct{})
+	)
+	report := func(err error) {
+		failed.Store(true)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) < 10 {
+			errs = append(errs, err)
+		}
+	}
+	var lastGet atomic.Int64
+	readers := []func() error{
+		func() error { // Load sees both docs of one batch
+			got, err := tb.Load(c, [][]byte{k1, k2, k3})
+			if err != nil {
+				return fmt.Errorf("load: %w", err)
+			}
+			if len(got) != 3 {
+				return fmt.Errorf("load returned %d docs; want 3", len(got))
+			}
+			return samePair("load", got[string(k1)], got[string(k2)])
+		},
+		func() error { // ascending queries see each doc once, in one state
+			for _, ix := range sh.spec.Indexes {
+				page, err := tb.Query(c, engine.IndexQuery{Index: ix.Name, Limit: 10})
+				if err != nil {
+					return fmt.Errorf("query %s: %w", ix.Name, err)
+				}
+				if len(page.Docs) != 3 || !sameDoc(sh.spec, page.Docs[0], static) {
+					return fmt.Errorf("query %s returned %v; want [%s %s %s]", ix.Name, showKeys(page.Docs),
+						showKey(k3), showKey(k1), showKey(k2))
+				}
+				if err := samePair("query "+ix.Name, page.Docs[1], page.Docs[2]); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func() error { // descending bounded queries too
+			for pos, ix := range sh.spec.Indexes {
+				q := engine.IndexQuery{Index: ix.Name, Desc: true, Limit: 2, Min: index(sh.spec, 0.5, "v")[pos], HasMin: true}
+				page, err := tb.Query(c, q)
+				if err != nil {
+					return fmt.Errorf("query %s: %w", showQuery(q), err)
+				}
+				if len(page.Docs) != 2 {
+					return fmt.Errorf("query %s returned %v; want [%s %s]", showQuery(q), showKeys(page.Docs), showKey(k2), showKey(k1))
+				}
+				if err := samePair("query "+showQuery(q), page.Docs[1], page.Docs[0]); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		func() error { // Get never goes back in time
+			d, err := tb.Get(c, k1)
+			if err != nil {
+				return fmt.Errorf("get: %w", err)
+			}
+			v, err := consistent(1, d)
+			if err != nil {
+				return fmt.Errorf("get: %w", err)
+			}
+			if last := lastGet.Swap(v); v < last {
+				return fmt.Errorf("get(1) version went from %d back to %d", last, v)
+			}
+			return nil
+		},
+	}
+	reads := make([]atomic.Int64, len(readers))
+	for i, read := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				final := false
+				select {
+				case <-done:
+					final = true // this read starts after the last batch
+				default:
+				}
+				if err := read(); err != nil {
+					if c.Err() == nil {
+						report(err)
+					}
+					return
+				}
+				reads[i].Add(1)
+				if final {
+					return
+				}
+			}
+		}()
+	}
+
+	var applyErr error
+	for k := int64(2); k <= batches && !failed.Load(); k++ {
+		b := engine.DocBatch{Partition: 0, Epoch: epoch, Docs: pair(k), Checkpoint: k}
+		if applyErr = tb.Apply(c, b); applyErr != nil {
+			applyErr = fmt.Errorf("apply batch %d: %w", k, applyErr)
+			break
+		}
+	}
+	close(done)
+	if applyErr != nil {
+		cancel()
+	}
+	wg.Wait()
+	if applyErr != nil {
+		t.Fatal(applyErr)
+	}
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	for i := range reads {
+		if reads[i].Load() == 0 {
+			t.Errorf("reader %d never completed a read", i)
+		}
+	}
+	wantTDoc(t, tb, pairDoc(1, batches))
+	wantTDoc(t, tb, pairDoc(2, batches))
+	wantTCheckpoint(t, tb, 0, batches, true)
+}

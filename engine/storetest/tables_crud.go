@@ -1,0 +1,291 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	binary := make([]byte, 4096)
+	for i := range binary {
+		binary[i] = byte(i * 7)
+	}
+	long := strings.Repeat("é", engine.MaxIndexStringBytes/2)
+	cases := []struct {
+		name string
+		doc  engine.Doc
+	}{
+		{"plain", engine.Doc{Key: sh.key(362), Version: 7, Sources: map[int32]int64{0: 11},
+			Value: []byte(`{"count":2,"sum":18}`), Index: index(sh.spec, 9, "gold")}},
+		{"many sources", engine.Doc{Key: sh.key(1), Version: 1 << 40,
+			Sources: map[int32]int64{0: 3, 1: 1 << 50, 2: 0, 17: 99, math.MaxInt32: math.MaxInt64},
+			Value:   []byte("x"), Index: index(sh.spec, 0.1+0.2, "silver")}},
+		{"nil sources and nil value", engine.Doc{Key: sh.key(2), Version: 0, Index: index(sh.spec, 0, "")}},
+		{"empty sources and empty value", engine.Doc{Key: sh.key(3), Version: 1, Sources: map[int32]int64{},
+			Value: []byte{}, Index: index(sh.spec, 1.0/3, " ")}},
+		{"binary value", engine.Doc{Key: sh.key(4), Version: 2, Sources: map[int32]int64{3: 4},
+			Value: binary, Index: index(sh.spec, -2.5, "z\x01")}},
+		{"largest numbers and longest string", engine.Doc{Key: sh.key(5), Version: math.MaxInt64 - 1,
+			Sources: map[int32]int64{0: 1}, Value: []byte("big"), Index: index(sh.spec, math.MaxFloat64, long)}},
+		{"most negative number", engine.Doc{Key: sh.key(-6), Version: 3, Sources: map[int32]int64{0: 1},
+			Value: []byte("neg"), Index: index(sh.spec, -math.MaxFloat64, "\U0001F600")}},
+		{"smallest denormal", engine.Doc{Key: sh.key(-7), Version: 4, Sources: map[int32]int64{0: 2},
+			Value: []byte("tiny"), Index: index(sh.spec, 5e-324, "\uffff")}},
+		{"integer beyond 2^53", engine.Doc{Key: sh.key(8), Version: 5, Sources: map[int32]int64{0: 2},
+			Value: []byte("int"), Index: index(sh.spec, 1<<60, "Z")}},
+		{"key 0", engine.Doc{Key: sh.key(0), Version: 6, Value: []byte("zero"), Index: index(sh.spec, 7.5, "a")}},
+		{"longest key", engine.Doc{Key: bytes.Repeat(sh.key(9), engine.MaxKeyBytes/len(sh.key(9))+1)[:engine.MaxKeyBytes],
+			Version: 8, Value: []byte("long key"), Index: index(sh.spec, 2.5, "b")}},
+	}
+	var docs []engine.Doc
+	for _, tc := range cases {
+		docs = append(docs, tc.doc)
+	}
+	tapply(t, tb, 0, 100, docs...)
+	wantTCheckpoint(t, tb, 0, 100, true)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { wantTDoc(t, tb, tc.doc) })
+	}
+
+	t.Run("negative zero", func(t *testing.T) {
+		d := engine.Doc{Key: sh.key(10), Version: 9, Value: []byte("-0"), Index: index(sh.spec, negZero, "")}
+		tapply(t, tb, 0, 101, d)
+		got, err := tb.Get(ctx(t), d.Key)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		for i, ix := range sh.spec.Indexes {
+			if ix.Kind == engine.IndexNumber && got.Index[i].Num != 0 {
+				t.Fatalf("index %s of a doc stored with -0 = %v; want 0 or -0", ix.Name, got.Index[i].Num)
+			}
+		}
+		docs = append(docs, d)
+	})
+
+	t.Run("other partition", func(t *testing.T) {
+		d := tdoc(sh, 11, 1<<20, 1, 5, "gold")
+		tapply(t, tb, 1<<20, 3, d)
+		wantTDoc(t, tb, d)
+		wantTCheckpoint(t, tb, 1<<20, 3, true)
+		wantTCheckpoint(t, tb, 0, 101, true)
+		docs = append(docs, d)
+	})
+
+	t.Run("Load", func(t *testing.T) {
+		keys := [][]byte{sh.key(99999)}
+		for _, d := range docs {
+			keys = append(keys, d.Key)
+		}
+		got, err := tb.Load(ctx(t), keys)
+		if err != nil {
+			t.Fatalf("Load: %v", err)
+		}
+		if len(got) != len(docs) {
+			t.Fatalf("Load returned %d docs; want %d (a missing key must be absent)", len(got), len(docs))
+		}
+		for _, want := range docs {
+			if g, ok := got[string(want.Key)]; !ok || !sameDoc(sh.spec, g, want) {
+				t.Errorf("Load[%s] = %s, %v; want %s", showKey(want.Key), showDoc(g), ok, showDoc(want))
+			}
+		}
+	})
+
+	t.Run("every doc is in every index", func(t *testing.T) {
+		md := tmodelOf(docs)
+		for _, ix := range sh.spec.Indexes {
+			for _, desc := range []bool{false, true} {
+				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: len(docs) + 1})
+			}
+		}
+	})
+
+	t.Run("overwrite with newer version", func(t *testing.T) {
+		upd := docs[0].Clone()
+		upd.Version++
+		upd.Sources[5] = 6
+		upd.Value = []byte("updated")
+		upd.Index = index(sh.spec, -1, "silver")
+		tapply(t, tb, 0, 102, upd)
+		wantTDoc(t, tb, upd)
+		wantTCheckpoint(t, tb, 0, 102, true)
+	})
+}
+
+// testTableCopies checks that documents handed to Apply and returned by
+// Get, Load and Query are not shared with the store.
+func testTableCopies(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	orig := tdoc(sh, 1, 0, 3, 2.5, "gold")
+	in := orig.Clone()
+	tapply(t, tb, 0, 1, in)
+	scribble := func(d *engine.Doc) {
+		if len(d.Key) > 0 {
+			d.Key[0] ^= 0xff
+		}
+		if len(d.Value) > 0 {
+			d.Value[0] ^= 0xff
+		}
+		if d.Sources != nil {
+			d.Sources[0] = -1
+			d.Sources[99] = 99
+		}
+		if len(d.Index) > 0 {
+			d.Index[0] = engine.IndexValue{Num: 1234, Str: "scribbled"}
+		}
+	}
+	scribble(&in)
+	wantTDoc(t, tb, orig)
+
+	got, err := tb.Get(ctx(t), orig.Key)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	scribble(&got)
+	wantTDoc(t, tb, orig)
+
+	loaded, err := tb.Load(ctx(t), [][]byte{orig.Key})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	for _, d := range loaded {
+		scribble(&d)
+	}
+	wantTDoc(t, tb, orig)
+
+	page, err := tb.Query(ctx(t), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 1})
+	if err != nil || len(page.Docs) != 1 {
+		t.Fatalf("Query = %v, %v; want one doc", showKeys(page.Docs), err)
+	}
+	scribble(&page.Docs[0])
+	if page.Next != nil && len(page.Next.Key) > 0 {
+		page.Next.Key[0] ^= 0xff
+	}
+	wantTDoc(t, tb, orig)
+	wantTPage(t, tb, tmodelOf([]engine.Doc{orig}), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 5})
+}
+
+func testTableLoadMissing(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	for _, keys := range [][][]byte{nil, {}, {sh.key(1)}, {sh.key(1), sh.key(2), sh.key(-3)}} {
+		got, err := tb.Load(ctx(t), keys)
+		if err != nil {
+			t.Fatalf("Load(%d keys) on an empty table: %v", len(keys), err)
+		}
+		if len(got) != 0 {
+			t.Fatalf("Load(%d keys) on an empty table = %d docs; want none", len(keys), len(got))
+		}
+	}
+	d := tdoc(sh, 1, 0, 1, 5, "gold")
+	tapply(t, tb, 0, 1, d)
+	got, err := tb.Load(ctx(t), [][]byte{sh.key(2), sh.key(1), sh.key(3), sh.key(1)})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if g, ok := got[string(d.Key)]; len(got) != 1 || !ok || !sameDoc(sh.spec, g, d) {
+		t.Fatalf("Load([2 1 3 1]) = %d docs (key 1: %s, %v); want only %s", len(got), showDoc(g), ok, showDoc(d))
+	}
+}
+
+func testTableGetMissing(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	wantTAbsent(t, tb, sh.key(1))
+	d := tdoc(sh, 1, 0, 1, 5, "gold")
+	tapply(t, tb, 0, 1, d)
+	k := d.Key
+	for _, key := range [][]byte{sh.key(0), sh.key(2), sh.key(-1), k[:len(k)-1], append(bytes.Clone(k), 0), {0xff}} {
+		wantTAbsent(t, tb, key)
+	}
+	wantTDoc(t, tb, d)
+}
+
+func testTableCheckpointMissing(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	wantTCheckpoint(t, tb, 0, 0, false)
+	wantTCheckpoint(t, tb, 7, 0, false)
+
+	// A batch without documents still moves the checkpoint.
+	tapply(t, tb, 3, 42)
+	wantTCheckpoint(t, tb, 3, 42, true)
+	wantTCheckpoint(t, tb, 0, 0, false)
+
+	// Checkpoint zero is a real checkpoint, distinct from none.
+	tapply(t, tb, 4, 0)
+	wantTCheckpoint(t, tb, 4, 0, true)
+
+	// A checkpoint may move backwards (a restore from an earlier offset).
+	tapply(t, tb, 3, 40)
+	wantTCheckpoint(t, tb, 3, 40, true)
+}
+
+func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	p0 := tableData(sh, 1, 30, 0)
+	p1 := tableData(sh, 2, 20, 1)
+	tapply(t, tb, 0, 8, p0...)
+	tapply(t, tb, 1, 7, p1...)
+	before := tclaim(t, tb, 0)
+
+	if err := tb.DropPartition(ctx(t), 0); err != nil {
+		t.Fatalf("DropPartition(0): %v", err)
+	}
+	for _, d := range p0 {
+		wantTAbsent(t, tb, d.Key)
+	}
+	for _, d := range p1 {
+		wantTDoc(t, tb, d)
+	}
+	wantTCheckpoint(t, tb, 0, 0, false)
+	wantTCheckpoint(t, tb, 1, 7, true)
+
+	md := tmodelOf(p1)
+	for _, ix := range sh.spec.Indexes {
+		for _, desc := range []bool{false, true} {
+			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 7}
+			if got := tpageAll(t, tb, md, q); len(got) != len(p1) {
+				t.Fatalf("paging %s after the drop returned %d docs; want the %d of partition 1", showQuery(q), len(got), len(p1))
+			}
+		}
+	}
+	keys := [][]byte{p1[0].Key}
+	for _, d := range p0 {
+		keys = append(keys, d.Key)
+	}
+	if loaded, err := tb.Load(ctx(t), keys); err != nil || len(loaded) != 1 {
+		t.Fatalf("Load after the drop = %d docs, %v; want only %s", len(loaded), err, showKey(p1[0].Key))
+	}
+
+	// Claims keep increasing across a drop, so an old owner stays fenced.
+	if after := tclaim(t, tb, 0); after <= before {
+		t.Fatalf("Claim after the drop = %d; want > %d", after, before)
+	}
+	late := tdoc(sh, 5_000_000, 0, 1, 1, "late")
+	err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: before, Checkpoint: 9, Docs: []engine.Doc{late}})
+	if !errors.Is(err, engine.ErrFenced) {
+		t.Fatalf("Apply with the epoch claimed before the drop = %v; want ErrFenced", err)
+	}
+	wantTAbsent(t, tb, late.Key)
+
+	// The next owner restores from the start of the changelog: versions
+	// lower than the dropped documents' are accepted again.
+	restored := p0[len(p0)-1].Clone()
+	restored.Version, restored.Value = 1, []byte("restored")
+	tapply(t, tb, 0, 2, restored)
+	wantTDoc(t, tb, restored)
+	wantTCheckpoint(t, tb, 0, 2, true)
+	md[string(restored.Key)] = restored
+	for _, ix := range sh.spec.Indexes {
+		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 100})
+	}
+
+	// Dropping an empty or unknown partition is not an error.
+	if err := tb.DropPartition(ctx(t), 9); err != nil {
+		t.Fatalf("DropPartition(9) of an empty partition: %v", err)
+	}
+	wantTCheckpoint(t, tb, 1, 7, true)
+}

@@ -1,0 +1,263 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+func testTableApplyInvalid(t *testing.T, open TablesOpener, sh shape) {
+	hasString := false
+	for _, ix := range sh.spec.Indexes {
+		hasString = hasString || ix.Kind == engine.IndexString
+	}
+	// Each case breaks a valid document of key 3 in partition 0.
+	type breaker func(d *engine.Doc)
+	setNum := func(v float64) breaker {
+		return func(d *engine.Doc) { d.Index = index(sh.spec, v, "gold") }
+	}
+	setStr := func(v string) breaker {
+		return func(d *engine.Doc) { d.Index = index(sh.spec, 1, v) }
+	}
+	cases := []struct {
+		name     string
+		strIndex bool // only for shapes with a string index
+		brk      breaker
+	}{
+		{"no index values", false, func(d *engine.Doc) { d.Index = nil }},
+		{"one index value too few", false, func(d *engine.Doc) { d.Index = d.Index[:len(d.Index)-1] }},
+		{"one index value too many", false, func(d *engine.Doc) { d.Index = append(d.Index, engine.Num(1)) }},
+		{"NaN number", false, setNum(math.NaN())},
+		{"infinite number", false, setNum(math.Inf(1))},
+		{"negative infinite number", false, setNum(math.Inf(-1))},
+		{"string with NUL", true, setStr("gold\x00")},
+		{"string not UTF-8", true, setStr("gold\xff")},
+		{"string too long", true, setStr(strings.Repeat("z", engine.MaxIndexStringBytes+1))},
+		{"empty key", false, func(d *engine.Doc) { d.Key = nil }},
+		{"zero-length key", false, func(d *engine.Doc) { d.Key = []byte{} }},
+		{"key too long", false, func(d *engine.Doc) { d.Key = bytes.Repeat([]byte{'k'}, engine.MaxKeyBytes+1) }},
+		{"partition of another batch", false, func(d *engine.Doc) { d.Partition = 1 }},
+		{"negative partition", false, func(d *engine.Doc) { d.Partition = -1 }},
+	}
+	for _, tc := range cases {
+		if tc.strIndex && !hasString {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, tb := openTable(t, open, sh.spec)
+			a := tdoc(sh, 1, 0, 1, 5, "gold")
+			tapply(t, tb, 0, 5, a)
+			md := tmodelOf([]engine.Doc{a})
+
+			newer := tdoc(sh, 1, 0, 2, 9, "silver")
+			other := tdoc(sh, 2, 0, 3, 7, "b")
+			bad := tdoc(sh, 3, 0, 4, 1, "a")
+			tc.brk(&bad)
+			if err := bad.Validate(sh.spec); err == nil && bad.Partition == 0 {
+				t.Fatalf("test bug: %s is valid", showDoc(bad))
+			}
+			for _, docs := range [][]engine.Doc{{other, newer, bad}, {bad, other, newer}} {
+				err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: docs, Checkpoint: 9})
+				if !errors.Is(err, engine.ErrInvalid) {
+					t.Fatalf("Apply with %s = %v; want ErrInvalid", tc.name, err)
+				}
+				wantTCheckpoint(t, tb, 0, 5, true)
+				wantTDoc(t, tb, a)
+				wantTAbsent(t, tb, other.Key)
+				if len(bad.Key) > 0 && !bytes.Equal(bad.Key, a.Key) {
+					wantTAbsent(t, tb, bad.Key)
+				}
+				for _, ix := range sh.spec.Indexes {
+					wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
+				}
+			}
+			// The table still accepts a valid batch afterwards.
+			tapply(t, tb, 0, 10, newer, other)
+			wantTDoc(t, tb, newer)
+			wantTDoc(t, tb, other)
+		})
+	}
+}
+
+func testTableVersionFencing(t *testing.T, open TablesOpener, sh shape) {
+	cases := []struct {
+		name  string
+		stale int64 // version of the refused document; the stored version is 5
+	}{
+		{"equal version", 5},
+		{"older version", 4},
+		{"much older version", 0},
+		{"negative version", -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, tb := openTable(t, open, sh.spec)
+			a, b := tdoc(sh, 1, 0, 5, 2, "a"), tdoc(sh, 2, 0, 5, 3, "b")
+			tapply(t, tb, 0, 10, a, b)
+			md := tmodelOf([]engine.Doc{a, b})
+
+			batch := engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 20, Docs: []engine.Doc{
+				tdoc(sh, 3, 0, 1, 1, "c"),        // new document
+				tdoc(sh, 1, 0, 6, 8, "z"),        // newer version of a, moving in the indexes
+				tdoc(sh, 2, 0, tc.stale, 9, "y"), // stale version of b
+			}}
+			if err := tb.Apply(ctx(t), batch); !errors.Is(err, engine.ErrFenced) {
+				t.Fatalf("Apply with a stale document = %v; want ErrFenced", err)
+			}
+			wantTDoc(t, tb, a)
+			wantTDoc(t, tb, b)
+			wantTAbsent(t, tb, sh.key(3))
+			wantTCheckpoint(t, tb, 0, 10, true)
+			for _, ix := range sh.spec.Indexes {
+				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
+			}
+
+			// The same table still accepts a valid batch afterwards.
+			newer := tdoc(sh, 2, 0, 6, 4, "d")
+			tapply(t, tb, 0, 21, newer)
+			wantTDoc(t, tb, newer)
+		})
+	}
+}
+
+func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	a, b := tdoc(sh, 1, 0, 5, 2, "a"), tdoc(sh, 2, 0, 5, 3, "b")
+	tapply(t, tb, 0, 10, a, b)
+
+	staleA := tdoc(sh, 1, 0, 4, 100, "stale") // older: skipped, index entries too
+	equalB := tdoc(sh, 2, 0, 5, 101, "equal") // equal: skipped
+	c := tdoc(sh, 3, 0, 6, 4, "c")            // new: written
+	batch := engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 20, Replay: true,
+		Docs: []engine.Doc{staleA, equalB, c}}
+	if err := tb.Apply(ctx(t), batch); err != nil {
+		t.Fatalf("replay Apply: %v", err)
+	}
+	wantTDoc(t, tb, a)
+	wantTDoc(t, tb, b)
+	wantTDoc(t, tb, c)
+	wantTCheckpoint(t, tb, 0, 20, true)
+	md := tmodelOf([]engine.Doc{a, b, c})
+	for _, ix := range sh.spec.Indexes {
+		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
+		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10, Desc: true})
+	}
+
+	laterA := tdoc(sh, 1, 0, 8, 1, "later") // newer than stored: written
+	batch = engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 21, Replay: true,
+		Docs: []engine.Doc{laterA, tdoc(sh, 2, 0, 1, 1, "old")}}
+	if err := tb.Apply(ctx(t), batch); err != nil {
+		t.Fatalf("replay Apply: %v", err)
+	}
+	wantTDoc(t, tb, laterA)
+	wantTDoc(t, tb, b)
+	wantTCheckpoint(t, tb, 0, 21, true)
+	md[string(laterA.Key)] = laterA
+	for _, ix := range sh.spec.Indexes {
+		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
+	}
+
+	// A replay batch of only stale documents still moves the checkpoint.
+	batch = engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 22, Replay: true,
+		Docs: []engine.Doc{staleA, equalB}}
+	if err := tb.Apply(ctx(t), batch); err != nil {
+		t.Fatalf("replay Apply of stale documents: %v", err)
+	}
+	wantTDoc(t, tb, laterA)
+	wantTCheckpoint(t, tb, 0, 22, true)
+
+	// A replay batch is still fenced by epochs.
+	old := tclaim(t, tb, 0)
+	tclaim(t, tb, 0)
+	batch = engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 30, Replay: true,
+		Docs: []engine.Doc{tdoc(sh, 4, 0, 1, 1, "d")}}
+	if err := tb.Apply(ctx(t), batch); !errors.Is(err, engine.ErrFenced) {
+		t.Fatalf("replay Apply with an old epoch = %v; want ErrFenced", err)
+	}
+	wantTAbsent(t, tb, sh.key(4))
+	wantTCheckpoint(t, tb, 0, 22, true)
+}
+
+func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	var prev int64
+	for i := range 10 {
+		e := tclaim(t, tb, 0)
+		if i > 0 && e <= prev {
+			t.Fatalf("claim %d of partition 0 = %d; want > %d", i, e, prev)
+		}
+		prev = e
+	}
+
+	old := prev
+	current := tclaim(t, tb, 0)
+	d1 := tdoc(sh, 1, 0, 1, 5, "a")
+	for _, docs := range [][]engine.Doc{{d1}, nil} {
+		refused := engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 5, Docs: docs}
+		if err := tb.Apply(ctx(t), refused); !errors.Is(err, engine.ErrFenced) {
+			t.Fatalf("Apply of %d docs with epoch %d after claim %d = %v; want ErrFenced", len(docs), old, current, err)
+		}
+	}
+	wantTAbsent(t, tb, d1.Key)
+	wantTCheckpoint(t, tb, 0, 0, false)
+
+	ok := engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 6, Docs: []engine.Doc{d1}}
+	if err := tb.Apply(ctx(t), ok); err != nil {
+		t.Fatalf("Apply with the current epoch: %v", err)
+	}
+	wantTCheckpoint(t, tb, 0, 6, true)
+	// A batch without documents confirms the claim and moves the checkpoint.
+	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 7}); err != nil {
+		t.Fatalf("empty Apply with the current epoch: %v", err)
+	}
+	wantTCheckpoint(t, tb, 0, 7, true)
+
+	t.Run("an epoch the table never handed out is fenced", func(t *testing.T) {
+		// A store that lost its state since the claim must not accept the
+		// writer's batches: its epoch is newer than the store's, or the
+		// partition has no claim at all.
+		d4, d5 := tdoc(sh, 4, 0, 1, 5, "a"), tdoc(sh, 5, 7, 1, 5, "a")
+		for _, b := range []engine.DocBatch{
+			{Partition: 0, Epoch: current + 1, Checkpoint: 8, Docs: []engine.Doc{d4}},
+			{Partition: 0, Epoch: current + 1, Checkpoint: 8},
+			{Partition: 7, Epoch: 1, Checkpoint: 8, Docs: []engine.Doc{d5}},
+			{Partition: 7, Epoch: 0, Checkpoint: 8, Docs: []engine.Doc{d5}},
+			{Partition: 7, Epoch: 1, Checkpoint: 8},
+		} {
+			if err := tb.Apply(ctx(t), b); !errors.Is(err, engine.ErrFenced) {
+				t.Fatalf("Apply to partition %d with unclaimed epoch %d (%d docs) = %v; want ErrFenced",
+					b.Partition, b.Epoch, len(b.Docs), err)
+			}
+		}
+		wantTAbsent(t, tb, d4.Key)
+		wantTAbsent(t, tb, d5.Key)
+		wantTCheckpoint(t, tb, 0, 7, true)
+		wantTCheckpoint(t, tb, 7, 0, false)
+	})
+
+	t.Run("partitions are independent", func(t *testing.T) {
+		e1 := tclaim(t, tb, 1)
+		for range 5 {
+			tclaim(t, tb, 0)
+		}
+		b := engine.DocBatch{Partition: 1, Epoch: e1, Checkpoint: 3, Docs: []engine.Doc{tdoc(sh, 2, 1, 1, 5, "a")}}
+		if err := tb.Apply(ctx(t), b); err != nil {
+			t.Fatalf("Apply to partition 1 after claims of partition 0: %v", err)
+		}
+		wantTCheckpoint(t, tb, 1, 3, true)
+		if e2 := tclaim(t, tb, 1); e2 <= e1 {
+			t.Fatalf("second claim of partition 1 = %d; want > %d", e2, e1)
+		}
+		b = engine.DocBatch{Partition: 1, Epoch: e1, Checkpoint: 4, Docs: []engine.Doc{tdoc(sh, 3, 1, 1, 5, "a")}}
+		if err := tb.Apply(ctx(t), b); !errors.Is(err, engine.ErrFenced) {
+			t.Fatalf("Apply to partition 1 with an old epoch = %v; want ErrFenced", err)
+		}
+		wantTAbsent(t, tb, sh.key(3))
+		wantTCheckpoint(t, tb, 1, 3, true)
+		wantTCheckpoint(t, tb, 0, 7, true)
+	})
+}

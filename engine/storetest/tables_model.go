@@ -1,0 +1,222 @@
+package storetest
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// negZero is -0, which must sort and match as 0.
+var negZero = math.Copysign(0, -1)
+
+// numPool holds the number index values of generated documents: extremes,
+// negatives, both zeros, the smallest denormals, fractions and integers at
+// the edge of float64's exact range. Few values, so ties are common.
+var numPool = []float64{-math.MaxFloat64, -1e300, -(1 << 53), -2.5, -1, -5e-324, negZero, 0,
+	5e-324, 0.1, 1.0 / 3, 2.5, 7.5, 1 << 53, 1e300, math.MaxFloat64}
+
+// strPool holds the string index values of generated documents: the empty
+// string, case, prefixes, a control byte, multi-byte UTF-8 whose byte order
+// differs from UTF-16 order (U+FFFF sorts before U+1F600), and a value of
+// the maximum length.
+var strPool = []string{"", " ", "A", "Z", "a", "a ", "ab", "abc", "b", "gold", "silver", "z\x01",
+	"é", "\u00ff", "\uffff", "\U0001F600", strings.Repeat("z", engine.MaxIndexStringBytes)}
+
+// tmodel is the brute-force reference for index queries: every document by
+// string(key), filtered and sorted with TableSpec.Before on each query.
+type tmodel map[string]engine.Doc
+
+func tmodelOf(docs []engine.Doc) tmodel {
+	md := tmodel{}
+	for _, d := range docs {
+		md[string(d.Key)] = d
+	}
+	return md
+}
+
+// cursorAt returns the cursor of d in the index at pos.
+func cursorAt(d engine.Doc, pos int) engine.IndexCursor {
+	return engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
+}
+
+// query returns every document matching q's bounds and cursor, in q's
+// order, ignoring the limit. q must be valid for spec.
+func (md tmodel) query(t *testing.T, spec engine.TableSpec, q engine.IndexQuery) []engine.Doc {
+	t.Helper()
+	pos, kind, err := q.Validate(spec)
+	if err != nil {
+		t.Fatalf("model query %+v: %v", q, err)
+	}
+	var out []engine.Doc
+	for _, d := range md {
+		if !q.InRange(d.Index[pos], kind) {
+			continue
+		}
+		if q.After != nil && !spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc) {
+			continue
+		}
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b engine.Doc) int {
+		ca, cb := cursorAt(a, pos), cursorAt(b, pos)
+		switch {
+		case spec.Before(ca, cb, kind, q.Desc):
+			return -1
+		case spec.Before(cb, ca, kind, q.Desc):
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// tableData returns n documents of sh in partition p with many ties: index
+// values come from numPool and strPool, keys from a range around
+// p*1_000_000 (so partitions never share a key; negative movie ids encode
+// with the high bit set).
+func tableData(sh shape, seed uint64, n int, p int32) []engine.Doc {
+	r := rand.New(rand.NewPCG(seed, 7))
+	seen := map[int]bool{}
+	var docs []engine.Doc
+	for len(docs) < n {
+		i := r.IntN(4*n) - n
+		if seen[i] {
+			continue
+		}
+		seen[i] = true
+		d := tdoc(sh, i+int(p)*1_000_000, p, int64(len(docs)+1), 0, "")
+		d.Index = randIndex(r, sh.spec, false)
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// randIndex returns random index values for spec, from the pools, or, when
+// wide, sometimes from anywhere.
+func randIndex(r *rand.Rand, spec engine.TableSpec, wide bool) []engine.IndexValue {
+	out := make([]engine.IndexValue, len(spec.Indexes))
+	for i, ix := range spec.Indexes {
+		out[i] = randValue(r, ix.Kind, wide)
+	}
+	return out
+}
+
+func randValue(r *rand.Rand, kind engine.IndexKind, wide bool) engine.IndexValue {
+	if kind == engine.IndexNumber {
+		if wide && r.IntN(3) == 0 {
+			return engine.Num(math.Round(r.NormFloat64()*1000) / 8)
+		}
+		return engine.Num(numPool[r.IntN(len(numPool))])
+	}
+	if wide && r.IntN(3) == 0 {
+		const alphabet = "aAb é\U0001F600\uffff~"
+		runes := []rune(alphabet)
+		var b strings.Builder
+		for range r.IntN(4) {
+			b.WriteRune(runes[r.IntN(len(runes))])
+		}
+		return engine.Str(b.String())
+	}
+	return engine.Str(strPool[r.IntN(len(strPool))])
+}
+
+// seededTable opens a table of sh holding n generated documents in
+// partition 0 and returns it with its model.
+func seededTable(t *testing.T, open TablesOpener, sh shape, n int) (engine.Table, tmodel) {
+	t.Helper()
+	_, tb := openTable(t, open, sh.spec)
+	docs := tableData(sh, uint64(n), n, 0)
+	tapply(t, tb, 0, int64(n), docs...)
+	return tb, tmodelOf(docs)
+}
+
+// wantTPage runs q and compares the page with the model's first q.Limit
+// answers; Next must be the last document's cursor exactly when the page
+// is full.
+func wantTPage(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) engine.DocPage {
+	t.Helper()
+	spec := tb.Spec()
+	page, err := tb.Query(ctx(t), q)
+	if err != nil {
+		t.Fatalf("Query(%s): %v", showQuery(q), err)
+	}
+	want := md.query(t, spec, q)
+	if len(want) > q.Limit {
+		want = want[:q.Limit]
+	}
+	if len(page.Docs) != len(want) {
+		t.Fatalf("Query(%s) returned %d docs %v; want %d %v",
+			showQuery(q), len(page.Docs), showKeys(page.Docs), len(want), showKeys(want))
+	}
+	for i := range want {
+		if !sameDoc(spec, page.Docs[i], want[i]) {
+			t.Fatalf("Query(%s)[%d] = %s; want %s (all: %v; want %v)", showQuery(q), i,
+				showDoc(page.Docs[i]), showDoc(want[i]), showKeys(page.Docs), showKeys(want))
+		}
+	}
+	switch {
+	case len(page.Docs) < q.Limit && page.Next != nil:
+		t.Fatalf("Query(%s) returned a short page (%d < limit %d) with Next %s; want nil",
+			showQuery(q), len(page.Docs), q.Limit, showCursor(page.Next))
+	case len(page.Docs) == q.Limit && page.Next == nil:
+		t.Fatalf("Query(%s) returned a full page (%d docs) without Next; want the last doc's cursor",
+			showQuery(q), len(page.Docs))
+	case page.Next != nil:
+		pos, _, _ := q.Validate(spec)
+		last := cursorAt(page.Docs[len(page.Docs)-1], pos)
+		if !sameValue(page.Next.Value, last.Value) || !slices.Equal(page.Next.Key, last.Key) {
+			t.Fatalf("Query(%s): Next = %s; want the last doc's cursor %s", showQuery(q), showCursor(page.Next), showCursor(&last))
+		}
+	}
+	return page
+}
+
+// tpageAll follows Next from q until a page comes back without it and
+// returns every document seen, checking each page against the model.
+func tpageAll(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) []engine.Doc {
+	t.Helper()
+	var got []engine.Doc
+	for pages := 0; ; pages++ {
+		if pages > len(md)/q.Limit+2 {
+			t.Fatalf("paging %s did not end after %d pages", showQuery(q), pages)
+		}
+		page := wantTPage(t, tb, md, q)
+		got = append(got, page.Docs...)
+		if page.Next == nil {
+			return got
+		}
+		next := *page.Next
+		q.After = &next
+	}
+}
+
+func showQuery(q engine.IndexQuery) string {
+	var b strings.Builder
+	b.WriteString(q.Index)
+	if q.HasMin {
+		b.WriteString(" min " + showValue(q.Min))
+	}
+	if q.HasMax {
+		b.WriteString(" max " + showValue(q.Max))
+	}
+	if q.Desc {
+		b.WriteString(" desc")
+	}
+	b.WriteString(" limit " + strconv.Itoa(q.Limit))
+	if q.After != nil {
+		b.WriteString(" after " + showCursor(q.After))
+	}
+	return b.String()
+}
+
+func showCursor(c *engine.IndexCursor) string {
+	if c == nil {
+		return "nil"
+	}
+	return "(" + showValue(c.Value) + ", " + showKey(c.Key) + ")"
+}

@@ -1,0 +1,216 @@
+package storetest
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+func testOpenTableInvalid(t *testing.T, open TablesOpener) {
+	ts := open(t)
+	nine := make([]engine.IndexSpec, engine.MaxIndexes+1)
+	for i := range nine {
+		nine[i] = engine.IndexSpec{Name: "i" + string(rune('0'+i)), Kind: engine.IndexNumber}
+	}
+	cases := []struct {
+		name string
+		spec engine.TableSpec
+	}{
+		{"empty name", engine.TableSpec{}},
+		{"upper-case name", engine.TableSpec{Name: "Movies"}},
+		{"name with a colon", engine.TableSpec{Name: "a:b"}},
+		{"name with a slash", engine.TableSpec{Name: "a/b"}},
+		{"name starting with a digit", engine.TableSpec{Name: "1movies"}},
+		{"too many indexes", engine.TableSpec{Name: "wide", Indexes: nine}},
+		{"index without a name", engine.TableSpec{Name: "t", Indexes: []engine.IndexSpec{{Kind: engine.IndexNumber}}}},
+		{"index of unknown kind", engine.TableSpec{Name: "t", Indexes: []engine.IndexSpec{{Name: "x"}}}},
+		{"index declared twice", engine.TableSpec{Name: "t", Indexes: []engine.IndexSpec{
+			{Name: "x", Kind: engine.IndexNumber}, {Name: "x", Kind: engine.IndexString}}}},
+	}
+	for _, tc := range cases {
+		if tc.spec.Validate() == nil {
+			t.Fatalf("test bug: spec %+v is valid", tc.spec)
+		}
+		if tb, err := ts.OpenTable(ctx(t), tc.spec); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("OpenTable(%s) = %v, %v; want ErrInvalid", tc.name, tb, err)
+		}
+	}
+	// A valid table still opens after refused ones.
+	mustOpen(t, ts, cloneSpec(MovieShape))
+}
+
+func testReopenSameSpec(t *testing.T, open TablesOpener) {
+	for _, sh := range shapes() {
+		t.Run(sh.name, func(t *testing.T) {
+			ts, first := openTable(t, open, sh.spec)
+			if got := first.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) || got.TiesAscending {
+				t.Fatalf("Spec() = %+v; want %+v", got, sh.spec)
+			}
+			d := tdoc(sh, 1, 0, 1, 2.5, "gold")
+			tapply(t, first, 0, 3, d)
+			old := tclaim(t, first, 0)
+
+			// A second handle (a copy of the spec, as a restarted job
+			// would build it) sees the same table.
+			second := mustOpen(t, ts, cloneSpec(sh.spec))
+			if got := second.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) {
+				t.Fatalf("reopened Spec() = %+v; want %+v", got, sh.spec)
+			}
+			wantTDoc(t, second, d)
+			wantTCheckpoint(t, second, 0, 3, true)
+			wantTPage(t, second, tmodelOf([]engine.Doc{d}), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 5})
+
+			// Epochs are shared: a claim through one handle fences the other.
+			current := tclaim(t, second, 0)
+			if current <= old {
+				t.Fatalf("claim through the second handle = %d; want > %d", current, old)
+			}
+			e := tdoc(sh, 2, 0, 1, 1, "a")
+			if err := first.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 4, Docs: []engine.Doc{e}}); !errors.Is(err, engine.ErrFenced) {
+				t.Fatalf("Apply through the first handle with the old epoch = %v; want ErrFenced", err)
+			}
+			if err := first.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 4, Docs: []engine.Doc{e}}); err != nil {
+				t.Fatalf("Apply through the first handle with the epoch claimed through the second: %v", err)
+			}
+			wantTDoc(t, second, e)
+			wantTCheckpoint(t, second, 0, 4, true)
+		})
+	}
+}
+
+func testReopenDifferentSpec(t *testing.T, open TablesOpener) {
+	base := cloneSpec(OrderShape)
+	changed := func(f func(s *engine.TableSpec)) engine.TableSpec {
+		s := cloneSpec(base)
+		f(&s)
+		return s
+	}
+	cases := []struct {
+		name string
+		spec engine.TableSpec
+	}{
+		{"index added", changed(func(s *engine.TableSpec) {
+			s.Indexes = append(s.Indexes, engine.IndexSpec{Name: "region", Kind: engine.IndexString})
+		})},
+		{"index removed", changed(func(s *engine.TableSpec) { s.Indexes = s.Indexes[:1] })},
+		{"no indexes", changed(func(s *engine.TableSpec) { s.Indexes = nil })},
+		{"index renamed", changed(func(s *engine.TableSpec) { s.Indexes[1].Name = "level" })},
+		{"index kind changed", changed(func(s *engine.TableSpec) { s.Indexes[1].Kind = engine.IndexNumber })},
+		{"indexes reordered", changed(func(s *engine.TableSpec) { slices.Reverse(s.Indexes) })},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, tb := openTable(t, open, base)
+			sh := shape{spec: base, key: customerKey}
+			d := tdoc(sh, 1, 0, 1, 2.5, "gold")
+			tapply(t, tb, 0, 3, d)
+			if other, err := ts.OpenTable(ctx(t), tc.spec); !errors.Is(err, engine.ErrInvalid) {
+				t.Fatalf("reopening %s with %s = %v, %v; want ErrInvalid", base.Name, tc.name, other, err)
+			}
+			// The table is untouched and still opens with its own spec.
+			wantTDoc(t, tb, d)
+			again := mustOpen(t, ts, cloneSpec(base))
+			wantTDoc(t, again, d)
+			wantTCheckpoint(t, again, 0, 3, true)
+		})
+	}
+}
+
+// testTablesIsolated opens two tables of each shape with prefix-related
+// names in one store and checks that nothing leaks between them: the same
+// key is two documents, epochs and checkpoints are per table, and a drop
+// (or reset) of one leaves the other alone.
+func testTablesIsolated(t *testing.T, open TablesOpener) {
+	ts := open(t)
+	type pair struct {
+		sh   shape
+		a, b engine.Table
+	}
+	var pairs []pair
+	for _, sh := range shapes() {
+		other := cloneSpec(sh.spec)
+		other.Name += "-2"
+		pairs = append(pairs, pair{sh, mustOpen(t, ts, sh.spec), mustOpen(t, ts, other)})
+	}
+	// Every table of both shapes is open at once; a movie and a customer
+	// table share keys only by accident of encoding, never documents.
+	for _, pr := range pairs {
+		t.Run(pr.sh.name, func(t *testing.T) {
+			sh, a, b := pr.sh, pr.a, pr.b
+			da := []engine.Doc{tdoc(sh, 1, 0, 5, 1, "a"), tdoc(sh, 2, 0, 5, 2, "b")}
+			db := []engine.Doc{tdoc(sh, 1, 0, 3, 9, "z"), tdoc(sh, 3, 0, 3, 8, "y")}
+			ea := tclaim(t, a, 0)
+			for range 3 {
+				tclaim(t, b, 0)
+			}
+			eb := tclaim(t, b, 0)
+			// Claims of b did not fence a, nor a's claims b.
+			if err := a.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: ea, Docs: da, Checkpoint: 10}); err != nil {
+				t.Fatalf("Apply to %s after claims of %s: %v", a.Spec().Name, b.Spec().Name, err)
+			}
+			// A lower version in b than in a is not stale: versions are per table.
+			if err := b.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: eb, Docs: db, Checkpoint: 20}); err != nil {
+				t.Fatalf("Apply to %s: %v", b.Spec().Name, err)
+			}
+			wantTDoc(t, a, da[0])
+			wantTDoc(t, b, db[0])
+			wantTAbsent(t, a, db[1].Key)
+			wantTAbsent(t, b, da[1].Key)
+			wantTCheckpoint(t, a, 0, 10, true)
+			wantTCheckpoint(t, b, 0, 20, true)
+			mda, mdb := tmodelOf(da), tmodelOf(db)
+			for _, ix := range sh.spec.Indexes {
+				wantTPage(t, a, mda, engine.IndexQuery{Index: ix.Name, Limit: 10})
+				wantTPage(t, b, mdb, engine.IndexQuery{Index: ix.Name, Limit: 10})
+			}
+			if got, err := a.Load(ctx(t), [][]byte{db[1].Key, da[0].Key}); err != nil || len(got) != 1 {
+				t.Fatalf("Load from %s = %d docs, %v; want only its own", a.Spec().Name, len(got), err)
+			}
+
+			if err := b.DropPartition(ctx(t), 0); err != nil {
+				t.Fatalf("DropPartition: %v", err)
+			}
+			wantTDoc(t, a, da[0])
+			wantTDoc(t, a, da[1])
+			wantTCheckpoint(t, a, 0, 10, true)
+			wantTCheckpoint(t, b, 0, 0, false)
+			wantTAbsent(t, b, db[0].Key)
+			for _, ix := range sh.spec.Indexes {
+				wantTPage(t, a, mda, engine.IndexQuery{Index: ix.Name, Limit: 10})
+				wantTPage(t, b, tmodel{}, engine.IndexQuery{Index: ix.Name, Limit: 10})
+			}
+			if rb, ok := b.(engine.TableResetter); ok {
+				if err := rb.Reset(ctx(t)); err != nil {
+					t.Fatalf("Reset: %v", err)
+				}
+				wantTDoc(t, a, da[1])
+				wantTCheckpoint(t, a, 0, 10, true)
+				// a's epoch is still current.
+				if err := a.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: ea, Checkpoint: 11}); err != nil {
+					t.Fatalf("Apply to %s after a reset of %s: %v", a.Spec().Name, b.Spec().Name, err)
+				}
+			}
+		})
+	}
+}
+
+// testTableWithoutIndexes checks a table that declares no index: documents
+// carry no index values and every query is invalid.
+func testTableWithoutIndexes(t *testing.T, open TablesOpener) {
+	spec := engine.TableSpec{Name: "plain"}
+	sh := shape{name: "plain", spec: spec, key: customerKey}
+	_, tb := openTable(t, open, spec)
+	d := tdoc(sh, 1, 0, 1, 0, "")
+	tapply(t, tb, 0, 1, d)
+	wantTDoc(t, tb, d)
+	bad := tdoc(sh, 2, 0, 1, 0, "")
+	bad.Index = []engine.IndexValue{engine.Num(1)}
+	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: []engine.Doc{bad}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("Apply of a doc with an index value to a table without indexes = %v; want ErrInvalid", err)
+	}
+	if page, err := tb.Query(ctx(t), engine.IndexQuery{Index: "avg", Limit: 5}); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("Query of a table without indexes = %d docs, %v; want ErrInvalid", len(page.Docs), err)
+	}
+}

@@ -1,0 +1,148 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+func testTableScanner(t *testing.T, open TablesOpener, sh shape) {
+	_, tb := openTable(t, open, sh.spec)
+	sc, ok := tb.(engine.TableScanner)
+	if !ok {
+		t.Skip("table does not implement engine.TableScanner")
+	}
+	p0 := tableData(sh, 1, 40, 0)
+	p1 := tableData(sh, 2, 30, 1)
+	tapply(t, tb, 0, 1, p0...)
+	tapply(t, tb, 1, 1, p1...)
+	tapply(t, tb, 3, 1) // a checkpoint but no documents
+
+	scan := func(p int32, want []engine.Doc) {
+		t.Helper()
+		seen := map[string]engine.Doc{}
+		err := sc.ScanPartition(ctx(t), p, func(d engine.Doc) error {
+			if _, dup := seen[string(d.Key)]; dup {
+				return errors.New("doc " + showKey(d.Key) + " seen twice")
+			}
+			seen[string(d.Key)] = d
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("ScanPartition(%d): %v", p, err)
+		}
+		if len(seen) != len(want) {
+			t.Fatalf("ScanPartition(%d) visited %d docs; want %d", p, len(seen), len(want))
+		}
+		for _, w := range want {
+			if g, ok := seen[string(w.Key)]; !ok || !sameDoc(sh.spec, g, w) {
+				t.Fatalf("ScanPartition(%d) doc %s = %s (seen %v); want %s", p, showKey(w.Key), showDoc(g), ok, showDoc(w))
+			}
+		}
+	}
+	scan(0, p0)
+	scan(1, p1)
+	scan(2, nil)
+	scan(3, nil)
+
+	stop := errors.New("stop here")
+	calls := 0
+	err := sc.ScanPartition(ctx(t), 0, func(engine.Doc) error {
+		calls++
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 3 {
+		t.Fatalf("ScanPartition with a failing callback = %v after %d calls; want the callback's error after 3", err, calls)
+	}
+
+	// Updates and drops show in later scans.
+	upd := p1[0].Clone()
+	upd.Version += 100
+	upd.Index = index(sh.spec, 42, "updated")
+	tapply(t, tb, 1, 2, upd)
+	p1[0] = upd
+	scan(1, p1)
+	if err := tb.DropPartition(ctx(t), 0); err != nil {
+		t.Fatalf("DropPartition(0): %v", err)
+	}
+	scan(0, nil)
+	scan(1, p1)
+}
+
+func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
+	ts, tb := openTable(t, open, sh.spec)
+	r, ok := tb.(engine.TableResetter)
+	if !ok {
+		t.Skip("table does not implement engine.TableResetter")
+	}
+	siblingSpec := cloneSpec(sh.spec)
+	siblingSpec.Name += "_sibling"
+	sibling := mustOpen(t, ts, siblingSpec)
+	kept := tdoc(sh, 1, 0, 9, 1, "kept")
+	tapply(t, sibling, 0, 77, kept)
+
+	docs := tableData(sh, 3, 20, 0)
+	tapply(t, tb, 0, 5, docs...)
+	other := tdoc(sh, 5_000_000, 1, 1, 1, "a")
+	tapply(t, tb, 1, 6, other)
+	var before [2]int64
+	for p := range before {
+		before[p] = tclaim(t, tb, int32(p))
+	}
+	siblingEpoch := tclaim(t, sibling, 0)
+
+	if err := r.Reset(ctx(t)); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	// Epochs survive a reset: a writer still holding an old epoch (a
+	// zombie of the reset application) stays fenced.
+	var after [2]int64
+	for p := range after {
+		if after[p] = tclaim(t, tb, int32(p)); after[p] <= before[p] {
+			t.Fatalf("Claim(%d) after Reset = %d; want an epoch above %d", p, after[p], before[p])
+		}
+	}
+	zombie := tdoc(sh, 2, 0, 1, 1, "zombie")
+	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: before[0], Checkpoint: 9, Docs: []engine.Doc{zombie}}); !errors.Is(err, engine.ErrFenced) {
+		t.Fatalf("Apply with the epoch claimed before Reset = %v; want ErrFenced", err)
+	}
+	for _, d := range append(docs, other, zombie) {
+		wantTAbsent(t, tb, d.Key)
+	}
+	wantTCheckpoint(t, tb, 0, 0, false)
+	wantTCheckpoint(t, tb, 1, 0, false)
+	for _, ix := range sh.spec.Indexes {
+		for _, desc := range []bool{false, true} {
+			wantTPage(t, tb, tmodel{}, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 100})
+		}
+	}
+	if sc, ok := tb.(engine.TableScanner); ok {
+		err := sc.ScanPartition(ctx(t), 0, func(d engine.Doc) error { return errors.New("doc " + showKey(d.Key) + " after Reset") })
+		if err != nil {
+			t.Fatalf("ScanPartition(0) after Reset: %v", err)
+		}
+	}
+
+	// Another table of the store is untouched, its epoch still current.
+	wantTDoc(t, sibling, kept)
+	wantTCheckpoint(t, sibling, 0, 77, true)
+	if err := sibling.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: siblingEpoch, Checkpoint: 78}); err != nil {
+		t.Fatalf("Apply to another table after Reset: %v", err)
+	}
+
+	// The table is usable after a reset, and old versions are accepted again.
+	again := docs[0].Clone()
+	again.Version, again.Value = 1, []byte("again")
+	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: after[0], Checkpoint: 1, Docs: []engine.Doc{again}}); err != nil {
+		t.Fatalf("Apply after Reset: %v", err)
+	}
+	wantTDoc(t, tb, again)
+	wantTCheckpoint(t, tb, 0, 1, true)
+	for _, ix := range sh.spec.Indexes {
+		wantTPage(t, tb, tmodelOf([]engine.Doc{again}), engine.IndexQuery{Index: ix.Name, Limit: 10})
+	}
+}

@@ -1,0 +1,226 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// testTableRandomModel runs a seeded random mix of a few hundred
+// operations (fresh batches, replays with stale docs, refused stale
+// batches, re-claims with fenced old epochs, drops, empty batches) and
+// checks Get, Load, Checkpoint and random index queries against a model
+// after each step, then pages through every index in both directions.
+func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
+	const (
+		ops   = 300
+		parts = 3
+		keys  = 48 // key i lives in partition i % parts
+	)
+	_, tb := openTable(t, open, sh.spec)
+	r := rand.New(rand.NewPCG(20240611, uint64(len(sh.spec.Indexes))))
+	md := tmodel{}
+	ckpt := map[int32]int64{}
+	var epochs [parts]int64
+	var version int64
+
+	epoch := func(p int32) int64 {
+		if epochs[p] == 0 {
+			epochs[p] = tclaim(t, tb, p)
+		}
+		return epochs[p]
+	}
+	// keysOf returns up to n distinct random key numbers of partition p.
+	keysOf := func(p int32, n int) []int {
+		perm := r.Perm(keys / parts)
+		out := make([]int, 0, n)
+		for _, j := range perm[:min(n, len(perm))] {
+			out = append(out, j*parts+int(p))
+		}
+		return out
+	}
+	fresh := func(i int, p int32) engine.Doc {
+		version++
+		d := tdoc(sh, i, p, version, 0, "")
+		d.Index = randIndex(r, sh.spec, true)
+		d.Value = fmt.Appendf(nil, "random %d/%d %x", i, version, r.Uint32())
+		if r.IntN(4) == 0 {
+			d.Sources = nil
+		}
+		return d
+	}
+	stored := func(p int32) []engine.Doc {
+		var out []engine.Doc
+		for _, d := range md {
+			if d.Partition == p {
+				out = append(out, d)
+			}
+		}
+		slices.SortFunc(out, func(a, b engine.Doc) int { return slices.Compare(a.Key, b.Key) })
+		return out
+	}
+	apply := func(b engine.DocBatch) error { return tb.Apply(ctx(t), b) }
+
+	for op := range ops {
+		p := int32(r.IntN(parts))
+		step := fmt.Sprintf("op %d", op)
+		switch x := r.IntN(100); {
+		case x < 30: // a batch of fresh versions
+			var docs []engine.Doc
+			for _, i := range keysOf(p, 1+r.IntN(6)) {
+				docs = append(docs, fresh(i, p))
+			}
+			if err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)}); err != nil {
+				t.Fatalf("%s: Apply of %d fresh docs: %v", step, len(docs), err)
+			}
+			for _, d := range docs {
+				md[string(d.Key)] = d
+			}
+			ckpt[p] = int64(op)
+		case x < 36: // a replay mixing stale and fresh docs
+			var docs, write []engine.Doc
+			for _, i := range keysOf(p, 1+r.IntN(6)) {
+				d := fresh(i, p)
+				if old, ok := md[string(d.Key)]; ok && r.IntN(2) == 0 {
+					d.Version = old.Version - int64(r.IntN(2)) // equal or older: skipped
+				} else {
+					write = append(write, d)
+				}
+				docs = append(docs, d)
+			}
+			if err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op), Replay: true}); err != nil {
+				t.Fatalf("%s: replay Apply: %v", step, err)
+			}
+			for _, d := range write {
+				md[string(d.Key)] = d
+			}
+			ckpt[p] = int64(op)
+		case x < 40: // a stale doc refuses the whole batch
+			in := stored(p)
+			if len(in) == 0 {
+				continue
+			}
+			stale := fresh(0, p)
+			old := in[r.IntN(len(in))]
+			stale.Key, stale.Version = old.Key, old.Version-int64(r.IntN(3))
+			docs := []engine.Doc{stale}
+			for _, i := range keysOf(p, 2) {
+				if d := fresh(i, p); string(d.Key) != string(old.Key) {
+					docs = append(docs, d)
+				}
+			}
+			r.Shuffle(len(docs), func(i, j int) { docs[i], docs[j] = docs[j], docs[i] })
+			err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)})
+			if !errors.Is(err, engine.ErrFenced) {
+				t.Fatalf("%s: Apply with stale %s (stored version %d) = %v; want ErrFenced", step, showDoc(stale), old.Version, err)
+			}
+		case x < 44: // a new claim fences the old epoch
+			old := epoch(p)
+			epochs[p] = tclaim(t, tb, p)
+			if epochs[p] <= old {
+				t.Fatalf("%s: Claim(%d) = %d; want > %d", step, p, epochs[p], old)
+			}
+			b := engine.DocBatch{Partition: p, Epoch: old, Docs: []engine.Doc{fresh(keysOf(p, 1)[0], p)}, Checkpoint: int64(op)}
+			if err := apply(b); !errors.Is(err, engine.ErrFenced) {
+				t.Fatalf("%s: Apply with epoch %d after claim %d = %v; want ErrFenced", step, old, epochs[p], err)
+			}
+		case x < 47: // the partition moves away
+			if err := tb.DropPartition(ctx(t), p); err != nil {
+				t.Fatalf("%s: DropPartition(%d): %v", step, p, err)
+			}
+			for k, d := range md {
+				if d.Partition == p {
+					delete(md, k)
+				}
+			}
+			delete(ckpt, p)
+		case x < 50: // a batch without docs moves the checkpoint
+			if err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Checkpoint: int64(op)}); err != nil {
+				t.Fatalf("%s: empty Apply: %v", step, err)
+			}
+			ckpt[p] = int64(op)
+		case x < 58:
+			key := sh.key(r.IntN(keys + 4))
+			if want, ok := md[string(key)]; ok {
+				wantTDoc(t, tb, want)
+			} else {
+				wantTAbsent(t, tb, key)
+			}
+		case x < 62:
+			var ks [][]byte
+			for range r.IntN(8) {
+				ks = append(ks, sh.key(r.IntN(keys+4)))
+			}
+			got, err := tb.Load(ctx(t), ks)
+			if err != nil {
+				t.Fatalf("%s: Load: %v", step, err)
+			}
+			want := map[string]engine.Doc{}
+			for _, k := range ks {
+				if d, ok := md[string(k)]; ok {
+					want[string(k)] = d
+				}
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%s: Load returned %d docs; want %d", step, len(got), len(want))
+			}
+			for k, w := range want {
+				if g := got[k]; !sameDoc(sh.spec, g, w) {
+					t.Fatalf("%s: Load[%s] = %s; want %s", step, showKey([]byte(k)), showDoc(g), showDoc(w))
+				}
+			}
+		case x < 66:
+			want, ok := ckpt[p]
+			wantTCheckpoint(t, tb, p, want, ok)
+		default:
+			wantTPage(t, tb, md, randQuery(r, sh, md, keys))
+		}
+	}
+	for _, ix := range sh.spec.Indexes {
+		for _, desc := range []bool{false, true} {
+			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 7}
+			if got := tpageAll(t, tb, md, q); len(got) != len(md) {
+				t.Fatalf("paging %s returned %d docs; want %d", showQuery(q), len(got), len(md))
+			}
+		}
+	}
+}
+
+// randQuery returns a random valid query of sh's indexes: bounds and
+// cursors from stored documents or from anywhere.
+func randQuery(r *rand.Rand, sh shape, md tmodel, keys int) engine.IndexQuery {
+	pos := r.IntN(len(sh.spec.Indexes))
+	ix := sh.spec.Indexes[pos]
+	docs := make([]engine.Doc, 0, len(md))
+	for _, d := range md {
+		docs = append(docs, d)
+	}
+	slices.SortFunc(docs, func(a, b engine.Doc) int { return slices.Compare(a.Key, b.Key) })
+	value := func() engine.IndexValue {
+		if len(docs) > 0 && r.IntN(2) == 0 {
+			return docs[r.IntN(len(docs))].Index[pos]
+		}
+		return randValue(r, ix.Kind, true)
+	}
+	q := engine.IndexQuery{Index: ix.Name, Desc: r.IntN(2) == 0, Limit: 1 + r.IntN(8)}
+	if r.IntN(2) == 0 {
+		q.Min, q.HasMin = value(), true
+	}
+	if r.IntN(2) == 0 {
+		q.Max, q.HasMax = value(), true
+	}
+	switch r.IntN(3) {
+	case 0:
+		if len(docs) > 0 {
+			c := cursorAt(docs[r.IntN(len(docs))], pos)
+			q.After = &c
+		}
+	case 1:
+		q.After = &engine.IndexCursor{Value: value(), Key: sh.key(r.IntN(keys+4) - 2)}
+	}
+	return q
+}

@@ -1,0 +1,287 @@
+package storetest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// TablesOpener returns a fresh, empty store holding tables for one
+// sub-test; it registers its own cleanup (t.Cleanup) to close the store.
+type TablesOpener func(t *testing.T) engine.Tables
+
+// MovieShape is the table of the movie job: int64 keys encoded as 8 bytes
+// big-endian and one number index, the average rating. The suite runs
+// every per-shape test over it and OrderShape. Treat it as read-only.
+var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}}
+
+// OrderShape is the table of an order-totals job: string keys (customer
+// ids), a number index (the total) and a string index (the tier). Treat it
+// as read-only.
+var OrderShape = engine.TableSpec{Name: "customers", Indexes: []engine.IndexSpec{
+	{Name: "total", Kind: engine.IndexNumber}, {Name: "tier", Kind: engine.IndexString}}}
+
+// RunTables runs the table conformance suite against the stores open
+// returns. Every sub-test opens its own store, so open must return an empty
+// one each time. Most tests run once per shape (MovieShape, OrderShape).
+// Optional abilities (engine.TableScanner, engine.TableResetter) are
+// skipped when the store's tables lack them. The whole suite takes well
+// under five seconds against an in-memory store and batches its writes so
+// that stores over a network stay fast too.
+func RunTables(t *testing.T, open TablesOpener) {
+	t.Helper()
+	perShape := []struct {
+		name string
+		fn   func(t *testing.T, open TablesOpener, sh shape)
+	}{
+		{"RoundTrip", testTableRoundTrip},
+		{"ReturnsCopies", testTableCopies},
+		{"LoadMissing", testTableLoadMissing},
+		{"GetMissing", testTableGetMissing},
+		{"CheckpointMissing", testTableCheckpointMissing},
+		{"ApplyInvalidIsAtomic", testTableApplyInvalid},
+		{"VersionFencing", testTableVersionFencing},
+		{"ReplaySkipsStale", testTableReplay},
+		{"EpochFencing", testTableEpochFencing},
+		{"DropPartition", testTableDropPartition},
+		{"QueryOrderAndTies", testTableQueryOrder},
+		{"QueryBounds", testTableQueryBounds},
+		{"QueryLimit", testTableQueryLimit},
+		{"QueryPaging", testTableQueryPaging},
+		{"QueryAfterArbitraryCursor", testTableQueryAfterCursor},
+		{"QueryIndexMoves", testTableQueryMoves},
+		{"QueryInvalid", testTableQueryInvalid},
+		{"ConcurrentReadersSeeWholeBatches", testTableConcurrentReaders},
+		{"TableScanner", testTableScanner},
+		{"TableResetter", testTableResetter},
+		{"RandomizedModel", testTableRandomModel},
+	}
+	for _, tc := range perShape {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, sh := range shapes() {
+				t.Run(sh.name, func(t *testing.T) { tc.fn(t, open, sh) })
+			}
+		})
+	}
+	once := []struct {
+		name string
+		fn   func(t *testing.T, open TablesOpener)
+	}{
+		{"OpenTableInvalidSpec", testOpenTableInvalid},
+		{"ReopenSameSpec", testReopenSameSpec},
+		{"ReopenDifferentSpec", testReopenDifferentSpec},
+		{"TablesAreIsolated", testTablesIsolated},
+		{"TableWithoutIndexes", testTableWithoutIndexes},
+		{"QueryTiesAscending", testTableTiesAscending},
+	}
+	for _, tc := range once {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
+	}
+}
+
+// shape is one job's table as the suite exercises it: its spec and how its
+// keys look.
+type shape struct {
+	name string
+	spec engine.TableSpec
+	// key returns the key of the i-th aggregate; distinct i give distinct
+	// keys, and negative i are allowed.
+	key func(i int) []byte
+}
+
+func shapes() []shape {
+	return []shape{
+		{name: "movies", spec: cloneSpec(MovieShape), key: movieKey},
+		{name: "customers", spec: cloneSpec(OrderShape), key: customerKey},
+	}
+}
+
+func movieKey(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(int64(i))) }
+
+func customerKey(i int) []byte { return []byte(fmt.Sprintf("cust-%d", i)) }
+
+func cloneSpec(s engine.TableSpec) engine.TableSpec {
+	s.Indexes = slices.Clone(s.Indexes)
+	return s
+}
+
+// index returns the index values of a document of spec: n for every number
+// index and s for every string index.
+func index(spec engine.TableSpec, n float64, s string) []engine.IndexValue {
+	out := make([]engine.IndexValue, len(spec.Indexes))
+	for i, ix := range spec.Indexes {
+		if ix.Kind == engine.IndexNumber {
+			out[i] = engine.Num(n)
+		} else {
+			out[i] = engine.Str(s)
+		}
+	}
+	return out
+}
+
+// tdoc builds a valid document of the i-th key of sh in partition p.
+func tdoc(sh shape, i int, p int32, version int64, n float64, s string) engine.Doc {
+	return engine.Doc{Key: sh.key(i), Partition: p, Version: version,
+		Sources: map[int32]int64{p: version}, Value: []byte(fmt.Sprintf("v%d@%d\x00\xff", i, version)),
+		Index: index(sh.spec, n, s)}
+}
+
+// openTable opens a fresh store and the table of spec in it.
+func openTable(t *testing.T, open TablesOpener, spec engine.TableSpec) (engine.Tables, engine.Table) {
+	t.Helper()
+	ts := open(t)
+	if ts == nil {
+		t.Fatal("open returned a nil store")
+	}
+	return ts, mustOpen(t, ts, spec)
+}
+
+// mustOpen opens the table of spec in ts.
+func mustOpen(t *testing.T, ts engine.Tables, spec engine.TableSpec) engine.Table {
+	t.Helper()
+	tb, err := ts.OpenTable(ctx(t), spec)
+	if err != nil {
+		t.Fatalf("OpenTable(%s): %v", spec.Name, err)
+	}
+	if tb == nil {
+		t.Fatalf("OpenTable(%s) returned a nil table", spec.Name)
+	}
+	return tb
+}
+
+// tclaim claims p and fails the test on error.
+func tclaim(t *testing.T, tb engine.Table, p int32) int64 {
+	t.Helper()
+	e, err := tb.Claim(ctx(t), p)
+	if err != nil {
+		t.Fatalf("Claim(%d): %v", p, err)
+	}
+	return e
+}
+
+// tapply claims p (so the epoch is current) and applies docs with
+// checkpoint next.
+func tapply(t *testing.T, tb engine.Table, p int32, next int64, docs ...engine.Doc) {
+	t.Helper()
+	b := engine.DocBatch{Partition: p, Epoch: tclaim(t, tb, p), Docs: docs, Checkpoint: next}
+	if err := tb.Apply(ctx(t), b); err != nil {
+		t.Fatalf("Apply(partition %d, %d docs, checkpoint %d): %v", p, len(docs), next, err)
+	}
+}
+
+// wantTCheckpoint asserts the checkpoint of p.
+func wantTCheckpoint(t *testing.T, tb engine.Table, p int32, want int64, wantOK bool) {
+	t.Helper()
+	got, ok, err := tb.Checkpoint(ctx(t), p)
+	if err != nil {
+		t.Fatalf("Checkpoint(%d): %v", p, err)
+	}
+	if ok != wantOK || (ok && got != want) {
+		t.Fatalf("Checkpoint(%d) = %d, %v; want %d, %v", p, got, ok, want, wantOK)
+	}
+}
+
+// wantTDoc asserts that Get returns want.
+func wantTDoc(t *testing.T, tb engine.Table, want engine.Doc) {
+	t.Helper()
+	got, err := tb.Get(ctx(t), want.Key)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", showKey(want.Key), err)
+	}
+	if !sameDoc(tb.Spec(), got, want) {
+		t.Fatalf("Get(%s) = %s; want %s", showKey(want.Key), showDoc(got), showDoc(want))
+	}
+}
+
+// wantTAbsent asserts that Get returns ErrNotFound for key.
+func wantTAbsent(t *testing.T, tb engine.Table, key []byte) {
+	t.Helper()
+	got, err := tb.Get(ctx(t), key)
+	if !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("Get(%s) = %s, %v; want ErrNotFound", showKey(key), showDoc(got), err)
+	}
+}
+
+// sameDoc compares two documents of spec field by field. Nil and empty
+// Sources (or Value) are equal; numbers compare with == (so 0 and -0 are
+// equal); an index value must have the zero value in the field its kind
+// does not use.
+func sameDoc(spec engine.TableSpec, a, b engine.Doc) bool {
+	if !bytes.Equal(a.Key, b.Key) || a.Partition != b.Partition || a.Version != b.Version ||
+		!bytes.Equal(a.Value, b.Value) || len(a.Index) != len(b.Index) || len(a.Index) != len(spec.Indexes) {
+		return false
+	}
+	for i := range spec.Indexes {
+		if !sameValue(a.Index[i], b.Index[i]) {
+			return false
+		}
+	}
+	return len(a.Sources) == len(b.Sources) && (len(a.Sources) == 0 || maps.Equal(a.Sources, b.Sources))
+}
+
+func sameValue(a, b engine.IndexValue) bool {
+	return a.Num == b.Num && a.Str == b.Str // each kind leaves the other field zero
+}
+
+func showDoc(d engine.Doc) string {
+	vals := make([]string, len(d.Index))
+	for i, v := range d.Index {
+		vals[i] = showValue(v)
+	}
+	value := string(d.Value)
+	if len(value) > 40 {
+		value = fmt.Sprintf("%s...(%d bytes)", value[:40], len(d.Value))
+	}
+	return fmt.Sprintf("{key %s partition %d version %d sources %v value %q index [%s]}",
+		showKey(d.Key), d.Partition, d.Version, d.Sources, value, strings.Join(vals, " "))
+}
+
+func showValue(v engine.IndexValue) string {
+	switch {
+	case v.Str == "" && (v.Num != 0 || math.Signbit(v.Num)):
+		return fmt.Sprint(v.Num)
+	case v.Str != "" && v.Num == 0:
+		if len(v.Str) > 20 {
+			return fmt.Sprintf("%q...(%d bytes)", v.Str[:20], len(v.Str))
+		}
+		return fmt.Sprintf("%q", v.Str)
+	}
+	return fmt.Sprintf("{%v %q}", v.Num, v.Str)
+}
+
+// showKey prints a key readably: printable text as is, 8-byte binary keys
+// as the int64 they encode, anything else in hex.
+func showKey(k []byte) string {
+	if len(k) > 24 {
+		return fmt.Sprintf("%s...(%d bytes)", showKey(k[:16]), len(k))
+	}
+	printable := utf8.Valid(k) && len(k) > 0
+	for _, r := range string(k) {
+		printable = printable && unicode.IsPrint(r)
+	}
+	switch {
+	case printable:
+		return string(k)
+	case len(k) == 8:
+		return fmt.Sprintf("#%d", int64(binary.BigEndian.Uint64(k)))
+	}
+	return fmt.Sprintf("0x%x", k)
+}
+
+func showKeys(docs []engine.Doc) []string {
+	out := make([]string, len(docs))
+	for i, d := range docs {
+		out[i] = showKey(d.Key)
+	}
+	return out
+}

@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// TableView is an engine's table as its queries see it: key lookups and
+// index queries answered from the store, with the instance's ownership
+// applied. On a store local to the instance (InstanceLocal) only
+// partitions RUNNING here are answered and other keys are routed to their
+// owner; a shared store (Redis) answers everything everywhere. Safe for
+// concurrent use.
+type TableView struct {
+	e *Engine
+}
+
+// View returns the engine's TableView.
+func (e *Engine) View() *TableView { return &TableView{e: e} }
+
+// Spec returns the job's table spec.
+func (v *TableView) Spec() TableSpec { return v.e.table.Spec() }
+
+// KeyKind names the job's key type ("int64", "string").
+func (v *TableView) KeyKind() string { return v.e.job.KeyKind() }
+
+// ParseKey reads a key as written in a URL (ErrInvalid).
+func (v *TableView) ParseKey(s string) ([]byte, error) { return v.e.job.ParseKey(s) }
+
+// FormatKey writes a record key for URLs and JSON.
+func (v *TableView) FormatKey(key []byte) string { return v.e.job.FormatKey(key) }
+
+// ValueJSON renders d's aggregate as JSON (the job's aggregate type through
+// encoding/json).
+func (v *TableView) ValueJSON(d Doc) (json.RawMessage, error) {
+	return v.e.job.ValueJSON(context.Background(), d.Value)
+}
+
+// Shared reports whether every instance shares the store (no routing).
+func (v *TableView) Shared() bool {
+	l, ok := v.e.table.(InstanceLocal)
+	return !ok || !l.InstanceLocal()
+}
+
+// Owner returns where key is answered (see Router.Owner); on a shared store
+// always here.
+func (v *TableView) Owner(ctx context.Context, key []byte) (addr string, local bool, err error) {
+	if v.Shared() {
+		return v.e.route.self, true, nil
+	}
+	return v.e.route.OwnerOf(ctx, key)
+}
+
+// Membership returns which instance owns each partition of the job.
+func (v *TableView) Membership(ctx context.Context) (Membership, error) {
+	return v.e.route.Membership(ctx)
+}
+
+// Get returns the document of key: ErrNotFound when there is none, and on
+// a local store ErrUnavailable unless its partition is RUNNING here.
+func (v *TableView) Get(ctx context.Context, key []byte) (Doc, error) {
+	if v.Shared() {
+		return v.e.table.Get(ctx, key)
+	}
+	r := v.e.route
+	n := r.numParts.Load()
+	if n == 0 {
+		return Doc{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+	}
+	p := PartitionFor(key, n)
+	if !r.answerable(p) {
+		return Doc{}, fmt.Errorf("partition %d is not running on this instance: %w", p, ErrUnavailable)
+	}
+	d, err := v.e.table.Get(ctx, key)
+	if err != nil {
+		return d, err
+	}
+	if !r.answerable(p) {
+		return Doc{}, fmt.Errorf("partition %d stopped running on this instance: %w", p, ErrUnavailable)
+	}
+	return d, nil
+}
+
+// QueryLocal answers q and returns the partitions the page covers
+// (sorted): on a local store the partitions RUNNING here, paging through
+// the index until q.Limit documents of them are found; on a shared store
+// every partition.
+func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []int32, error) {
+	spec := v.e.table.Spec()
+	if _, _, err := q.Validate(spec); err != nil {
+		return DocPage{}, nil, err
+	}
+	r := v.e.route
+	if v.Shared() {
+		page, err := v.e.table.Query(ctx, q)
+		if err != nil {
+			return DocPage{}, nil, err
+		}
+		n := r.numParts.Load()
+		all := make([]int32, n)
+		for i := range all {
+			all[i] = int32(i)
+		}
+		return page, all, nil
+	}
+	running := r.answerableSet()
+	var out DocPage
+	inner := q
+	for done := false; !done; {
+		page, err := v.e.table.Query(ctx, inner)
+		if err != nil {
+			return DocPage{}, nil, err
+		}
+		for _, d := range page.Docs {
+			if !running[d.Partition] {
+				continue
+			}
+			out.Docs = append(out.Docs, d)
+			if len(out.Docs) == q.Limit {
+				pos, _, _ := q.Validate(spec)
+				out.Next = &IndexCursor{Value: d.Index[pos], Key: d.Key}
+				done = true
+				break
+			}
+		}
+		if page.Next == nil {
+			break
+		}
+		inner.After = page.Next
+	}
+	now := r.answerableSet()
+	covered := make([]int32, 0, len(running))
+	for p := range running {
+		if now[p] {
+			covered = append(covered, p)
+		}
+	}
+	if len(covered) < len(running) {
+		kept := out.Docs[:0]
+		for _, d := range out.Docs {
+			if now[d.Partition] {
+				kept = append(kept, d)
+			}
+		}
+		out.Docs = kept
+	}
+	sort.Slice(covered, func(i, j int) bool { return covered[i] < covered[j] })
+	return out, covered, nil
+}
