@@ -28,9 +28,10 @@ func (k keys) checkpoint(p int32) string { return k.partition(p, "checkpoint") }
 func (k keys) epoch(p int32) string      { return k.partition(p, "epoch") }
 func (k keys) batch(p int32) string      { return k.partition(p, "batch") }
 
-// isEpoch reports whether key is a partition's epoch key.
+// isEpoch reports whether key is a partition's epoch key, of the movie
+// layout or of a table (which Reset keeps too).
 func (k keys) isEpoch(key string) bool {
-	return strings.HasPrefix(key, k.partitionPrefix()) && strings.HasSuffix(key, ":epoch")
+	return (strings.HasPrefix(key, k.partitionPrefix()) && strings.HasSuffix(key, ":epoch")) || k.isTableEpoch(key)
 }
 
 // pattern is a SCAN MATCH pattern for every key of the store.

@@ -1,0 +1,347 @@
+package redisstore
+
+// Tables (engine.Tables) live beside the movie layout, each under its own
+// prefix "<prefix>t:<table>:" (K below), with its own epochs and
+// checkpoints:
+//
+//	K spec                     string: "1|<index>:<kind>,..." — the declared indexes, in
+//	                           order, then ";ties-ascending" when the spec sets TiesAscending
+//	K d:<hex of key>           hash: p (partition) v (version) s (sources "p:o,p:o")
+//	                           d (value bytes) and 0..7 (the index values, see below)
+//	K i:<index>                sorted set, every score 0, members memberPrefix(value)+key
+//	K p:<p>:members            set of the raw keys of partition p's documents
+//	K p:<p>:checkpoint         string: next changelog offset of p
+//	K p:<p>:epoch              string: fencing epoch of p (INCR by Claim)
+//	K p:<p>:batch              string: token of the last batch applied to p
+//
+// Document keys are hex in key names (arbitrary bytes cannot break the
+// layout or a SCAN pattern) and raw in set and sorted set members. A hash
+// field s or d is absent when Sources or Value is nil, so nil and empty
+// come back as they went in.
+//
+// Every index is one sorted set ordered by member bytes (ZRANGE BYLEX): a
+// number index member is the 8 order-preserving bytes of the float
+// (numberPrefix) then the key; a string index member is the value, 0x00,
+// then the key (values hold no 0x00). The byte order of the members is
+// thus (value, key) ascending, and REV is its exact reverse, the
+// contract's descending order. (Numbers are not scores: a cursor inside
+// a run of equal values must be an exclusive (value, key) bound, which a
+// score range cannot express without scanning the ties.) Bounds and
+// cursors are lexicographic bounds
+// (exclusive for a cursor), so a page costs one O(log N + Limit) range and
+// Limit hash reads, run together in one read-only script. The hash fields
+// 0..7 hold what the scripts need to find a document's old members: the 8
+// bytes of a number, the string itself. A number is read back from its 8
+// bytes, so -0 comes back as +0 (equal, as the contract compares them).
+// A descending query of a TiesAscending table walks value groups downwards
+// on the same set (see tableTiesLua): no second index is kept.
+//
+// Apply, DropPartition and Claim are Lua scripts (atomic, every check
+// before the first write); ScanPartition walks the members set (SSCAN),
+// not the key space, so it costs the partition's size, not the
+// database's; Reset is SCAN + UNLINK of the table's keys except its epochs
+// and spec.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	_ engine.Tables        = (*Store)(nil)
+	_ engine.Table         = (*table)(nil)
+	_ engine.TableScanner  = (*table)(nil)
+	_ engine.TableResetter = (*table)(nil)
+)
+
+// table is one engine.Table of a Store.
+type table struct {
+	s      *Store
+	spec   engine.TableSpec
+	keys   tableKeys
+	specV  string   // the spec as stored in K spec
+	fields []string // the hash fields read back into a Doc, in order
+	kinds  string   // one letter per index, "n" or "s", for the scripts
+	idx    []string // the index sorted sets, in declaration order
+}
+
+// tiesSuffix ends the stored spec of a TiesAscending table.
+const tiesSuffix = ";ties-ascending"
+
+// Fixed hash fields of a document, before the index fields "0".."7".
+const (
+	fieldPartition = "p"
+	fieldVersion   = "v"
+	fieldSources   = "s"
+	fieldValue     = "d"
+	fixedFields    = 4
+)
+
+// specLua creates K spec when absent and returns the stored spec.
+// KEYS: 1 spec. ARGV: 1 spec.
+const specLua = `
+local cur = redis.call('GET', KEYS[1])
+if cur then return cur end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+`
+
+// claimLua re-creates K spec when Redis lost it (so a table opened later
+// with other indexes is still refused) and increments the epoch.
+// KEYS: 1 spec, 2 epoch. ARGV: 1 spec. Reply: {1, epoch} or {0, stored spec}.
+const claimLua = `
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return {0, cur} end
+if not cur then redis.call('SET', KEYS[1], ARGV[1]) end
+return {1, redis.call('INCR', KEYS[2])}
+`
+
+var (
+	specScript  = redis.NewScript(specLua)
+	claimScript = redis.NewScript(claimLua)
+)
+
+// OpenTable opens the table of spec, creating it when new: the spec is
+// stored in Redis, and opening the same name again with other indexes (or
+// the same ones in another order, or another TiesAscending) fails with an
+// error wrapping engine.ErrInvalid that names both. Tables share the store's client and are closed with it. Safe for
+// concurrent use.
+func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("redisstore: open table: %w", err)
+	}
+	t := newTable(s, spec)
+	stored, err := specScript.Run(ctx, s.client, []string{t.keys.spec()}, t.specV).Text()
+	if err != nil {
+		return nil, wrap("open table "+spec.Name, err)
+	}
+	if err := t.sameSpec(stored); err != nil {
+		return nil, err
+	}
+	s.log.Debug("table open", "table", spec.Name, "indexes", t.specV)
+	return t, nil
+}
+
+func newTable(s *Store, spec engine.TableSpec) *table {
+	spec.Indexes = append([]engine.IndexSpec(nil), spec.Indexes...)
+	t := &table{s: s, spec: spec, keys: s.keys.table(spec.Name)}
+	t.fields = []string{fieldPartition, fieldVersion, fieldSources, fieldValue}
+	parts := make([]string, len(spec.Indexes))
+	var kinds strings.Builder
+	for i, ix := range spec.Indexes {
+		parts[i] = ix.Name + ":" + ix.Kind.String()
+		t.fields = append(t.fields, strconv.Itoa(i))
+		t.idx = append(t.idx, t.keys.index(ix.Name))
+		if ix.Kind == engine.IndexNumber {
+			kinds.WriteByte('n')
+		} else {
+			kinds.WriteByte('s')
+		}
+	}
+	t.specV = "1|" + strings.Join(parts, ",")
+	if spec.TiesAscending {
+		t.specV += tiesSuffix
+	}
+	t.kinds = kinds.String()
+	return t
+}
+
+// sameSpec compares the spec stored in Redis with t's.
+func (t *table) sameSpec(stored string) error {
+	if stored == t.specV {
+		return nil
+	}
+	show := func(v string) string {
+		if rest, ok := strings.CutPrefix(v, "1|"); ok {
+			if rest, ok := strings.CutSuffix(rest, tiesSuffix); ok {
+				return "[" + rest + "] with ties ascending"
+			}
+			return "[" + rest + "]"
+		}
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Errorf("redisstore: table %s exists with indexes %s, not %s (a table's indexes cannot change; reset it or use a new name): %w",
+		t.spec.Name, show(stored), show(t.specV), engine.ErrInvalid)
+}
+
+// Spec returns the table's spec.
+func (t *table) Spec() engine.TableSpec {
+	spec := t.spec
+	spec.Indexes = append([]engine.IndexSpec(nil), t.spec.Indexes...)
+	return spec
+}
+
+// Claim makes the caller the writer of partition p (INCR of its epoch key)
+// and returns the new epoch. It stores the table's spec again when Redis
+// lost it. Safe for concurrent use.
+func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
+	reply, err := claimScript.Run(ctx, t.s.client, []string{t.keys.spec(), t.keys.epoch(p)}, t.specV).Slice()
+	if err != nil {
+		return 0, wrap(fmt.Sprintf("table %s: claim partition %d", t.spec.Name, p), err)
+	}
+	if len(reply) == 2 {
+		switch reply[0] {
+		case int64(1):
+			if e, ok := reply[1].(int64); ok {
+				return e, nil
+			}
+		case int64(0):
+			if stored, ok := reply[1].(string); ok {
+				return 0, t.sameSpec(stored)
+			}
+		}
+	}
+	return 0, fmt.Errorf("redisstore: table %s: claim partition %d: unexpected script reply %v", t.spec.Name, p, reply)
+}
+
+// Checkpoint returns the next changelog offset to read for partition p; ok
+// is false when the table holds no checkpoint for p. Safe for concurrent
+// use.
+func (t *table) Checkpoint(ctx context.Context, p int32) (int64, bool, error) {
+	v, err := t.s.client.Get(ctx, t.keys.checkpoint(p)).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, wrap(fmt.Sprintf("table %s: checkpoint of partition %d", t.spec.Name, p), err)
+	}
+	next, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("redisstore: table %s: checkpoint of partition %d is %q: %w", t.spec.Name, p, v, errCorrupt)
+	}
+	return next, true, nil
+}
+
+// Get returns the document of key, or an error wrapping engine.ErrNotFound.
+// Safe for concurrent use.
+func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
+	if len(key) == 0 || len(key) > engine.MaxKeyBytes {
+		return engine.Doc{}, fmt.Errorf("redisstore: table %s: get key of %d bytes: %w", t.spec.Name, len(key), engine.ErrNotFound)
+	}
+	vals, err := t.s.client.HMGet(ctx, t.keys.doc(key), t.fields...).Result()
+	if err != nil {
+		return engine.Doc{}, wrap(fmt.Sprintf("table %s: get %x", t.spec.Name, key), err)
+	}
+	d, ok, err := t.decode(key, vals)
+	if err != nil {
+		return engine.Doc{}, fmt.Errorf("redisstore: table %s: get %x: %w", t.spec.Name, key, err)
+	}
+	if !ok {
+		return engine.Doc{}, fmt.Errorf("redisstore: table %s: key %x: %w", t.spec.Name, key, engine.ErrNotFound)
+	}
+	return d, nil
+}
+
+// Load returns the stored documents of keys by string(key), read in one
+// MULTI/EXEC round trip so they come from the same moment; keys without a
+// document (or longer than engine.MaxKeyBytes) are absent from the map.
+// Safe for concurrent use.
+func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
+	out := make(map[string]engine.Doc, len(keys))
+	want := make([][]byte, 0, len(keys))
+	for _, k := range keys {
+		if len(k) > 0 && len(k) <= engine.MaxKeyBytes {
+			want = append(want, k)
+		}
+	}
+	if len(want) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.SliceCmd, len(want))
+	_, err := t.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range want {
+			cmds[i] = p.HMGet(ctx, t.keys.doc(k), t.fields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("table %s: load %d documents", t.spec.Name, len(want)), err)
+	}
+	for i, c := range cmds {
+		d, ok, err := t.decode(want[i], c.Val())
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: table %s: load %x: %w", t.spec.Name, want[i], err)
+		}
+		if ok {
+			out[string(want[i])] = d
+		}
+	}
+	return out, nil
+}
+
+// decode builds the document of key from the values of t.fields; ok is
+// false when the hash does not exist. key is copied.
+func (t *table) decode(key []byte, vals []any) (d engine.Doc, ok bool, err error) {
+	if len(vals) != len(t.fields) {
+		return d, false, fmt.Errorf("%d fields, want %d: %w", len(vals), len(t.fields), errCorrupt)
+	}
+	str := make([]string, len(vals))
+	has := make([]bool, len(vals))
+	found := false
+	for i, v := range vals {
+		switch v := v.(type) {
+		case nil:
+		case string:
+			str[i], has[i], found = v, true, true
+		default:
+			return d, false, fmt.Errorf("field %s has type %T: %w", t.fields[i], v, errCorrupt)
+		}
+	}
+	if !found {
+		return d, false, nil
+	}
+	if !has[0] || !has[1] {
+		return d, false, fmt.Errorf("document without partition or version: %w", errCorrupt)
+	}
+	p, err := strconv.ParseInt(str[0], 10, 32)
+	if err != nil {
+		return d, false, fmt.Errorf("partition %q: %w", str[0], errCorrupt)
+	}
+	d.Partition = int32(p)
+	if d.Version, err = strconv.ParseInt(str[1], 10, 64); err != nil {
+		return d, false, fmt.Errorf("version %q: %w", str[1], errCorrupt)
+	}
+	if has[2] {
+		if d.Sources, err = decodeSources(str[2]); err != nil {
+			return d, false, err
+		}
+		if d.Sources == nil {
+			d.Sources = map[int32]int64{}
+		}
+	}
+	if has[3] {
+		d.Value = []byte(str[3])
+	}
+	if n := len(t.spec.Indexes); n > 0 {
+		d.Index = make([]engine.IndexValue, n)
+		for i, ix := range t.spec.Indexes {
+			j := fixedFields + i
+			if !has[j] {
+				return d, false, fmt.Errorf("document without index %s: %w", ix.Name, errCorrupt)
+			}
+			if d.Index[i], err = decodeIndex(str[j], ix.Kind); err != nil {
+				return d, false, fmt.Errorf("index %s: %w", ix.Name, err)
+			}
+		}
+	}
+	d.Key = append([]byte(nil), key...)
+	return d, true, nil
+}
+
+// decodeIndex reads a stored index field (see storedIndex).
+func decodeIndex(v string, kind engine.IndexKind) (engine.IndexValue, error) {
+	if kind == engine.IndexString {
+		return engine.Str(v), nil
+	}
+	f, ok := decodeNumberPrefix([]byte(v))
+	if !ok {
+		return engine.IndexValue{}, fmt.Errorf("number of %d bytes: %w", len(v), errCorrupt)
+	}
+	return engine.Num(f), nil
+}

@@ -1,0 +1,212 @@
+package redisstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// tableKeys builds the key names of one table (see table.go for the
+// layout). Table names are [a-z][a-z0-9_-]* and index names [a-z][a-z0-9_]*,
+// so neither contains ':' or a SCAN pattern character.
+type tableKeys struct{ base string } // "<prefix>t:<table>:"
+
+// tablesNamespace is what every table key starts with after the store's
+// prefix; no key of the movie layout starts with it.
+const tablesNamespace = "t:"
+
+func (k keys) table(name string) tableKeys {
+	return tableKeys{base: k.prefix + tablesNamespace + name + ":"}
+}
+
+// isTableEpoch reports whether key is the epoch key of a table's partition
+// ("<prefix>t:<table>:p:<p>:epoch"; an index may be called "epoch" too).
+func (k keys) isTableEpoch(key string) bool {
+	rest, ok := strings.CutPrefix(key, k.prefix+tablesNamespace)
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, ":") // the table name has no ':'
+	return ok && strings.HasPrefix(rest, "p:") && strings.HasSuffix(rest, ":epoch")
+}
+
+func (k tableKeys) spec() string { return k.base + "spec" }
+
+// docPrefix is followed by the hex of a document key.
+func (k tableKeys) docPrefix() string { return k.base + "d:" }
+
+func (k tableKeys) doc(key []byte) string {
+	p := k.docPrefix()
+	b := make([]byte, len(p)+2*len(key))
+	copy(b, p)
+	hex.Encode(b[len(p):], key)
+	return string(b)
+}
+
+func (k tableKeys) index(name string) string { return k.base + "i:" + name }
+
+func (k tableKeys) partition(p int32, what string) string {
+	return k.base + "p:" + strconv.FormatInt(int64(p), 10) + ":" + what
+}
+
+func (k tableKeys) members(p int32) string    { return k.partition(p, "members") }
+func (k tableKeys) checkpoint(p int32) string { return k.partition(p, "checkpoint") }
+func (k tableKeys) epoch(p int32) string      { return k.partition(p, "epoch") }
+func (k tableKeys) batch(p int32) string      { return k.partition(p, "batch") }
+
+// isEpoch reports whether key is one of the table's partition epochs.
+func (k tableKeys) isEpoch(key string) bool {
+	return strings.HasPrefix(key, k.base+"p:") && strings.HasSuffix(key, ":epoch")
+}
+
+// pattern is a SCAN MATCH pattern for every key of the table.
+func (k tableKeys) pattern() string { return keys{prefix: k.base}.pattern() }
+
+// numberPrefix is the 8-byte member prefix of a number index value: the
+// float's bits made order-preserving (big-endian, sign bit flipped for
+// positive numbers, every bit flipped for negative ones), with -0 folded
+// into +0 so that the two compare equal as the contract says.
+func numberPrefix(v float64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), orderedBits(v))
+}
+
+func orderedBits(v float64) uint64 {
+	if v == 0 {
+		v = 0 // folds -0 into +0
+	}
+	bits := math.Float64bits(v)
+	if bits>>63 == 1 {
+		return ^bits
+	}
+	return bits | 1<<63
+}
+
+// decodeNumberPrefix inverts numberPrefix (-0 comes back as +0).
+func decodeNumberPrefix(b []byte) (float64, bool) {
+	if len(b) != 8 {
+		return 0, false
+	}
+	u := binary.BigEndian.Uint64(b)
+	if u>>63 == 1 {
+		u &^= 1 << 63
+	} else {
+		u = ^u
+	}
+	return math.Float64frombits(u), true
+}
+
+// memberPrefix is the part of an index member that precedes the key: the 8
+// order-preserving bytes of a number, or a string followed by its 0x00
+// separator. Index members are memberPrefix + key, so the byte order of
+// members (ZRANGE BYLEX) is (value, key) ascending.
+func memberPrefix(v engine.IndexValue, kind engine.IndexKind) []byte {
+	if kind == engine.IndexNumber {
+		return numberPrefix(v.Num)
+	}
+	return append([]byte(v.Str), 0)
+}
+
+// storedIndex is the hash field value of an index: what the Lua scripts
+// need to rebuild the document's member (memberPrefix without the string
+// separator, which the scripts add).
+func storedIndex(v engine.IndexValue, kind engine.IndexKind) string {
+	if kind == engine.IndexNumber {
+		return string(numberPrefix(v.Num))
+	}
+	return v.Str
+}
+
+// lexBound is one end of a ZRANGE BYLEX range; the zero value is no bound
+// ("-" or "+").
+type lexBound struct {
+	set  bool
+	incl bool
+	at   []byte
+}
+
+func (b lexBound) arg(open string) string {
+	if !b.set {
+		return open
+	}
+	if b.incl {
+		return "[" + string(b.at)
+	}
+	return "(" + string(b.at)
+}
+
+// tighter returns the more restrictive of two lower bounds (upper=false)
+// or two upper bounds (upper=true).
+func tighter(a, b lexBound, upper bool) lexBound {
+	switch {
+	case !a.set:
+		return b
+	case !b.set:
+		return a
+	}
+	c := bytes.Compare(a.at, b.at)
+	if upper {
+		c = -c
+	}
+	switch {
+	case c > 0:
+		return a
+	case c < 0:
+		return b
+	case !a.incl:
+		return a
+	}
+	return b
+}
+
+// cutNUL returns s up to its first 0x00 byte and whether it had one.
+// Stored string values never contain 0x00, so a bound or cursor value s+"\x00"+rest
+// selects the same documents as one just above s.
+func cutNUL(s string) (string, bool) {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return s[:i], true
+	}
+	return s, false
+}
+
+// lowerBound is the bound where values >= v begin.
+func lowerBound(v engine.IndexValue, kind engine.IndexKind) lexBound {
+	if kind == engine.IndexNumber {
+		return lexBound{set: true, incl: true, at: numberPrefix(v.Num)}
+	}
+	if s, cut := cutNUL(v.Str); cut {
+		return lexBound{set: true, incl: true, at: append([]byte(s), 1)} // values > s
+	}
+	return lexBound{set: true, incl: true, at: append([]byte(v.Str), 0)}
+}
+
+// upperBound is the exclusive bound where values <= v end.
+func upperBound(v engine.IndexValue, kind engine.IndexKind) lexBound {
+	if kind == engine.IndexNumber {
+		// Finite or infinite v never has every ordered bit set, so +1
+		// does not overflow; it is the first member prefix above v.
+		return lexBound{set: true, at: binary.BigEndian.AppendUint64(nil, orderedBits(v.Num)+1)}
+	}
+	s, _ := cutNUL(v.Str) // values <= s+"\x00"+rest are values <= s
+	return lexBound{set: true, at: append([]byte(s), 1)}
+}
+
+// afterBound is the bound of the members strictly after cursor c: a lower
+// bound for an ascending query, an upper one for a descending query.
+func afterBound(c engine.IndexCursor, kind engine.IndexKind) lexBound {
+	if kind == engine.IndexString {
+		if s, cut := cutNUL(c.Value.Str); cut {
+			// No stored value equals c's: after it (ascending) are the
+			// values > s, before it (descending) the values <= s.
+			// No member equals s+"\x01" (members hold a 0x00), so the
+			// bound's inclusiveness does not matter.
+			return lexBound{set: true, at: append([]byte(s), 1)}
+		}
+	}
+	at := append(memberPrefix(c.Value, kind), c.Key...)
+	return lexBound{set: true, at: at}
+}

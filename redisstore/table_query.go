@@ -1,0 +1,284 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/redis/go-redis/v9"
+)
+
+// luaReadDocs is the Lua helper of the query scripts: it reads the
+// documents of index members and returns, for each, its key then the
+// values of the hash fields ARGV[8..], flattened. kind is "n" (members are
+// 8 bytes then the key) or "s" (value, 0x00, key).
+const luaReadDocs = luaHex + `
+local function readDocs(members, kind, prefix)
+  local fields = {}
+  for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local out = {}
+  for _, m in ipairs(members) do
+    local key
+    if kind == 'n' then
+      key = string.sub(m, 9)
+    else
+      key = string.sub(m, string.find(m, '\0', 1, true) + 1)
+    end
+    local v = redis.call('HMGET', prefix .. hex(key), unpack(fields))
+    if v[1] then
+      out[#out + 1] = key
+      for j = 1, #fields do out[#out + 1] = v[j] end
+    end
+  end
+  return out
+end
+`
+
+// tableQueryLua reads one page of an index and the documents it names in
+// one atomic step, so a page never mixes two batches.
+//
+// KEYS: 1 the index's sorted set. ARGV: 1 start, 2 stop (ZRANGE BYLEX
+// bounds, already swapped for REV), 3 limit, 4 document key prefix, 5 the
+// index's kind "n"/"s", 6 "1" for REV, 7 unused, 8.. the hash fields.
+const tableQueryLua = luaReadDocs + `
+local args = {'ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYLEX'}
+if ARGV[6] == '1' then args[#args + 1] = 'REV' end
+args[#args + 1] = 'LIMIT'
+args[#args + 1] = 0
+args[#args + 1] = ARGV[3]
+return readDocs(redis.call(unpack(args)), ARGV[5], ARGV[4])
+`
+
+// tableTiesLua is tableQueryLua for a descending query of a TiesAscending
+// table: values descending, equal values by key ascending. It walks value
+// groups from the top: a REV range of one member finds the next lower
+// value, a forward range reads that value's members in key order. Every
+// group yields at least one member, so a page costs at most 2*limit
+// ranges however many documents tie.
+//
+// ARGV: 1 lower bound, 2 upper bound (of the whole query), 3 limit,
+// 4 document key prefix, 5 kind, 6 and 7 the range of the rest of the
+// cursor's own value group ("" when none), 8.. the hash fields.
+const tableTiesLua = luaReadDocs + `
+local limit = tonumber(ARGV[3])
+local members = {}
+local function take(start, stop)
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], start, stop, 'BYLEX', 'LIMIT', 0, limit - #members)) do
+    members[#members + 1] = m
+  end
+end
+local function succ(p)
+  local b = {string.byte(p, 1, -1)}
+  local i = #b
+  while i > 0 and b[i] == 255 do b[i] = 0; i = i - 1 end
+  b[i] = b[i] + 1
+  return string.char(unpack(b))
+end
+if ARGV[6] ~= '' then take(ARGV[6], ARGV[7]) end
+local top = ARGV[2]
+while #members < limit do
+  local m = redis.call('ZRANGE', KEYS[1], top, ARGV[1], 'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
+  if not m then break end
+  local group, stop
+  if ARGV[5] == 'n' then
+    group = string.sub(m, 1, 8)
+    stop = succ(group)
+  else
+    local i = string.find(m, '\0', 1, true)
+    group = string.sub(m, 1, i)
+    stop = string.sub(m, 1, i - 1) .. '\1'
+  end
+  take('[' .. group, '(' .. stop)
+  top = '(' .. group
+end
+return readDocs(members, ARGV[5], ARGV[4])
+`
+
+var (
+	tableQueryScript = redis.NewScript(tableQueryLua)
+	tableTiesScript  = redis.NewScript(tableTiesLua)
+)
+
+// Query answers q from the index's sorted set: one ZRANGE BYLEX (REV for a
+// descending query) of at most q.Limit members and one hash read per
+// member, in one read-only script, so a page costs O(log N + Limit) and
+// never mixes two batches. Bounds and the cursor become lexicographic
+// bounds of the members (see table.go). A descending query of a
+// TiesAscending table walks value groups instead (tableTiesLua): at most
+// 2*Limit ranges. An unknown index or a bad bound is an error wrapping
+// engine.ErrInvalid; no match is an empty page. Safe for concurrent use.
+func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
+	pos, kind, err := q.Validate(t.spec)
+	if err != nil {
+		return engine.DocPage{}, fmt.Errorf("redisstore: query: %w", err)
+	}
+	var lo, hi lexBound
+	if q.HasMin {
+		lo = lowerBound(q.Min, kind)
+	}
+	if q.HasMax {
+		hi = upperBound(q.Max, kind)
+	}
+	kindArg := "n"
+	if kind == engine.IndexString {
+		kindArg = "s"
+	}
+	ties := q.Desc && t.spec.TiesAscending
+	rev, groupFrom, groupTo := "0", "", ""
+	switch c := q.After; {
+	case ties:
+		if c == nil {
+			break
+		}
+		if _, nul := cutNUL(c.Value.Str); kind == engine.IndexString && nul {
+			hi = tighter(hi, afterBound(*c, kind), true) // no group of its own
+			break
+		}
+		if q.InRange(c.Value, kind) { // the cursor's value group, after its key
+			groupFrom = lexBound{set: true, at: append(memberPrefix(c.Value, kind), c.Key...)}.arg("")
+			groupTo = upperBound(c.Value, kind).arg("")
+		}
+		hi = tighter(hi, lexBound{set: true, at: memberPrefix(c.Value, kind)}, true) // then lower values
+	case q.Desc:
+		rev = "1"
+		if c != nil {
+			hi = tighter(hi, afterBound(*c, kind), true)
+		}
+	case c != nil:
+		lo = tighter(lo, afterBound(*c, kind), false)
+	}
+	start, stop := lo.arg("-"), hi.arg("+")
+	if rev == "1" {
+		start, stop = stop, start
+	}
+	script, args := tableQueryScript, make([]any, 0, 7+len(t.fields))
+	if ties {
+		script = tableTiesScript
+		args = append(args, start, stop, q.Limit, t.keys.docPrefix(), kindArg, groupFrom, groupTo)
+	} else {
+		args = append(args, start, stop, q.Limit, t.keys.docPrefix(), kindArg, rev, "")
+	}
+	for _, f := range t.fields {
+		args = append(args, f)
+	}
+	vals, err := script.Run(ctx, t.s.client, []string{t.idx[pos]}, args...).Slice()
+	if err != nil {
+		return engine.DocPage{}, wrap(fmt.Sprintf("table %s: query %s", t.spec.Name, q.Index), err)
+	}
+	stride := 1 + len(t.fields)
+	if len(vals)%stride != 0 {
+		return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: %d values in reply: %w", t.spec.Name, len(vals), errCorrupt)
+	}
+	page := engine.DocPage{Docs: make([]engine.Doc, 0, len(vals)/stride)}
+	for i := 0; i < len(vals); i += stride {
+		key, ok := vals[i].(string)
+		if !ok {
+			return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: key of type %T: %w", t.spec.Name, vals[i], errCorrupt)
+		}
+		d, ok, err := t.decode([]byte(key), vals[i+1:i+stride])
+		if err != nil {
+			return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: key %x: %w", t.spec.Name, key, err)
+		}
+		if !ok {
+			return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: empty document %x: %w", t.spec.Name, key, errCorrupt)
+		}
+		page.Docs = append(page.Docs, d)
+	}
+	if n := len(page.Docs); n > 0 && n == q.Limit {
+		last := page.Docs[n-1]
+		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: append([]byte(nil), last.Key...)}
+	}
+	return page, nil
+}
+
+// ScanPartition calls fn for each document of partition p in unspecified
+// order, stopping at the first error fn returns, which it returns as is.
+// It walks the partition's members set (SSCAN, documents read in pipelined
+// chunks) rather than SCANning the key space: a scan then costs the
+// partition's size, not the whole database's. Documents written or deleted
+// during the scan may or may not be seen; each key is passed at most once.
+// Safe for concurrent use.
+func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
+	seen := make(map[string]struct{})
+	var cursor uint64
+	for {
+		members, next, err := t.s.client.SScan(ctx, t.keys.members(p), cursor, "", scanChunk).Result()
+		if err != nil {
+			return wrap(fmt.Sprintf("table %s: scan partition %d", t.spec.Name, p), err)
+		}
+		keys := make([][]byte, 0, len(members))
+		for _, m := range members {
+			if _, dup := seen[m]; !dup {
+				seen[m] = struct{}{}
+				keys = append(keys, []byte(m))
+			}
+		}
+		if err := t.scanDocs(ctx, p, keys, fn); err != nil {
+			return err
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(engine.Doc) error) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	cmds := make([]*redis.SliceCmd, len(keys))
+	_, err := t.s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = pl.HMGet(ctx, t.keys.doc(k), t.fields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return wrap(fmt.Sprintf("table %s: scan partition %d", t.spec.Name, p), err)
+	}
+	for i, c := range cmds {
+		d, ok, err := t.decode(keys[i], c.Val())
+		if err != nil {
+			return fmt.Errorf("redisstore: table %s: scan partition %d: key %x: %w", t.spec.Name, p, keys[i], err)
+		}
+		if !ok || d.Partition != p {
+			continue // deleted or moved since the member was listed
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reset deletes every document, index and checkpoint of the table with
+// SCAN and UNLINK of its keys (never KEYS), keeping its partitions' epochs
+// (so an old writer that is still alive stays fenced) and its spec (the
+// table stays open). Writes running concurrently may survive it. Other
+// tables and the movie layout are untouched. Safe for concurrent use.
+func (t *table) Reset(ctx context.Context) error {
+	keep := func(key string) bool { return key == t.keys.spec() || t.keys.isEpoch(key) }
+	var cursor uint64
+	deleted := 0
+	for {
+		batch, next, err := t.s.client.Scan(ctx, cursor, t.keys.pattern(), scanChunk).Result()
+		if err != nil {
+			return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
+		}
+		batch = slices.DeleteFunc(batch, keep)
+		if len(batch) > 0 {
+			if err := t.s.client.Unlink(ctx, batch...).Err(); err != nil {
+				return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
+			}
+			deleted += len(batch)
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	t.s.log.Info("table reset", "table", t.spec.Name, "keys", deleted)
+	return nil
+}
