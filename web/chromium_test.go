@@ -5,12 +5,14 @@ package web
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,6 +147,49 @@ func TestChromiumDashboard(t *testing.T) {
 
 	if path := os.Getenv(screenshotEnv); path != "" {
 		chromium(t, "--hide-scrollbars", "--window-size=1280,1000", "--screenshot="+path, base+fmt.Sprintf("/?movie=%d", lookup.MovieID))
+		t.Logf("screenshot saved to %s", path)
+	}
+}
+
+// TestChromiumDashboardTables renders the dashboard with two fake tables
+// and checks that its script listed them (name, key kind, indexes) and ran
+// the query of the deep link, showing the first page of items.
+func TestChromiumDashboardTables(t *testing.T) {
+	cs, sc := customers(12), scores(5)
+	s := New(Options{Querier: newFake(), Tables: []Table{cs, sc}})
+	base := startForBrowser(t, s)
+	dom := chromium(t, "--dump-dom", base+"/?table=customers&index=total&order=desc&limit=5")
+
+	text := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace
+	want := []string{
+		"<tr><td>customers</td><td>string</td><td>total (number), tier (string)</td></tr>",
+		"<tr><td>scores</td><td>int64</td><td>score (number)</td></tr>",
+		`<tr id="query-head"><th>#</th><th>Key</th><th>total</th><th>tier</th><th>Value</th></tr>`,
+		"More documents follow: showing the first 5.",
+	}
+	order := wantOrder(cs, engine.IndexQuery{Index: "total", Desc: true})
+	for i, d := range order[:5] {
+		var value bytes.Buffer
+		if err := json.Compact(&value, d.Value); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, fmt.Sprintf(`<tr><td>%d</td><td>%s</td><td class="num">%s</td><td>%s</td><td class="json">%s</td></tr>`,
+			i+1, text(string(d.Key)), strconv.FormatFloat(d.Index[0].Num, 'f', -1, 64), text(d.Index[1].Str), text(value.String())))
+	}
+	for _, w := range want {
+		if !strings.Contains(dom, w) {
+			t.Errorf("rendered dashboard does not contain %q", w)
+		}
+	}
+	if d := order[5]; strings.Contains(dom, "<td>"+text(string(d.Key))+"</td>") {
+		t.Errorf("item #6 (%s) is shown: the page must hold 5", d.Key)
+	}
+	if t.Failed() {
+		t.Logf("DOM:\n%s", tail(dom, 8000))
+	}
+	if path := os.Getenv(screenshotEnv); path != "" {
+		path = strings.TrimSuffix(path, ".png") + "-tables.png"
+		chromium(t, "--hide-scrollbars", "--window-size=1280,1400", "--screenshot="+path, base+"/?table=customers&index=total&order=desc&limit=5")
 		t.Logf("screenshot saved to %s", path)
 	}
 }

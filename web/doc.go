@@ -1,5 +1,8 @@
-// Package web is keepstate's HTTP server (echo): the query API over an
-// engine.Querier (GET /movies/{id}, GET /movies), health and readiness
+// Package web is keepstate's HTTP server (echo): the movie query API over
+// an engine.Querier (GET /movies/{id}, GET /movies), every job's table over
+// a Table (GET /tables, GET /tables/{table}/{key}, GET /tables/{table}?index=
+// ...), both routed to the owning instance and merged across instances,
+// health and readiness
 // probes, Prometheus metrics, the OpenAPI document with an embedded Swagger
 // UI, and a small dashboard page. Every error is a JSON body
 // {"error":"..."}; nothing is fetched from outside the process at run time.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -136,6 +137,112 @@ func TestOpenAPIConsistency(t *testing.T) {
 	}
 }
 
+// TestOpenAPITableRoutes checks the document of the table routes against
+// the code: operations, parameters (those the parser reads, as in the
+// query template GET /tables shows), responses, and the members of the
+// answers' schemas (the JSON names of the Go types).
+func TestOpenAPITableRoutes(t *testing.T) {
+	doc, raw := loadSpec(t)
+	queryTemplate := tableRoutesJSON{}
+	for _, tb := range decode[tablesBody](t, get(t, New(Options{Tables: []Table{customers(1)}}).Handler(), "/tables")).Tables {
+		queryTemplate = tb.Routes
+	}
+	_, tmpl, _ := strings.Cut(queryTemplate.Query, "{?")
+	queryParams := strings.Split(strings.TrimSuffix(tmpl, "}"), ",")
+	tests := []struct {
+		path, opID string
+		params     []string // in:name
+		responses  []string
+	}{
+		{"/tables", "listTables", nil, []string{"200"}},
+		{"/tables/{table}", "queryTable", append([]string{"path:table"}, prefixed("query:", queryParams)...), []string{"200", "400", "401", "404", "500", "503"}},
+		{"/tables/{table}/{key}", "getTableDoc", []string{"path:table", "path:key"}, []string{"200", "400", "401", "404", "500", "503"}},
+	}
+	for _, tc := range tests {
+		op, ok := doc.Paths[tc.path]["get"]
+		if !ok {
+			t.Errorf("GET %s is not documented", tc.path)
+			continue
+		}
+		if op.OperationID != tc.opID {
+			t.Errorf("GET %s: operationId %q, want %q", tc.path, op.OperationID, tc.opID)
+		}
+		var params []string
+		for _, p := range op.Parameters {
+			params = append(params, p.In+":"+p.Name)
+		}
+		if !reflect.DeepEqual(params, tc.params) && !(len(params) == 0 && len(tc.params) == 0) {
+			t.Errorf("GET %s: parameters %v, want %v", tc.path, params, tc.params)
+		}
+		for _, code := range tc.responses {
+			if _, ok := op.Responses[code]; !ok {
+				t.Errorf("GET %s: response %s not documented", tc.path, code)
+			}
+		}
+	}
+	if len(queryParams) != 7 {
+		t.Errorf("query template %q: want 7 parameters", queryTemplate.Query)
+	}
+
+	var whole struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required   []string                   `json:"required"`
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(raw, &whole); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]any{
+		"TableList": tablesBody{}, "TableInfo": tableInfoJSON{}, "TableIndex": indexInfoJSON{},
+		"TableDoc": tableDocJSON{}, "TablePage": tablePageJSON{},
+	} {
+		schema, ok := whole.Components.Schemas[name]
+		if !ok {
+			t.Errorf("schema %s missing", name)
+			continue
+		}
+		var documented []string
+		for p := range schema.Properties {
+			documented = append(documented, p)
+		}
+		sort.Strings(documented)
+		members, required := jsonMembers(reflect.TypeOf(v))
+		if !reflect.DeepEqual(documented, members) {
+			t.Errorf("schema %s: properties %v, want the JSON members %v", name, documented, members)
+		}
+		sort.Strings(schema.Required)
+		if !reflect.DeepEqual(schema.Required, required) {
+			t.Errorf("schema %s: required %v, want %v", name, schema.Required, required)
+		}
+	}
+}
+
+func prefixed(prefix string, ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = prefix + s
+	}
+	return out
+}
+
+// jsonMembers returns the JSON member names of struct type t, sorted, and
+// those always present (not omitempty).
+func jsonMembers(t reflect.Type) (members, required []string) {
+	for i := 0; i < t.NumField(); i++ {
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		members = append(members, name)
+		if opts != "omitempty" {
+			required = append(required, name)
+		}
+	}
+	sort.Strings(members)
+	sort.Strings(required)
+	return members, required
+}
+
 func sortedKeys(m map[string]bool) []string {
 	var ks []string
 	for k := range m {
@@ -151,8 +258,8 @@ func TestStaticPages(t *testing.T) {
 		target, ctype string
 		contains      []string
 	}{
-		{"/", "text/html", []string{"keepstate dashboard", `src="dashboard/app.js"`, `href="dashboard/style.css"`}},
-		{"/dashboard/app.js", "text/javascript", []string{"api/stats", "movies?minAvg="}},
+		{"/", "text/html", []string{"keepstate dashboard", `src="dashboard/app.js"`, `href="dashboard/style.css"`, `id="tables-body"`, `id="query-form"`}},
+		{"/dashboard/app.js", "text/javascript", []string{"api/stats", "movies?minAvg=", `getJSON("tables")`}},
 		{"/dashboard/style.css", "text/css", []string{".counters"}},
 		{"/swagger-ui/", "text/html", []string{"swagger-ui-bundle.js", "init.js"}},
 		{"/swagger-ui/init.js", "text/javascript", []string{"../api-docs"}},

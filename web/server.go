@@ -43,6 +43,9 @@ type Options struct {
 	// movie and merges GET /movies across all instances; leave it nil for a
 	// store every instance shares (Redis).
 	Router Router
+	// Tables are the jobs' tables served under /tables (see Table); names
+	// must be distinct (the routes serve the first of a name).
+	Tables []Table
 	// Logger receives request errors and server events; nil discards them.
 	Logger *slog.Logger
 	// QueryTimeout bounds each store query (DefaultQueryTimeout when zero);
@@ -123,6 +126,7 @@ func New(opts Options) *Server {
 
 	e.Use(s.observe, s.recoverPanic, secureHeaders)
 	s.routes()
+	s.warnDuplicateTables()
 	s.metrics.knownRoutes(e.Routes())
 	return s
 }
@@ -134,6 +138,9 @@ func (s *Server) routes() {
 	e := getHead{s.e}
 	e.GET("/movies/:id", s.getMovie)
 	e.GET("/movies", s.rangeMovies)
+	e.GET("/tables", s.listTables)
+	e.GET("/tables/:table", s.queryTable)
+	e.GET("/tables/:table/:key", s.getTableDoc)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))

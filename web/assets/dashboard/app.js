@@ -1,7 +1,10 @@
 // keepstate dashboard: polls api/stats every 2 s, shows the top movies
-// (GET movies?minAvg=..&limit=20) and looks movies up by id (also on load
-// with /?movie=<id>). URLs are relative so the page works behind a
-// path-prefix proxy. Data is only ever written with textContent.
+// (GET movies?minAvg=..&limit=20), looks movies up by id (also on load
+// with /?movie=<id>), lists the jobs' tables (GET tables) and runs a query
+// on one of them (GET tables/<name>?index=..; on load the first table's
+// first index, or /?table=<name>&index=..&min=..&max=..&order=..&limit=..).
+// URLs are relative so the page works behind a path-prefix proxy. Data is
+// only ever written with textContent.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -102,6 +105,122 @@ async function lookup(ev) {
   }
 }
 
+// The tables of GET tables, for the query form.
+let tables = [];
+
+function option(value, text) {
+  const o = document.createElement("option");
+  o.value = value;
+  o.textContent = text || value;
+  return o;
+}
+
+function mutedRow(text, span) {
+  const tr = document.createElement("tr");
+  const td = cell(text);
+  td.colSpan = span;
+  td.className = "muted";
+  tr.append(td);
+  return tr;
+}
+
+function indexLabel(ix) { return ix.name + " (" + ix.kind + ")"; }
+
+async function loadTables() {
+  try {
+    const [status, body] = await getJSON("tables");
+    if (status !== 200) throw new Error(body.error || "HTTP " + status);
+    tables = body.tables;
+    const rows = tables.map((tb) => {
+      const tr = document.createElement("tr");
+      tr.append(cell(tb.name), cell(tb.key), cell(tb.indexes.map(indexLabel).join(", ") || "none"));
+      return tr;
+    });
+    if (rows.length === 0) rows.push(mutedRow("No tables are configured.", 3));
+    $("tables-body").replaceChildren(...rows);
+    $("q-table").replaceChildren(...tables.map((tb) => option(tb.name)));
+    $("query-form").hidden = tables.length === 0;
+    fillIndexes();
+    showError($("tables-error"), "");
+  } catch (e) {
+    showError($("tables-error"), "Cannot list tables: " + e.message);
+  }
+}
+
+function currentTable() { return tables.find((tb) => tb.name === $("q-table").value); }
+
+function fillIndexes() {
+  const tb = currentTable();
+  $("q-index").replaceChildren(...(tb ? tb.indexes.map((ix) => option(ix.name, indexLabel(ix))) : []));
+}
+
+async function runQuery(ev) {
+  if (ev) ev.preventDefault();
+  const tb = currentTable();
+  const note = $("query-note");
+  if (!tb || tb.indexes.length === 0) {
+    showError($("query-error"), tb ? "Table " + tb.name + " declares no index to query." : "");
+    return;
+  }
+  const params = new URLSearchParams({ index: $("q-index").value, order: $("q-order").value });
+  for (const name of ["min", "max", "limit"]) {
+    const v = $("q-" + name).value.trim();
+    if (v !== "") params.set(name, v);
+  }
+  try {
+    const [status, body] = await getJSON("tables/" + encodeURIComponent(tb.name) + "?" + params);
+    if (status !== 200) throw new Error(body.error || "HTTP " + status);
+    const head = ["#", "Key", ...tb.indexes.map((ix) => ix.name), "Value"].map((text) => {
+      const th = document.createElement("th");
+      th.textContent = text;
+      return th;
+    });
+    $("query-head").replaceChildren(...head);
+    const rows = body.items.map((item, i) => {
+      const tr = document.createElement("tr");
+      tr.append(cell(i + 1), cell(item.key));
+      for (const ix of tb.indexes) {
+        const td = cell(String(item.index[ix.name]));
+        if (ix.kind === "number") td.className = "num";
+        tr.append(td);
+      }
+      const value = cell(JSON.stringify(item.value));
+      value.className = "json";
+      tr.append(value);
+      return tr;
+    });
+    if (rows.length === 0) rows.push(mutedRow("No document matches.", tb.indexes.length + 3));
+    $("query-body").replaceChildren(...rows);
+    $("query").hidden = false;
+    const notes = [];
+    if (body.next) notes.push("More documents follow: showing the first " + body.items.length + ".");
+    if (body.partial) notes.push("Partial answer: partitions " + body.missingPartitions.join(", ") + " did not answer.");
+    note.textContent = notes.join(" ");
+    note.hidden = notes.length === 0;
+    showError($("query-error"), "");
+  } catch (e) {
+    note.hidden = true;
+    showError($("query-error"), "Query failed: " + e.message);
+  }
+}
+
+// startTables lists the tables, then runs the query of the deep link
+// (?table=..) or of the first table's first index.
+async function startTables() {
+  await loadTables();
+  const q = new URLSearchParams(window.location.search);
+  const name = q.get("table");
+  if (name !== null && tables.some((tb) => tb.name === name)) {
+    $("q-table").value = name;
+    fillIndexes();
+    for (const field of ["index", "min", "max", "order", "limit"]) {
+      const v = q.get(field);
+      if (v !== null) $("q-" + field).value = v;
+    }
+  }
+  if (currentTable()) runQuery();
+}
+
 function tick() {
   refreshStats();
   refreshTop();
@@ -110,6 +229,8 @@ function tick() {
 document.addEventListener("DOMContentLoaded", () => {
   $("top-form").addEventListener("submit", (ev) => { ev.preventDefault(); refreshTop(); });
   $("lookup-form").addEventListener("submit", lookup);
+  $("query-form").addEventListener("submit", runQuery);
+  $("q-table").addEventListener("change", fillIndexes);
   // Deep link: /?movie=362 looks the movie up on load.
   const movie = new URLSearchParams(window.location.search).get("movie");
   if (movie) {
@@ -118,4 +239,5 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   tick();
   setInterval(tick, REFRESH_MS);
+  startTables();
 });

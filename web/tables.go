@@ -1,0 +1,241 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// Table is one job's table as the HTTP API serves it. Implementations are
+// safe for concurrent use; methods that block honour ctx.
+type Table interface {
+	// Spec returns the table's spec (name and declared indexes).
+	Spec() engine.TableSpec
+	// KeyKind names the key type for docs and the dashboard: "int64" or
+	// "string".
+	KeyKind() string
+	// ParseKey turns a key as written in a URL (one path segment, already
+	// percent-decoded) into the key bytes; an error wraps engine.ErrInvalid.
+	ParseKey(s string) ([]byte, error)
+	// FormatKey renders key bytes as ParseKey reads them.
+	FormatKey(key []byte) string
+	// ValueJSON renders a document's aggregate as a JSON object.
+	ValueJSON(d engine.Doc) (json.RawMessage, error)
+	// Get reads key on this instance: ErrNotFound when absent,
+	// ErrUnavailable when its partition is not answered here.
+	Get(ctx context.Context, key []byte) (engine.Doc, error)
+	// QueryLocal answers q from the partitions this instance answers and
+	// returns those partitions, sorted. Every returned document's Partition
+	// is one of them.
+	QueryLocal(ctx context.Context, q engine.IndexQuery) (engine.DocPage, []int32, error)
+	// Owner returns where key is answered: local=true here, else the
+	// owner's bare host:port; ErrUnavailable while nobody runs it.
+	Owner(ctx context.Context, key []byte) (addr string, local bool, err error)
+	// Membership returns which instance owns each partition of the table's
+	// job.
+	Membership(ctx context.Context) (engine.Membership, error)
+	// Shared reports a store every instance shares (Redis): no routing,
+	// QueryLocal covers every partition.
+	Shared() bool
+}
+
+// tablesBody is the body of GET /tables.
+type tablesBody struct {
+	Tables []tableInfoJSON `json:"tables"`
+}
+
+// tableInfoJSON describes one table in GET /tables.
+type tableInfoJSON struct {
+	Name    string          `json:"name"`
+	Key     string          `json:"key"`
+	Indexes []indexInfoJSON `json:"indexes"`
+	Routes  tableRoutesJSON `json:"routes"`
+}
+
+// indexInfoJSON is one declared index: its name and kind ("number" or
+// "string").
+type indexInfoJSON struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+}
+
+// tableRoutesJSON names the routes of one table, as URI templates.
+type tableRoutesJSON struct {
+	Get   string `json:"get"`
+	Query string `json:"query"`
+}
+
+// tableDocJSON is one document as the API shows it.
+type tableDocJSON struct {
+	Table     string          `json:"table"`
+	Key       string          `json:"key"`
+	Partition int32           `json:"partition"`
+	Version   int64           `json:"version"`
+	Value     json.RawMessage `json:"value"`
+	Index     indexValues     `json:"index"`
+}
+
+// tablePageJSON is the body of GET /tables/{table}. Next is absent on the
+// last page; Partial and MissingPartitions mean what they mean on GET
+// /movies.
+type tablePageJSON struct {
+	Table             string         `json:"table"`
+	Index             string         `json:"index"`
+	Items             []tableDocJSON `json:"items"`
+	Next              string         `json:"next,omitempty"`
+	Partial           bool           `json:"partial,omitempty"`
+	MissingPartitions []int32        `json:"missingPartitions,omitempty"`
+}
+
+// indexValues renders a document's index values as one JSON object whose
+// members follow the spec's order: a number or a string by index kind.
+type indexValues struct {
+	specs []engine.IndexSpec
+	vals  []engine.IndexValue
+}
+
+// MarshalJSON implements json.Marshaler.
+func (v indexValues) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, ix := range v.specs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(ix.Name)
+		b.Write(name)
+		b.WriteByte(':')
+		var val any = v.vals[i].Str
+		if ix.Kind == engine.IndexNumber {
+			val = v.vals[i].Num
+		}
+		enc, err := json.Marshal(val)
+		if err != nil {
+			return nil, fmt.Errorf("index %s: %w", ix.Name, err)
+		}
+		b.Write(enc)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// listTables answers GET /tables.
+func (s *Server) listTables(c echo.Context) error {
+	out := tablesBody{Tables: []tableInfoJSON{}}
+	seen := map[string]bool{}
+	for _, t := range s.opts.Tables {
+		if t == nil {
+			continue
+		}
+		spec := t.Spec()
+		if seen[spec.Name] {
+			continue // unreachable by its routes: the first one wins
+		}
+		seen[spec.Name] = true
+		info := tableInfoJSON{
+			Name:    spec.Name,
+			Key:     t.KeyKind(),
+			Indexes: make([]indexInfoJSON, 0, len(spec.Indexes)),
+			Routes: tableRoutesJSON{
+				Get:   "/tables/" + spec.Name + "/{key}",
+				Query: "/tables/" + spec.Name + "{?index,min,max,eq,order,limit,after}",
+			},
+		}
+		for _, ix := range spec.Indexes {
+			info.Indexes = append(info.Indexes, indexInfoJSON{Name: ix.Name, Kind: ix.Kind.String()})
+		}
+		out.Tables = append(out.Tables, info)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// table returns the table called name, or a 404.
+func (s *Server) table(name string) (Table, engine.TableSpec, error) {
+	for _, t := range s.opts.Tables {
+		if t == nil {
+			continue
+		}
+		if spec := t.Spec(); spec.Name == name {
+			return t, spec, nil
+		}
+	}
+	return nil, engine.TableSpec{}, notFound("table %s not found", quoteInput(name))
+}
+
+// warnDuplicateTables logs tables whose name an earlier one already took:
+// their routes answer from the first.
+func (s *Server) warnDuplicateTables() {
+	seen := map[string]bool{}
+	for _, t := range s.opts.Tables {
+		if t == nil {
+			continue
+		}
+		name := t.Spec().Name
+		if seen[name] {
+			s.log.Warn("two tables share a name: the routes serve the first", "table", name)
+		}
+		seen[name] = true
+	}
+}
+
+// isJSONObject reports whether raw is one valid JSON object.
+func isJSONObject(raw []byte) bool {
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	return len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(raw)
+}
+
+// docJSON renders a document of t. A document that does not fit its spec
+// or whose value is not a JSON object is an internal error.
+func docJSON(t Table, spec engine.TableSpec, d engine.Doc) (tableDocJSON, error) {
+	if len(d.Index) != len(spec.Indexes) {
+		return tableDocJSON{}, fmt.Errorf("table %s: document has %d index values for %d indexes", spec.Name, len(d.Index), len(spec.Indexes))
+	}
+	val, err := t.ValueJSON(d)
+	if err != nil {
+		return tableDocJSON{}, fmt.Errorf("table %s: render value: %w", spec.Name, err)
+	}
+	if !isJSONObject(val) {
+		return tableDocJSON{}, fmt.Errorf("table %s: value is not a JSON object", spec.Name)
+	}
+	return tableDocJSON{
+		Table:     spec.Name,
+		Key:       t.FormatKey(d.Key),
+		Partition: d.Partition,
+		Version:   d.Version,
+		Value:     val,
+		Index:     indexValues{specs: spec.Indexes, vals: d.Index},
+	}, nil
+}
+
+// tableKeyPath splits the escaped path /tables/{table}/{key} into the
+// table name and the decoded key. echo hands a parameter over either
+// decoded or still escaped (it depends on whether the path holds an
+// escaped slash), so the key is read from the escaped path here: "%2F" in
+// a key is a slash of the key, a bare slash is a path separator.
+func tableKeyPath(escaped string) (table, key string, ok bool) {
+	rest, found := strings.CutPrefix(escaped, "/tables/")
+	if !found {
+		return "", "", false
+	}
+	rawTable, rawKey, found := strings.Cut(rest, "/")
+	if !found || rawTable == "" || rawKey == "" || strings.Contains(rawKey, "/") {
+		return "", "", false
+	}
+	table, err := url.PathUnescape(rawTable)
+	if err != nil {
+		return "", "", false
+	}
+	key, err = url.PathUnescape(rawKey)
+	if err != nil {
+		return "", "", false
+	}
+	return table, key, true
+}

@@ -1,0 +1,295 @@
+package web
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// parseTableQuery parses the raw query string of GET /tables/{table} for
+// a table of spec:
+//
+//	index  the declared index to query (required)
+//	min    inclusive lower bound, parsed by the index kind
+//	max    inclusive upper bound
+//	eq     exact value (min = max = eq); excludes min and max
+//	order  asc (default) or desc
+//	limit  page size, 1 to MaxLimit (DefaultLimit)
+//	after  the next cursor of the previous page
+//
+// A parameter given with an empty value counts as absent (so a form may
+// send every field). Every error is a 400 naming the parameter, quoting at
+// most maxEchoedInput bytes of the input. It returns the index's position
+// and kind with the query.
+func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuery, pos int, kind engine.IndexKind, err error) {
+	q = engine.IndexQuery{Limit: DefaultLimit}
+	params, perr := url.ParseQuery(rawQuery)
+	if perr != nil {
+		return q, 0, 0, badRequest("query string: not valid percent-encoded name=value pairs")
+	}
+	single := func(name string) (string, bool, error) {
+		vs := params[name]
+		if len(vs) > 1 {
+			return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
+		}
+		if len(vs) == 0 || vs[0] == "" {
+			return "", false, nil
+		}
+		return vs[0], true, nil
+	}
+
+	raw, ok, err := single("index")
+	if err != nil {
+		return q, 0, 0, err
+	}
+	if len(spec.Indexes) == 0 {
+		return q, 0, 0, badRequest("parameter index: table %s declares no index to query", spec.Name)
+	}
+	if !ok {
+		return q, 0, 0, badRequest("parameter index: required, one of %s", indexNames(spec))
+	}
+	pos, ix, found := spec.Index(raw)
+	if !found {
+		return q, 0, 0, badRequest("parameter index: table %s has no index %s (indexes: %s)", spec.Name, quoteInput(raw), indexNames(spec))
+	}
+	q.Index, kind = ix.Name, ix.Kind
+
+	bound := func(name string) (engine.IndexValue, bool, error) {
+		raw, ok, err := single(name)
+		if err != nil || !ok {
+			return engine.IndexValue{}, false, err
+		}
+		v, err := parseIndexValue(name, raw, kind)
+		return v, err == nil, err
+	}
+	var eq engine.IndexValue
+	var hasEq bool
+	if q.Min, q.HasMin, err = bound("min"); err != nil {
+		return q, 0, 0, err
+	}
+	if q.Max, q.HasMax, err = bound("max"); err != nil {
+		return q, 0, 0, err
+	}
+	if eq, hasEq, err = bound("eq"); err != nil {
+		return q, 0, 0, err
+	}
+	switch {
+	case hasEq && (q.HasMin || q.HasMax):
+		return q, 0, 0, badRequest("parameter eq: excludes min and max (eq=v is min=v&max=v)")
+	case hasEq:
+		q.Min, q.Max, q.HasMin, q.HasMax = eq, eq, true, true
+	case q.HasMin && q.HasMax && valueLess(q.Max, q.Min, kind):
+		return q, 0, 0, badRequest("parameters min and max: min is above max")
+	}
+
+	raw, ok, err = single("order")
+	if err != nil {
+		return q, 0, 0, err
+	}
+	switch {
+	case !ok || raw == "asc":
+	case raw == "desc":
+		q.Desc = true
+	default:
+		return q, 0, 0, badRequest("parameter order: %s is not asc or desc", quoteInput(raw))
+	}
+
+	raw, ok, err = single("limit")
+	if err != nil {
+		return q, 0, 0, err
+	}
+	if ok {
+		n, perr := strconv.Atoi(raw)
+		switch {
+		case perr != nil:
+			return q, 0, 0, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
+		case n < 1 || n > MaxLimit:
+			return q, 0, 0, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
+		}
+		q.Limit = n
+	}
+
+	raw, ok, err = single("after")
+	if err != nil {
+		return q, 0, 0, err
+	}
+	if ok {
+		cur, cerr := decodeTableCursor(spec.Name, q.Index, kind, raw)
+		if cerr != nil {
+			return q, 0, 0, badRequest("parameter after: not a cursor returned by this API for table %s and index %s (use the \"next\" value as is)", spec.Name, q.Index)
+		}
+		q.After = &cur
+	}
+	return q, pos, kind, nil
+}
+
+// indexNames lists the declared indexes of spec for error messages.
+func indexNames(spec engine.TableSpec) string {
+	names := make([]string, len(spec.Indexes))
+	for i, ix := range spec.Indexes {
+		names[i] = ix.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// parseIndexValue parses the query parameter name as a value of kind: a
+// finite number, or a UTF-8 string without NUL of at most
+// engine.MaxIndexStringBytes bytes.
+func parseIndexValue(name, raw string, kind engine.IndexKind) (engine.IndexValue, error) {
+	if kind == engine.IndexNumber {
+		v, err := strconv.ParseFloat(raw, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return engine.IndexValue{}, badRequest("parameter %s: %s is not a finite number", name, quoteInput(raw))
+		}
+		return engine.Num(v), nil
+	}
+	if !validIndexString(raw) {
+		return engine.IndexValue{}, badRequest("parameter %s: want UTF-8 without NUL, at most %d bytes", name, engine.MaxIndexStringBytes)
+	}
+	return engine.Str(raw), nil
+}
+
+// validIndexString reports whether s may be a string index value.
+func validIndexString(s string) bool {
+	return len(s) <= engine.MaxIndexStringBytes && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// valueLess reports a < b for values of kind.
+func valueLess(a, b engine.IndexValue, kind engine.IndexKind) bool {
+	if kind == engine.IndexNumber {
+		return a.Num < b.Num
+	}
+	return a.Str < b.Str
+}
+
+// formatIndexValue renders v as parseIndexValue reads it.
+func formatIndexValue(v engine.IndexValue, kind engine.IndexKind) string {
+	if kind == engine.IndexNumber {
+		return strconv.FormatFloat(v.Num, 'g', -1, 64)
+	}
+	return v.Str
+}
+
+// tableQueryValues encodes q (a query on table) as the query string of
+// GET /tables/{table}: what a peer is asked.
+func tableQueryValues(table string, kind engine.IndexKind, q engine.IndexQuery) url.Values {
+	v := url.Values{}
+	v.Set("index", q.Index)
+	if q.HasMin {
+		v.Set("min", formatIndexValue(q.Min, kind))
+	}
+	if q.HasMax {
+		v.Set("max", formatIndexValue(q.Max, kind))
+	}
+	if q.Desc {
+		v.Set("order", "desc")
+	}
+	v.Set("limit", strconv.Itoa(q.Limit))
+	if q.After != nil {
+		v.Set("after", encodeTableCursor(table, q.Index, kind, *q.After))
+	}
+	return v
+}
+
+// A table cursor is opaque to clients: base64url (no padding) of
+//
+//	version (1 byte) | index kind (1) |
+//	value: float64 bits (8, big-endian) for a number index,
+//	       uvarint length + bytes for a string index |
+//	uvarint key length + key bytes |
+//	CRC-32C (4, big-endian) of table name, 0, index name, 0 and the above
+//
+// The checksum binds the cursor to its table and index and detects edits;
+// like the movie cursor it is not a secret.
+const (
+	tableCursorVersion = 1
+	maxTableCursorLen  = 2 + binary.MaxVarintLen64 + engine.MaxIndexStringBytes + binary.MaxVarintLen64 + engine.MaxKeyBytes + 4
+)
+
+var errBadTableCursor = errors.New("malformed table cursor")
+
+// tableCursorSum is the checksum of a cursor's payload for table and index.
+func tableCursorSum(table, index string, payload []byte) uint32 {
+	h := crc32.New(cursorTable)
+	h.Write([]byte(table))
+	h.Write([]byte{0})
+	h.Write([]byte(index))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return h.Sum32()
+}
+
+// encodeTableCursor returns the opaque form of c, a position in index of
+// table.
+func encodeTableCursor(table, index string, kind engine.IndexKind, c engine.IndexCursor) string {
+	b := make([]byte, 0, 24+len(c.Value.Str)+len(c.Key))
+	b = append(b, tableCursorVersion, byte(kind))
+	if kind == engine.IndexNumber {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(c.Value.Num))
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(c.Value.Str)))
+		b = append(b, c.Value.Str...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Key)))
+	b = append(b, c.Key...)
+	b = binary.BigEndian.AppendUint32(b, tableCursorSum(table, index, b))
+	return cursorEncoding.EncodeToString(b)
+}
+
+// decodeTableCursor parses a cursor made by encodeTableCursor for the same
+// table, index and kind; anything else is errBadTableCursor.
+func decodeTableCursor(table, index string, kind engine.IndexKind, s string) (engine.IndexCursor, error) {
+	if len(s) > cursorEncoding.EncodedLen(maxTableCursorLen) {
+		return engine.IndexCursor{}, errBadTableCursor
+	}
+	b, err := cursorEncoding.DecodeString(s)
+	if err != nil || len(b) < 2+4 || b[0] != tableCursorVersion || b[1] != byte(kind) {
+		return engine.IndexCursor{}, errBadTableCursor
+	}
+	payload := b[:len(b)-4]
+	if tableCursorSum(table, index, payload) != binary.BigEndian.Uint32(b[len(b)-4:]) {
+		return engine.IndexCursor{}, errBadTableCursor
+	}
+	r := payload[2:]
+	var c engine.IndexCursor
+	if kind == engine.IndexNumber {
+		if len(r) < 8 {
+			return engine.IndexCursor{}, errBadTableCursor
+		}
+		c.Value = engine.Num(math.Float64frombits(binary.BigEndian.Uint64(r)))
+		if math.IsNaN(c.Value.Num) || math.IsInf(c.Value.Num, 0) {
+			return engine.IndexCursor{}, errBadTableCursor
+		}
+		r = r[8:]
+	} else {
+		str, rest, ok := cutUvarintBytes(r, engine.MaxIndexStringBytes)
+		if !ok || !validIndexString(string(str)) {
+			return engine.IndexCursor{}, errBadTableCursor
+		}
+		c.Value, r = engine.Str(string(str)), rest
+	}
+	key, rest, ok := cutUvarintBytes(r, engine.MaxKeyBytes)
+	if !ok || len(key) == 0 || len(rest) != 0 {
+		return engine.IndexCursor{}, errBadTableCursor
+	}
+	c.Key = bytes.Clone(key)
+	return c, nil
+}
+
+// cutUvarintBytes reads a uvarint length (at most most) and that many
+// bytes from b.
+func cutUvarintBytes(b []byte, most int) (field, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(most) || n > uint64(len(b)-w) {
+		return nil, nil, false
+	}
+	return b[w : w+int(n)], b[w+int(n):], true
+}

@@ -1,0 +1,417 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// maxTablePeerBody bounds a peer's answer on a table route: a full page of
+// MaxLimit documents may carry 1 kB keys, long index strings and the job's
+// values, far more than a page of movies.
+const maxTablePeerBody = 16 << 20
+
+// getTableDoc answers GET /tables/{table}/{key}.
+func (s *Server) getTableDoc(c echo.Context) error {
+	name, rawKey, ok := tableKeyPath(c.Request().URL.EscapedPath())
+	if !ok {
+		// echo lets a trailing parameter swallow further segments.
+		return echo.ErrNotFound
+	}
+	t, spec, err := s.table(name)
+	if err != nil {
+		return err
+	}
+	key, err := t.ParseKey(rawKey)
+	if err != nil || len(key) == 0 {
+		return badRequest("parameter key: %s is not a valid %s key of table %s", quoteInput(rawKey), t.KeyKind(), spec.Name)
+	}
+	ctx, cancel := s.queryContext(c)
+	defer cancel()
+	if !t.Shared() {
+		if handled, err := s.routeTableGet(c, ctx, t, spec, key); handled {
+			return err
+		}
+	}
+	d, err := t.Get(ctx, key)
+	if errors.Is(err, engine.ErrNotFound) {
+		return notFound("key %s not found in table %s", quoteInput(t.FormatKey(key)), spec.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("get %s key %s: %w", spec.Name, quoteInput(t.FormatKey(key)), err)
+	}
+	out, err := docJSON(t, spec, d)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// routeTableGet answers GET /tables/{table}/{key} from the instance where
+// the key's partition runs when that is another one; handled is false when
+// t should answer here. As for movies, a forwarded request is never routed
+// again and a peer's answer is checked and re-encoded.
+func (s *Server) routeTableGet(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (handled bool, err error) {
+	fwd, err := s.checkForwarded(c)
+	if err != nil {
+		return true, err
+	}
+	shown := t.FormatKey(key)
+	addr, local, err := t.Owner(ctx, key)
+	if err != nil {
+		return true, fmt.Errorf("route %s key %s: %w", spec.Name, quoteInput(shown), err)
+	}
+	if local {
+		return false, nil
+	}
+	if fwd {
+		return true, fmt.Errorf("%s key %s: %w", spec.Name, quoteInput(shown), errNotForwardable)
+	}
+	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
+	code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, nil)
+	if err != nil {
+		return true, err
+	}
+	switch code {
+	case http.StatusOK:
+		var pd peerDocJSON
+		if err := decodeStrict(body, &pd); err != nil {
+			return true, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
+		}
+		it, err := peerItem(t, spec, -1, pd)
+		if err != nil || it.doc.Key != shown {
+			return true, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
+		}
+		return true, c.JSON(http.StatusOK, it.doc)
+	case http.StatusNotFound:
+		return true, notFound("key %s not found in table %s", quoteInput(shown), spec.Name)
+	default:
+		return true, fmt.Errorf("instance %s answered %d for %s key %s: %w", addr, code, spec.Name, quoteInput(shown), engine.ErrUnavailable)
+	}
+}
+
+// queryTable answers GET /tables/{table}?index=&min=&max=&eq=&order=&limit=&after=.
+func (s *Server) queryTable(c echo.Context) error {
+	t, spec, err := s.table(c.Param("table"))
+	if err != nil {
+		return err
+	}
+	q, pos, kind, err := parseTableQuery(spec, c.Request().URL.RawQuery)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.queryContext(c)
+	defer cancel()
+	local := t.Shared()
+	if !local {
+		fwd, err := s.checkForwarded(c)
+		if err != nil {
+			return err
+		}
+		local = fwd // a peer asks for this instance's part of the answer
+	}
+	if local {
+		page, covered, err := t.QueryLocal(ctx, q)
+		if err != nil {
+			return fmt.Errorf("query %s by %s: %w", spec.Name, q.Index, err)
+		}
+		res := tableResult{items: make([]tableItem, 0, len(page.Docs)), next: page.Next}
+		for _, d := range page.Docs {
+			it, err := localItem(t, spec, pos, d)
+			if err != nil {
+				return err
+			}
+			res.items = append(res.items, it)
+		}
+		if !t.Shared() {
+			c.Response().Header().Set(PartitionsHeader, formatPartitions(covered))
+		}
+		return c.JSON(http.StatusOK, tablePage(spec, kind, q, res))
+	}
+	res, err := s.gatherTable(ctx, t, spec, pos, kind, q)
+	if err != nil {
+		return fmt.Errorf("query %s by %s: %w", spec.Name, q.Index, err)
+	}
+	return c.JSON(http.StatusOK, tablePage(spec, kind, q, res))
+}
+
+// tablePage renders a (merged) result.
+func tablePage(spec engine.TableSpec, kind engine.IndexKind, q engine.IndexQuery, res tableResult) tablePageJSON {
+	out := tablePageJSON{Table: spec.Name, Index: q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
+		Partial: len(res.missing) > 0, MissingPartitions: res.missing}
+	for _, it := range res.items {
+		out.Items = append(out.Items, it.doc)
+	}
+	if res.next != nil {
+		out.Next = encodeTableCursor(spec.Name, q.Index, kind, *res.next)
+	}
+	return out
+}
+
+// tableItem is one document of a page with its position in the query's
+// index order.
+type tableItem struct {
+	doc tableDocJSON
+	cur engine.IndexCursor
+}
+
+// localItem renders a document of this instance; pos is the queried
+// index.
+func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem, error) {
+	doc, err := docJSON(t, spec, d)
+	if err != nil {
+		return tableItem{}, err
+	}
+	return tableItem{doc: doc, cur: engine.IndexCursor{Value: d.Index[pos], Key: d.Key}}, nil
+}
+
+// peerDocJSON is one document as a peer sends it.
+type peerDocJSON struct {
+	Table     string                     `json:"table"`
+	Key       string                     `json:"key"`
+	Partition int32                      `json:"partition"`
+	Version   int64                      `json:"version"`
+	Value     json.RawMessage            `json:"value"`
+	Index     map[string]json.RawMessage `json:"index"`
+}
+
+// peerPageJSON is a peer's answer to a forwarded query (never partial).
+type peerPageJSON struct {
+	Table string        `json:"table"`
+	Index string        `json:"index"`
+	Items []peerDocJSON `json:"items"`
+	Next  string        `json:"next"`
+}
+
+// errBadPeerDoc marks a document a peer sent that does not fit the table.
+var errBadPeerDoc = errors.New("invalid document")
+
+// peerItem checks a document a peer sent for table t: its table, a key in
+// canonical form, a JSON object value and exactly the declared indexes
+// with values of their kinds. pos is the queried index (-1 for none).
+func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableItem, error) {
+	if pd.Table != spec.Name || pd.Partition < 0 || !isJSONObject(pd.Value) || len(pd.Index) != len(spec.Indexes) {
+		return tableItem{}, errBadPeerDoc
+	}
+	key, err := t.ParseKey(pd.Key)
+	if err != nil || len(key) == 0 || t.FormatKey(key) != pd.Key {
+		return tableItem{}, errBadPeerDoc
+	}
+	vals := make([]engine.IndexValue, len(spec.Indexes))
+	for i, ix := range spec.Indexes {
+		raw, ok := pd.Index[ix.Name]
+		if !ok {
+			return tableItem{}, errBadPeerDoc
+		}
+		if vals[i], ok = indexValueJSON(raw, ix.Kind); !ok {
+			return tableItem{}, errBadPeerDoc
+		}
+	}
+	it := tableItem{
+		doc: tableDocJSON{Table: spec.Name, Key: pd.Key, Partition: pd.Partition, Version: pd.Version,
+			Value: pd.Value, Index: indexValues{specs: spec.Indexes, vals: vals}},
+		cur: engine.IndexCursor{Key: key},
+	}
+	if pos >= 0 {
+		it.cur.Value = vals[pos]
+	}
+	return it, nil
+}
+
+// indexValueJSON reads one index value of kind from JSON: a finite number
+// or a valid index string (never null).
+func indexValueJSON(raw json.RawMessage, kind engine.IndexKind) (engine.IndexValue, bool) {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return engine.IndexValue{}, false
+	}
+	if kind == engine.IndexNumber {
+		var f float64
+		if json.Unmarshal(raw, &f) != nil {
+			return engine.IndexValue{}, false
+		}
+		return engine.Num(f), true
+	}
+	var str string
+	if json.Unmarshal(raw, &str) != nil || !validIndexString(str) {
+		return engine.IndexValue{}, false
+	}
+	return engine.Str(str), true
+}
+
+// tableResult is a query page merged across instances.
+type tableResult struct {
+	items   []tableItem
+	next    *engine.IndexCursor
+	missing []int32 // partitions no live instance answered for
+}
+
+// tablePeerPage is what one peer contributed to a query.
+type tablePeerPage struct {
+	items   []tableItem
+	more    bool
+	covered []int32
+}
+
+// gatherTable merges this instance's page with the pages of the instances
+// owning the other partitions of t's job, as gatherRange does for movies:
+// an instance that does not answer, or answers badly, costs its
+// partitions (reported missing); the query fails only when no partition
+// at all could be answered. The merge orders by spec.Before.
+func (s *Server) gatherTable(ctx context.Context, t Table, spec engine.TableSpec, pos int, kind engine.IndexKind, q engine.IndexQuery) (tableResult, error) {
+	local, covered, err := t.QueryLocal(ctx, q)
+	if err != nil {
+		return tableResult{}, err
+	}
+	mem, err := t.Membership(ctx)
+	if err != nil {
+		return tableResult{}, err
+	}
+	done := map[int32]bool{}
+	for _, p := range covered {
+		done[p] = true
+	}
+	peers := map[string]bool{}
+	for p, addr := range mem.Owners {
+		if !done[p] && addr != mem.Self {
+			peers[addr] = true
+		}
+	}
+	all := make([]tableItem, 0, len(local.Docs))
+	for _, d := range local.Docs {
+		it, err := localItem(t, spec, pos, d)
+		if err != nil {
+			return tableResult{}, err
+		}
+		all = append(all, it)
+	}
+	more := local.Next != nil
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for addr := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pp, err := s.tableQueryPeer(ctx, addr, t, spec, pos, kind, q, mem.Partitions)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				s.log.Warn("table query: instance did not answer, its partitions are reported missing", "table", spec.Name, "peer", addr, "err", err)
+				return
+			}
+			fresh := map[int32]bool{}
+			for _, p := range pp.covered {
+				if !done[p] {
+					done[p], fresh[p] = true, true
+				}
+			}
+			for _, it := range pp.items {
+				// Two instances may both claim a partition across a
+				// rebalance: keep the first one's documents.
+				if fresh[it.doc.Partition] {
+					all = append(all, it)
+				}
+			}
+			more = more || pp.more
+		}()
+	}
+	wg.Wait()
+	if len(done) == 0 && mem.Partitions > 0 {
+		return tableResult{}, fmt.Errorf("no partition could be answered: %w", engine.ErrUnavailable)
+	}
+	var res tableResult
+	for p := int32(0); p < mem.Partitions; p++ {
+		if !done[p] {
+			res.missing = append(res.missing, p)
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return spec.Before(all[i].cur, all[j].cur, kind, q.Desc) })
+	if len(all) > q.Limit {
+		all, more = all[:q.Limit], true
+	}
+	if more && len(all) > 0 {
+		c := all[len(all)-1].cur
+		res.next = &c
+	}
+	res.items = all
+	return res, nil
+}
+
+// tableQueryPeer asks one peer for q and checks its answer: a strict JSON
+// page of at most q.Limit valid documents of t, each inside the query,
+// after its cursor, and in a partition the peer says it covered.
+func (s *Server) tableQueryPeer(ctx context.Context, addr string, t Table, spec engine.TableSpec, pos int, kind engine.IndexKind, q engine.IndexQuery, n int32) (tablePeerPage, error) {
+	code, hdr, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name), tableQueryValues(spec.Name, kind, q))
+	if err != nil {
+		return tablePeerPage{}, err
+	}
+	if code != http.StatusOK {
+		return tablePeerPage{}, fmt.Errorf("instance %s answered %d: %w", addr, code, engine.ErrUnavailable)
+	}
+	covered, ok := parsePartitions(hdr.Get(PartitionsHeader), n)
+	if !ok {
+		return tablePeerPage{}, fmt.Errorf("instance %s: invalid %s header: %w", addr, PartitionsHeader, engine.ErrUnavailable)
+	}
+	var page peerPageJSON
+	if err := decodeStrict(body, &page); err != nil || page.Table != spec.Name || page.Index != q.Index || len(page.Items) > q.Limit {
+		return tablePeerPage{}, fmt.Errorf("instance %s: invalid query answer: %w", addr, engine.ErrUnavailable)
+	}
+	in := map[int32]bool{}
+	for _, p := range covered {
+		in[p] = true
+	}
+	items := make([]tableItem, 0, len(page.Items))
+	for _, pd := range page.Items {
+		it, err := peerItem(t, spec, pos, pd)
+		if err != nil || !in[it.doc.Partition] || !q.InRange(it.cur.Value, kind) ||
+			(q.After != nil && !spec.Before(*q.After, it.cur, kind, q.Desc)) {
+			return tablePeerPage{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
+		}
+		items = append(items, it)
+	}
+	return tablePeerPage{items: items, more: page.Next != "", covered: covered}, nil
+}
+
+// tablePeerGet sends a signed GET for the escaped path rawPath to a peer
+// and returns status, headers and body. It is peerGet for paths that may
+// hold escaped slashes (string keys), with a larger answer bound.
+func (s *Server) tablePeerGet(ctx context.Context, addr, rawPath string, query url.Values) (int, http.Header, []byte, error) {
+	if err := engine.ValidPeerAddr(addr); err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %q: peer address: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	path, err := url.PathUnescape(rawPath)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: path: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	u := url.URL{Scheme: "http", Host: addr, Path: path, RawPath: rawPath, RawQuery: query.Encode()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	s.auth.sign(req, time.Now())
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxTablePeerBody+1))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	if len(body) > maxTablePeerBody {
+		return 0, nil, nil, fmt.Errorf("instance %s: answer larger than %d bytes: %w", addr, maxTablePeerBody, engine.ErrUnavailable)
+	}
+	return resp.StatusCode, resp.Header, body, nil
+}
