@@ -92,10 +92,25 @@ func OpenRegistry(ctx context.Context, c Config, log *slog.Logger) (*avro.Regist
 	return reg, nil
 }
 
-// Run is `keepstate run`: it serves the API and processes until ctx ends.
-// ready, if not nil, receives the API's listen address once it listens.
+// Run is `keepstate run`: it serves the API and runs the movie job until
+// ctx ends. ready, if not nil, receives the API's listen address once it
+// listens.
 func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string)) error {
+	return RunJobs(ctx, c, log, ready, Movies())
+}
+
+// RunJobs serves the API and runs jobs in one process until ctx ends or
+// one of them fails: one engine per job, sharing the store (a table per
+// job), the HTTP server (GET /tables/{job}/...; the movie job also keeps
+// /movies) and the peer routing. The movie job keeps the topic names and
+// consumer group of c; every other job reads its own input topic and uses
+// the consumer group "<application-id>-<job>" and internal topics named
+// after it. The Schema Registry is contacted only when the movie job runs.
+func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr string), jobs ...Job) error {
 	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := checkJobs(jobs); err != nil {
 		return err
 	}
 	log = discardLogger(log)
@@ -103,9 +118,13 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 	if err != nil {
 		return err
 	}
-	reg, err := OpenRegistry(ctx, c, log)
-	if err != nil {
-		return err
+	var reg *avro.Registry
+	for _, j := range jobs {
+		if j.movies {
+			if reg, err = OpenRegistry(ctx, c, log); err != nil {
+				return err
+			}
+		}
 	}
 	store, err := OpenStore(ctx, c, log)
 	if err != nil {
@@ -116,24 +135,23 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 	if err != nil {
 		return fmt.Errorf("listen on --http-addr %s: %w", c.HTTPAddr, err)
 	}
-	ec := c.EngineConfig(log)
-	if ec.AdvertiseAddr == "" {
-		ec.AdvertiseAddr = advertiseAddr(ln.Addr())
+	advertise := c.AdvertiseAddr
+	if advertise == "" {
+		advertise = advertiseAddr(ln.Addr())
 	}
-	eng, err := engine.New(ec, store, reg)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	opts := web.Options{Querier: store, Ready: eng.Ready, Stats: eng.Stats, Logger: log}
-	if c.Store == StoreClover {
-		// Each instance's store holds the partitions it owns (and, until
-		// --stale-drop-after, copies of ones it owned before): answer only
-		// partitions RUNNING here, route the others to their owner.
-		opts.Querier, opts.Router, opts.PeerSecret = eng.OwnedQuerier(store), eng, sec.PeerSecret
-		if len(sec.PeerSecret) == 0 {
-			log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
+	opts := web.Options{Logger: log, PeerSecret: sec.PeerSecret}
+	var engines []*engine.Engine
+	for _, j := range jobs {
+		eng, err := j.start(ctx, c, store, reg, advertise, log, &opts)
+		if err != nil {
+			ln.Close()
+			return err
 		}
+		engines = append(engines, eng)
+	}
+	opts.Ready, opts.Stats = readyAll(engines), statsAll(engines)
+	if c.Store == StoreClover && len(sec.PeerSecret) == 0 {
+		log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
 	}
 	srv := web.New(opts)
 	ctx, cancel := context.WithCancel(ctx)
@@ -146,12 +164,16 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 	}
 	webErr := make(chan error, 1)
 	go func() { webErr <- srv.Serve(ctx, ln) }()
-	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", ec.AdvertiseAddr, "store", c.Store,
-		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID)
+	names := make([]string, len(jobs))
+	for i, j := range jobs {
+		names[i] = j.name()
+	}
+	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", advertise, "store", c.Store,
+		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	err = eng.Run(ctx)
+	err = runEngines(ctx, engines)
 	cancel()
 	if werr := <-webErr; err == nil && werr != nil && !errors.Is(werr, context.Canceled) {
 		err = werr

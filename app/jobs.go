@@ -1,0 +1,174 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/keepstate/keepstate/avro"
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/web"
+)
+
+// Job is one job RunJobs runs: the movie job (Movies) or any job built
+// with NewJob. A Job is a value; it is safe to pass to several RunJobs.
+type Job struct {
+	movies bool
+	runner engine.Runner
+	input  string
+	output string
+}
+
+// Movies is keepstate's movie job (engine.MovieJob): Avro ratings from
+// --input-topic, averages to --output-topic, its state in the movie
+// layout of the store, served at /movies and /tables/movies.
+func Movies() Job { return Job{movies: true} }
+
+// NewJob returns j as a Job reading input and, when j has an Output
+// function, writing output (which must then be set). Its table is j.Name.
+func NewJob[K comparable, V, A any](j engine.Job[K, V, A], input, output string) (Job, error) {
+	r, err := j.Runner()
+	if err != nil {
+		return Job{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if input == "" {
+		return Job{}, fmt.Errorf("%w: job %s: no input topic", ErrConfig, j.Name)
+	}
+	if r.HasOutput() != (output != "") {
+		return Job{}, fmt.Errorf("%w: job %s: an output topic is needed exactly when the job has an Output function", ErrConfig, j.Name)
+	}
+	return Job{runner: r, input: input, output: output}, nil
+}
+
+func (j Job) name() string {
+	if j.movies {
+		return engine.MovieSpec.Name
+	}
+	return j.runner.Spec().Name
+}
+
+// checkJobs refuses an empty list and two jobs with one name.
+func checkJobs(jobs []Job) error {
+	if len(jobs) == 0 {
+		return fmt.Errorf("%w: no job to run", ErrConfig)
+	}
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		if !j.movies && j.runner == nil {
+			return fmt.Errorf("%w: a Job must come from Movies or NewJob", ErrConfig)
+		}
+		if seen[j.name()] {
+			return fmt.Errorf("%w: two jobs named %s", ErrConfig, j.name())
+		}
+		seen[j.name()] = true
+	}
+	return nil
+}
+
+// JobConfig is the engine configuration of a job other than the movie job:
+// consumer group "<application-id>-<job>", internal topics named after it.
+func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.Config {
+	ec := c.EngineConfig(log)
+	ec.ApplicationID = c.ApplicationID + "-" + name
+	ec.InputTopic, ec.OutputTopic = input, output
+	ec.RepartitionTopic = ec.ApplicationID + "-repartition"
+	ec.ChangelogTopic = ec.ApplicationID + "-changelog"
+	ec.DLQTopic = ec.ApplicationID + "-dlq"
+	return ec
+}
+
+// start builds j's engine on store and registers its queries in opts.
+func (j Job) start(ctx context.Context, c Config, store engine.Store, reg *avro.Registry, advertise string, log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
+	if j.movies {
+		ec := c.EngineConfig(log)
+		ec.AdvertiseAddr = advertise
+		eng, err := engine.New(ec, store, reg)
+		if err != nil {
+			return nil, err
+		}
+		opts.Querier = store
+		if c.Store == StoreClover {
+			// Each instance's store holds the partitions it owns (and, until
+			// --stale-drop-after, copies of ones it owned before): answer only
+			// partitions RUNNING here, route the others to their owner.
+			opts.Querier, opts.Router = eng.OwnedQuerier(store), eng
+		}
+		opts.Tables = append(opts.Tables, tableOf(eng))
+		return eng, nil
+	}
+	tables, ok := store.(engine.Tables)
+	if !ok {
+		return nil, fmt.Errorf("%w: store %s cannot hold the table of job %s", ErrConfig, c.Store, j.name())
+	}
+	table, err := tables.OpenTable(ctx, j.runner.Spec())
+	if err != nil {
+		return nil, fmt.Errorf("open table %s: %w", j.name(), err)
+	}
+	ec := c.JobConfig(log, j.name(), j.input, j.output)
+	ec.AdvertiseAddr = advertise
+	eng, err := engine.NewJob(ec, table, j.runner)
+	if err != nil {
+		return nil, err
+	}
+	opts.Tables = append(opts.Tables, tableOf(eng))
+	return eng, nil
+}
+
+// runEngines runs every engine until ctx ends or one fails; the first
+// failure stops the others and is returned.
+func runEngines(ctx context.Context, engines []*engine.Engine) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(engines))
+	for _, e := range engines {
+		go func() {
+			err := e.Run(ctx)
+			if err != nil {
+				err = fmt.Errorf("job %s: %w", e.Job().Spec().Name, err)
+			}
+			errs <- err
+			cancel()
+		}()
+	}
+	var first error
+	for range engines {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// readyAll is ready when every engine is.
+func readyAll(engines []*engine.Engine) func() error {
+	return func() error {
+		var errs []error
+		for _, e := range engines {
+			if err := e.Ready(); err != nil {
+				if len(engines) > 1 {
+					err = fmt.Errorf("job %s: %w", e.Job().Spec().Name, err)
+				}
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// statsAll sums the engines' counters.
+func statsAll(engines []*engine.Engine) func() engine.Stats {
+	if len(engines) == 1 {
+		return engines[0].Stats
+	}
+	return func() engine.Stats {
+		var sum engine.Stats
+		for _, e := range engines {
+			sum = sum.Add(e.Stats())
+		}
+		return sum
+	}
+}
+
+// tableOf is the engine's table as the HTTP API serves it.
+func tableOf(e *engine.Engine) web.Table { return e.View() }
