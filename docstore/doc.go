@@ -29,6 +29,10 @@
 // takes the bulk-load path (bulkLoad): no read at all, every key an append. A store of the old format (v1,
 // Clover on bbolt, the file keepstate.db) is migrated on Open.
 //
+// The same database holds tables (Store.OpenTable, engine.Tables): one
+// Clover collection per table plus index entries, members keys, epochs and
+// checkpoints of their own (see table_layout.go).
+//
 // The directory is locked (flock) while a Store is open: a second process
 // fails with ErrLocked, naming the directory and the holder's pid, within
 // the lock timeout instead of waiting forever.

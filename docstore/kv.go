@@ -11,6 +11,7 @@ const (
 	nsCheckpoints byte = 'b' // partition -> next changelog offset
 	nsEpochs      byte = 'e' // partition -> last claimed epoch
 	nsMembers     byte = 'm' // partition, movie -> ordered average (for DropPartition)
+	nsTables      byte = 't' // tables' specs, epochs, checkpoints, members, index entries (table_layout.go)
 	nsClover      byte = 'z' // Clover's own keys (documents, index entries, metadata)
 )
 

@@ -121,13 +121,22 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 // Reset deletes every document and checkpoint in one batch (range
 // deletions), leaving an empty store with the collection and its index
 // recreated. The claim epochs survive, so an old writer stays fenced.
+// Tables (OpenTable) are left alone: only the movies collection's Clover
+// keys are deleted.
 func (s *Store) Reset(ctx context.Context) error {
+	movies := nsKey(nsClover, []byte("c:"+collection+";"))
 	err := s.update(ctx, func(b kvBatch) (func(), error) {
 		s.endBulk()
-		for _, ns := range []byte{nsCheckpoints, nsMembers, nsClover} {
+		for _, ns := range []byte{nsCheckpoints, nsMembers} {
 			if err := b.delRange([]byte{ns}, nsUpper(ns)); err != nil {
 				return nil, err
 			}
+		}
+		if err := b.delRange(movies, prefixUpper(movies)); err != nil {
+			return nil, err
+		}
+		if err := b.del(collectionKey); err != nil {
+			return nil, err
 		}
 		return func() { clear(s.priors.m); s.gen++ }, createData(b)
 	})

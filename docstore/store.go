@@ -42,7 +42,8 @@ type Store struct {
 	// ingestChunk is the load buffer's size that starts an ingestion.
 	ingestChunk int
 	priors      priorCache
-	gen         uint64 // counts drops and resets (they make warm's snapshot stale)
+	tcache      tableCaches // the tables' write cache (table_cache.go)
+	gen         uint64      // counts drops and resets (they make warm's snapshot stale)
 
 	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops

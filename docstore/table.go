@@ -1,0 +1,343 @@
+package docstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/ostafen/clover/v2"
+)
+
+var _ engine.Tables = (*Store)(nil)
+
+var (
+	_ engine.Table         = (*table)(nil)
+	_ engine.TableScanner  = (*table)(nil)
+	_ engine.TableResetter = (*table)(nil)
+)
+
+// table is one table of a Store (see table_layout.go for its keys). It
+// holds no state of its own: every call reads or writes the store, so
+// several handles of one table are interchangeable. Safe for concurrent
+// use; closed with the store.
+type table struct {
+	s    *Store
+	spec engine.TableSpec
+	l    tableLayout
+}
+
+// OpenTable opens the table of spec, creating it (its Clover collection
+// and its persisted spec, in one batch) when new. Reopening a table with
+// other indexes (names, kinds or order) fails with engine.ErrInvalid.
+// TiesAscending is not persisted: it changes how descending queries walk
+// the index entries (walkTiesAscending), not what is stored.
+func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("open table: %w", err)
+	}
+	spec.Indexes = slices.Clone(spec.Indexes)
+	t := &table{s: s, spec: spec, l: newTableLayout(spec.Name)}
+	specKey := t.l.family(tabSpec)
+	var found bool
+	err := s.tableRead(ctx, func(r kvReader) error {
+		raw, err := r.get(specKey)
+		if err != nil || raw == nil {
+			return err
+		}
+		found = true
+		return t.sameSpec(raw)
+	})
+	if err == nil && !found {
+		err = s.tableWrite(ctx, false, s.sync, func(b kvBatch) (func(), error) {
+			raw, err := b.get(specKey)
+			if err != nil {
+				return nil, err
+			}
+			if raw != nil { // created meanwhile
+				found = true
+				return nil, t.sameSpec(raw)
+			}
+			return nil, t.create(b)
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open table %s: %w", spec.Name, err)
+	}
+	if !found {
+		s.log.Info("docstore table created", "table", spec.Name, "indexes", specString(spec.Indexes))
+	}
+	return t, nil
+}
+
+// storedSpec is the persisted form of a table's spec.
+type storedSpec struct {
+	Name    string        `json:"name"`
+	Indexes []storedIndex `json:"indexes"`
+}
+
+type storedIndex struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+}
+
+func specJSON(spec engine.TableSpec) ([]byte, error) {
+	st := storedSpec{Name: spec.Name, Indexes: make([]storedIndex, len(spec.Indexes))}
+	for i, ix := range spec.Indexes {
+		st.Indexes[i] = storedIndex{Name: ix.Name, Kind: ix.Kind.String()}
+	}
+	return json.Marshal(st)
+}
+
+// specString formats indexes as "[name:kind ...]".
+func specString(ixs []engine.IndexSpec) string {
+	parts := make([]string, len(ixs))
+	for i, ix := range ixs {
+		parts[i] = ix.Name + ":" + ix.Kind.String()
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// sameSpec checks the persisted spec raw against t's.
+func (t *table) sameSpec(raw []byte) error {
+	want, err := specJSON(t.spec)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(raw, want) {
+		return nil
+	}
+	var st storedSpec
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("stored spec %q: %w", raw, err)
+	}
+	stored := make([]string, len(st.Indexes))
+	for i, ix := range st.Indexes {
+		stored[i] = ix.Name + ":" + ix.Kind
+	}
+	return fmt.Errorf("table %s exists with indexes [%s], opened with indexes %s; a table's indexes cannot change: %w",
+		t.spec.Name, strings.Join(stored, " "), specString(t.spec.Indexes), engine.ErrInvalid)
+}
+
+// create writes a new table's Clover collection and spec into b (an
+// indexed batch: Clover reads what it writes).
+func (t *table) create(b kvBatch) error {
+	cdb, err := clover.OpenWithStore(&cloverStore{r: b, w: b, counts: &readCounts{}})
+	if err != nil {
+		return err
+	}
+	err = cdb.CreateCollection(tableCollection(t.spec.Name))
+	if err != nil && !errors.Is(err, clover.ErrCollectionExist) {
+		return fmt.Errorf("create collection: %w", err)
+	}
+	raw, err := specJSON(t.spec)
+	if err != nil {
+		return err
+	}
+	return b.set(t.l.family(tabSpec), raw)
+}
+
+// tableRead runs fn on a snapshot of the committed state. Tables do not
+// wait for a movie bulk load to be written out (it holds no table key).
+func (s *Store) tableRead(ctx context.Context, fn func(r kvReader) error) error {
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	snap := s.kv.snapshot()
+	defer snap.release()
+	return fn(snap)
+}
+
+// tableWrite runs fn with one write batch, under the store's write lock
+// and disk guard, and commits it when fn returns nil (durable on return
+// when sync is set); after, when fn returns one, runs once the batch is
+// committed, still under the write lock. A blind batch (kv.writeBatch)
+// reads only the committed state, for fn that never reads what it wrote.
+func (s *Store) tableWrite(ctx context.Context, blind, sync bool, fn func(b kvBatch) (after func(), err error)) error {
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.guard.check(); err != nil {
+		return err
+	}
+	var b kvBatch
+	if blind {
+		b = s.kv.writeBatch()
+	} else {
+		b = s.kv.batch()
+	}
+	defer b.release()
+	after, err := fn(b)
+	if err != nil {
+		return err
+	}
+	if err := b.commit(sync); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if after != nil {
+		after()
+	}
+	return nil
+}
+
+// Spec returns the table's spec.
+func (t *table) Spec() engine.TableSpec {
+	spec := t.spec
+	spec.Indexes = slices.Clone(spec.Indexes)
+	return spec
+}
+
+// Claim makes the caller the writer of partition p and returns its new
+// epoch, one more than the last claimed in this table (the first is 1).
+func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
+	key := t.l.partKey(tabEpochs, p)
+	var epoch int64
+	err := t.s.tableWrite(ctx, true, t.s.sync, func(b kvBatch) (func(), error) {
+		last, _, err := getInt64(b, key)
+		if err != nil {
+			return nil, err
+		}
+		epoch = last + 1
+		return nil, b.set(key, int64Value(epoch))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("table %s: claim partition %d: %w", t.spec.Name, p, err)
+	}
+	return epoch, nil
+}
+
+// checkClaim returns ErrFenced unless epoch is the current claim of p.
+func (t *table) checkClaim(r kvReader, p int32, epoch int64) error {
+	claimed, ok, err := getInt64(r, t.l.partKey(tabEpochs, p))
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: epoch %d, but the partition has no claim (table reset or lost?)", engine.ErrFenced, epoch)
+	case epoch != claimed:
+		return fmt.Errorf("%w: epoch %d, partition claimed with epoch %d", engine.ErrFenced, epoch, claimed)
+	}
+	return nil
+}
+
+// Checkpoint returns the next changelog offset to read for partition p.
+func (t *table) Checkpoint(ctx context.Context, p int32) (next int64, ok bool, err error) {
+	err = t.s.tableRead(ctx, func(r kvReader) error {
+		next, ok, err = getInt64(r, t.l.partKey(tabCheckpoint, p))
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("table %s: checkpoint of partition %d: %w", t.spec.Name, p, err)
+	}
+	return next, ok, nil
+}
+
+// Get returns the document of key (one key read), or ErrNotFound.
+func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
+	var doc engine.Doc
+	err := t.s.tableRead(ctx, func(r kvReader) error {
+		t.s.counts.docGets.Add(1)
+		raw, err := r.get(t.l.docKey(nil, key))
+		if err != nil {
+			return err
+		}
+		if raw == nil {
+			return engine.ErrNotFound
+		}
+		doc, err = decodeTableDoc(raw, t.spec, false)
+		return err
+	})
+	if err != nil {
+		return engine.Doc{}, fmt.Errorf("table %s: get key %s: %w", t.spec.Name, keyString(key), err)
+	}
+	return doc, nil
+}
+
+// keyString formats a key for messages: quoted, cut after 64 bytes.
+func keyString(key []byte) string {
+	if len(key) > 64 {
+		return fmt.Sprintf("%q...", key[:64])
+	}
+	return fmt.Sprintf("%q", key)
+}
+
+// Load returns the stored documents of keys by string(key), all from one
+// snapshot (see readDocs).
+func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
+	out := make(map[string]engine.Doc, len(keys))
+	err := t.s.tableRead(ctx, func(r kvReader) error {
+		return t.readDocs(r, sortedKeys(keys), func(_ int, raw []byte) error {
+			doc, err := decodeTableDoc(raw, t.spec, false)
+			if err == nil {
+				out[string(doc.Key)] = doc
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("table %s: load %d keys: %w", t.spec.Name, len(keys), err)
+	}
+	return out, nil
+}
+
+// sortedKeys returns keys sorted, without repeats (a new slice; the keys
+// themselves are shared).
+func sortedKeys(keys [][]byte) [][]byte {
+	out := slices.Clone(keys)
+	slices.SortFunc(out, bytes.Compare)
+	return slices.CompactFunc(out, bytes.Equal)
+}
+
+// readDocs calls fn with the stored document of each of keys (sorted,
+// without repeats) that has one, and its position in keys. Fewer than
+// seekLoadMin keys are point reads; more are seeks of one iterator, in
+// order (document keys sort like keys: hex _ids), as Store.loadSorted
+// reads movies. raw is valid until fn returns.
+func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) error) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	var buf []byte
+	if len(keys) < seekLoadMin {
+		for i, k := range keys {
+			t.s.counts.docGets.Add(1)
+			buf = t.l.docKey(buf[:0], k)
+			raw, err := r.get(buf)
+			if err != nil {
+				return err
+			}
+			if raw != nil {
+				if err := fn(i, raw); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	first := t.l.docKey(nil, keys[0])
+	upper := append(t.l.docKey(nil, keys[len(keys)-1]), 0)
+	it, err := r.iter(first, upper, false)
+	if err != nil {
+		return err
+	}
+	defer it.close()
+	for i, k := range keys {
+		t.s.counts.docGets.Add(1)
+		buf = t.l.docKey(buf[:0], k)
+		if !it.seek(buf) || !bytes.Equal(it.key(), buf) {
+			continue
+		}
+		if err := fn(i, it.value()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

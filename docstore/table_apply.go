@@ -1,0 +1,340 @@
+package docstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// Apply writes b as one batch: every changed document (its Clover
+// document, index entries and members key), the collection size and the
+// partition checkpoint, or nothing. It is synced when the store's fsync
+// option is on, except for replay batches (restored from the changelog,
+// so a power loss that drops them only makes the restore run again; the
+// log keeps batches in order, so a later synced batch makes them durable
+// too). b.Epoch must be the partition's current claim (else ErrFenced);
+// a document that fails Doc.Validate or belongs to another partition is
+// ErrInvalid and nothing is written; see engine.Table for the version
+// rules. It reads the stored document of each key the write cache
+// (tableCaches) does not hold.
+func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
+	for _, doc := range b.Docs {
+		if err := doc.Validate(t.spec); err != nil {
+			return fmt.Errorf("apply partition %d: %w", b.Partition, err) // err names the table
+		}
+		if doc.Partition != b.Partition {
+			return fmt.Errorf("table %s: apply partition %d: key %s has partition %d: %w",
+				t.spec.Name, b.Partition, keyString(doc.Key), doc.Partition, engine.ErrInvalid)
+		}
+	}
+	err := t.s.tableWrite(ctx, true, t.s.sync && !b.Replay, func(kb kvBatch) (func(), error) {
+		if err := t.checkClaim(kb, b.Partition, b.Epoch); err != nil {
+			return nil, err
+		}
+		after, err := t.writeDocs(kb, b.Docs, b.Replay)
+		if err != nil {
+			return nil, err
+		}
+		return after, kb.set(t.l.partKey(tabCheckpoint, b.Partition), int64Value(b.Checkpoint))
+	})
+	if err != nil {
+		return fmt.Errorf("table %s: apply partition %d (%d docs): %w", t.spec.Name, b.Partition, len(b.Docs), err)
+	}
+	return nil
+}
+
+// tablePrior is what a write needs of a key's stored document: its
+// version (the version rule), partition (its members key) and index
+// values (its index entries, removed when they change).
+type tablePrior struct {
+	exists  bool
+	version int64
+	part    int32
+	index   []engine.IndexValue
+}
+
+// writeDocs writes docs into b (a blind batch) as if one by one: a
+// document not newer than the stored version (or an earlier document of
+// the batch for its key) is skipped on replay and refuses the batch with
+// ErrFenced otherwise. after records in the write cache what the batch
+// read and wrote, once it has committed. The caller holds wmu.
+func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func(), err error) {
+	if len(docs) == 0 {
+		return nil, nil
+	}
+	// Key order (stable: a key's documents keep their order), so that a
+	// key's documents are adjacent and stored documents are read with one
+	// iterator walking forward.
+	docs = slices.Clone(docs)
+	slices.SortStableFunc(docs, func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
+	var keys [][]byte
+	for i, d := range docs {
+		if i == 0 || !bytes.Equal(d.Key, docs[i-1].Key) {
+			keys = append(keys, d.Key)
+		}
+	}
+	cache := t.s.tcache.of(t.spec.Name)
+	priors := make([]tablePrior, len(keys))
+	var unknown [][]byte // keys the cache does not hold, and their positions
+	var at []int
+	for i, k := range keys {
+		if p, ok := cache[string(k)]; ok {
+			priors[i] = p
+		} else {
+			unknown, at = append(unknown, k), append(at, i)
+		}
+	}
+	err = t.readDocs(b, unknown, func(j int, raw []byte) error {
+		t.s.counts.writeReads.Add(1)
+		d, err := decodeTableDoc(raw, t.spec, true)
+		if err != nil {
+			return err
+		}
+		priors[at[j]] = tablePrior{exists: true, version: d.Version, part: d.Partition, index: d.Index}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	w := tableWriter{t: t, b: b, enc: newTableEncoder()}
+	var learned []cached // each key's state after the batch
+	for k, i := 0, 0; k < len(keys); k++ {
+		j := i + 1
+		for j < len(docs) && bytes.Equal(docs[j].Key, keys[k]) {
+			j++
+		}
+		old := priors[k]
+		have, version, last := old.exists, old.version, -1
+		for n := i; n < j; n++ {
+			if have && docs[n].Version <= version {
+				if replay {
+					continue
+				}
+				return nil, fmt.Errorf("%w: key %s version %d is not newer than the stored version %d",
+					engine.ErrFenced, keyString(docs[n].Key), docs[n].Version, version)
+			}
+			have, version, last = true, docs[n].Version, n
+		}
+		switch {
+		case last >= 0:
+			if err := w.put(docs[last], old); err != nil {
+				return nil, err
+			}
+			d := docs[last]
+			learned = append(learned, cached{string(d.Key), tablePrior{exists: true, version: d.Version, part: d.Partition, index: slices.Clone(d.Index)}})
+		case old.exists:
+			learned = append(learned, cached{string(keys[k]), old})
+		}
+		i = j
+	}
+	after = func() {
+		for _, e := range learned {
+			t.s.tcache.put(cache, e.key, e.p, t.s.priors.max)
+		}
+	}
+	return after, t.addSize(b, w.fresh)
+}
+
+// tableWriter writes one batch's documents of a table.
+type tableWriter struct {
+	t       *table
+	b       kvBatch
+	enc     *tableEncoder
+	fresh   int    // documents added to the collection
+	scratch []byte // key buffer (batches copy what they are given)
+	old     []byte
+}
+
+// put writes doc over old. It never reads.
+func (w *tableWriter) put(doc engine.Doc, old tablePrior) error {
+	l, spec := w.t.l, w.t.spec
+	for pos, ix := range spec.Indexes {
+		w.scratch = l.indexEntry(w.scratch[:0], pos, doc.Index[pos], ix.Kind, doc.Key)
+		if old.exists {
+			w.old = l.indexEntry(w.old[:0], pos, old.index[pos], ix.Kind, doc.Key)
+			if bytes.Equal(w.old, w.scratch) {
+				continue // the entry is there already
+			}
+			if err := w.b.del(w.old); err != nil {
+				return err
+			}
+		}
+		if err := w.b.set(w.scratch, nil); err != nil {
+			return err
+		}
+	}
+	if !old.exists {
+		w.fresh++
+	} else if old.part != doc.Partition {
+		if err := w.b.del(l.memberKey(old.part, doc.Key)); err != nil {
+			return err
+		}
+	}
+	data, err := w.enc.encode(spec, doc)
+	if err != nil {
+		return fmt.Errorf("encode key %s: %w", keyString(doc.Key), err)
+	}
+	w.scratch = l.docKey(w.scratch[:0], doc.Key)
+	if err := w.b.set(w.scratch, data); err != nil {
+		return err
+	}
+	return w.b.set(l.memberKey(doc.Partition, doc.Key), memberValueOf(spec, doc.Version, doc.Index))
+}
+
+// addSize adds n to the size in the collection's Clover metadata.
+func (t *table) addSize(b kvBatch, n int) error {
+	if n == 0 {
+		return nil
+	}
+	raw, err := b.get(t.l.collKey)
+	if err != nil {
+		return err
+	}
+	out, err := withSize(raw, n)
+	if err != nil {
+		return err
+	}
+	return b.set(t.l.collKey, out)
+}
+
+// tableMember is one members entry: a key of a partition and its index
+// values.
+type tableMember struct {
+	key   []byte
+	index []engine.IndexValue
+}
+
+// members lists the documents of partition p, in key order, from its
+// members keys (one key range).
+func (t *table) members(r kvReader, p int32) ([]tableMember, error) {
+	prefix := t.l.partKey(tabMembers, p)
+	it, err := r.iter(prefix, prefixUpper(prefix), false)
+	if err != nil {
+		return nil, err
+	}
+	var out []tableMember
+	for ok := it.seek(prefix); ok; ok = it.next() {
+		_, index, err := parseMemberValue(t.spec, it.value())
+		if err != nil {
+			_ = it.close()
+			return nil, fmt.Errorf("members entry %x: %w", it.key(), err)
+		}
+		out = append(out, tableMember{key: bytes.Clone(it.key()[len(prefix):]), index: index})
+	}
+	return out, it.close()
+}
+
+// DropPartition deletes every document, index entry and the checkpoint of
+// partition p in one batch, reading no document: the members keys name
+// each document and its index values. Epochs are kept, so an old owner
+// stays fenced.
+func (t *table) DropPartition(ctx context.Context, p int32) error {
+	var n int
+	err := t.s.tableWrite(ctx, true, t.s.sync, func(b kvBatch) (func(), error) {
+		members, err := t.members(b, p)
+		if err != nil {
+			return nil, err
+		}
+		var key []byte
+		for _, m := range members {
+			if err := b.del(t.l.docKey(key[:0], m.key)); err != nil {
+				return nil, err
+			}
+			for pos, ix := range t.spec.Indexes {
+				key = t.l.indexEntry(key[:0], pos, m.index[pos], ix.Kind, m.key)
+				if err := b.del(key); err != nil {
+					return nil, err
+				}
+			}
+		}
+		prefix := t.l.partKey(tabMembers, p)
+		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
+			return nil, err
+		}
+		if err := t.addSize(b, -len(members)); err != nil {
+			return nil, err
+		}
+		n = len(members)
+		forget := func() {
+			cache := t.s.tcache.of(t.spec.Name)
+			for _, m := range members {
+				t.s.tcache.forget(cache, string(m.key))
+			}
+		}
+		return forget, b.del(t.l.partKey(tabCheckpoint, p))
+	})
+	if err != nil {
+		return fmt.Errorf("table %s: drop partition %d: %w", t.spec.Name, p, err)
+	}
+	t.s.log.Info("docstore table partition dropped", "table", t.spec.Name, "partition", p, "docs", n)
+	return nil
+}
+
+// Reset deletes every document, index entry and checkpoint of the table in
+// one batch (range deletions); its spec and claim epochs survive, so an
+// old writer stays fenced. Other tables and the movies are untouched.
+func (t *table) Reset(ctx context.Context) error {
+	err := t.s.tableWrite(ctx, true, t.s.sync, func(b kvBatch) (func(), error) {
+		for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
+			if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
+				return nil, err
+			}
+		}
+		raw, err := b.get(t.l.collKey)
+		if err != nil {
+			return nil, err
+		}
+		var meta struct{ Size int }
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, fmt.Errorf("collection metadata: %w", err)
+		}
+		forget := func() { t.s.tcache.clear(t.s.tcache.of(t.spec.Name)) }
+		return forget, t.addSize(b, -meta.Size)
+	})
+	if err != nil {
+		return fmt.Errorf("table %s: reset: %w", t.spec.Name, err)
+	}
+	t.s.log.Info("docstore table reset", "table", t.spec.Name)
+	return nil
+}
+
+// ScanPartition calls fn for each document of partition p, in key order.
+// It lists the partition's keys from one snapshot, then loads and hands
+// out documents in chunks without holding a snapshot while fn runs, so fn
+// may use the store; a document deleted or moved meanwhile is skipped. It
+// stops at the first error of fn and returns it.
+func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
+	var members []tableMember
+	err := t.s.tableRead(ctx, func(r kvReader) error {
+		var err error
+		members, err = t.members(r, p)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("table %s: scan partition %d: %w", t.spec.Name, p, err)
+	}
+	for len(members) > 0 {
+		chunk := members[:min(scanChunk, len(members))]
+		members = members[len(chunk):]
+		keys := make([][]byte, len(chunk))
+		for i, m := range chunk {
+			keys[i] = m.key
+		}
+		docs, err := t.Load(ctx, keys)
+		if err != nil {
+			return fmt.Errorf("table %s: scan partition %d: %w", t.spec.Name, p, err)
+		}
+		for _, k := range keys {
+			if d, ok := docs[string(k)]; ok && d.Partition == p {
+				if err := fn(d); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

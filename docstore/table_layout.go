@@ -1,0 +1,177 @@
+package docstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/moviedoc"
+)
+
+// Tables (engine.Tables) share the movie store's database, its write lock,
+// fsync option and disk guard.
+//
+// Each table is a Clover collection, "t_<name>", whose documents Clover
+// can read: one document per key, under Clover's document key
+// "c:t_<name>;d:<_id>" in the nsClover namespace, with _id the key in
+// lowercase hex (so document keys sort like the keys themselves) and the
+// fields key (bytes), partition, version, sources, value (bytes, as the
+// job encoded it) and index (a map of index name to number or string).
+// Clover's collection metadata ("coll:t_<name>") keeps the collection's
+// size. Clover's own indexes do not fit a table (its range index needs
+// 36-byte ids and orders ties by id), so everything else lives in the
+// nsTables namespace, under a prefix per table ('t', the name, 0x00: names
+// hold no 0x00, so no table's prefix is another's), one key family each:
+//
+//	's'                          the spec (JSON)
+//	'e' partition                last claimed epoch
+//	'c' partition                next changelog offset (checkpoint)
+//	'm' partition key            members: version, encoded index values
+//	'i' position value key       index entries (empty values)
+//
+// Partitions are 4 bytes big-endian, index positions one byte (the
+// declaration order, fixed by the persisted spec). An index entry's value
+// is order-preserving: a number is moviedoc.OrderedFloat (8 bytes, -0 as
+// +0), a string its bytes and a 0x00 terminator (strings hold no 0x00, so
+// a string sorts before every longer string it prefixes, whatever bytes
+// the key after it holds). The key ends the entry, so entries sort by
+// (value, key) as engine.TableSpec.Before orders an ascending query; a
+// descending query walks the same entries backwards. A query is one
+// bounded iterator walk over one index's entries, reading a document per
+// entry returned.
+//
+// An Apply writes documents, index entries, members keys, the collection
+// size and the checkpoint in one batch; a drop names every index entry of
+// a partition from its members values without reading a document.
+
+// Key families inside a table's prefix.
+const (
+	tabSpec       byte = 's'
+	tabEpochs     byte = 'e'
+	tabCheckpoint byte = 'c'
+	tabMembers    byte = 'm'
+	tabIndex      byte = 'i'
+)
+
+// tableCollection returns the Clover collection of table name.
+func tableCollection(name string) string { return "t_" + name }
+
+// tableLayout holds the key prefixes of one table.
+type tableLayout struct {
+	prefix  []byte // nsTables, name, 0x00
+	docs    []byte // nsClover + Clover's document key prefix of the collection
+	collKey []byte // nsClover + Clover's collection metadata key
+}
+
+func newTableLayout(name string) tableLayout {
+	coll := tableCollection(name)
+	p := append(append([]byte{nsTables}, name...), 0)
+	return tableLayout{
+		prefix:  p,
+		docs:    nsKey(nsClover, []byte("c:"+coll+";d:")),
+		collKey: nsKey(nsClover, []byte("coll:"+coll)),
+	}
+}
+
+// family returns the prefix of key family f.
+func (l tableLayout) family(f byte) []byte {
+	return append(append(make([]byte, 0, len(l.prefix)+1+4+8), l.prefix...), f)
+}
+
+// partKey returns the key of partition p in family f (epochs, checkpoints)
+// or the prefix of p's members.
+func (l tableLayout) partKey(f byte, p int32) []byte {
+	return binary.BigEndian.AppendUint32(l.family(f), uint32(p))
+}
+
+// memberKey returns the members key of key in partition p.
+func (l tableLayout) memberKey(p int32, key []byte) []byte {
+	return append(l.partKey(tabMembers, p), key...)
+}
+
+// indexPrefix returns the prefix of the entries of the index at pos.
+func (l tableLayout) indexPrefix(pos int) []byte { return append(l.family(tabIndex), byte(pos)) }
+
+// docKey appends the document key of key (its hex _id) to buf.
+func (l tableLayout) docKey(buf, key []byte) []byte {
+	buf = append(buf, l.docs...)
+	return hex.AppendEncode(buf, key)
+}
+
+// docID returns the Clover _id of key.
+func docID(key []byte) string { return hex.EncodeToString(key) }
+
+// appendIndexValue appends the order-preserving encoding of v (an index
+// value of kind k) to buf: 8 bytes for a number, the bytes and a 0x00 for
+// a string. Stored values hold no 0x00 (engine.Doc.Validate).
+func appendIndexValue(buf []byte, v engine.IndexValue, k engine.IndexKind) []byte {
+	if k == engine.IndexNumber {
+		return binary.BigEndian.AppendUint64(buf, moviedoc.OrderedFloat(v.Num))
+	}
+	return append(append(buf, v.Str...), 0)
+}
+
+// orderedFloatValue inverts moviedoc.OrderedFloat.
+func orderedFloatValue(u uint64) float64 {
+	if u&signBit != 0 {
+		return math.Float64frombits(u &^ signBit)
+	}
+	return math.Float64frombits(^u)
+}
+
+// splitIndexValue reads the index value of kind k at the start of b (an
+// index entry's or members value's tail) and returns it and the rest.
+func splitIndexValue(b []byte, k engine.IndexKind) (engine.IndexValue, []byte, bool) {
+	if k == engine.IndexNumber {
+		if len(b) < 8 {
+			return engine.IndexValue{}, nil, false
+		}
+		return engine.Num(orderedFloatValue(binary.BigEndian.Uint64(b))), b[8:], true
+	}
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return engine.IndexValue{}, nil, false
+	}
+	return engine.Str(string(b[:i])), b[i+1:], true
+}
+
+// indexEntry appends the key of doc's entry in the index at pos to buf.
+func (l tableLayout) indexEntry(buf []byte, pos int, v engine.IndexValue, k engine.IndexKind, key []byte) []byte {
+	buf = append(append(append(buf, l.prefix...), tabIndex), byte(pos))
+	buf = appendIndexValue(buf, v, k)
+	return append(buf, key...)
+}
+
+// memberValue is the members value of a document: its version and the
+// encodings of its index values, in declaration order, so that a drop
+// names the document's index entries without reading it.
+func memberValueOf(spec engine.TableSpec, version int64, index []engine.IndexValue) []byte {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+9*len(index)), uint64(version))
+	for i, ix := range spec.Indexes {
+		v = appendIndexValue(v, index[i], ix.Kind)
+	}
+	return v
+}
+
+// parseMemberValue decodes memberValueOf.
+func parseMemberValue(spec engine.TableSpec, v []byte) (version int64, index []engine.IndexValue, err error) {
+	if len(v) < 8 {
+		return 0, nil, fmt.Errorf("members value of %d bytes", len(v))
+	}
+	version = int64(binary.BigEndian.Uint64(v))
+	rest := v[8:]
+	index = make([]engine.IndexValue, len(spec.Indexes))
+	for i, ix := range spec.Indexes {
+		var ok bool
+		if index[i], rest, ok = splitIndexValue(rest, ix.Kind); !ok {
+			return 0, nil, fmt.Errorf("members value: index %s truncated", ix.Name)
+		}
+	}
+	if len(rest) != 0 {
+		return 0, nil, fmt.Errorf("members value: %d trailing bytes", len(rest))
+	}
+	return version, index, nil
+}
