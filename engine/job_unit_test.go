@@ -236,7 +236,7 @@ func TestUnitGenericJob(t *testing.T) {
 	}
 }
 
-func TestJobValidate(t *testing.T) {
+func TestUnitJobValidate(t *testing.T) {
 	tests := []struct {
 		name string
 		edit func(j *engine.Job[string, order, spend])
