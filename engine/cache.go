@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/binary"
 	"math"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -12,72 +14,135 @@ import (
 // a flush, dropping the coldest documents and keeping the hot set (an
 // earlier version emptied the whole cache whenever it outgrew the bound,
 // and under a skewed workload every flush was followed by reloading the
-// most popular documents from the store). A docCache belongs to one task
-// and is not safe for concurrent use.
+// most popular documents from the store).
+//
+// Documents are found by record key. A job whose keys are all 8 bytes
+// (Int64Keys, the movie job) is cached by the key as a uint64, whose map
+// hashes and compares in a few instructions; other jobs by the key as a
+// string (one of the two LRUs is set). Callers pass only keys the job's
+// CheckKey accepted. A docCache belongs to one task and is not safe for
+// concurrent use.
 type docCache struct {
-	lru *simplelru.LRU[string, *entry]
+	n *simplelru.LRU[uint64, *entry]
+	s *simplelru.LRU[string, *entry]
 }
 
 // entry is one cached document: the aggregate and its processing
 // metadata.
 type entry struct {
-	// id is string(key), the cache's and the dirty set's key.
-	id      string
-	key     []byte
+	key []byte
+	// short holds key when it fits (no allocation of its own).
+	short [16]byte
+	// dirty is set while the entry changed since the last flush took it
+	// (the task lists it in task.dirty once).
+	dirty   bool
 	version int64
 	sources map[int32]int64
 	agg     Agg
 }
 
-func newDocCache() docCache {
-	// No size limit here (see trim); NewLRU fails only for a size <= 0.
-	lru, _ := simplelru.NewLRU[string, *entry](math.MaxInt, nil)
-	return docCache{lru: lru}
+// newEntry returns an empty document of key (copied) with the aggregate a.
+func newEntry(key []byte, version int64, a Agg) *entry {
+	d := &entry{version: version, agg: a}
+	if len(key) <= len(d.short) {
+		d.key = d.short[:copy(d.short[:], key):len(key)]
+	} else {
+		d.key = bytes.Clone(key)
+	}
+	return d
 }
+
+// newDocCache returns an empty cache; fixed8 when every key is 8 bytes.
+func newDocCache(fixed8 bool) docCache {
+	// No size limit here (see trim); NewLRU fails only for a size <= 0.
+	if fixed8 {
+		n, _ := simplelru.NewLRU[uint64, *entry](math.MaxInt, nil)
+		return docCache{n: n}
+	}
+	s, _ := simplelru.NewLRU[string, *entry](math.MaxInt, nil)
+	return docCache{s: s}
+}
+
+func key8(key []byte) uint64 { return binary.BigEndian.Uint64(key) }
 
 // get returns the cached document of key and marks it recently used; nil
 // when it is not cached.
-func (c docCache) get(key string) *entry {
-	d, _ := c.lru.Get(key)
+func (c docCache) get(key []byte) *entry {
+	var d *entry
+	if c.n != nil {
+		d, _ = c.n.Get(key8(key))
+	} else {
+		d, _ = c.s.Get(string(key))
+	}
 	return d
 }
 
 // has reports whether key is cached, without touching its recency.
-func (c docCache) has(key string) bool { return c.lru.Contains(key) }
+func (c docCache) has(key []byte) bool {
+	if c.n != nil {
+		return c.n.Contains(key8(key))
+	}
+	return c.s.Contains(string(key))
+}
 
-// put caches d as key's document, most recently used.
-func (c docCache) put(key string, d *entry) { c.lru.Add(key, d) }
+// put caches d (under d.key), most recently used.
+func (c docCache) put(d *entry) {
+	if c.n != nil {
+		c.n.Add(key8(d.key), d)
+		return
+	}
+	c.s.Add(string(d.key), d)
+}
 
 // len is the number of cached documents.
-func (c docCache) len() int { return c.lru.Len() }
+func (c docCache) len() int {
+	if c.n != nil {
+		return c.n.Len()
+	}
+	return c.s.Len()
+}
 
 // trim drops the least recently used documents until at most max remain.
 // Call it only when no cached document is dirty.
 func (c docCache) trim(max int) {
-	for c.lru.Len() > max {
-		c.lru.RemoveOldest()
+	for c.len() > max {
+		if c.n != nil {
+			c.n.RemoveOldest()
+		} else {
+			c.s.RemoveOldest()
+		}
 	}
 }
 
-// trimClean drops the least recently used documents that are not in
-// dirty until at most max remain (or only dirty ones do).
-func (c docCache) trimClean(max int, dirty map[string]struct{}) {
-	if c.lru.Len() <= max {
+// trimClean drops the least recently used documents that are not dirty
+// until at most max remain (or only dirty ones do).
+func (c docCache) trimClean(max int) {
+	if c.n != nil {
+		trimCleanLRU(c.n, max)
+	} else {
+		trimCleanLRU(c.s, max)
+	}
+}
+
+func trimCleanLRU[K comparable](l *simplelru.LRU[K, *entry], max int) {
+	if l.Len() <= max {
 		return
 	}
-	if len(dirty) == 0 {
-		c.trim(max)
-		return
-	}
-	for _, k := range c.lru.Keys() { // oldest first
-		if c.lru.Len() <= max {
+	for _, k := range l.Keys() { // oldest first
+		if l.Len() <= max {
 			return
 		}
-		if _, ok := dirty[k]; !ok {
-			c.lru.Remove(k)
+		if d, ok := l.Peek(k); ok && !d.dirty {
+			l.Remove(k)
 		}
 	}
 }
 
 // reset empties the cache.
-func (c docCache) reset() { c.lru.Purge() }
+func (c docCache) reset() {
+	if c.n != nil {
+		c.n.Purge()
+	} else {
+		c.s.Purge()
+	}
+}

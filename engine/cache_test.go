@@ -1,9 +1,17 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+)
 
-// ck is the cache key of movie id.
-func ck(id int64) string { return string(EncodeMovieKey(id)) }
+// ck is the record key of movie id.
+func ck(id int64) []byte { return EncodeMovieKey(id) }
+
+// cacheShapes are the two ways a docCache keys documents.
+var cacheShapes = []struct {
+	name   string
+	fixed8 bool
+}{{"uint64 keys", true}, {"string keys", false}}
 
 func TestDocCacheTrimKeepsRecentlyUsed(t *testing.T) {
 	tests := []struct {
@@ -18,66 +26,96 @@ func TestDocCacheTrimKeepsRecentlyUsed(t *testing.T) {
 		{name: "under the bound nothing goes", touch: []int64{3}, max: 10, want: []int64{1, 2, 3, 4, 5}},
 		{name: "bound zero empties", max: 0, dropped: []int64{1, 2, 3, 4, 5}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := newDocCache()
-			for id := int64(1); id <= 5; id++ {
-				c.put(ck(id), &entry{id: ck(id)})
-			}
-			for _, id := range tt.touch {
-				if d := c.get(ck(id)); d == nil || d.id != ck(id) {
-					t.Fatalf("get(%d) = %v, want the document", id, d)
+	for _, shape := range cacheShapes {
+		for _, tt := range tests {
+			t.Run(shape.name+"/"+tt.name, func(t *testing.T) {
+				c := newDocCache(shape.fixed8)
+				for id := int64(1); id <= 5; id++ {
+					c.put(&entry{key: ck(id)})
 				}
-			}
-			c.trim(tt.max)
-			if got := c.len(); got != len(tt.want) {
-				t.Errorf("len after trim(%d) = %d, want %d", tt.max, got, len(tt.want))
-			}
-			for _, id := range tt.want {
-				if !c.has(ck(id)) {
-					t.Errorf("%d dropped, want it kept", id)
+				for _, id := range tt.touch {
+					if d := c.get(ck(id)); d == nil || string(d.key) != string(ck(id)) {
+						t.Fatalf("get(%d) = %v, want the document", id, d)
+					}
 				}
-			}
-			for _, id := range tt.dropped {
-				if c.has(ck(id)) {
-					t.Errorf("%d kept, want it dropped", id)
+				c.trim(tt.max)
+				if got := c.len(); got != len(tt.want) {
+					t.Errorf("len after trim(%d) = %d, want %d", tt.max, got, len(tt.want))
 				}
+				for _, id := range tt.want {
+					if !c.has(ck(id)) {
+						t.Errorf("%d dropped, want it kept", id)
+					}
+				}
+				for _, id := range tt.dropped {
+					if c.has(ck(id)) {
+						t.Errorf("%d kept, want it dropped", id)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestDocCacheReset(t *testing.T) {
+	for _, shape := range cacheShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			c := newDocCache(shape.fixed8)
+			c.put(&entry{key: ck(1)})
+			c.reset()
+			if got := c.get(ck(1)); got != nil {
+				t.Errorf("get after reset = %v, want nil", got)
+			}
+			if got := c.len(); got != 0 {
+				t.Errorf("len after reset = %d, want 0", got)
 			}
 		})
 	}
 }
 
-func TestDocCacheReset(t *testing.T) {
-	c := newDocCache()
-	c.put(ck(1), &entry{id: ck(1)})
-	c.reset()
-	if got := c.get(ck(1)); got != nil {
-		t.Errorf("get after reset = %v, want nil", got)
-	}
-	if got := c.len(); got != 0 {
-		t.Errorf("len after reset = %d, want 0", got)
+func TestDocCacheTrimCleanKeepsDirty(t *testing.T) {
+	for _, shape := range cacheShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			c := newDocCache(shape.fixed8)
+			for id := int64(1); id <= 5; id++ {
+				c.put(&entry{key: ck(id), dirty: id <= 2}) // the two oldest are dirty
+			}
+			c.trimClean(3)
+			for _, id := range []int64{1, 2, 5} {
+				if !c.has(ck(id)) {
+					t.Errorf("%d dropped, want it kept (dirty or newest)", id)
+				}
+			}
+			for _, id := range []int64{3, 4} {
+				if c.has(ck(id)) {
+					t.Errorf("%d kept, want it dropped (oldest clean)", id)
+				}
+			}
+			c.trimClean(0)
+			if got := c.len(); got != 2 {
+				t.Errorf("len after trimClean(0) = %d, want 2 (only the dirty ones)", got)
+			}
+		})
 	}
 }
 
-func TestDocCacheTrimCleanKeepsDirty(t *testing.T) {
-	c := newDocCache()
-	for id := int64(1); id <= 5; id++ {
-		c.put(ck(id), &entry{id: ck(id)})
+// TestDocCacheStringKeys: keys of any length, including ones sharing a
+// prefix, are distinct documents in a string-keyed cache.
+func TestDocCacheStringKeys(t *testing.T) {
+	c := newDocCache(false)
+	keys := []string{"a", "ab", "abc", "a\x00", string(make([]byte, 1024))}
+	for _, k := range keys {
+		c.put(&entry{key: []byte(k)})
 	}
-	dirty := map[string]struct{}{ck(1): {}, ck(2): {}} // the two oldest
-	c.trimClean(3, dirty)
-	for _, id := range []int64{1, 2, 5} {
-		if !c.has(ck(id)) {
-			t.Errorf("%d dropped, want it kept (dirty or newest)", id)
+	for _, k := range keys {
+		if d := c.get([]byte(k)); d == nil || string(d.key) != k {
+			t.Errorf("get(%q) = %v, want its own document", k, d)
 		}
 	}
-	for _, id := range []int64{3, 4} {
-		if c.has(ck(id)) {
-			t.Errorf("%d kept, want it dropped (oldest clean)", id)
-		}
+	if got, want := c.len(), len(keys); got != want {
+		t.Errorf("len = %d, want %d", got, want)
 	}
-	c.trimClean(0, dirty)
-	if got := c.len(); got != 2 {
-		t.Errorf("len after trimClean(0) = %d, want 2 (only the dirty ones)", got)
+	if c.has([]byte("abcd")) {
+		t.Errorf("has(%q) = true, want false", "abcd")
 	}
 }

@@ -84,8 +84,8 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 	a := newRecordArena(2*len(t.dirty), 1)
 	values := make([]byte, 0, 32*len(t.dirty))
 	index := make([]IndexValue, 0, len(t.dirty)*len(e.job.Spec().Indexes))
-	for id := range t.dirty {
-		c := t.cache.get(id)
+	for _, c := range t.dirty {
+		c.dirty = false
 		var err error
 		start := len(values)
 		if values, err = c.agg.AppendValue(ctx, values); err != nil {
@@ -106,7 +106,8 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 		}
 	}
 	job.msgs = append(job.msgs, t.dead...)
-	t.dirty = map[string]struct{}{}
+	clear(t.dirty)
+	t.dirty = t.dirty[:0]
 	t.dead = nil
 	return job, nil
 }
@@ -210,7 +211,7 @@ func (t *task) awaitPersist() error {
 	if job.commit {
 		t.committed = max(t.committed, job.next)
 	}
-	t.cache.trimClean(t.e.cfg.CacheMaxDocs, t.dirty)
+	t.cache.trimClean(t.e.cfg.CacheMaxDocs)
 	return nil
 }
 
@@ -246,7 +247,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool
 // owner may already be ahead of this instance's store.
 func (t *task) drop() {
 	t.cache.reset()
-	t.dirty = map[string]struct{}{}
+	t.dirty = nil
 	t.dead = nil
 	t.e.route.parts.set(t.p, Restoring)
 }

@@ -32,7 +32,7 @@ type Job[K comparable, V, A any] struct {
 	// Decode turns an input record's value into a V. An error wrapping
 	// ErrRetry is retried; any other error sends the record to the
 	// dead-letter topic with the error as the reason. Decoders: JSON, Raw,
-	// and avro.Decoder for Confluent-framed Avro.
+	// and avro.Decoder for Confluent-framed Avro of any schema.
 	Decode func(ctx context.Context, value []byte) (V, error)
 	// Key returns the aggregation key of v. An error dead-letters the
 	// record.
@@ -68,6 +68,9 @@ type KeyCodec[K any] struct {
 	Format func(k K) string
 	// Kind names the key type ("int64", "string").
 	Kind string
+	// Size is the length of every encoded key, or 0 when keys vary in
+	// length. Keys of another length are refused (dead-lettered).
+	Size int
 }
 
 // Int64Keys encodes int64 keys as 8 bytes big-endian, as Java's
@@ -84,6 +87,7 @@ var Int64Keys = KeyCodec[int64]{
 	},
 	Format: func(k int64) string { return strconv.FormatInt(k, 10) },
 	Kind:   "int64",
+	Size:   8,
 }
 
 // StringKeys encodes string keys as their UTF-8 bytes, as Java's

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -72,10 +73,21 @@ func (t *movieTable) Load(ctx context.Context, keys [][]byte) (map[string]Doc, e
 	if err != nil {
 		return nil, err
 	}
+	// One block for every key and value, one for the index values.
 	out := make(map[string]Doc, len(ms))
+	buf := make([]byte, 0, 24*len(ms))
+	index := make([]IndexValue, len(ms))
+	i := 0
 	for _, m := range ms {
-		d := movieDoc(m)
-		out[string(d.Key)] = d
+		a := MovieAgg{Count: m.Count, Sum: m.Sum}
+		start := len(buf)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(m.MovieID))
+		key := buf[start:len(buf):len(buf)]
+		buf = appendMovieValue(buf, a)
+		index[i] = IndexValue{Num: a.Avg()}
+		out[string(key)] = Doc{Key: key, Partition: m.Partition, Version: m.Version, Sources: m.Sources,
+			Value: buf[start+8 : len(buf) : len(buf)], Index: index[i : i+1 : i+1]}
+		i++
 	}
 	return out, nil
 }

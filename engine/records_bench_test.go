@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"encoding/binary"
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/IBM/sarama"
@@ -30,7 +32,8 @@ func benchEngine() *Engine {
 	if err != nil {
 		panic(err)
 	}
-	return &Engine{cfg: cfg, topics: cfg.Topics(), job: job, nParts: 3, nOut: 3, nDLQ: 3}
+	return &Engine{cfg: cfg, topics: cfg.Topics(), job: job, nParts: 3, nOut: 3, nDLQ: 3,
+		route: newRouter(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 // BenchmarkForward is the rekey stage's per-record work: one drained batch

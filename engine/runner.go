@@ -37,6 +37,8 @@ type Runner interface {
 	FormatKey(key []byte) string
 	// KeyKind names the key type ("int64", "string").
 	KeyKind() string
+	// KeySize is the length of every record key, 0 when they vary.
+	KeySize() int
 	// ValueJSON renders a stored Doc.Value as JSON (the aggregate type
 	// through encoding/json).
 	ValueJSON(ctx context.Context, value []byte) (json.RawMessage, error)
@@ -111,8 +113,12 @@ func (r *jobRunner[K, V, A]) AppendKey(ctx context.Context, dst, value []byte) (
 func (r *jobRunner[K, V, A]) appendKey(dst []byte, k K) ([]byte, error) {
 	start := len(dst)
 	dst = r.j.Keys.Append(dst, k)
-	if n := len(dst) - start; n == 0 || n > MaxKeyBytes {
+	n := len(dst) - start
+	if n == 0 || n > MaxKeyBytes {
 		return dst[:start], fmt.Errorf("key of %d bytes (want 1..%d): %w", n, MaxKeyBytes, ErrInvalid)
+	}
+	if size := r.j.Keys.Size; size > 0 && n != size {
+		return dst[:start], fmt.Errorf("key codec wrote %d bytes (its size is %d): %w", n, size, ErrInvalid)
 	}
 	return dst, nil
 }
@@ -120,6 +126,9 @@ func (r *jobRunner[K, V, A]) appendKey(dst []byte, k K) ([]byte, error) {
 func (r *jobRunner[K, V, A]) CheckKey(key []byte) error {
 	if len(key) == 0 || len(key) > MaxKeyBytes {
 		return fmt.Errorf("key of %d bytes (want 1..%d): %w", len(key), MaxKeyBytes, ErrInvalid)
+	}
+	if n := r.j.Keys.Size; n > 0 && len(key) != n {
+		return fmt.Errorf("key of %d bytes (want %d): %w", len(key), n, ErrInvalid)
 	}
 	_, err := r.j.Keys.Decode(key)
 	return err
@@ -199,6 +208,8 @@ func (r *jobRunner[K, V, A]) FormatKey(key []byte) string {
 }
 
 func (r *jobRunner[K, V, A]) KeyKind() string { return r.j.Keys.Kind }
+
+func (r *jobRunner[K, V, A]) KeySize() int { return r.j.Keys.Size }
 
 func (r *jobRunner[K, V, A]) ValueJSON(ctx context.Context, value []byte) (json.RawMessage, error) {
 	a, err := r.j.Values.Decode(ctx, "", value)

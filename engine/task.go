@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +31,11 @@ type task struct {
 	dead []*sarama.ProducerMessage
 
 	cache docCache
-	dirty map[string]struct{}
+	// dirty lists the cached documents changed since the last flush took
+	// them (each once: entry.dirty).
+	dirty []*entry
+	// hits is process's scratch: the cached entry of each record.
+	hits []*entry
 	// next is the repartition offset to commit (last seen + 1); committed
 	// is the last value committed.
 	next, committed int64
@@ -50,7 +53,7 @@ type task struct {
 
 func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {
 	return &task{e: e, sess: s, claim: c, p: c.Partition(),
-		cache: newDocCache(), dirty: map[string]struct{}{}, next: -1, committed: -1}
+		cache: newDocCache(e.job.KeySize() == 8), next: -1, committed: -1}
 }
 
 // run restores the partition and processes it until the session ends.
@@ -167,15 +170,23 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 	e := t.e
 	var missing [][]byte
 	bad := make([]bool, len(batch))
+	// One cache lookup per record: what is cached now is kept for apply
+	// (and marked recently used); only misses are looked up again.
+	hits := t.hits[:0]
 	for i, m := range batch {
 		if err := e.job.CheckKey(m.Key); err != nil {
 			bad[i] = true
+			hits = append(hits, nil)
 			continue
 		}
-		if !t.cache.has(string(m.Key)) {
+		d := t.cache.get(m.Key)
+		hits = append(hits, d)
+		if d == nil {
 			missing = append(missing, m.Key)
 		}
 	}
+	t.hits = hits
+	defer clear(hits) // keep no entry alive through the scratch
 	if len(missing) > 0 {
 		var loaded map[string]Doc
 		err := e.retryUnavailable(ctx, "load", func() (err error) {
@@ -185,12 +196,12 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 		if err != nil {
 			return fmt.Errorf("load documents: %w", err)
 		}
-		for k, d := range loaded {
+		for _, d := range loaded {
 			a, err := e.job.DecodeValue(ctx, d.Value)
 			if err != nil {
 				return fmt.Errorf("load document %s: %w", e.job.FormatKey(d.Key), err)
 			}
-			t.cache.put(k, &entry{id: k, key: d.Key, version: d.Version, sources: d.Sources, agg: a})
+			t.cache.put(&entry{key: d.Key, version: d.Version, sources: d.Sources, agg: a})
 		}
 	}
 	var dead []*sarama.ProducerMessage
@@ -208,7 +219,7 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 			next = m.Offset + 1
 			continue
 		}
-		err = t.apply(ctx, m, srcP, srcO, hasSrc)
+		err = t.apply(ctx, m, hits[i], srcP, srcO, hasSrc)
 		if err != nil && ctx.Err() != nil {
 			// Not this record's fault: stop here, it is processed again later.
 			stopErr = ctx.Err()
@@ -226,14 +237,17 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 	return stopErr
 }
 
-// apply adds one record unless the document already reflects it: its
+// apply adds one record to d (its cached document, or nil to look it up)
+// unless the document already reflects it: its
 // repartition offset is not above the document's version, or its input
 // offset is not above the one recorded for its input partition. A record
 // the job cannot decode or add returns the error (dead-lettered by the
 // caller) and changes nothing.
-func (t *task) apply(ctx context.Context, m *sarama.ConsumerMessage, srcP int32, srcO int64, hasSrc bool) error {
+func (t *task) apply(ctx context.Context, m *sarama.ConsumerMessage, d *entry, srcP int32, srcO int64, hasSrc bool) error {
 	e := t.e
-	d := t.cache.get(string(m.Key))
+	if d == nil { // not cached when the batch began: loaded, or new
+		d = t.cache.get(m.Key)
+	}
 	if d != nil {
 		if m.Offset <= d.version {
 			e.c.duplicates.Add(1)
@@ -248,13 +262,13 @@ func (t *task) apply(ctx context.Context, m *sarama.ConsumerMessage, srcP int32,
 	}
 	fresh := d == nil
 	if fresh {
-		d = &entry{id: string(m.Key), key: bytes.Clone(m.Key), version: -1, agg: e.job.NewAgg()}
+		d = newEntry(m.Key, -1, e.job.NewAgg())
 	}
 	if err := e.addRecord(ctx, d.agg, m.Key, m.Value); err != nil {
 		return err
 	}
 	if fresh {
-		t.cache.put(d.id, d)
+		t.cache.put(d)
 	}
 	d.version = m.Offset
 	if hasSrc {
@@ -263,7 +277,10 @@ func (t *task) apply(ctx context.Context, m *sarama.ConsumerMessage, srcP int32,
 		}
 		d.sources[srcP] = srcO
 	}
-	t.dirty[d.id] = struct{}{}
+	if !d.dirty {
+		d.dirty = true
+		t.dirty = append(t.dirty, d)
+	}
 	e.c.processed.Add(1)
 	return nil
 }
