@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // ownedQuerier answers queries from a store that may also hold copies of
@@ -94,7 +94,16 @@ func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []
 		inner.After = page.Next
 	}
 	// A partition that stopped running during the query is not covered.
-	now := o.r.answerableSet()
+	var covered []int32
+	out.Movies, covered = stillCovered(running, o.r.answerableSet(), out.Movies, func(m MovieStats) int32 { return m.Partition })
+	return out, covered, nil
+}
+
+// stillCovered returns the partitions of running that are still in now,
+// sorted, and the items whose partition (part) is one of them: what a
+// query begun with running answers once partitions that stopped running
+// meanwhile are taken out.
+func stillCovered[T any](running, now map[int32]bool, items []T, part func(T) int32) ([]T, []int32) {
 	covered := make([]int32, 0, len(running))
 	for p := range running {
 		if now[p] {
@@ -102,14 +111,14 @@ func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []
 		}
 	}
 	if len(covered) < len(running) {
-		kept := out.Movies[:0]
-		for _, m := range out.Movies {
-			if now[m.Partition] {
-				kept = append(kept, m)
+		kept := items[:0]
+		for _, it := range items {
+			if now[part(it)] {
+				kept = append(kept, it)
 			}
 		}
-		out.Movies = kept
+		items = kept
 	}
-	sort.Slice(covered, func(i, j int) bool { return covered[i] < covered[j] })
-	return out, covered, nil
+	slices.Sort(covered)
+	return items, covered
 }

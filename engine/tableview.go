@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 )
 
 // TableView is an engine's table as its queries see it: key lookups and
@@ -130,22 +129,7 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 		}
 		inner.After = page.Next
 	}
-	now := r.answerableSet()
-	covered := make([]int32, 0, len(running))
-	for p := range running {
-		if now[p] {
-			covered = append(covered, p)
-		}
-	}
-	if len(covered) < len(running) {
-		kept := out.Docs[:0]
-		for _, d := range out.Docs {
-			if now[d.Partition] {
-				kept = append(kept, d)
-			}
-		}
-		out.Docs = kept
-	}
-	sort.Slice(covered, func(i, j int) bool { return covered[i] < covered[j] })
+	var covered []int32
+	out.Docs, covered = stillCovered(running, r.answerableSet(), out.Docs, func(d Doc) int32 { return d.Partition })
 	return out, covered, nil
 }

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/IBM/sarama"
 )
+
+// topicMetadataWait bounds how long the engine waits for a topic it saw
+// or created to appear in the brokers' metadata.
+const topicMetadataWait = 30 * time.Second
 
 // defaultInputPartitions is used when the input topic does not exist and
 // Config.Partitions is 0.
@@ -65,11 +70,26 @@ func (e *Engine) ensureTopics(ctx context.Context, admin sarama.ClusterAdmin) er
 		return fmt.Errorf("%w: metadata: %v", ErrKafkaUnavailable, err)
 	}
 	count := func(topic string) (int32, error) {
-		ps, err := e.client.Partitions(topic)
-		if err != nil {
-			return 0, fmt.Errorf("engine: partitions of %s: %w", topic, err)
+		// A topic created a moment ago (by this instance or by another one
+		// starting beside it) may not be in every broker's metadata yet:
+		// wait for it rather than fail the start.
+		deadline := time.Now().Add(topicMetadataWait)
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+			ps, err := e.client.Partitions(topic)
+			if err == nil && len(ps) > 0 {
+				return int32(len(ps)), nil
+			}
+			if err == nil {
+				err = sarama.ErrUnknownTopicOrPartition // no partitions yet
+			}
+			if !errors.Is(err, sarama.ErrUnknownTopicOrPartition) || time.Now().After(deadline) {
+				return 0, fmt.Errorf("engine: partitions of %s: %w", topic, err)
+			}
+			if !sleepCtx(ctx, backoff) {
+				return 0, ctx.Err()
+			}
+			_ = e.client.RefreshMetadata(topic)
 		}
-		return int32(len(ps)), nil
 	}
 	if e.nParts, err = count(e.topics.Repartition); err != nil {
 		return err
