@@ -73,6 +73,13 @@ func (s *Server) peerGet(ctx context.Context, addr, path string, query url.Value
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("instance %q: %w: %w", addr, err, engine.ErrUnavailable)
 	}
+	return s.signedGet(ctx, addr, target, maxPeerBody)
+}
+
+// signedGet sends a signed GET of target (on the peer at addr, already
+// validated) and returns status, headers and a body of at most limit
+// bytes. Every error wraps engine.ErrUnavailable.
+func (s *Server) signedGet(ctx context.Context, addr, target string, limit int) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
@@ -83,12 +90,12 @@ func (s *Server) peerGet(ctx context.Context, addr, path string, query url.Value
 		return 0, nil, nil, fmt.Errorf("instance %s: %v: %w", addr, err, engine.ErrUnavailable)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerBody+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("instance %s: %v: %w", addr, err, engine.ErrUnavailable)
 	}
-	if len(body) > maxPeerBody {
-		return 0, nil, nil, fmt.Errorf("instance %s: answer larger than %d bytes: %w", addr, maxPeerBody, engine.ErrUnavailable)
+	if len(body) > limit {
+		return 0, nil, nil, fmt.Errorf("instance %s: answer larger than %d bytes: %w", addr, limit, engine.ErrUnavailable)
 	}
 	return resp.StatusCode, resp.Header, body, nil
 }

@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -396,22 +394,5 @@ func (s *Server) tablePeerGet(ctx context.Context, addr, rawPath string, query u
 		return 0, nil, nil, fmt.Errorf("instance %s: path: %w: %w", addr, err, engine.ErrUnavailable)
 	}
 	u := url.URL{Scheme: "http", Host: addr, Path: path, RawPath: rawPath, RawQuery: query.Encode()}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
-	}
-	s.auth.sign(req, time.Now())
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxTablePeerBody+1))
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
-	}
-	if len(body) > maxTablePeerBody {
-		return 0, nil, nil, fmt.Errorf("instance %s: answer larger than %d bytes: %w", addr, maxTablePeerBody, engine.ErrUnavailable)
-	}
-	return resp.StatusCode, resp.Header, body, nil
+	return s.signedGet(ctx, addr, u.String(), maxTablePeerBody)
 }
