@@ -48,7 +48,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&b.Timeout, "timeout", b.Timeout, "give up on a phase after this long")
 	fs.BoolVar(&b.JSON, "json", false, "print the result as JSON")
 	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error (progress is logged at info)")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if zipf && uniform {

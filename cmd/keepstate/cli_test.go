@@ -33,7 +33,7 @@ func TestEnvFillsUnsetFlagsAndFlagsWin(t *testing.T) {
 			fs := flag.NewFlagSet("run", flag.ContinueOnError)
 			cfg := app.Default()
 			cli.CommonFlags(fs, &cfg)
-			if err := parse(fs, tt.args); err != nil {
+			if err := cli.Parse(fs, tt.args); err != nil {
 				t.Fatalf("parse: %v", err)
 			}
 			if cfg.Store != tt.wantStore || cfg.HTTPAddr != tt.wantAddr {

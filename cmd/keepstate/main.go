@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -63,42 +62,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "keepstate: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		return 2
-	case errors.Is(err, app.ErrConfig), errors.Is(err, app.ErrUnavailable), errors.Is(err, app.ErrGroupActive):
-		fmt.Fprintf(stderr, "keepstate %s: %v\n", cmd, err)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "keepstate %s: %v\n", cmd, err)
-		return 1
-	}
-}
-
-// errUsage marks a flag parsing error that the flag package already printed.
-var errUsage = errors.New("usage")
-
-// parse parses args into fs, then fills unset flags from the environment.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
-		return errUsage
-	}
-	if err := cli.ApplyEnv(fs); err != nil {
-		fmt.Fprintln(fs.Output(), err)
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	return nil
+	return cli.ExitCode(stderr, "keepstate", cmd, err, app.ErrGroupActive)
 }
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
@@ -106,7 +70,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfg := app.Default()
 	cli.CommonFlags(fs, &cfg)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	log, err := app.NewLogger(stderr, cfg.LogLevel)
@@ -123,7 +87,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	d.Out = stdout
 	cli.CommonFlags(fs, &d.Config)
 	demoFlags(fs, &d)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	log, err := app.NewLogger(stderr, d.LogLevel)
@@ -140,7 +104,7 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	var fromStdin bool
 	var logLevel = "info"
 	produceFlags(fs, &p, &fromStdin, &logLevel)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if fromStdin {
@@ -161,7 +125,7 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := app.Default()
 	cli.CommonFlags(fs, &cfg)
 	reprocess := fs.Bool("reprocess", false, "also delete the internal topics and the group's offsets: recompute everything from the earliest input")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	log, err := app.NewLogger(stderr, cfg.LogLevel)
