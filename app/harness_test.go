@@ -61,10 +61,17 @@ func startInstance(t *testing.T, c app.Config) *instance {
 // startInstanceLog is startInstance with the instance's logs sent to log.
 func startInstanceLog(t *testing.T, c app.Config, log *slog.Logger) *instance {
 	t.Helper()
+	return startRun(t, func(ctx context.Context, ready func(string)) error { return app.Run(ctx, c, log, ready) })
+}
+
+// startRun runs run (app.Run or app.RunJobs) until the test ends and waits
+// until /readyz is 200.
+func startRun(t *testing.T, run func(ctx context.Context, ready func(addr string)) error) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	in := &instance{cancel: cancel, done: make(chan error, 1)}
-	go func() { in.done <- app.Run(ctx, c, log, func(a string) { addr <- a }) }()
+	go func() { in.done <- run(ctx, func(a string) { addr <- a }) }()
 	select {
 	case a := <-addr:
 		in.api = "http://" + a

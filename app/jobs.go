@@ -102,8 +102,12 @@ func (j Job) start(ctx context.Context, c Config, store engine.Store, reg *avro.
 		return nil, fmt.Errorf("%w: store %s cannot hold the table of job %s", ErrConfig, c.Store, j.name())
 	}
 	table, err := tables.OpenTable(ctx, j.runner.Spec())
+	if errors.Is(err, engine.ErrInvalid) {
+		// Most likely the job's indexes changed since the table was made.
+		return nil, fmt.Errorf("%w: job %s: %w; to rebuild the table from its changelog with the new indexes, delete it (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("open table %s: %w", j.name(), err)
+		return nil, fmt.Errorf("job %s: %w", j.name(), err)
 	}
 	ec := c.JobConfig(log, j.name(), j.input, j.output)
 	ec.AdvertiseAddr = advertise

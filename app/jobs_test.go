@@ -155,28 +155,6 @@ func TestRunJobsRefusesBadJobs(t *testing.T) {
 // startJobs runs app.RunJobs until the test ends and waits until /readyz is 200.
 func startJobs(t *testing.T, c app.Config, jobs ...app.Job) *instance {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	in := &instance{cancel: cancel, done: make(chan error, 1)}
 	log := testLogger(t, c.ApplicationID)
-	go func() { in.done <- app.RunJobs(ctx, c, log, func(a string) { addr <- a }, jobs...) }()
-	select {
-	case a := <-addr:
-		in.api = "http://" + a
-	case err := <-in.done:
-		cancel()
-		t.Fatalf("instance did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("instance did not start listening within 30s")
-	}
-	t.Cleanup(func() { in.stop(t) })
-	testkit.Eventually(t, 30*time.Second, "instance ready", func() error {
-		code, body := httpGet(in.api + "/readyz")
-		if code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
-	return in
+	return startRun(t, func(ctx context.Context, ready func(string)) error { return app.RunJobs(ctx, c, log, ready, jobs...) })
 }

@@ -1,0 +1,175 @@
+// Command orders is keepstate's second example job, written on the job
+// API (engine.Job) in a few lines (job.go): JSON order events
+//
+//	{"order_id":"o-1","customer_id":"c-42","amount":12.5}
+//
+// are counted, summed and maxed per customer, the totals are kept in the
+// store (a table "customers" with an index on "total") and served at
+// GET /tables/customers/{id} and GET /tables/customers?index=total&min=1000.
+//
+// Usage:
+//
+//	orders [run] [flags]   run the job (the flags of `keepstate run`)
+//	orders produce [flags] send generated orders, or lines from stdin
+//
+// Against the broker of `go run ./cmd/keepstate demo`, from the repository
+// root:
+//
+//	go run ./examples/orders
+//	go run ./examples/orders produce --n 10000 --customers 500
+//	curl localhost:7002/tables/customers/c-1
+//
+// See docs/jobs.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/internal/cli"
+)
+
+// The defaults that differ from `keepstate run`, so that the example runs
+// next to `keepstate demo` (API on :7001, store in ./data/store).
+const (
+	defaultInputTopic  = "orders"
+	defaultOutputTopic = "customer-totals"
+	defaultHTTPAddr    = ":7002"
+	defaultDataDir     = "./data/orders"
+)
+
+const usage = `orders — keepstate's example job: order totals per customer.
+
+Usage:
+  orders [run] [flags]    run the job: orders in, totals per customer in the store,
+                          GET /tables/customers/{id} and /tables/customers?index=total&min=...
+  orders produce [flags]  send generated orders (or JSON lines from stdin with --stdin)
+
+Run "orders <command> -h" for the flags of a command. Every flag has an
+environment variable KEEPSTATE_<FLAG> with dashes as underscores. See
+docs/jobs.md.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the process exit code, as
+// keepstate does: 0 ok, 1 failure, 2 bad usage or a service that is not
+// reachable.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cmd, rest := "run", args
+	if len(args) > 0 && (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, rest = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "run":
+		err = cmdRun(ctx, rest, stdout, stderr)
+	case "produce":
+		err = cmdProduce(ctx, rest, stdin, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "orders: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	return cli.ExitCode(stderr, "orders", cmd, err)
+}
+
+// defaultConfig is app.Default with the example's topics, API address and
+// data directory.
+func defaultConfig() app.Config {
+	c := app.Default()
+	c.InputTopic, c.OutputTopic = defaultInputTopic, defaultOutputTopic
+	c.HTTPAddr, c.DataDir = defaultHTTPAddr, defaultDataDir
+	return c
+}
+
+// runFlags registers the flags of `orders run`: those of `keepstate run`,
+// with the topic flags describing this job's topics.
+func runFlags(fs *flag.FlagSet, c *app.Config) {
+	cli.CommonFlags(fs, c)
+	fs.Lookup("input-topic").Usage = `topic of JSON orders {"order_id":"o-1","customer_id":"c-42","amount":12.5}`
+	fs.Lookup("output-topic").Usage = `topic of each customer's new totals (key: customer id, value: {"count":..,"total":..,"max":..})`
+	fs.Lookup("schema-registry").Usage = "Schema Registry URL (unused: this job reads JSON)"
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("orders run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := defaultConfig()
+	runFlags(fs, &cfg)
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	log, err := app.NewLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	job, err := app.NewJob(CustomersJob(), cfg.InputTopic, cfg.OutputTopic)
+	if err != nil {
+		return err
+	}
+	ready := func(addr string) {
+		api := displayAddr(addr)
+		fmt.Fprintf(stdout, "orders job running: %s -> table %s -> %s\n  API: http://%s  (try /tables/customers/c-1 and /tables/customers?index=total&min=1000)\n",
+			cfg.InputTopic, CustomersTable, cfg.OutputTopic, api)
+	}
+	return app.RunJobs(ctx, cfg, log, ready, job)
+}
+
+func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("orders produce", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	p := defaultProduce()
+	var fromStdin bool
+	logLevel := "info"
+	cli.BrokersFlag(fs, &p.Brokers)
+	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send orders to")
+	fs.Int64Var(&p.Count, "n", p.Count, "orders to generate (0: until interrupted)")
+	fs.Int64Var(&p.Customers, "customers", p.Customers, "distinct customer ids c-1..c-N, Zipf-skewed popularity")
+	fs.Float64Var(&p.Rate, "rate", p.Rate, "orders per second (0: as fast as possible)")
+	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the generator")
+	fs.Int64Var(&p.BadEvery, "bad-every", p.BadEvery, "make every Nth order a bad one, dead-lettered by the job (0: none)")
+	fs.BoolVar(&fromStdin, "stdin", false, `send the lines of stdin as they are, one order per line: {"order_id":"o-1","customer_id":"c-42","amount":12.5}`)
+	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if fromStdin {
+		p.Stdin = stdin
+	}
+	log, err := app.NewLogger(stderr, logLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	n, err := produceOrders(ctx, p, log)
+	fmt.Fprintf(stdout, "sent %d orders to %s\n", n, p.Topic)
+	return err
+}
+
+// displayAddr renders a listen address for humans (":7002" →
+// "localhost:7002").
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}

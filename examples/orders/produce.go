@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/engine"
+)
+
+// produceConfig configures `orders produce`, the order generator.
+type produceConfig struct {
+	Brokers []string
+	Topic   string
+	// Count is how many orders to generate (0: until ctx ends).
+	Count int64
+	// Customers is the number of distinct customer ids (c-1..c-N), their
+	// popularity Zipf-skewed: a few customers order a lot, most a little.
+	Customers int64
+	// Rate is orders per second (0: as fast as possible).
+	Rate float64
+	// Seed makes the generated sequence reproducible.
+	Seed uint64
+	// BadEvery makes every BadEvery-th generated order a bad one (no
+	// customer, negative amount, no amount, broken JSON; 0: none).
+	BadEvery int64
+	// Partitions of the topic if it must be created.
+	Partitions int32
+	// Stdin, when set, is read as lines sent as they are (one order per
+	// line) instead of generating orders.
+	Stdin io.Reader
+}
+
+// defaultProduce returns the produce defaults: 10000 orders over 500
+// customers into topic orders of the local broker.
+func defaultProduce() produceConfig {
+	return produceConfig{Brokers: []string{"localhost:9092"}, Topic: defaultInputTopic,
+		Count: 10000, Customers: 500, Seed: 1, Partitions: 3}
+}
+
+// validate checks the produce settings.
+func (p produceConfig) validate() error {
+	var errs []error
+	if len(p.Brokers) == 0 || p.Topic == "" {
+		errs = append(errs, errors.New("--brokers and --topic are required"))
+	}
+	if p.Count < 0 || p.Customers <= 0 || p.Rate < 0 || math.IsNaN(p.Rate) || math.IsInf(p.Rate, 0) || p.BadEvery < 0 || p.Partitions <= 0 {
+		errs = append(errs, errors.New("--n >= 0, --customers > 0, a finite --rate >= 0, --bad-every >= 0 and --partitions > 0 are required"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", app.ErrConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// generated is one record the generator makes: its key and value, and for
+// a valid order the order itself.
+type generated struct {
+	key, value []byte
+	order      Order
+	valid      bool
+}
+
+// generator makes a reproducible sequence of orders. Amounts are multiples
+// of 0.25 from 0.25 to 100: sums of them are exact in float64, whatever
+// the order they are added in, so tests can compare totals exactly. Not
+// safe for concurrent use.
+type generator struct {
+	rnd      *rand.Rand
+	zipf     *rand.Zipf
+	seed     uint64
+	n        int64
+	badEvery int64
+}
+
+// newGenerator returns a generator over customers c-1..c-<customers>.
+func newGenerator(customers int64, seed uint64, badEvery int64) *generator {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	return &generator{rnd: r, zipf: rand.NewZipf(r, 1.07, 2, uint64(customers-1)), seed: seed, badEvery: badEvery}
+}
+
+// next returns the next record.
+func (g *generator) next() generated {
+	g.n++
+	customer := "c-" + strconv.FormatUint(g.zipf.Uint64()+1, 10)
+	id := "o-" + strconv.FormatUint(g.seed, 10) + "-" + strconv.FormatInt(g.n, 10)
+	amount := float64(1+g.rnd.IntN(400)) / 4
+	if g.badEvery > 0 && g.n%g.badEvery == 0 {
+		var v string
+		switch (g.n / g.badEvery) % 4 {
+		case 0:
+			v = fmt.Sprintf(`{"order_id":%q,"amount":%g}`, id, amount)
+		case 1:
+			v = fmt.Sprintf(`{"order_id":%q,"customer_id":%q,"amount":%g}`, id, customer, -amount)
+		case 2:
+			v = fmt.Sprintf(`{"order_id":%q,"customer_id":%q}`, id, customer)
+		default:
+			v = fmt.Sprintf(`{"order_id":%q,"customer_id":%q,"amount":`, id, customer)
+		}
+		return generated{key: []byte(customer), value: []byte(v)}
+	}
+	o := Order{OrderID: id, CustomerID: customer, Amount: amount}
+	v, err := json.Marshal(o)
+	if err != nil {
+		panic(fmt.Sprintf("orders: encode %+v: %v", o, err)) // strings and a finite number
+	}
+	return generated{key: []byte(customer), value: v, order: o, valid: true}
+}
+
+// produceOrders is `orders produce`: it sends generated orders (or the
+// lines of p.Stdin), keyed by customer id, and returns how many the broker
+// acknowledged.
+func produceOrders(ctx context.Context, p produceConfig, log *slog.Logger) (int64, error) {
+	if err := p.validate(); err != nil {
+		return 0, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sc := engine.NewSaramaConfig("keepstate-orders-produce")
+	sc.Producer.Return.Successes = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Idempotent = true
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Partitioner = engine.NewJavaPartitioner
+	if err := app.EnsureTopic(p.Brokers, sc, p.Topic, p.Partitions); err != nil {
+		return 0, err
+	}
+	prod, err := sarama.NewAsyncProducer(p.Brokers, sc)
+	if err != nil {
+		return 0, fmt.Errorf("%w: kafka %v: %w; start Kafka (go run ./cmd/keepstate demo) or set --brokers", app.ErrUnavailable, p.Brokers, err)
+	}
+	next := generatedOrders(p)
+	if p.Stdin != nil {
+		next = rawLines(p.Stdin)
+	}
+	var sent, acked int64
+	var firstErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case _, ok := <-prod.Successes():
+				if !ok {
+					return
+				}
+				acked++
+			case perr, ok := <-prod.Errors():
+				if !ok {
+					return
+				}
+				if firstErr == nil {
+					firstErr = perr.Err
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	var readErr error
+	for ctx.Err() == nil {
+		g, ok, err := next()
+		if err != nil {
+			readErr = err
+			break
+		}
+		if !ok {
+			break
+		}
+		m := &sarama.ProducerMessage{Topic: p.Topic, Value: sarama.ByteEncoder(g.value)}
+		if len(g.key) > 0 {
+			m.Key = sarama.ByteEncoder(g.key)
+		}
+		select {
+		case prod.Input() <- m:
+			sent++
+		case <-ctx.Done():
+		}
+		if p.Rate > 0 {
+			due := start.Add(time.Duration(float64(sent) / p.Rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+			}
+		}
+	}
+	prod.AsyncClose()
+	<-done
+	log.Info("produced orders", "topic", p.Topic, "sent", sent, "acknowledged", acked, "took", time.Since(start))
+	switch {
+	case readErr != nil:
+		return acked, readErr
+	case firstErr != nil:
+		return acked, fmt.Errorf("produce to %s: %w", p.Topic, firstErr)
+	}
+	return acked, nil
+}
+
+// generatedOrders returns p.Count generated orders (endless when 0).
+func generatedOrders(p produceConfig) func() (generated, bool, error) {
+	g := newGenerator(p.Customers, p.Seed, p.BadEvery)
+	return func() (generated, bool, error) {
+		if p.Count > 0 && g.n >= p.Count {
+			return generated{}, false, nil
+		}
+		return g.next(), true, nil
+	}
+}
+
+// maxLineBytes bounds one line of --stdin.
+const maxLineBytes = 1 << 20
+
+// rawLines returns the non-blank lines of r, each as a record value as it
+// is (so that bad orders can be sent too), keyed by its customer_id when
+// it has one.
+func rawLines(r io.Reader) func() (generated, bool, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), maxLineBytes)
+	return func() (generated, bool, error) {
+		for sc.Scan() {
+			b := bytes.TrimSpace(sc.Bytes())
+			if len(b) == 0 {
+				continue
+			}
+			g := generated{value: bytes.Clone(b)}
+			var o Order
+			if json.Unmarshal(b, &o) == nil && o.CustomerID != "" {
+				g.key = []byte(o.CustomerID)
+			}
+			return g, true, nil
+		}
+		if err := sc.Err(); err != nil {
+			return generated{}, false, fmt.Errorf("read stdin: %w", err)
+		}
+		return generated{}, false, nil
+	}
+}
