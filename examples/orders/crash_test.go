@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +69,7 @@ func runOrdersCrashTest(t *testing.T, store string) {
 		maxChunks = 60   // then the load stops, so that not every customer reaches 1000
 		customers = 1000
 		kills     = 6
+		pauses    = 2
 		seed      = 11
 	)
 	brokers := testkit.Kafka(t)
@@ -92,12 +94,13 @@ func runOrdersCrashTest(t *testing.T, store string) {
 		{name: "a", dataDir: t.TempDir(), api: testkit.FreeAddr(t)},
 		{name: "b", dataDir: t.TempDir(), api: testkit.FreeAddr(t)},
 	}
-	// One after the other: the first creates the internal topics. Started
-	// together on Apache Kafka, the second may find a topic the first just
-	// created missing from the broker's metadata, and the engine gives up
-	// (engine.ensureTopics does not wait for the metadata of a new topic).
+	// Both at once: they race to create the internal topics, and the one
+	// that loses must wait for the other's topics to reach the broker's
+	// metadata (engine.ensureTopics) rather than give up.
 	for _, in := range inst {
 		cc.start(in)
+	}
+	for _, in := range inst {
 		cc.waitReady(in, 60*time.Second)
 	}
 
@@ -140,6 +143,25 @@ func runOrdersCrashTest(t *testing.T, store string) {
 	// partitions move there, are restored from the changelog, and move
 	// back when the victim returns.
 	start := time.Now()
+	// First, while orders flow, pauses: SIGSTOP one instance until the
+	// other runs every partition (its session expired), then SIGCONT. The
+	// paused one wakes up as a zombie holding a transaction: the broker
+	// must abort it, and its late writes must reach no output.
+	for n, attempts := 0, 0; n < pauses; {
+		if attempts++; attempts > 3*pauses {
+			t.Fatalf("only %d of %d pauses hit an instance holding unflushed state", n, pauses)
+		}
+		time.Sleep(time.Duration(300+rnd.IntN(900)) * time.Millisecond) // a random moment, not synchronisation
+		v := rnd.IntN(len(inst))
+		for _, in := range inst {
+			cc.waitReady(in, 60*time.Second)
+		}
+		if pausePastSession(t, inst[v], inst[1-v]) {
+			n++
+			t.Logf("pause %d after %v: SIGSTOP %s until %s ran every partition; its late transaction was aborted",
+				n, time.Since(start).Round(time.Millisecond), inst[v].name, inst[1-v].name)
+		}
+	}
 	for k := 1; k <= kills; k++ {
 		time.Sleep(time.Duration(300+rnd.IntN(900)) * time.Millisecond) // a random moment, not synchronisation
 		v := rnd.IntN(len(inst))
@@ -191,26 +213,62 @@ func runOrdersCrashTest(t *testing.T, store string) {
 	t.Logf("exact after %d kills, %v in all", kills, time.Since(start).Round(time.Millisecond))
 }
 
+// pausePastSession stops victim (SIGSTOP) until other runs every
+// partition, resumes it, and reports whether the victim then aborted a
+// transaction (it was paused holding unflushed state); a pause that did
+// not is reported false and does not count.
+func pausePastSession(t *testing.T, victim, other *crashInstance) bool {
+	t.Helper()
+	before, err := jobStats(victim)
+	if err != nil {
+		t.Fatalf("stats of %s: %v", victim.name, err)
+	}
+	if err := victim.proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitRunsAll(t, other)
+	if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := jobStats(victim)
+		if err == nil && st.TransactionsAborted > before.TransactionsAborted {
+			return true
+		}
+		if time.Now().After(deadline) {
+			t.Logf("pause of %s did not count: no aborted transaction (%v)", victim.name, err)
+			return false
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
+	}
+}
+
+// jobStats returns the engine counters of in.
+func jobStats(in *crashInstance) (engine.Stats, error) {
+	var st testkit.APIStats[engine.Stats]
+	code, err := testkit.GetJSON("http://"+in.api+"/api/stats", &st)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("/api/stats of %s: status %d", in.name, code)
+	}
+	return st.Stats, err
+}
+
 // waitRunsAll waits until in runs all 3 partitions of the job.
 func waitRunsAll(t *testing.T, in *crashInstance) {
 	t.Helper()
 	testkit.Eventually(t, 60*time.Second, in.name+" runs every partition", func() error {
-		var st testkit.APIStats[engine.Stats]
-		code, err := testkit.GetJSON("http://"+in.api+"/api/stats", &st)
-		switch {
-		case err != nil:
-			return err
-		case code != http.StatusOK:
-			return fmt.Errorf("/api/stats of %s: status %d", in.name, code)
-		case st.Stats.PartitionsRunning != 3:
-			return fmt.Errorf("%s runs %d partitions", in.name, st.Stats.PartitionsRunning)
+		st, err := jobStats(in)
+		if err == nil && st.PartitionsRunning != 3 {
+			err = fmt.Errorf("%s runs %d partitions", in.name, st.PartitionsRunning)
 		}
-		return nil
+		return err
 	})
 }
 
 // TestE2EOrdersCrashExactnessClover: 2 instances, each with its own clover
-// store, 6 kill -9 while orders flow (3 of them past the session timeout).
+// store, 2 pauses past the session timeout and 6 kill -9 (3 of them
+// restarted past the session timeout) while orders flow.
 func TestE2EOrdersCrashExactnessClover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test takes a minute")
@@ -218,8 +276,8 @@ func TestE2EOrdersCrashExactnessClover(t *testing.T) {
 	runOrdersCrashTest(t, app.StoreClover)
 }
 
-// TestE2EOrdersCrashExactnessRedis: 2 instances sharing one Redis, 6 kill
-// -9 while orders flow.
+// TestE2EOrdersCrashExactnessRedis: 2 instances sharing one Redis, 2
+// pauses past the session timeout and 6 kill -9 while orders flow.
 func TestE2EOrdersCrashExactnessRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test takes a minute")
