@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"time"
 
 	"github.com/IBM/sarama"
 
@@ -102,85 +101,23 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	sc := engine.NewSaramaConfig("keepstate-produce")
-	sc.Producer.Return.Successes = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Producer.Idempotent = true
-	sc.Net.MaxOpenRequests = 1
-	sc.Producer.Partitioner = engine.NewJavaPartitioner
-	if err := EnsureTopic(p.Brokers, sc, p.Topic, p.Partitions); err != nil {
-		return 0, err
-	}
-	prod, err := sarama.NewAsyncProducer(p.Brokers, sc)
-	if err != nil {
-		return 0, fmt.Errorf("%w: kafka %v: %w; start Kafka or set --brokers", ErrUnavailable, p.Brokers, err)
-	}
 	next := generated(p)
 	if p.Stdin != nil {
 		next = jsonLines(p.Stdin)
 	}
-	var sent, acked int64
-	var firstErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case _, ok := <-prod.Successes():
-				if !ok {
-					return
-				}
-				acked++
-			case perr, ok := <-prod.Errors():
-				if !ok {
-					return
-				}
-				if firstErr == nil {
-					firstErr = perr.Err
-				}
-			}
-		}
-	}()
 	subject := avro.ValueSubject(p.Topic)
-	start := time.Now()
-	for ctx.Err() == nil {
+	return SendRecords(ctx, Sender{Brokers: p.Brokers, Topic: p.Topic, Partitions: p.Partitions, Rate: p.Rate,
+		ClientID: "keepstate-produce", Log: log}, func() (Record, bool, error) {
 		r, ok, err := next()
-		if err != nil {
-			prod.AsyncClose()
-			<-done
-			return acked, err
-		}
-		if !ok {
-			break
+		if err != nil || !ok {
+			return Record{}, ok, err
 		}
 		v, err := reg.EncodeRating(ctx, subject, r)
 		if err != nil {
-			prod.AsyncClose()
-			<-done
-			return acked, fmt.Errorf("encode rating: %w", err)
+			return Record{}, false, fmt.Errorf("encode rating: %w", err)
 		}
-		select {
-		case prod.Input() <- &sarama.ProducerMessage{Topic: p.Topic, Key: sarama.ByteEncoder(engine.EncodeMovieKey(r.MovieID)), Value: sarama.ByteEncoder(v)}:
-			sent++
-		case <-ctx.Done():
-		}
-		if p.Rate > 0 {
-			due := start.Add(time.Duration(float64(sent) / p.Rate * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(d):
-				}
-			}
-		}
-	}
-	prod.AsyncClose()
-	<-done
-	log.Info("produced ratings", "topic", p.Topic, "sent", sent, "acknowledged", acked, "took", time.Since(start))
-	if firstErr != nil {
-		return acked, fmt.Errorf("produce to %s: %w", p.Topic, firstErr)
-	}
-	return acked, nil
+		return Record{Key: engine.EncodeMovieKey(r.MovieID), Value: v}, true, nil
+	})
 }
 
 func generated(p ProduceConfig) func() (avro.Rating, bool, error) {

@@ -12,12 +12,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"time"
-
-	"github.com/IBM/sarama"
 
 	"github.com/keepstate/keepstate/app"
-	"github.com/keepstate/keepstate/engine"
 )
 
 // produceConfig configures `orders produce`, the order generator.
@@ -112,10 +108,7 @@ func (g *generator) next() generated {
 		return generated{key: []byte(customer), value: []byte(v)}
 	}
 	o := Order{OrderID: id, CustomerID: customer, Amount: amount}
-	v, err := json.Marshal(o)
-	if err != nil {
-		panic(fmt.Sprintf("orders: encode %+v: %v", o, err)) // strings and a finite number
-	}
+	v := fmt.Appendf(nil, `{"order_id":%q,"customer_id":%q,"amount":%s}`, id, customer, strconv.FormatFloat(amount, 'g', -1, 64))
 	return generated{key: []byte(customer), value: v, order: o, valid: true}
 }
 
@@ -129,85 +122,22 @@ func produceOrders(ctx context.Context, p produceConfig, log *slog.Logger) (int6
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sc := engine.NewSaramaConfig("keepstate-orders-produce")
-	sc.Producer.Return.Successes = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
-	sc.Producer.Idempotent = true
-	sc.Net.MaxOpenRequests = 1
-	sc.Producer.Partitioner = engine.NewJavaPartitioner
-	if err := app.EnsureTopic(p.Brokers, sc, p.Topic, p.Partitions); err != nil {
-		return 0, err
-	}
-	prod, err := sarama.NewAsyncProducer(p.Brokers, sc)
-	if err != nil {
-		return 0, fmt.Errorf("%w: kafka %v: %w; start Kafka (go run ./cmd/keepstate demo) or set --brokers", app.ErrUnavailable, p.Brokers, err)
-	}
 	next := generatedOrders(p)
 	if p.Stdin != nil {
 		next = rawLines(p.Stdin)
 	}
-	var sent, acked int64
-	var firstErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case _, ok := <-prod.Successes():
-				if !ok {
-					return
-				}
-				acked++
-			case perr, ok := <-prod.Errors():
-				if !ok {
-					return
-				}
-				if firstErr == nil {
-					firstErr = perr.Err
-				}
-			}
-		}
-	}()
-	start := time.Now()
-	var readErr error
-	for ctx.Err() == nil {
+	return app.SendRecords(ctx, app.Sender{Brokers: p.Brokers, Topic: p.Topic, Partitions: p.Partitions, Rate: p.Rate,
+		ClientID: "keepstate-orders-produce", Log: log}, func() (app.Record, bool, error) {
 		g, ok, err := next()
-		if err != nil {
-			readErr = err
-			break
+		if err != nil || !ok {
+			return app.Record{}, ok, err
 		}
-		if !ok {
-			break
-		}
-		m := &sarama.ProducerMessage{Topic: p.Topic, Value: sarama.ByteEncoder(g.value)}
+		r := app.Record{Value: g.value}
 		if len(g.key) > 0 {
-			m.Key = sarama.ByteEncoder(g.key)
+			r.Key = g.key
 		}
-		select {
-		case prod.Input() <- m:
-			sent++
-		case <-ctx.Done():
-		}
-		if p.Rate > 0 {
-			due := start.Add(time.Duration(float64(sent) / p.Rate * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(d):
-				}
-			}
-		}
-	}
-	prod.AsyncClose()
-	<-done
-	log.Info("produced orders", "topic", p.Topic, "sent", sent, "acknowledged", acked, "took", time.Since(start))
-	switch {
-	case readErr != nil:
-		return acked, readErr
-	case firstErr != nil:
-		return acked, fmt.Errorf("produce to %s: %w", p.Topic, firstErr)
-	}
-	return acked, nil
+		return r, true, nil
+	})
 }
 
 // generatedOrders returns p.Count generated orders (endless when 0).
