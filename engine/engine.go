@@ -41,6 +41,8 @@ type Engine struct {
 	// table holds the job's state; job is the aggregation it runs.
 	table Table
 	job   Runner
+	// localStore is set when the table is InstanceLocal (see persist).
+	localStore bool
 	// movies is the movie Store behind table when the engine was built by
 	// New (RangeLocal answers /movies from it); nil for other jobs.
 	movies Store
@@ -101,8 +103,9 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	log = log.With("job", job.Spec().Name)
+	l, ok := table.(InstanceLocal)
 	return &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: cfg.kafka(),
-		route: newRouter(cfg, log)}, nil
+		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}, nil
 }
 
 // Job returns the job the engine runs.

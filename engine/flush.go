@@ -48,6 +48,9 @@ type persistJob struct {
 	// checkpoint.
 	verify     bool
 	checkpoint int64
+	// base is the store's checkpoint when the job was prepared (the claim
+	// check of a shared store writes it again, see persist).
+	base int64
 
 	done chan struct{}
 	err  error
@@ -80,6 +83,7 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 		dead:   len(t.dead),
 		next:   t.next,
 		commit: t.next > t.committed,
+		base:   t.checkpoint,
 	}
 	a := newRecordArena(2*len(t.dirty), 1)
 	values := make([]byte, 0, 32*len(t.dirty))
@@ -144,6 +148,18 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 	defer stop()
 	if job.verify {
 		return t.write(ctx, job, DocBatch{Partition: t.p, Epoch: t.epoch, Checkpoint: job.checkpoint})
+	}
+	if len(job.docs) > 0 && !e.localStore {
+		// A shared store that lost its data (Redis restarted without it)
+		// answers loads with nothing until a write is fenced, and
+		// aggregates built on those reads must never reach the changelog,
+		// which a restore would then trust. Confirm the claim before
+		// committing: if it holds now, every read of this batch came
+		// before any loss (a loss takes the claim with it); if the loss
+		// comes after this check, the reads were right.
+		if err := t.write(ctx, job, DocBatch{Partition: t.p, Epoch: t.epoch, Checkpoint: job.base}); err != nil {
+			return err
+		}
 	}
 	if t.producer != nil {
 		if err := t.commitTxn(job.msgs, job.next, job.commit); err != nil {
