@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -320,37 +319,23 @@ func runCrashTest(t *testing.T, store string) {
 // pausePastSession stops victim with SIGSTOP until other runs every
 // partition (victim's session timed out and its partitions moved), then
 // resumes it and reports whether it woke up holding unflushed state: its
-// late transaction was aborted.
+// late transaction was aborted (testkit.PausePastSession).
 func pausePastSession(t *testing.T, victim, other *crashInstance) bool {
 	t.Helper()
-	before, err := stats(victim.api)
-	if err != nil {
-		t.Fatalf("stats of %s: %v", victim.name, err)
-	}
-	if err := victim.proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 60*time.Second, other.name+" runs every partition", func() error {
-		st, err := stats(other.api)
-		if err == nil && st.Stats.PartitionsRunning != 3 {
-			err = fmt.Errorf("%s runs %d partitions", other.name, st.Stats.PartitionsRunning)
-		}
-		return err
+	return testkit.PausePastSession(t, testkit.Pause{
+		Victim: victim.proc, Name: victim.name, Other: other.name,
+		TakenOver: func() error {
+			st, err := stats(other.api)
+			if err == nil && st.Stats.PartitionsRunning != 3 {
+				err = fmt.Errorf("%s runs %d partitions", other.name, st.Stats.PartitionsRunning)
+			}
+			return err
+		},
+		Aborted: func() (int64, error) {
+			st, err := stats(victim.api)
+			return st.Stats.TransactionsAborted, err
+		},
 	})
-	if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	err = waitFor(30*time.Second, func() error {
-		st, err := stats(victim.api)
-		if err == nil && st.Stats.TransactionsAborted <= before.Stats.TransactionsAborted {
-			err = fmt.Errorf("%s: no aborted transaction yet", victim.name)
-		}
-		return err
-	})
-	if err != nil {
-		t.Logf("pause of %s did not count: %v", victim.name, err)
-	}
-	return err == nil
 }
 
 // waitAllExact polls GET /movies on api until every movie equals the truth.

@@ -16,6 +16,7 @@ import (
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/internal/testkit/apptest"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -24,21 +25,13 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // only when the test fails.
 func testLogger(t *testing.T, name string) *slog.Logger { return testkit.Logger(t, name) }
 
-// testConfig returns a config with unique topics and group, a fresh data
-// dir, a short commit interval and an ephemeral API port.
+// testConfig returns app.Default set up for one test (apptest.Config:
+// unique topics and group, a fresh data dir, a short commit interval, an
+// ephemeral API port) with the registry at registryURL.
 func testConfig(t *testing.T, brokers []string, registryURL string) app.Config {
-	c := app.Default()
-	c.Brokers = brokers
+	t.Helper()
+	c := apptest.Config(t, app.Default(), brokers, apptest.Names{App: "ks", Input: "ratings", Output: "averages"}, testPeerSecret)
 	c.SchemaRegistry = registryURL
-	c.ApplicationID = testkit.UniqueName(t, "ks")
-	c.InputTopic = testkit.UniqueName(t, "ratings")
-	c.OutputTopic = testkit.UniqueName(t, "averages")
-	c.DataDir = t.TempDir()
-	c.HTTPAddr = "127.0.0.1:0"
-	c.CommitInterval = 100 * time.Millisecond
-	c.Partitions = 3
-	c.Fsync = false
-	c.PeerSecret = testPeerSecret
 	return c
 }
 

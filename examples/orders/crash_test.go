@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,12 +72,10 @@ func runOrdersCrashTest(t *testing.T, store string) {
 		seed      = 11
 	)
 	brokers := testkit.Kafka(t)
-	cc := &crashCluster{t: t, bin: ordersBinary(t), cfg: defaultConfig()}
+	// The children get their settings as flags (start); of the config they
+	// use only the names, the store and the Redis URL.
+	cc := &crashCluster{t: t, bin: ordersBinary(t), cfg: testConfig(t, brokers)}
 	c := &cc.cfg
-	c.Brokers = brokers
-	c.ApplicationID = testkit.UniqueName(t, "orders")
-	c.InputTopic = testkit.UniqueName(t, "orders-in")
-	c.OutputTopic = testkit.UniqueName(t, "totals")
 	c.Store = store
 	if store == app.StoreRedis {
 		c.RedisURL = testkit.StartRedis(t).URL()
@@ -216,32 +213,17 @@ func runOrdersCrashTest(t *testing.T, store string) {
 // pausePastSession stops victim (SIGSTOP) until other runs every
 // partition, resumes it, and reports whether the victim then aborted a
 // transaction (it was paused holding unflushed state); a pause that did
-// not is reported false and does not count.
+// not is reported false and does not count (testkit.PausePastSession).
 func pausePastSession(t *testing.T, victim, other *crashInstance) bool {
 	t.Helper()
-	before, err := jobStats(victim)
-	if err != nil {
-		t.Fatalf("stats of %s: %v", victim.name, err)
-	}
-	if err := victim.proc.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	waitRunsAll(t, other)
-	if err := victim.proc.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := jobStats(victim)
-		if err == nil && st.TransactionsAborted > before.TransactionsAborted {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Logf("pause of %s did not count: no aborted transaction (%v)", victim.name, err)
-			return false
-		}
-		time.Sleep(100 * time.Millisecond) // polling interval
-	}
+	return testkit.PausePastSession(t, testkit.Pause{
+		Victim: victim.proc, Name: victim.name, Other: other.name,
+		TakenOver: func() error { return runsAll(other) },
+		Aborted: func() (int64, error) {
+			st, err := jobStats(victim)
+			return st.TransactionsAborted, err
+		},
+	})
 }
 
 // jobStats returns the engine counters of in.
@@ -254,16 +236,20 @@ func jobStats(in *crashInstance) (engine.Stats, error) {
 	return st.Stats, err
 }
 
+// runsAll returns nil if in runs all 3 partitions of the job, and
+// otherwise what it runs.
+func runsAll(in *crashInstance) error {
+	st, err := jobStats(in)
+	if err == nil && st.PartitionsRunning != 3 {
+		err = fmt.Errorf("%s runs %d partitions", in.name, st.PartitionsRunning)
+	}
+	return err
+}
+
 // waitRunsAll waits until in runs all 3 partitions of the job.
 func waitRunsAll(t *testing.T, in *crashInstance) {
 	t.Helper()
-	testkit.Eventually(t, 60*time.Second, in.name+" runs every partition", func() error {
-		st, err := jobStats(in)
-		if err == nil && st.PartitionsRunning != 3 {
-			err = fmt.Errorf("%s runs %d partitions", in.name, st.PartitionsRunning)
-		}
-		return err
-	})
+	testkit.Eventually(t, 60*time.Second, in.name+" runs every partition", func() error { return runsAll(in) })
 }
 
 // TestE2EOrdersCrashExactnessClover: 2 instances, each with its own clover

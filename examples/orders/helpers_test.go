@@ -17,8 +17,10 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/internal/testkit/apptest"
 )
 
 func TestMain(m *testing.M) {
@@ -32,6 +34,14 @@ func TestMain(m *testing.M) {
 
 // testPeerSecret authenticates routing between the instances of a test.
 const testPeerSecret = "orders-test-peer-secret-0123"
+
+// testConfig returns the example's defaults set up for one test on brokers
+// (apptest.Config: unique topics and group, a fresh data dir, a short
+// commit interval, an ephemeral API port).
+func testConfig(t *testing.T, brokers []string) app.Config {
+	t.Helper()
+	return apptest.Config(t, defaultConfig(), brokers, apptest.Names{App: "orders", Input: "orders-in", Output: "totals"}, testPeerSecret)
+}
 
 // truth is what the job must end up with: every customer's totals and how
 // many records were bad.

@@ -207,17 +207,7 @@ func TestCommandLine(t *testing.T) {
 // record of each customer, and the dead letters with their reasons.
 func TestCustomersExact(t *testing.T) {
 	brokers := testkit.Kafka(t)
-	c := defaultConfig()
-	c.Brokers = brokers
-	c.ApplicationID = testkit.UniqueName(t, "orders")
-	c.InputTopic = testkit.UniqueName(t, "orders-in")
-	c.OutputTopic = testkit.UniqueName(t, "totals")
-	c.DataDir = t.TempDir()
-	c.HTTPAddr = "127.0.0.1:0"
-	c.CommitInterval = 100 * time.Millisecond
-	c.Partitions = 3
-	c.Fsync = false
-	c.PeerSecret = testPeerSecret
+	c := testConfig(t, brokers)
 	job, err := app.NewJob(CustomersJob(), c.InputTopic, c.OutputTopic)
 	if err != nil {
 		t.Fatalf("NewJob: %v", err)

@@ -10,17 +10,24 @@ import (
 // be called from the test goroutine.
 func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() error) {
 	t.Helper()
+	if last := Poll(timeout, cond); last != nil {
+		t.Fatalf("%s: not true after %v: %v", msg, timeout, last)
+	}
+}
+
+// Poll calls cond, at growing intervals up to 200ms, until it returns nil
+// or timeout passes, and returns its last error: nil if cond held in time.
+// It is Eventually for a condition that may fairly never hold, and is safe
+// to call from any goroutine (it does not touch the test).
+func Poll(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	interval := 10 * time.Millisecond
-	var last error
 	for {
-		if last = cond(); last == nil {
-			return
+		last := cond()
+		if last == nil || time.Now().After(deadline) {
+			return last
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %v", msg, timeout, last)
-		}
-		time.Sleep(interval)
+		time.Sleep(interval) // polling interval, not synchronisation
 		if interval < 200*time.Millisecond {
 			interval *= 2
 		}
