@@ -59,8 +59,10 @@ type Config struct {
 	StoreWriteCache int
 	// --store-disk-reserve-mib: free space clover keeps on its volume; writes wait below it
 	StoreDiskReserveMiB int64
-	AdvertiseAddr       string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
-	SessionTimeout      time.Duration // --session-timeout: consumer group session timeout
+	// --memory-limit-mib: soft limit of the process's memory, MiB (0: 90% of the container's limit, if any; -1: none)
+	MemoryLimitMiB int64
+	AdvertiseAddr  string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
+	SessionTimeout time.Duration // --session-timeout: consumer group session timeout
 	// --processing-guarantee: exactly_once (Kafka transactions) | at_least_once
 	ProcessingGuarantee string
 	// --transaction-timeout: how long the broker keeps a dead instance's open transaction
@@ -246,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if c.StoreCacheMiB <= 0 {
 		bad("store-cache-mib", "must be positive")
+	}
+	if c.MemoryLimitMiB < -1 {
+		bad("memory-limit-mib", "must be a number of MiB, 0 (automatic) or -1 (none)")
 	}
 	if c.StoreWriteCache < 0 {
 		bad("store-write-cache", "must not be negative (0 turns it off)")

@@ -114,6 +114,9 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 		return err
 	}
 	log = discardLogger(log)
+	if err := applyMemoryLimit(c, log); err != nil {
+		return err
+	}
 	sec, err := c.ReadSecrets()
 	if err != nil {
 		return err

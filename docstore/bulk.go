@@ -2,36 +2,6 @@ package docstore
 
 import "encoding/json"
 
-// priorCache remembers, for movies the store has read or written, what the
-// next write of the movie needs (its version, average and partition), so
-// that Apply writes without reading: an LSM write is an append, a read is a
-// search through levels. It mirrors the committed state (entries change
-// only after a batch commits; DropPartition and Reset remove theirs) and
-// holds at most max entries (about 50 bytes each; WithWriteCache): once
-// full it stops taking new movies, which are then read as before. A crash
-// loses it; the reopened store fills it again as it reads. Guarded by
-// Store.wmu.
-type priorCache struct {
-	m   map[int64]prior
-	max int
-}
-
-func newPriorCache(max int) priorCache { return priorCache{m: map[int64]prior{}, max: max} }
-
-func (c *priorCache) get(id int64) (prior, bool) {
-	p, ok := c.m[id]
-	return p, ok
-}
-
-// put records p unless the cache is full and does not hold id yet.
-func (c *priorCache) put(id int64, p prior) {
-	if _, ok := c.m[id]; ok || len(c.m) < c.max {
-		c.m[id] = p
-	}
-}
-
-func (c *priorCache) full() bool { return len(c.m) >= c.max }
-
 // bulkLoad is the state of a restore into an empty store, the path that
 // makes a full restore fast. It starts with the first replay batch
 // (engine.Batch.Replay) into an empty partition while the store holds no
@@ -55,7 +25,7 @@ type bulkLoad struct {
 // bulk-load path, starting a load when p and the store are empty. It must
 // be called, under wmu, with the batch about to write p.
 func (s *Store) bulkFor(b kvReader, p int32, replay bool) (bool, error) {
-	if !replay || s.noBulk || s.priors.full() {
+	if !replay || s.noBulk || s.priors.max == 0 || (s.bulk.on && s.priors.full()) {
 		s.endBulk()
 		return false, nil
 	}
@@ -72,7 +42,7 @@ func (s *Store) bulkFor(b kvReader, p int32, replay bool) (bool, error) {
 		if err != nil || size != 0 {
 			return false, err
 		}
-		clear(s.priors.m) // holds nothing of an empty store
+		s.priors.pin() // holds nothing of an empty store; no eviction while the load lasts
 		s.bulk = bulkLoad{on: true, parts: map[int32]bool{}}
 		s.log.Info("docstore bulk load started", "partition", p)
 	}
@@ -85,8 +55,9 @@ func (s *Store) endBulk() {
 	if !s.bulk.on {
 		return
 	}
-	s.log.Info("docstore bulk load ended", "partitions", len(s.bulk.parts), "cached_movies", len(s.priors.m))
+	s.log.Info("docstore bulk load ended", "partitions", len(s.bulk.parts), "cached_movies", s.priors.len())
 	s.bulk = bulkLoad{}
+	s.priors.unpin()
 }
 
 // partitionEmpty reports whether p has neither a checkpoint nor a

@@ -210,7 +210,7 @@ func TestBulkLoadNeedsAnEmptyStore(t *testing.T) {
 // TestWriteCacheFollowsDropAndReset checks that the write cache never
 // answers for a movie the store no longer holds: after DropPartition and
 // Reset, a write of a dropped movie is an insert again (index and size
-// agree with the documents), and a full cache stops taking movies.
+// agree with the documents), and a full cache stays at its limit.
 func TestWriteCacheFollowsDropAndReset(t *testing.T) {
 	s := openTemp(t, WithFsync(false), WithWriteCache(5))
 	defer s.Close()

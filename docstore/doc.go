@@ -24,8 +24,8 @@
 // the format marker live in their own key namespaces of the same database.
 //
 // Apply does not read what its write cache (priorCache) knows: each
-// movie's version, average and partition, kept after every commit and
-// filled at Open from the members keys. A replay batch into an empty store
+// movie's version, average and partition, kept after every commit, learned
+// from Load and filled at Open from the members keys. A replay batch into an empty store
 // takes the bulk-load path (bulkLoad): no read at all, every key an append. A store of the old format (v1,
 // Clover on bbolt, the file keepstate.db) is migrated on Open.
 //

@@ -14,8 +14,8 @@ const (
 	DefaultCacheSize    = 64 << 20
 	DefaultMemtableSize = 16 << 20
 	// DefaultWriteCache is the default number of movies the write cache
-	// remembers (see WithWriteCache): about 100 MiB when full.
-	DefaultWriteCache = 2_000_000
+	// remembers (see WithWriteCache): about 15 MiB when full.
+	DefaultWriteCache = 250_000
 )
 
 // Option configures Open.
@@ -93,10 +93,13 @@ func WithMemtableSize(bytes int64) Option {
 
 // WithWriteCache sets how many movies the write cache remembers (default
 // DefaultWriteCache; 0 turns it off). For each movie the store has read or
-// written it keeps the version, average and partition (about 50 bytes), so
-// that Apply writes that movie without reading it first. Beyond the limit,
-// new movies are read from the store as they are written. Negative means
-// the default.
+// written (or found absent) it keeps the version, average and partition
+// (about 50 bytes), so that Apply writes that movie without reading it
+// first. When full it forgets movies at random: it serves the movies the
+// engine works on, which Load has just read. A restore into an empty
+// store (the bulk load) keeps every movie it writes, up to 2M or this
+// limit if larger, and shrinks back when it ends. Negative means the
+// default.
 func WithWriteCache(movies int) Option {
 	return func(o *options) {
 		if movies >= 0 {

@@ -106,7 +106,7 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 		n = len(members)
 		forget := func() {
 			for _, m := range members {
-				delete(s.priors.m, m.id)
+				s.priors.forget(m.id)
 			}
 		}
 		return func() { forget(); s.gen++ }, b.del(partitionKey(nsCheckpoints, p))
@@ -138,7 +138,7 @@ func (s *Store) Reset(ctx context.Context) error {
 		if err := b.del(collectionKey); err != nil {
 			return nil, err
 		}
-		return func() { clear(s.priors.m); s.gen++ }, createData(b)
+		return func() { s.priors.clear(); s.gen++ }, createData(b)
 	})
 	if err != nil {
 		return fmt.Errorf("reset docstore %s: %w", s.dir, err)

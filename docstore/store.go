@@ -41,9 +41,13 @@ type Store struct {
 	job  *ingestJob // the load buffer being ingested in the background, or nil
 	// ingestChunk is the load buffer's size that starts an ingestion.
 	ingestChunk int
-	priors      priorCache
+	priors      *priorCache
 	tcache      tableCaches // the tables' write cache (table_cache.go)
 	gen         uint64      // counts drops and resets (they make warm's snapshot stale)
+	// learnt holds what Loads read while a write held wmu (Store.learn);
+	// lmu guards it.
+	lmu    sync.Mutex
+	learnt []learnt
 
 	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops
@@ -118,6 +122,7 @@ func (s *Store) write(ctx context.Context, blind bool, fn func(b kvBatch) (after
 	defer s.mu.RUnlock()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	defer s.drainLearnt() // under wmu, after the batch and its after (Store.learn)
 	if err := s.guard.check(); err != nil {
 		return err
 	}
@@ -136,6 +141,7 @@ func (s *Store) write(ctx context.Context, blind bool, fn func(b kvBatch) (after
 		return err
 	}
 	if err := b.commit(s.sync); err != nil {
+		s.priors.clear() // the batch may have been written after all
 		return fmt.Errorf("commit: %w", err)
 	}
 	if after != nil {
@@ -230,6 +236,7 @@ func decodeDoc(v []byte) (engine.MovieStats, error) {
 // seekLoadMin ids is read with one iterator, seeking the keys in order
 // (see loadSorted); fewer are point reads.
 func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieStats, error) {
+	before := s.priors.removals.Load() // before the snapshot (Store.learn)
 	out := make(map[int64]engine.MovieStats, len(ids))
 	err := s.read(ctx, func(r kvReader) error {
 		if len(ids) >= seekLoadMin {
@@ -240,7 +247,70 @@ func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieSt
 	if err != nil {
 		return nil, fmt.Errorf("load %d movies: %w", len(ids), err)
 	}
+	s.learn(before, ids, out)
 	return out, nil
+}
+
+// learn adds what a Load read (found, by id; absent when missing) to the
+// prior cache, so that the Apply that writes those movies next reads
+// nothing: the engine loads the movies its cache dropped, then writes
+// them. before is the cache's removal count read before the Load's
+// snapshot; priorCache.learn says why that makes the read safe to keep.
+// It never waits for wmu: when a write holds it, the movies wait in
+// s.learnt for the write to add them as it ends (drainLearnt).
+func (s *Store) learn(before uint64, ids []int64, found map[int64]engine.MovieStats) {
+	if s.priors.max == 0 {
+		return
+	}
+	entries := make([]written, 0, len(ids))
+	for _, id := range ids {
+		if m, ok := found[id]; ok {
+			entries = append(entries, written{id, prior{version: m.Version, avg: m.Avg(), part: m.Partition}})
+		} else {
+			entries = append(entries, written{id, prior{absent: true}})
+		}
+	}
+	if s.wmu.TryLock() {
+		s.learnNow(before, entries)
+		s.drainLearnt()
+		s.wmu.Unlock()
+		return
+	}
+	s.lmu.Lock()
+	if len(s.learnt) < maxLearnt {
+		s.learnt = append(s.learnt, learnt{before, entries})
+	}
+	s.lmu.Unlock()
+}
+
+// maxLearnt bounds the Loads waiting in Store.learnt.
+const maxLearnt = 64
+
+// learnt is what one Load read, waiting for wmu.
+type learnt struct {
+	before  uint64
+	entries []written
+}
+
+// learnNow adds entries to the prior cache unless a bulk load or an
+// ingestion is in flight (they write outside the cache's view until they
+// end). The caller holds wmu.
+func (s *Store) learnNow(before uint64, entries []written) {
+	if s.bulk.on || s.job != nil || s.buffered.Load() {
+		return
+	}
+	s.priors.learn(before, entries)
+}
+
+// drainLearnt adds the Loads waiting in s.learnt. The caller holds wmu.
+func (s *Store) drainLearnt() {
+	s.lmu.Lock()
+	waiting := s.learnt
+	s.learnt = nil
+	s.lmu.Unlock()
+	for _, l := range waiting {
+		s.learnNow(l.before, l.entries)
+	}
 }
 
 // loadPoints reads the documents of ids into out with one point read each.
@@ -350,8 +420,8 @@ func (s *Store) Apply(ctx context.Context, b engine.Batch) error {
 		// prior cache once it has committed, in that order.
 		learned := make([]written, 0, len(b.Docs))
 		known := func(id int64) (prior, bool, error) {
-			if p, ok := s.priors.get(id); ok {
-				return p, true, nil
+			if p, exists, cached := s.priors.lookup(id); cached {
+				return p, exists, nil
 			}
 			if bulk { // everything in the store is cached: id is new
 				return prior{}, false, nil

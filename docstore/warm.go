@@ -13,8 +13,8 @@ const warmChunk = 20_000
 // Open, so that the first batches after a restart write without reading.
 // It reads one snapshot and adds, under the write lock, only movies the
 // cache does not hold yet (a batch committed since the snapshot put the
-// newer state there); a drop or reset since the snapshot (gen moved) makes
-// the snapshot stale and stops it. It stops when the cache is full or
+// newer state there); a drop or reset (gen moved) or an eviction since the
+// snapshot makes the snapshot stale and stops it. It stops when the cache is full or
 // Close begins, and closes s.warmed when it returns.
 func (s *Store) warm() {
 	defer close(s.warmed)
@@ -28,7 +28,7 @@ func (s *Store) warm() {
 	}
 	start := time.Now()
 	s.wmu.Lock()
-	gen := s.gen
+	gen, removals := s.gen, s.priors.removals.Load()
 	snap := s.kv.snapshot()
 	s.wmu.Unlock()
 	defer snap.release()
@@ -47,11 +47,13 @@ func (s *Store) warm() {
 	flush := func() bool {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
-		if s.gen != gen || s.stopping.Load() || s.job != nil || !s.buf.empty() {
+		// An entry that left the cache since the snapshot may have been
+		// written since (priorCache.learn): the snapshot is stale.
+		if s.gen != gen || s.priors.removals.Load() != removals || s.stopping.Load() || s.job != nil || !s.buf.empty() {
 			return false // a bulk load runs: it fills the cache itself
 		}
 		for _, e := range chunk {
-			if _, ok := s.priors.get(e.id); !ok && !s.priors.full() {
+			if _, _, cached := s.priors.lookup(e.id); !cached && !s.priors.full() {
 				s.priors.put(e.id, e.p)
 				added++
 			}

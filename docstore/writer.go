@@ -20,6 +20,7 @@ type prior struct {
 	version int64
 	avg     float64
 	part    int32
+	absent  bool // the store holds no such movie (learned by Load)
 }
 
 // docWriter writes one batch's documents in Clover's format: the document

@@ -1,0 +1,86 @@
+package app
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/keepstate/keepstate/docstore"
+	"github.com/keepstate/keepstate/internal/malloc"
+)
+
+// minGoMemoryMiB is the least memory limit left for Go's heap that
+// applyMemoryLimit accepts: below it the collector would run all the time.
+const minGoMemoryMiB = 64
+
+// baseMiB is what the process holds besides Go's heap and the store's
+// caches: the binary's resident code, thread stacks and the C allocator's
+// own overhead (measured at 45–50 MiB).
+const baseMiB = 48
+
+// memoryPlan is the soft memory limit a Config asks for.
+type memoryPlan struct {
+	totalMiB int64  // the process's limit, 0 for none
+	goMiB    int64  // of it, Go's soft limit (GOMEMLIMIT)
+	offHeap  int64  // MiB held outside Go's heap: baseMiB and the store's caches
+	source   string // flag, container or none
+}
+
+// planMemory works out the limit: --memory-limit-mib when positive, else
+// (0) 90% of containerMiB when there is a container limit. baseMiB comes
+// off it, and so do the clover store's block cache and two memtables when
+// they live outside Go's heap (cgo builds). It returns ErrConfig when too
+// little is left.
+func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan, error) {
+	p := memoryPlan{source: "none"}
+	switch {
+	case c.MemoryLimitMiB > 0:
+		p.totalMiB, p.source = c.MemoryLimitMiB, "flag"
+	case c.MemoryLimitMiB == 0 && containerMiB > 0:
+		p.totalMiB, p.source = containerMiB*9/10, "container"
+	default:
+		return p, nil
+	}
+	p.offHeap = baseMiB
+	if c.Store == StoreClover && offHeapAllocator {
+		p.offHeap += c.StoreCacheMiB + 2*(docstore.DefaultMemtableSize>>20)
+	}
+	p.goMiB = p.totalMiB - p.offHeap
+	if p.goMiB < minGoMemoryMiB {
+		return p, fmt.Errorf("%w: --memory-limit-mib: %d MiB (%s) leaves %d MiB for Go's heap after the binary and the store's caches (%d MiB); give at least %d MiB or lower --store-cache-mib",
+			ErrConfig, p.totalMiB, p.source, p.goMiB, p.offHeap, p.offHeap+minGoMemoryMiB)
+	}
+	return p, nil
+}
+
+// applyMemoryLimit sets Go's soft memory limit as planMemory says. An
+// explicit GOMEMLIMIT in the environment is the operator's choice and wins
+// over the automatic limit (not over the flag). It also tunes the C
+// allocator for the clover store (malloc.Tune). It changes process-wide
+// settings: call it once, before the store opens.
+func applyMemoryLimit(c Config, log *slog.Logger) error {
+	if c.Store == StoreClover {
+		if err := malloc.Tune(); err != nil { // before Pebble's first C allocation
+			log.Warn("C allocator left untuned: the store may hold more memory than it uses", "err", err)
+		}
+	}
+	if c.MemoryLimitMiB == 0 && os.Getenv("GOMEMLIMIT") != "" {
+		log.Info("memory limit from GOMEMLIMIT", "go_limit_bytes", debug.SetMemoryLimit(-1))
+		return nil
+	}
+	var containerMiB int64
+	if c.MemoryLimitMiB == 0 {
+		if b, err := memlimit.FromCgroup(); err == nil && b > 0 && b < 1<<62 {
+			containerMiB = int64(b >> 20)
+		}
+	}
+	p, err := planMemory(c, containerMiB, malloc.OffHeap)
+	if err != nil || p.totalMiB == 0 {
+		return err
+	}
+	debug.SetMemoryLimit(p.goMiB << 20)
+	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap)
+	return nil
+}

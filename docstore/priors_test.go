@@ -1,0 +1,200 @@
+package docstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// TestLoadTeachesTheWriteCache checks that Apply writes the movies a Load
+// has just read, and the ones it found absent, without reading them again,
+// and writes them correctly (the index agrees with the documents).
+func TestLoadTeachesTheWriteCache(t *testing.T) {
+	s := openTemp(t, WithFsync(false), WithWriteCache(1000))
+	defer s.Close()
+	fill(t, s, 200, 50)
+	<-s.Warmed()
+	s.wmu.Lock()
+	s.priors.clear() // what the writes taught it
+	s.wmu.Unlock()
+	ctx := context.Background()
+	ids := []int64{3, 17, 150, 5000, 5001} // three stored, two absent
+	got, err := s.Load(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("Load returned %d movies; want 3", len(got))
+	}
+	if n := s.priors.len(); n != len(ids) {
+		t.Fatalf("write cache learned %d movies; want %d", n, len(ids))
+	}
+	epoch, err := s.Claim(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []engine.MovieStats
+	for _, id := range ids {
+		m := syntheticMovie(id, 7)
+		m.Partition = 0
+		docs = append(docs, m)
+	}
+	reads := s.counts.writeReads.Load()
+	if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.counts.writeReads.Load() - reads; n != 0 {
+		t.Errorf("Apply after Load read %d documents; want 0", n)
+	}
+	for _, m := range docs {
+		if g, err := s.Get(ctx, m.MovieID); err != nil || g.Version != 7 || g.Avg() != m.Avg() {
+			t.Fatalf("Get(%d) = %+v, %v; want version 7, average %v", m.MovieID, g, err, m.Avg())
+		}
+	}
+	if err := checkIndexAgrees(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoadLearnsNothingStale checks that what a Load read is taught to
+// the write cache only while it is current: not over a movie the cache
+// knows (a write since the snapshot put it there), and not at all once an
+// entry has left the cache since the snapshot (a movie written since and
+// then evicted would look unknown).
+func TestLoadLearnsNothingStale(t *testing.T) {
+	s := openTemp(t, WithFsync(false), WithWriteCache(1000))
+	defer s.Close()
+	fill(t, s, 20, 20)
+	<-s.Warmed()
+	ctx := context.Background()
+	s.wmu.Lock()
+	s.priors.clear()
+	s.wmu.Unlock()
+	write := func(id, version int64) {
+		t.Helper()
+		epoch, err := s.Claim(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := syntheticMovie(id, version)
+		m.Partition = 0
+		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: []engine.MovieStats{m}, Checkpoint: 100 + version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("written since", func(t *testing.T) {
+		before := s.priors.removals.Load()
+		stale := map[int64]engine.MovieStats{5: syntheticMovie(5, 1)} // read, then movie 5 is written
+		write(5, 2)
+		s.learn(before, []int64{5, 6}, stale)
+		if p, ok := s.priors.get(5); !ok || p.version != 2 {
+			t.Fatalf("cached movie 5 = %+v, %v; want version 2 (the write), not the read", p, ok)
+		}
+		if _, exists, cached := s.priors.lookup(6); !cached || exists {
+			t.Fatalf("movie 6: cached %v, exists %v; want known absent", cached, exists)
+		}
+	})
+	t.Run("evicted since", func(t *testing.T) {
+		before := s.priors.removals.Load()
+		stale := map[int64]engine.MovieStats{7: syntheticMovie(7, 1)}
+		write(7, 3)
+		s.wmu.Lock()
+		s.priors.forget(7) // as an eviction would
+		s.wmu.Unlock()
+		s.learn(before, []int64{7, 8}, stale)
+		for _, id := range []int64{7, 8} {
+			if _, _, cached := s.priors.lookup(id); cached {
+				t.Fatalf("movie %d learned from a read older than an eviction", id)
+			}
+		}
+	})
+}
+
+// TestWriteCacheEvicts checks that a full write cache stays at its limit
+// and that random loads and writes through a small cache keep the index
+// agreeing with the documents.
+func TestWriteCacheEvicts(t *testing.T) {
+	s := openTemp(t, WithFsync(false), WithWriteCache(16))
+	defer s.Close()
+	ctx := context.Background()
+	epoch, err := s.Claim(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	version := map[int64]int64{}
+	for i := range 200 {
+		ids := make([]int64, 0, 20)
+		seen := map[int64]bool{}
+		for len(ids) < 20 {
+			id := r.Int64N(300) + 1
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		if i%2 == 0 {
+			if _, err := s.Load(ctx, ids); err != nil {
+				t.Fatal(err)
+			}
+		}
+		docs := make([]engine.MovieStats, 0, len(ids))
+		for _, id := range ids {
+			version[id]++
+			m := syntheticMovie(id, version[id])
+			m.Partition = 0
+			docs = append(docs, m)
+		}
+		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.priors.len(); n > 16 {
+			t.Fatalf("write cache holds %d movies; want at most 16", n)
+		}
+	}
+	for id, v := range version {
+		if g, err := s.Get(ctx, id); err != nil || g.Version != v {
+			t.Fatalf("Get(%d) = version %d, %v; want %d", id, g.Version, err, v)
+		}
+	}
+	if err := checkIndexAgrees(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBulkLoadPinsTheWriteCache checks that a bulk load keeps every movie
+// it writes even past the cache's limit (it takes a movie the cache does
+// not know for a new one), and that the cache shrinks back to its limit
+// when the load ends.
+func TestBulkLoadPinsTheWriteCache(t *testing.T) {
+	s := openTemp(t, WithFsync(false), WithWriteCache(10), withoutIngest())
+	defer s.Close()
+	replayAll(t, s, replayLog())
+	if !s.bulk.on || s.priors.len() != 600 {
+		t.Fatalf("bulk on=%v, cache %d; want on, 600 movies", s.bulk.on, s.priors.len())
+	}
+	if n := s.counts.writeReads.Load(); n != 0 {
+		t.Fatalf("bulk load read %d documents; want 0", n)
+	}
+	if err := checkIndexAgrees(s); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	epoch, err := s.Claim(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := syntheticMovie(4, 1<<40)
+	m.Partition = 1
+	if err := s.Apply(ctx, engine.Batch{Partition: 1, Epoch: epoch, Docs: []engine.MovieStats{m}, Checkpoint: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if s.bulk.on || s.priors.len() > 10 {
+		t.Fatalf("after a live batch: bulk on=%v, cache %d; want off, at most 10", s.bulk.on, s.priors.len())
+	}
+	if err := checkIndexAgrees(s); err != nil {
+		t.Fatal(err)
+	}
+}
