@@ -159,16 +159,9 @@ func testBulkLoadEndsOnLiveWrite(t *testing.T, opts []Option, wantReads int64) {
 	defer s.Close()
 	replayAll(t, s, replayLog())
 	ctx := context.Background()
-	epoch, err := s.Claim(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := syntheticMovie(4, 1<<40)
-	m.Partition = 1
 	reads := s.counts.writeReads.Load()
-	if err := s.Apply(ctx, engine.Batch{Partition: 1, Epoch: epoch, Docs: []engine.MovieStats{m}, Checkpoint: 9}); err != nil {
-		t.Fatal(err)
-	}
+	applyOne(t, s, 1, m, 9)
 	if s.bulk.on {
 		t.Fatal("bulk load still on after a live batch")
 	}

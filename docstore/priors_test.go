@@ -68,22 +68,10 @@ func TestLoadLearnsNothingStale(t *testing.T) {
 	defer s.Close()
 	fill(t, s, 20, 20)
 	<-s.Warmed()
-	ctx := context.Background()
 	s.wmu.Lock()
 	s.priors.clear()
 	s.wmu.Unlock()
-	write := func(id, version int64) {
-		t.Helper()
-		epoch, err := s.Claim(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := syntheticMovie(id, version)
-		m.Partition = 0
-		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: []engine.MovieStats{m}, Checkpoint: 100 + version}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(id, version int64) { applyOne(t, s, 0, syntheticMovie(id, version), 100+version) }
 	t.Run("written since", func(t *testing.T) {
 		before := s.priors.removals.Load()
 		stale := map[int64]engine.MovieStats{5: syntheticMovie(5, 1)} // read, then movie 5 is written
@@ -181,20 +169,26 @@ func TestBulkLoadPinsTheWriteCache(t *testing.T) {
 	if err := checkIndexAgrees(s); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	epoch, err := s.Claim(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := syntheticMovie(4, 1<<40)
-	m.Partition = 1
-	if err := s.Apply(ctx, engine.Batch{Partition: 1, Epoch: epoch, Docs: []engine.MovieStats{m}, Checkpoint: 9}); err != nil {
-		t.Fatal(err)
-	}
+	applyOne(t, s, 1, syntheticMovie(4, 1<<40), 9)
 	if s.bulk.on || s.priors.len() > 10 {
 		t.Fatalf("after a live batch: bulk on=%v, cache %d; want off, at most 10", s.bulk.on, s.priors.len())
 	}
 	if err := checkIndexAgrees(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyOne claims partition p and writes m there as one live batch ending
+// at checkpoint.
+func applyOne(t *testing.T, s *Store, p int32, m engine.MovieStats, checkpoint int64) {
+	t.Helper()
+	ctx := context.Background()
+	epoch, err := s.Claim(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Partition = p
+	if err := s.Apply(ctx, engine.Batch{Partition: p, Epoch: epoch, Docs: []engine.MovieStats{m}, Checkpoint: checkpoint}); err != nil {
 		t.Fatal(err)
 	}
 }
