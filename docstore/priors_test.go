@@ -114,26 +114,15 @@ func TestWriteCacheEvicts(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	version := map[int64]int64{}
 	for i := range 200 {
-		ids := make([]int64, 0, 20)
-		seen := map[int64]bool{}
-		for len(ids) < 20 {
-			id := r.Int64N(300) + 1
-			if !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
+		docs := randomBatch(r, version, 20, 300)
 		if i%2 == 0 {
+			ids := make([]int64, len(docs))
+			for j, m := range docs {
+				ids[j] = m.MovieID
+			}
 			if _, err := s.Load(ctx, ids); err != nil {
 				t.Fatal(err)
 			}
-		}
-		docs := make([]engine.MovieStats, 0, len(ids))
-		for _, id := range ids {
-			version[id]++
-			m := syntheticMovie(id, version[id])
-			m.Partition = 0
-			docs = append(docs, m)
 		}
 		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
 			t.Fatal(err)
@@ -142,14 +131,7 @@ func TestWriteCacheEvicts(t *testing.T) {
 			t.Fatalf("write cache holds %d movies; want at most 16", n)
 		}
 	}
-	for id, v := range version {
-		if g, err := s.Get(ctx, id); err != nil || g.Version != v {
-			t.Fatalf("Get(%d) = version %d, %v; want %d", id, g.Version, err, v)
-		}
-	}
-	if err := checkIndexAgrees(s); err != nil {
-		t.Fatal(err)
-	}
+	checkLatest(t, s, version)
 }
 
 // TestBulkLoadPinsTheWriteCache checks that a bulk load keeps every movie
@@ -231,19 +213,7 @@ func TestWriteCacheUnderConcurrentLoads(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	version := map[int64]int64{}
 	for i := range 300 {
-		seen := map[int64]bool{}
-		var docs []engine.MovieStats
-		for len(docs) < 16 {
-			id := r.Int64N(200) + 1
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			version[id]++
-			m := syntheticMovie(id, version[id])
-			m.Partition = 0
-			docs = append(docs, m)
-		}
+		docs := randomBatch(r, version, 16, 200)
 		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
 			close(stop)
 			t.Fatal(err)
@@ -255,9 +225,36 @@ func TestWriteCacheUnderConcurrentLoads(t *testing.T) {
 			t.Fatalf("load: %v", err)
 		}
 	}
+	checkLatest(t, s, version)
+}
+
+// randomBatch returns n distinct movies of 1..of for partition 0, each at
+// its next version (counted in version).
+func randomBatch(r *rand.Rand, version map[int64]int64, n int, of int64) []engine.MovieStats {
+	seen := map[int64]bool{}
+	docs := make([]engine.MovieStats, 0, n)
+	for len(docs) < n {
+		id := r.Int64N(of) + 1
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		version[id]++
+		m := syntheticMovie(id, version[id])
+		m.Partition = 0
+		docs = append(docs, m)
+	}
+	return docs
+}
+
+// checkLatest fails unless s holds every movie of version at its last
+// version and average, and its index agrees with its documents.
+func checkLatest(t *testing.T, s *Store, version map[int64]int64) {
+	t.Helper()
 	for id, v := range version {
-		if g, err := s.Get(ctx, id); err != nil || g.Version != v || g.Avg() != syntheticMovie(id, v).Avg() {
-			t.Fatalf("Get(%d) = version %d avg %v, %v; want version %d avg %v", id, g.Version, g.Avg(), err, v, syntheticMovie(id, v).Avg())
+		want := syntheticMovie(id, v)
+		if g, err := s.Get(context.Background(), id); err != nil || g.Version != v || g.Avg() != want.Avg() {
+			t.Fatalf("Get(%d) = version %d avg %v, %v; want version %d avg %v", id, g.Version, g.Avg(), err, v, want.Avg())
 		}
 	}
 	if err := checkIndexAgrees(s); err != nil {

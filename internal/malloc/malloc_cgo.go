@@ -14,10 +14,6 @@ import "C"
 
 import "errors"
 
-// OffHeap reports whether Pebble allocates its block cache and memtables
-// outside Go's heap (with cgo, through C's allocator).
-const OffHeap = true
-
 // Tune sets the C allocator's arena count to 2 and its mmap threshold to
 // 128 KiB (see the package doc). Call it once, early, before the store
 // opens; it is safe to call more than once. It returns an error only if

@@ -2,11 +2,6 @@
 
 package malloc
 
-// OffHeap reports whether Pebble allocates its block cache and memtables
-// outside Go's heap; without cgo on Linux this package assumes it does
-// not (Pebble's allocator falls back to Go's heap without cgo).
-const OffHeap = false
-
-// Tune does nothing without cgo on Linux: Pebble then allocates in Go's
-// heap (see the package doc).
+// Tune does nothing without cgo (Pebble then allocates in Go's heap) or
+// off Linux (glibc's mallopt settings are Linux's); see the package doc.
 func Tune() error { return nil }
