@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"bytes"
 	"encoding/binary"
 )
 
@@ -53,6 +54,20 @@ type kvIter interface {
 	key() []byte
 	value() []byte
 	close() error
+}
+
+// exactSeeker is an iterator that can seek to exactly one key faster than
+// seek (Pebble's prefix seek consults the files' bloom filters).
+type exactSeeker interface {
+	seekExact(k []byte) bool
+}
+
+// seekExact positions it at k and reports whether k exists.
+func seekExact(it kvIter, k []byte) bool {
+	if e, ok := it.(exactSeeker); ok {
+		return e.seekExact(k)
+	}
+	return it.seek(k) && bytes.Equal(it.key(), k)
 }
 
 // kvBatch is one atomic write. Nothing is visible to other readers before

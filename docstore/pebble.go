@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -185,6 +186,15 @@ func (i *pebbleIter) seek(k []byte) bool {
 		return i.it.SeekLT(append(append([]byte(nil), k...), 0)) // last key <= k
 	}
 	return i.it.SeekGE(k)
+}
+
+// seekExact positions the iterator at k and reports whether k exists. It
+// is a prefix seek (the whole key is the prefix under Pebble's default
+// comparer), so files whose bloom filter rules k out are skipped instead
+// of positioned in: a random read of a large store touches one file, not
+// one per level.
+func (i *pebbleIter) seekExact(k []byte) bool {
+	return i.it.SeekPrefixGE(k) && bytes.Equal(i.it.Key(), k)
 }
 
 func (i *pebbleIter) next() bool {

@@ -332,7 +332,7 @@ func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) e
 	for i, k := range keys {
 		t.s.counts.docGets.Add(1)
 		buf = t.l.docKey(buf[:0], k)
-		if !it.seek(buf) || !bytes.Equal(it.key(), buf) {
+		if !seekExact(it, buf) {
 			continue
 		}
 		if err := fn(i, it.value()); err != nil {
