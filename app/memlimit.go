@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime/debug"
 
@@ -55,20 +56,25 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 	return p, nil
 }
 
-// applyMemoryLimit sets Go's soft memory limit as planMemory says. An
+// applyMemoryLimit sets Go's soft memory limit as planMemory says and
+// returns the limit in effect for Go's heap, in bytes (0 for none). An
 // explicit GOMEMLIMIT in the environment is the operator's choice and wins
 // over the automatic limit (not over the flag). It also tunes the C
 // allocator for the clover store (malloc.Tune). It changes process-wide
 // settings: call it once, before the store opens.
-func applyMemoryLimit(c Config, log *slog.Logger) error {
+func applyMemoryLimit(c Config, log *slog.Logger) (int64, error) {
 	if c.Store == StoreClover {
 		if err := malloc.Tune(); err != nil { // before Pebble's first C allocation
 			log.Warn("C allocator left untuned: the store may hold more memory than it uses", "err", err)
 		}
 	}
 	if c.MemoryLimitMiB == 0 && os.Getenv("GOMEMLIMIT") != "" {
-		log.Info("memory limit from GOMEMLIMIT", "go_limit_bytes", debug.SetMemoryLimit(-1))
-		return nil
+		limit := debug.SetMemoryLimit(-1)
+		log.Info("memory limit from GOMEMLIMIT", "go_limit_bytes", limit)
+		if limit == math.MaxInt64 {
+			return 0, nil // GOMEMLIMIT=off
+		}
+		return limit, nil
 	}
 	var containerMiB int64
 	if c.MemoryLimitMiB == 0 {
@@ -78,9 +84,15 @@ func applyMemoryLimit(c Config, log *slog.Logger) error {
 	}
 	p, err := planMemory(c, containerMiB, malloc.OffHeap)
 	if err != nil || p.totalMiB == 0 {
-		return err
+		return 0, err
 	}
 	debug.SetMemoryLimit(p.goMiB << 20)
 	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap)
-	return nil
+	return p.goMiB << 20, nil
 }
+
+// bulkMemory is the share of Go's memory limit (goLimit bytes, 0 for
+// none) the clover store's bulk load may use (docstore.WithBulkMemory):
+// half; the other half is the engine's (fetch buffers, caches, batches).
+// 0 (no limit) leaves the bulk load its defaults.
+func bulkMemory(goLimit int64) int64 { return goLimit / 2 }

@@ -46,11 +46,17 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 
 // OpenStore opens the store selected by c.Store.
 func OpenStore(ctx context.Context, c Config, log *slog.Logger) (engine.Store, error) {
+	return openStore(ctx, c, log, 0)
+}
+
+// openStore opens the store selected by c.Store; goLimit is Go's memory
+// limit in bytes (0 for none), which bounds the clover store's bulk load.
+func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (engine.Store, error) {
 	switch c.Store {
 	case StoreClover:
 		s, err := docstore.Open(c.DataDir, docstore.WithFsync(c.Fsync), docstore.WithLogger(log),
 			docstore.WithCacheSize(c.StoreCacheMiB<<20), docstore.WithWriteCache(c.StoreWriteCache),
-			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20))
+			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20), docstore.WithBulkMemory(bulkMemory(goLimit)))
 		if err != nil {
 			return nil, fmt.Errorf("open clover store in %s: %w", c.DataDir, err)
 		}
@@ -114,7 +120,8 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 		return err
 	}
 	log = discardLogger(log)
-	if err := applyMemoryLimit(c, log); err != nil {
+	goLimit, err := applyMemoryLimit(c, log)
+	if err != nil {
 		return err
 	}
 	sec, err := c.ReadSecrets()
@@ -129,7 +136,7 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 			}
 		}
 	}
-	store, err := OpenStore(ctx, c, log)
+	store, err := openStore(ctx, c, log, goLimit)
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,8 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	s.lock = lock
 	go s.warm()
 	log.Info("docstore opened", "dir", dir, "created", !found.store && !found.v1, "migrated", found.v1, "fsync", o.fsync,
-		"cache_bytes", o.cacheBytes, "memtable_bytes", o.memtableBytes, "took", time.Since(start))
+		"cache_bytes", o.cacheBytes, "memtable_bytes", o.memtableBytes,
+		"bulk_cache_movies", s.priors.bulkMax, "ingest_chunk_movies", s.ingestChunk, "took", time.Since(start))
 	return s, nil
 }
 
@@ -103,8 +104,9 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		_ = db.close(true)
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: o.ingestChunk, log: log, counts: &readCounts{},
-		priors: newPriorCache(o.writeCache), warmed: make(chan struct{}),
+	bulkMax, ingestChunk := o.bulkLimits()
+	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
+		priors: newPriorCache(o.writeCache, bulkMax), warmed: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
 	return s, nil
 }

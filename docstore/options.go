@@ -31,6 +31,7 @@ type options struct {
 	noIngest      bool // withoutIngest
 	ingestChunk   int  // withIngestChunk
 	writeCache    int
+	bulkMemory    int64 // WithBulkMemory
 	diskReserve   int64 // WithDiskReserve
 	// openKV opens the engine; nil means Pebble. Tests set another one to
 	// compare engines under the same store.
@@ -106,6 +107,42 @@ func WithWriteCache(movies int) Option {
 			o.writeCache = movies
 		}
 	}
+}
+
+// WithBulkMemory bounds the Go heap, in bytes, that a restore into an
+// empty store (the bulk load) uses for its write cache and its buffer of
+// documents not yet written out: it then keeps at most as many movies as
+// half of it holds (about 83 bytes each) instead of 2M, and writes out a
+// buffer whose two halves (one written while the next fills) hold the
+// other half (about 325 bytes per movie) instead of 250k movies. A bulk
+// load whose cache fills ends, and the rest of the restore reads before
+// it writes, as any batch does: slower, not wrong. Zero or negative means
+// no bound (the defaults). Set it from the process's memory limit, so a
+// restore in a small container is not killed for its memory.
+func WithBulkMemory(bytes int64) Option {
+	return func(o *options) {
+		o.bulkMemory = max(bytes, 0)
+	}
+}
+
+// Sizes the bulk load's structures take per movie in Go's heap, measured
+// with Go 1.26 (a map's table doubles, so these are upper ends).
+const (
+	priorEntryBytes    = 83  // one movie in the write cache
+	bufferedMovieBytes = 325 // one movie in the load buffer, sources included
+	minIngestChunk     = 10_000
+)
+
+// bulkLimits returns the most movies the pinned write cache holds and the
+// load buffer's size that starts an ingestion.
+func (o options) bulkLimits() (bulkMax, ingestChunk int) {
+	bulkMax, ingestChunk = defaultBulkMax, o.ingestChunk
+	if o.bulkMemory > 0 {
+		half := o.bulkMemory / 2
+		bulkMax = int(min(half/priorEntryBytes, defaultBulkMax))
+		ingestChunk = int(max(min(half/(2*bufferedMovieBytes), int64(ingestChunk)), minIngestChunk))
+	}
+	return max(bulkMax, o.writeCache), ingestChunk
 }
 
 // WithDiskReserve sets the free space, in bytes, the store keeps on its

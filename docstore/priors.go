@@ -23,18 +23,23 @@ type priorCache struct {
 	m      map[int64]prior
 	max    int
 	pinned bool
+	// bulkMax is the most entries while pinned (see limit).
+	bulkMax int
 	// removals counts the times entries left the cache (evictions, drops,
 	// resets, pins): read without wmu by Load before its snapshot, for
 	// Store.learn.
 	removals atomic.Uint64
 }
 
-// bulkMax is the most movies the prior cache holds while a bulk load pins
-// it (unless WithWriteCache asks for more): a restore of up to this many
-// movies into an empty store reads nothing.
-const bulkMax = 2_000_000
+// defaultBulkMax is the most movies the prior cache holds while a bulk
+// load pins it (unless WithWriteCache asks for more, or WithBulkMemory
+// for less): a restore of up to this many movies into an empty store
+// reads nothing.
+const defaultBulkMax = 2_000_000
 
-func newPriorCache(max int) *priorCache { return &priorCache{m: map[int64]prior{}, max: max} }
+func newPriorCache(max, bulkMax int) *priorCache {
+	return &priorCache{m: map[int64]prior{}, max: max, bulkMax: bulkMax}
+}
 
 // get returns what the cache knows of a movie the store holds; ok is false
 // when the cache does not know the movie or knows it is absent.
@@ -53,7 +58,7 @@ func (c *priorCache) lookup(id int64) (p prior, exists, cached bool) {
 // limit is the most entries the cache holds now.
 func (c *priorCache) limit() int {
 	if c.pinned && c.max > 0 {
-		return max(c.max, bulkMax)
+		return max(c.max, c.bulkMax)
 	}
 	return c.max
 }

@@ -261,3 +261,76 @@ func checkLatest(t *testing.T, s *Store, version map[int64]int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestBulkMemoryBoundsTheBulkLoad replays the same log into a store with
+// and without WithBulkMemory: the bounded bulk load ends once its cache
+// holds what the budget allows and the rest of the replay reads before it
+// writes, and both stores end with the same documents and a consistent
+// index.
+func TestBulkMemoryBoundsTheBulkLoad(t *testing.T) {
+	want := map[int64]engine.MovieStats{}
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		bounded bool
+	}{
+		{"unbounded", []Option{withoutIngest()}, false},
+		{"bounded", []Option{withoutIngest(), WithBulkMemory(2 * 200 * priorEntryBytes)}, true},
+		{"bounded, ingested", []Option{WithBulkMemory(2 * 200 * priorEntryBytes)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTemp(t, append([]Option{WithFsync(false), WithWriteCache(10)}, tc.opts...)...)
+			defer s.Close()
+			if got := s.priors.bulkMax; tc.bounded && got != 200 {
+				t.Fatalf("bulk cache limit %d; want 200", got)
+			}
+			replayAll(t, s, replayLog())
+			switch reads, n := s.counts.writeReads.Load(), s.priors.len(); {
+			case !tc.bounded && (reads != 0 || n != 600):
+				t.Errorf("unbounded replay read %d documents and cached %d movies; want 0 and 600", reads, n)
+			case tc.bounded && n > 200:
+				t.Errorf("write cache holds %d movies; want at most 200", n)
+			case tc.bounded && s.bulk.on:
+				t.Errorf("bulk load still on with its cache full; want ended")
+			}
+			if err := checkIndexAgrees(s); err != nil {
+				t.Fatal(err)
+			}
+			for id := int64(1); id <= 600; id++ {
+				got, err := s.Get(context.Background(), id)
+				if err != nil {
+					t.Fatalf("Get(%d): %v", id, err)
+				}
+				if w, ok := want[id]; ok && (got.Version != w.Version || got.Count != w.Count || got.Sum != w.Sum) {
+					t.Fatalf("movie %d: version %d count %d sum %v; want %d %d %v (as unbounded)", id, got.Version, got.Count, got.Sum, w.Version, w.Count, w.Sum)
+				}
+				want[id] = got
+			}
+		})
+	}
+}
+
+func TestBulkLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		memory             int64
+		writeCache         int
+		wantMax, wantChunk int
+	}{
+		{"no bound", 0, DefaultWriteCache, defaultBulkMax, defaultIngestChunk},
+		{"large bound keeps the defaults", 1 << 40, DefaultWriteCache, defaultBulkMax, defaultIngestChunk},
+		{"94 MiB", 94 << 20, DefaultWriteCache, 593771, 75820},
+		{"write cache is the floor", 94 << 20, 1_000_000, 1_000_000, 75820},
+		{"tiny bound keeps a usable chunk", 1 << 20, 0, 6316, minIngestChunk},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := defaults()
+			WithWriteCache(tc.writeCache)(&o)
+			WithBulkMemory(tc.memory)(&o)
+			gotMax, gotChunk := o.bulkLimits()
+			if gotMax != tc.wantMax || gotChunk != tc.wantChunk {
+				t.Errorf("bulkLimits() = %d, %d; want %d, %d", gotMax, gotChunk, tc.wantMax, tc.wantChunk)
+			}
+		})
+	}
+}
