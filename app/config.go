@@ -46,6 +46,7 @@ type Config struct {
 	RedisStreamLen    int64         // --redis-stream-maxlen: MAXLEN ~ of the averages stream
 	HTTPAddr          string        // --http-addr: API listen address
 	CommitInterval    time.Duration // --commit-interval: flush and commit period
+	IdleFlush         time.Duration // --idle-flush: flush a partition whose input stayed empty this long (0: off)
 	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs; cache bound between flushes
 	BufferedRecords   int           // --buffered-records: fetched records each partition buffers ahead of its stage
 	LogLevel          string        // --log-level: debug | info | warn | error
@@ -135,6 +136,7 @@ func Default() Config {
 		RedisStreamLen:      redisstore.DefaultStreamMaxLen,
 		HTTPAddr:            ":7001",
 		CommitInterval:      e.CommitInterval,
+		IdleFlush:           e.IdleFlush,
 		CacheMaxDocs:        e.CacheMaxDocs,
 		BufferedRecords:     e.BufferedRecords,
 		LogLevel:            "info",
@@ -222,6 +224,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitInterval <= 0 {
 		bad("commit-interval", "must be positive")
+	}
+	if c.IdleFlush < 0 {
+		bad("idle-flush", "must not be negative")
 	}
 	if c.SessionTimeout < time.Second {
 		bad("session-timeout", "must be at least 1s")

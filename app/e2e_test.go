@@ -35,3 +35,34 @@ func TestE2EOriginalExample(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EIdleFlush: with a commit interval far longer than the test, two
+// ratings still reach the API, the output topic and the changelog within
+// seconds, because a task whose input has run dry flushes without waiting
+// for the interval. Without that, nothing would be written for a minute.
+func TestE2EIdleFlush(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	reg := testkit.StartRegistry(t)
+	c := testConfig(t, brokers, reg.URL())
+	c.CommitInterval = time.Minute
+	in := startInstance(t, c)
+	start := time.Now()
+
+	produceJSON(t, c, `{"movie_id":7,"rating":6}`, `{"movie_id":7,"rating":9}`)
+
+	waitMovie(t, in.api, movie{MovieID: 7, Rating: 7.5, Count: 2}, 20*time.Second)
+	testkit.Eventually(t, 20*time.Second, "the output topic and the changelog hold movie 7", func() error {
+		if got := readAverages(t, c.Brokers, c.OutputTopic)[7]; got != 7.5 {
+			return errorf("average of 7 on %s = %v, want 7.5", c.OutputTopic, got)
+		}
+		if got := lastChangelog(t, c)[7]; got.Count != 2 || got.Sum != 15 {
+			return errorf("last changelog record of 7: count %d sum %v, want 2 and 15", got.Count, got.Sum)
+		}
+		return nil
+	})
+	took := time.Since(start)
+	if took >= c.CommitInterval {
+		t.Fatalf("results took %v, not less than the commit interval %v", took, c.CommitInterval)
+	}
+	t.Logf("API, output topic and changelog exact %v after the ratings were produced (commit interval %v)", took, c.CommitInterval)
+}

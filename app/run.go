@@ -29,6 +29,7 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		InputTopic:        c.InputTopic,
 		OutputTopic:       c.OutputTopic,
 		CommitInterval:    c.CommitInterval,
+		IdleFlush:         c.IdleFlush,
 		CacheMaxDocs:      c.CacheMaxDocs,
 		BufferedRecords:   c.BufferedRecords,
 		InstanceID:        c.InstanceID,

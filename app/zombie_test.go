@@ -44,7 +44,7 @@ func zombieScenario(t *testing.T, store, guarantee string, full bool) []error {
 	}
 	g := []string{"--processing-guarantee", guarantee}
 	x := cc.newInstance("x", false)
-	x.extraArgs = append([]string{"--commit-interval", "60s", "--cache-max-docs", "1000000"}, g...)
+	x.extraArgs = append([]string{"--commit-interval", "60s", "--cache-max-docs", "1000000", "--idle-flush", "0"}, g...)
 	cc.start(x)
 	cc.waitReady(x, 60*time.Second)
 

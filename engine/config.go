@@ -25,6 +25,13 @@ type Config struct {
 	RepartitionTopic, ChangelogTopic, DLQTopic string
 	// CommitInterval is how often tasks flush state and commit offsets.
 	CommitInterval time.Duration
+	// IdleFlush flushes a partition before CommitInterval once its input
+	// has stayed empty this long and it has read every record the broker
+	// holds (at most once per 100 ms), so the end of a burst, or a
+	// trickle of records, is visible in milliseconds. A busy partition
+	// never waits that long for input and keeps one flush per interval.
+	// 0 turns it off.
+	IdleFlush time.Duration
 	// CacheMaxDocs flushes a partition early when it holds this many changed
 	// documents, and bounds how many documents a partition keeps cached
 	// between flushes (the least recently used go first).
@@ -76,6 +83,7 @@ func DefaultConfig() Config {
 		InputTopic:        "ratings",
 		OutputTopic:       "rating-averages",
 		CommitInterval:    time.Second,
+		IdleFlush:         20 * time.Millisecond,
 		CacheMaxDocs:      10000,
 		BufferedRecords:   2048,
 		ReplicationFactor: 1,
@@ -97,6 +105,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitInterval <= 0 {
 		errs = append(errs, errors.New("commit interval must be positive"))
+	}
+	if c.IdleFlush < 0 {
+		errs = append(errs, errors.New("idle flush must not be negative"))
 	}
 	if c.SessionTimeout < time.Second {
 		errs = append(errs, errors.New("session timeout must be at least 1s"))

@@ -109,6 +109,7 @@ func TestUnitCacheBoundFlushesEarly(t *testing.T) {
 		t.Run(string(g), func(t *testing.T) {
 			cfg := unitConfig(nil, g)
 			cfg.CommitInterval = time.Hour
+			cfg.IdleFlush = 0
 			cfg.CacheMaxDocs = 1
 			r := newRig(t, nil, cfg, nil).start(t)
 			ratings := []rating{{1, 1}, {2, 2}, {3, 3}, {1, 4}, {4, 5}}

@@ -25,7 +25,7 @@ func (t *task) flush(ctx context.Context) error {
 		return err
 	}
 	job.done = make(chan struct{})
-	t.inflight = job
+	t.inflight, t.flushed = job, time.Now()
 	go func() {
 		defer close(job.done)
 		job.err = t.persist(ctx, job)

@@ -392,6 +392,7 @@ func TestUnitFinalFlushOnCancel(t *testing.T) {
 		t.Run(string(g), func(t *testing.T) {
 			cfg := unitConfig(nil, g)
 			cfg.CommitInterval = time.Hour
+			cfg.IdleFlush = 0 // only the final flush may write
 			r := newRig(t, nil, cfg, nil).start(t)
 			r.rate(t, 0, ratings...)
 			eventually(t, "ratings processed", func() error {

@@ -49,6 +49,8 @@ type task struct {
 	// more this session.
 	inflight *persistJob
 	broken   error
+	// flushed is when the last flush handed a batch to a persist.
+	flushed time.Time
 }
 
 func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {
@@ -71,6 +73,9 @@ func (t *task) run() error {
 	e.c.running.Add(1)
 	ticker := time.NewTicker(e.cfg.CommitInterval)
 	defer ticker.Stop()
+	idle := time.NewTimer(time.Hour) // armed when the input runs dry
+	idle.Stop()
+	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,6 +85,14 @@ func (t *task) run() error {
 				return t.stop(err)
 			}
 		case <-ticker.C:
+			if err := t.flush(ctx); err != nil {
+				return t.stop(err)
+			}
+		case <-idle.C:
+			if wait := idleFlushGap - time.Since(t.flushed); wait > 0 {
+				idle.Reset(wait)
+				continue
+			}
 			if err := t.flush(ctx); err != nil {
 				return t.stop(err)
 			}
@@ -95,9 +108,42 @@ func (t *task) run() error {
 					return t.stop(err)
 				}
 			}
+			if e.cfg.IdleFlush > 0 && len(t.claim.Messages()) == 0 && t.caughtUp() {
+				idle.Reset(e.cfg.IdleFlush)
+			} else {
+				idle.Stop()
+			}
 		}
 	}
 }
+
+// A task whose input runs dry flushes without waiting for the commit
+// interval: once no record has arrived for Config.IdleFlush and it has
+// seen every record the broker holds (caughtUp), at most once per
+// idleFlushGap. Results of a burst that ends (or of a trickle of
+// ratings) then reach the store, the changelog and the output topic in
+// tens of milliseconds instead of up to a commit interval later. A task
+// that is behind always has records buffered, so this never fires under
+// full load, where flushes stay one per commit interval (or per
+// --cache-max-docs changed documents) and batch the most work; it costs
+// flushes only when the partition has time to spare.
+// caughtUp reports whether the task has seen every record of its
+// partition that the broker holds: its next offset is the partition's end
+// but for the transaction markers that may follow the last record (one
+// per rekey transaction that ended after it; markerSlack bounds them).
+// While a rekey transaction is open the end lies further ahead (its
+// records are not readable yet), so a partition between two commits of a
+// busy rekey stage is not caught up.
+func (t *task) caughtUp() bool {
+	hwm := t.claim.HighWaterMarkOffset()
+	return t.next >= 0 && hwm-t.next <= markerSlack
+}
+
+// markerSlack is how far behind the partition's end a task that has seen
+// every readable record may be: the markers of as many transactions.
+const markerSlack = 16
+
+const idleFlushGap = 100 * time.Millisecond
 
 // stop turns a flush or process error into the task's result. An error
 // caused by the session ending is not one: the task then flushes what it
