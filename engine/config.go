@@ -28,9 +28,10 @@ type Config struct {
 	// IdleFlush flushes a partition before CommitInterval once its input
 	// has stayed empty this long and it has read every record the broker
 	// holds (at most once per 100 ms), so the end of a burst, or a
-	// trickle of records, is visible in milliseconds. A busy partition
-	// never waits that long for input and keeps one flush per interval.
-	// 0 turns it off.
+	// trickle of records, is visible without waiting for the interval.
+	// It must exceed the rekey stage's commit period (250 ms): a busy
+	// partition then never waits that long for input and keeps one flush
+	// per interval. 0 turns it off.
 	IdleFlush time.Duration
 	// CacheMaxDocs flushes a partition early when it holds this many changed
 	// documents, and bounds how many documents a partition keeps cached
@@ -83,7 +84,7 @@ func DefaultConfig() Config {
 		InputTopic:        "ratings",
 		OutputTopic:       "rating-averages",
 		CommitInterval:    time.Second,
-		IdleFlush:         20 * time.Millisecond,
+		IdleFlush:         300 * time.Millisecond,
 		CacheMaxDocs:      10000,
 		BufferedRecords:   2048,
 		ReplicationFactor: 1,

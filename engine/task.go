@@ -117,23 +117,15 @@ func (t *task) run() error {
 	}
 }
 
-// A task whose input runs dry flushes without waiting for the commit
-// interval: once no record has arrived for Config.IdleFlush and it has
-// seen every record the broker holds (caughtUp), at most once per
-// idleFlushGap. Results of a burst that ends (or of a trickle of
-// ratings) then reach the store, the changelog and the output topic in
-// tens of milliseconds instead of up to a commit interval later. A task
-// that is behind always has records buffered, so this never fires under
-// full load, where flushes stay one per commit interval (or per
-// --cache-max-docs changed documents) and batch the most work; it costs
-// flushes only when the partition has time to spare.
 // caughtUp reports whether the task has seen every record of its
 // partition that the broker holds: its next offset is the partition's end
 // but for the transaction markers that may follow the last record (one
 // per rekey transaction that ended after it; markerSlack bounds them).
 // While a rekey transaction is open the end lies further ahead (its
-// records are not readable yet), so a partition between two commits of a
-// busy rekey stage is not caught up.
+// records are not readable yet), but sarama learns the end only from
+// fetches that return records, so it may be stale: the idle time, longer
+// than the rekey stage's commit period, is what keeps a partition between
+// two commits of a busy rekey stage from counting as idle.
 func (t *task) caughtUp() bool {
 	hwm := t.claim.HighWaterMarkOffset()
 	return t.next >= 0 && hwm-t.next <= markerSlack
@@ -143,6 +135,16 @@ func (t *task) caughtUp() bool {
 // every readable record may be: the markers of as many transactions.
 const markerSlack = 16
 
+// A task whose input runs dry flushes without waiting for the commit
+// interval: once no record has arrived for Config.IdleFlush and it has
+// seen every record the broker holds (caughtUp), at most once per
+// idleFlushGap. Results of a burst that ends (or of a trickle of
+// ratings) then reach the store, the changelog and the output topic
+// without waiting up to a commit interval. A task that is behind always
+// has records buffered, and one that waits between two rekey commits
+// waits less than IdleFlush, so under load flushes stay one per commit
+// interval (or per --cache-max-docs changed documents) and batch the most
+// work; idle flushes cost only when the partition has time to spare.
 const idleFlushGap = 100 * time.Millisecond
 
 // stop turns a flush or process error into the task's result. An error
