@@ -104,13 +104,9 @@ func TestLoadLearnsNothingStale(t *testing.T) {
 // and that random loads and writes through a small cache keep the index
 // agreeing with the documents.
 func TestWriteCacheEvicts(t *testing.T) {
-	s := openTemp(t, WithFsync(false), WithWriteCache(16))
+	s, epoch := openClaimed(t, WithFsync(false), WithWriteCache(16))
 	defer s.Close()
 	ctx := context.Background()
-	epoch, err := s.Claim(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := rand.New(rand.NewPCG(1, 2))
 	version := map[int64]int64{}
 	for i := range 200 {
@@ -180,13 +176,9 @@ func applyOne(t *testing.T, s *Store, p int32, m engine.MovieStats, checkpoint i
 // interleaving, every write must find the right old rank entry (the index
 // agrees with the documents) and the last version of every movie.
 func TestWriteCacheUnderConcurrentLoads(t *testing.T) {
-	s := openTemp(t, WithFsync(false), WithWriteCache(32))
+	s, epoch := openClaimed(t, WithFsync(false), WithWriteCache(32))
 	defer s.Close()
 	ctx := context.Background()
-	epoch, err := s.Claim(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stop := make(chan struct{})
 	errs := make(chan error, 2)
 	for g := range 2 {

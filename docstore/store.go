@@ -339,7 +339,8 @@ const seekLoadMin = 16
 // a prefix seek (seekExact): files whose bloom filter rules the key out
 // are skipped, so a random read of a deep store (1M movies over several
 // levels) positions one file instead of one per level (uniform 1M-movie
-// run: CPU -11 %, ratings/s +14 %; docs/benchmarks.md).
+// run, three pairs: ratings/s +2 to +14 %, CPU 0 to -11 %;
+// docs/benchmarks.md).
 func (s *Store) loadSorted(r kvReader, ids []int64, out map[int64]engine.MovieStats) error {
 	type entry struct {
 		id  int64

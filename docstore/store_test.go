@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -16,6 +17,18 @@ func openTemp(t testing.TB, opts ...Option) *Store {
 		t.Fatalf("Open: %v", err)
 	}
 	return s
+}
+
+// openClaimed is openTemp with partition 0 claimed; it returns the epoch.
+func openClaimed(t testing.TB, opts ...Option) (*Store, int64) {
+	t.Helper()
+	s := openTemp(t, opts...)
+	epoch, err := s.Claim(context.Background(), 0)
+	if err != nil {
+		s.Close()
+		t.Fatalf("Claim: %v", err)
+	}
+	return s, epoch
 }
 
 func TestConformance(t *testing.T) {
