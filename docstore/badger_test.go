@@ -49,10 +49,10 @@ func withBadger() Option {
 	}
 }
 
-func (k *badgerKV) snapshot() kvReader  { return &badgerTxn{db: k.db, txn: k.db.NewTransaction(false)} }
-func (k *badgerKV) batch() kvBatch      { return &badgerTxn{db: k.db, txn: k.db.NewTransaction(true)} }
-func (k *badgerKV) writeBatch() kvBatch { return k.batch() }
-func (k *badgerKV) close(bool) error    { return k.db.Close() }
+func (k *badgerKV) snapshot() kvReader     { return &badgerTxn{db: k.db, txn: k.db.NewTransaction(false)} }
+func (k *badgerKV) batch() kvBatch         { return &badgerTxn{db: k.db, txn: k.db.NewTransaction(true)} }
+func (k *badgerKV) writeBatch(int) kvBatch { return k.batch() }
+func (k *badgerKV) close(bool) error       { return k.db.Close() }
 
 type badgerTxn struct {
 	db  *badger.DB

@@ -28,8 +28,10 @@ type kv interface {
 	// writeBatch returns an empty write batch whose reads see the
 	// committed state only, not its own writes: cheaper, for callers that
 	// never read a key after writing it (Apply) while holding the Store's
-	// write lock (so the committed state cannot change under them).
-	writeBatch() kvBatch
+	// write lock (so the committed state cannot change under them). size
+	// is the expected size of the batch in bytes (0 when unknown): a
+	// batch that starts that large is not copied as it grows.
+	writeBatch(size int) kvBatch
 	// close closes the engine, first flushing its memory to its files
 	// when flush is set (so that the next open replays no log).
 	close(flush bool) error

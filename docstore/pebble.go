@@ -73,8 +73,8 @@ func (p *pebbleKV) batch() kvBatch {
 	return &pebbleBatch{pebbleReader: pebbleReader{r: b}, b: b}
 }
 
-func (p *pebbleKV) writeBatch() kvBatch {
-	return &pebbleBatch{pebbleReader: pebbleReader{r: dbReader{p.db}}, b: p.db.NewBatch()}
+func (p *pebbleKV) writeBatch(size int) kvBatch {
+	return &pebbleBatch{pebbleReader: pebbleReader{r: dbReader{p.db}}, b: p.db.NewBatchWithSize(size)}
 }
 
 // close flushes the memtable first when flush is set, so that the next

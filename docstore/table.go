@@ -53,7 +53,7 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 		return t.sameSpec(raw)
 	})
 	if err == nil && !found {
-		err = s.tableWrite(ctx, false, s.sync, func(b kvBatch) (func(), error) {
+		err = s.tableWrite(ctx, false, s.sync, 0, func(b kvBatch) (func(), error) {
 			raw, err := b.get(specKey)
 			if err != nil {
 				return nil, err
@@ -158,7 +158,7 @@ func (s *Store) tableRead(ctx context.Context, fn func(r kvReader) error) error 
 // when sync is set); after, when fn returns one, runs once the batch is
 // committed, still under the write lock. A blind batch (kv.writeBatch)
 // reads only the committed state, for fn that never reads what it wrote.
-func (s *Store) tableWrite(ctx context.Context, blind, sync bool, fn func(b kvBatch) (after func(), err error)) error {
+func (s *Store) tableWrite(ctx context.Context, blind, sync bool, size int, fn func(b kvBatch) (after func(), err error)) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func (s *Store) tableWrite(ctx context.Context, blind, sync bool, fn func(b kvBa
 	}
 	var b kvBatch
 	if blind {
-		b = s.kv.writeBatch()
+		b = s.kv.writeBatch(size)
 	} else {
 		b = s.kv.batch()
 	}
@@ -200,7 +200,7 @@ func (t *table) Spec() engine.TableSpec {
 func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	key := t.l.partKey(tabEpochs, p)
 	var epoch int64
-	err := t.s.tableWrite(ctx, true, t.s.sync, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, true, t.s.sync, 0, func(b kvBatch) (func(), error) {
 		last, _, err := getInt64(b, key)
 		if err != nil {
 			return nil, err

@@ -31,7 +31,7 @@ func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 				t.spec.Name, b.Partition, keyString(doc.Key), doc.Partition, engine.ErrInvalid)
 		}
 	}
-	err := t.s.tableWrite(ctx, true, t.s.sync && !b.Replay, func(kb kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, true, t.s.sync && !b.Replay, tableBatchSize(b), func(kb kvBatch) (func(), error) {
 		if err := t.checkClaim(kb, b.Partition, b.Epoch); err != nil {
 			return nil, err
 		}
@@ -234,7 +234,7 @@ func (t *table) members(r kvReader, p int32) ([]tableMember, error) {
 // stays fenced.
 func (t *table) DropPartition(ctx context.Context, p int32) error {
 	var n int
-	err := t.s.tableWrite(ctx, true, t.s.sync, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, true, t.s.sync, 0, func(b kvBatch) (func(), error) {
 		members, err := t.members(b, p)
 		if err != nil {
 			return nil, err
@@ -278,7 +278,7 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 // one batch (range deletions); its spec and claim epochs survive, so an
 // old writer stays fenced. Other tables and the movies are untouched.
 func (t *table) Reset(ctx context.Context) error {
-	err := t.s.tableWrite(ctx, true, t.s.sync, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, true, t.s.sync, 0, func(b kvBatch) (func(), error) {
 		for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
 			if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
 				return nil, err
@@ -337,4 +337,16 @@ func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) 
 		}
 	}
 	return nil
+}
+
+// tableBatchSize estimates the bytes Apply writes for b, to size its batch
+// up front: per document its value, its key three times (the document, its
+// members entry, the batch record) and, per index, the old entry's
+// deletion and the new entry (the value is at most a few dozen bytes).
+func tableBatchSize(b engine.DocBatch) int {
+	n := 0
+	for _, d := range b.Docs {
+		n += len(d.Value) + 3*len(d.Key) + 64 + len(d.Index)*2*(len(d.Key)+48)
+	}
+	return n
 }

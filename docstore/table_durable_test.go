@@ -89,8 +89,10 @@ type faultKV struct {
 	failCommit atomic.Bool
 }
 
-func (f *faultKV) batch() kvBatch      { return &faultBatch{kvBatch: f.kv.batch(), f: f} }
-func (f *faultKV) writeBatch() kvBatch { return &faultBatch{kvBatch: f.kv.writeBatch(), f: f} }
+func (f *faultKV) batch() kvBatch { return &faultBatch{kvBatch: f.kv.batch(), f: f} }
+func (f *faultKV) writeBatch(size int) kvBatch {
+	return &faultBatch{kvBatch: f.kv.writeBatch(size), f: f}
+}
 
 type faultBatch struct {
 	kvBatch
