@@ -1,6 +1,7 @@
 package kafkatest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -313,8 +314,7 @@ func headerPtrs(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 	}
 	out := make([]*sarama.RecordHeader, len(hs))
 	for i := range hs {
-		h := hs[i]
-		out[i] = &h
+		out[i] = &sarama.RecordHeader{Key: bytes.Clone(hs[i].Key), Value: bytes.Clone(hs[i].Value)}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package kafkatest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -200,11 +201,15 @@ func (p *producer) SendMessages(msgs []*sarama.ProducerMessage) error {
 	return nil
 }
 
+// encode returns a copy of what e encodes to: like a broker, the cluster
+// keeps no reference to the producer's memory, which the engine reuses
+// once a send has returned.
 func encode(e sarama.Encoder) ([]byte, error) {
 	if e == nil {
 		return nil, nil
 	}
-	return e.Encode()
+	b, err := e.Encode()
+	return bytes.Clone(b), err
 }
 
 // Close closes the producer. An open transaction stays open (and hides
