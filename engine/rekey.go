@@ -49,6 +49,7 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 	}
 	ctx := s.Context()
 	lastCommit := time.Now()
+	a, out := newRecordArena(maxDrain, 2), make([]*sarama.ProducerMessage, 0, maxDrain)
 	// Offsets marked after the last commit are committed by the ticker too,
 	// so that the input's committed offset catches up once input stops.
 	ticker := time.NewTicker(e.cfg.CommitInterval)
@@ -72,13 +73,16 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 			first = m
 		}
 		batch := drain(first, c.Messages())
-		out, dead, err := e.forward(ctx, batch)
+		var dead int
+		var err error
+		out, dead, err = e.forward(ctx, a, out, batch)
 		if err != nil {
 			return nil // the session ended while the registry was unreachable
 		}
 		if err := e.producer.SendMessages(out); err != nil {
 			return fmt.Errorf("rekey: %w", sendErr(err))
 		}
+		a.reset() // SendMessages returned every record
 		e.c.rekeyed.Add(int64(len(batch) - dead))
 		e.c.dead.Add(int64(dead))
 		s.MarkMessage(batch[len(batch)-1], "")
@@ -93,9 +97,11 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 // forward builds the repartition records (and dead letters) of a batch of
 // input records; dead is how many went to the dead-letter topic. It fails
 // only when ctx ends while the registry is unreachable.
-func (e *Engine) forward(ctx context.Context, batch []*sarama.ConsumerMessage) (out []*sarama.ProducerMessage, dead int, err error) {
-	out = make([]*sarama.ProducerMessage, 0, len(batch))
-	a := newRecordArena(len(batch), 2)
+//
+// The records are built in a, which the caller resets once sarama has
+// returned them; out reuses the array of buf.
+func (e *Engine) forward(ctx context.Context, a *recordArena, buf []*sarama.ProducerMessage, batch []*sarama.ConsumerMessage) (out []*sarama.ProducerMessage, dead int, err error) {
+	out = buf[:0]
 	for _, m := range batch {
 		key, err := e.recordKey(ctx, a, m.Value)
 		if err != nil {
