@@ -38,7 +38,7 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 	opts := &pebble.Options{
 		Cache:                       cache,
 		MemTableSize:                uint64(o.memtableBytes),
-		MemTableStopWritesThreshold: 4,
+		MemTableStopWritesThreshold: MaxMemtables,
 		ErrorIfNotExists:            mustExist,
 		Logger:                      pebbleLogger{log: log},
 		// Level 0 is compacted once it holds 4 files (Pebble's default;
