@@ -10,10 +10,8 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -206,31 +204,24 @@ func formatPartitions(ps []int32) string {
 	return strings.Join(s, ",")
 }
 
-// peerPage is what one peer contributed to a range query.
-type peerPage struct {
-	movies  []movieJSON
-	more    bool
-	covered []int32
-}
-
 // rangePeer asks one peer for q and checks its answer: a strict JSON page
 // of at most q.Limit valid movies, each inside the query and in a
 // partition the peer says it covered.
-func (s *Server) rangePeer(ctx context.Context, addr string, q engine.RangeQuery, n int32) (peerPage, error) {
+func (s *Server) rangePeer(ctx context.Context, addr string, q engine.RangeQuery, n int32) (peerPage[movieJSON], error) {
 	code, hdr, body, err := s.peerGet(ctx, addr, "/movies", rangeQueryValues(q))
 	if err != nil {
-		return peerPage{}, err
+		return peerPage[movieJSON]{}, err
 	}
 	if code != http.StatusOK {
-		return peerPage{}, fmt.Errorf("instance %s answered %d: %w", addr, code, engine.ErrUnavailable)
+		return peerPage[movieJSON]{}, fmt.Errorf("instance %s answered %d: %w", addr, code, engine.ErrUnavailable)
 	}
 	covered, ok := parsePartitions(hdr.Get(PartitionsHeader), n)
 	if !ok {
-		return peerPage{}, fmt.Errorf("instance %s: invalid %s header: %w", addr, PartitionsHeader, engine.ErrUnavailable)
+		return peerPage[movieJSON]{}, fmt.Errorf("instance %s: invalid %s header: %w", addr, PartitionsHeader, engine.ErrUnavailable)
 	}
 	var page moviesPage
 	if err := decodeStrict(body, &page); err != nil || len(page.Movies) > q.Limit {
-		return peerPage{}, fmt.Errorf("instance %s: invalid range answer: %w", addr, engine.ErrUnavailable)
+		return peerPage[movieJSON]{}, fmt.Errorf("instance %s: invalid range answer: %w", addr, engine.ErrUnavailable)
 	}
 	in := map[int32]bool{}
 	for _, p := range covered {
@@ -240,10 +231,10 @@ func (s *Server) rangePeer(ctx context.Context, addr string, q engine.RangeQuery
 		cur := engine.Cursor{Avg: m.Rating, MovieID: m.MovieID}
 		if !validMovie(m) || m.Rating < q.MinAvg || m.Rating > q.MaxAvg ||
 			(q.After != nil && !q.After.Before(cur)) || !in[engine.PartitionFor(engine.EncodeMovieKey(m.MovieID), n)] {
-			return peerPage{}, fmt.Errorf("instance %s: range answer holds movie %d outside the query or its partitions: %w", addr, m.MovieID, engine.ErrUnavailable)
+			return peerPage[movieJSON]{}, fmt.Errorf("instance %s: range answer holds movie %d outside the query or its partitions: %w", addr, m.MovieID, engine.ErrUnavailable)
 		}
 	}
-	return peerPage{movies: page.Movies, more: page.Next != "", covered: covered}, nil
+	return peerPage[movieJSON]{items: page.Movies, more: page.Next != "", covered: covered}, nil
 }
 
 // rangeResult is a range page merged across instances.
@@ -253,11 +244,9 @@ type rangeResult struct {
 	missing []int32 // partitions no live instance answered for
 }
 
-// gatherRange merges this instance's page with the pages of the instances
-// owning the other partitions (and only those). An instance that does not
-// answer, or answers badly, costs its partitions: they are reported
-// missing rather than failing the whole query. It fails only when no
-// partition at all could be answered.
+// gatherRange merges this instance's range page with the pages of the
+// instances owning the other partitions (see gather): an instance that
+// does not answer costs its partitions, reported missing.
 func (s *Server) gatherRange(ctx context.Context, q engine.RangeQuery) (rangeResult, error) {
 	local, covered, err := s.opts.Router.RangeLocal(ctx, q)
 	if err != nil {
@@ -267,70 +256,31 @@ func (s *Server) gatherRange(ctx context.Context, q engine.RangeQuery) (rangeRes
 	if err != nil {
 		return rangeResult{}, err
 	}
-	done := map[int32]bool{}
-	for _, p := range covered {
-		done[p] = true
-	}
-	peers := map[string]bool{}
-	for p, addr := range mem.Owners {
-		if !done[p] && addr != mem.Self {
-			peers[addr] = true
-		}
-	}
-	all := make([]movieJSON, 0, len(local.Movies))
+	mine := make([]movieJSON, 0, len(local.Movies))
 	for _, m := range local.Movies {
-		all = append(all, toMovieJSON(m))
-	}
-	more := local.Next != nil
-
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for addr := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pp, err := s.rangePeer(ctx, addr, q, mem.Partitions)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				s.log.Warn("range query: instance did not answer, its partitions are reported missing", "peer", addr, "err", err)
-				return
-			}
-			fresh := map[int32]bool{}
-			for _, p := range pp.covered {
-				if !done[p] {
-					done[p], fresh[p] = true, true
-				}
-			}
-			for _, m := range pp.movies {
-				// Two instances may both claim a partition across a
-				// rebalance: keep the first one's movies.
-				if fresh[engine.PartitionFor(engine.EncodeMovieKey(m.MovieID), mem.Partitions)] {
-					all = append(all, m)
-				}
-			}
-			more = more || pp.more
-		}()
-	}
-	wg.Wait()
-	if len(done) == 0 && mem.Partitions > 0 {
-		return rangeResult{}, fmt.Errorf("no partition could be answered: %w", engine.ErrUnavailable)
-	}
-	var res rangeResult
-	for p := int32(0); p < mem.Partitions; p++ {
-		if !done[p] {
-			res.missing = append(res.missing, p)
-		}
+		mine = append(mine, toMovieJSON(m))
 	}
 	cur := func(m movieJSON) engine.Cursor { return engine.Cursor{Avg: m.Rating, MovieID: m.MovieID} }
-	sort.Slice(all, func(i, j int) bool { return cur(all[i]).Before(cur(all[j])) })
-	if len(all) > q.Limit {
-		all, more = all[:q.Limit], true
+	g, err := gather(ctx, scatter[movieJSON]{
+		mem:   mem,
+		local: peerPage[movieJSON]{items: mine, more: local.Next != nil, covered: covered},
+		ask: func(ctx context.Context, addr string) (peerPage[movieJSON], error) {
+			return s.rangePeer(ctx, addr, q, mem.Partitions)
+		},
+		partition: func(m movieJSON) int32 { return engine.PartitionFor(engine.EncodeMovieKey(m.MovieID), mem.Partitions) },
+		less:      func(a, b movieJSON) bool { return cur(a).Before(cur(b)) },
+		limit:     q.Limit,
+		warn: func(addr string, err error) {
+			s.log.Warn("range query: instance did not answer, its partitions are reported missing", "peer", addr, "err", err)
+		},
+	})
+	if err != nil {
+		return rangeResult{}, err
 	}
-	if more && len(all) > 0 {
-		c := cur(all[len(all)-1])
+	res := rangeResult{movies: g.items, missing: g.missing}
+	if g.more && len(g.items) > 0 {
+		c := cur(g.items[len(g.items)-1])
 		res.next = &c
 	}
-	res.movies = all
 	return res, nil
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
-	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -255,18 +253,10 @@ type tableResult struct {
 	missing []int32 // partitions no live instance answered for
 }
 
-// tablePeerPage is what one peer contributed to a query.
-type tablePeerPage struct {
-	items   []tableItem
-	more    bool
-	covered []int32
-}
-
-// gatherTable merges this instance's page with the pages of the instances
-// owning the other partitions of t's job, as gatherRange does for movies:
-// an instance that does not answer, or answers badly, costs its
-// partitions (reported missing); the query fails only when no partition
-// at all could be answered. The merge orders by spec.Before.
+// gatherTable merges this instance's page of t with the pages of the
+// instances owning the other partitions of t's job (see gather), ordered
+// by spec.Before: an instance that does not answer costs its partitions,
+// reported missing.
 func (s *Server) gatherTable(ctx context.Context, t Table, spec engine.TableSpec, pos int, kind engine.IndexKind, q engine.IndexQuery) (tableResult, error) {
 	local, covered, err := t.QueryLocal(ctx, q)
 	if err != nil {
@@ -276,95 +266,56 @@ func (s *Server) gatherTable(ctx context.Context, t Table, spec engine.TableSpec
 	if err != nil {
 		return tableResult{}, err
 	}
-	done := map[int32]bool{}
-	for _, p := range covered {
-		done[p] = true
-	}
-	peers := map[string]bool{}
-	for p, addr := range mem.Owners {
-		if !done[p] && addr != mem.Self {
-			peers[addr] = true
-		}
-	}
-	all := make([]tableItem, 0, len(local.Docs))
+	mine := make([]tableItem, 0, len(local.Docs))
 	for _, d := range local.Docs {
 		it, err := localItem(t, spec, pos, d)
 		if err != nil {
 			return tableResult{}, err
 		}
-		all = append(all, it)
+		mine = append(mine, it)
 	}
-	more := local.Next != nil
-
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for addr := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pp, err := s.tableQueryPeer(ctx, addr, t, spec, pos, kind, q, mem.Partitions)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				s.log.Warn("table query: instance did not answer, its partitions are reported missing", "table", spec.Name, "peer", addr, "err", err)
-				return
-			}
-			fresh := map[int32]bool{}
-			for _, p := range pp.covered {
-				if !done[p] {
-					done[p], fresh[p] = true, true
-				}
-			}
-			for _, it := range pp.items {
-				// Two instances may both claim a partition across a
-				// rebalance: keep the first one's documents.
-				if fresh[it.doc.Partition] {
-					all = append(all, it)
-				}
-			}
-			more = more || pp.more
-		}()
+	g, err := gather(ctx, scatter[tableItem]{
+		mem:   mem,
+		local: peerPage[tableItem]{items: mine, more: local.Next != nil, covered: covered},
+		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
+			return s.tableQueryPeer(ctx, addr, t, spec, pos, kind, q, mem.Partitions)
+		},
+		partition: func(it tableItem) int32 { return it.doc.Partition },
+		less:      func(a, b tableItem) bool { return spec.Before(a.cur, b.cur, kind, q.Desc) },
+		limit:     q.Limit,
+		warn: func(addr string, err error) {
+			s.log.Warn("table query: instance did not answer, its partitions are reported missing", "table", spec.Name, "peer", addr, "err", err)
+		},
+	})
+	if err != nil {
+		return tableResult{}, err
 	}
-	wg.Wait()
-	if len(done) == 0 && mem.Partitions > 0 {
-		return tableResult{}, fmt.Errorf("no partition could be answered: %w", engine.ErrUnavailable)
-	}
-	var res tableResult
-	for p := int32(0); p < mem.Partitions; p++ {
-		if !done[p] {
-			res.missing = append(res.missing, p)
-		}
-	}
-	sort.SliceStable(all, func(i, j int) bool { return spec.Before(all[i].cur, all[j].cur, kind, q.Desc) })
-	if len(all) > q.Limit {
-		all, more = all[:q.Limit], true
-	}
-	if more && len(all) > 0 {
-		c := all[len(all)-1].cur
+	res := tableResult{items: g.items, missing: g.missing}
+	if g.more && len(g.items) > 0 {
+		c := g.items[len(g.items)-1].cur
 		res.next = &c
 	}
-	res.items = all
 	return res, nil
 }
 
 // tableQueryPeer asks one peer for q and checks its answer: a strict JSON
 // page of at most q.Limit valid documents of t, each inside the query,
 // after its cursor, and in a partition the peer says it covered.
-func (s *Server) tableQueryPeer(ctx context.Context, addr string, t Table, spec engine.TableSpec, pos int, kind engine.IndexKind, q engine.IndexQuery, n int32) (tablePeerPage, error) {
+func (s *Server) tableQueryPeer(ctx context.Context, addr string, t Table, spec engine.TableSpec, pos int, kind engine.IndexKind, q engine.IndexQuery, n int32) (peerPage[tableItem], error) {
 	code, hdr, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name), tableQueryValues(spec.Name, kind, q))
 	if err != nil {
-		return tablePeerPage{}, err
+		return peerPage[tableItem]{}, err
 	}
 	if code != http.StatusOK {
-		return tablePeerPage{}, fmt.Errorf("instance %s answered %d: %w", addr, code, engine.ErrUnavailable)
+		return peerPage[tableItem]{}, fmt.Errorf("instance %s answered %d: %w", addr, code, engine.ErrUnavailable)
 	}
 	covered, ok := parsePartitions(hdr.Get(PartitionsHeader), n)
 	if !ok {
-		return tablePeerPage{}, fmt.Errorf("instance %s: invalid %s header: %w", addr, PartitionsHeader, engine.ErrUnavailable)
+		return peerPage[tableItem]{}, fmt.Errorf("instance %s: invalid %s header: %w", addr, PartitionsHeader, engine.ErrUnavailable)
 	}
 	var page peerPageJSON
 	if err := decodeStrict(body, &page); err != nil || page.Table != spec.Name || page.Index != q.Index || len(page.Items) > q.Limit {
-		return tablePeerPage{}, fmt.Errorf("instance %s: invalid query answer: %w", addr, engine.ErrUnavailable)
+		return peerPage[tableItem]{}, fmt.Errorf("instance %s: invalid query answer: %w", addr, engine.ErrUnavailable)
 	}
 	in := map[int32]bool{}
 	for _, p := range covered {
@@ -375,11 +326,11 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, t Table, spec 
 		it, err := peerItem(t, spec, pos, pd)
 		if err != nil || !in[it.doc.Partition] || !q.InRange(it.cur.Value, kind) ||
 			(q.After != nil && !spec.Before(*q.After, it.cur, kind, q.Desc)) {
-			return tablePeerPage{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
+			return peerPage[tableItem]{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
 		}
 		items = append(items, it)
 	}
-	return tablePeerPage{items: items, more: page.Next != "", covered: covered}, nil
+	return peerPage[tableItem]{items: items, more: page.Next != "", covered: covered}, nil
 }
 
 // tablePeerGet sends a signed GET for the escaped path rawPath to a peer

@@ -1,0 +1,107 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// peerPage is what one instance contributed to a scattered query (a movie
+// range or a table query): its items, whether it has more, and the
+// partitions it answered for.
+type peerPage[T any] struct {
+	items   []T
+	more    bool
+	covered []int32
+}
+
+// scatter is one query to merge across instances with gather.
+type scatter[T any] struct {
+	mem   engine.Membership
+	local peerPage[T] // this instance's answer
+	// ask queries the instance at addr; an error costs its partitions.
+	ask func(ctx context.Context, addr string) (peerPage[T], error)
+	// partition is the partition an item belongs to.
+	partition func(T) int32
+	// less is the query's order.
+	less  func(a, b T) bool
+	limit int
+	// warn reports an instance that did not answer.
+	warn func(addr string, err error)
+}
+
+// gathered is a scattered query's merged page.
+type gathered[T any] struct {
+	items   []T     // in order, at most limit
+	more    bool    // an instance had more, or the page was cut at limit
+	missing []int32 // partitions no live instance answered for
+}
+
+// gather merges this instance's page with the pages of the instances
+// owning the other partitions (and only those), asked concurrently. An
+// instance that does not answer, or answers badly, costs its partitions:
+// they are reported missing rather than failing the whole query. Two
+// instances may both claim a partition across a rebalance: the first
+// answer for it is kept. It fails, wrapping engine.ErrUnavailable, only
+// when no partition at all could be answered.
+func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
+	done := map[int32]bool{}
+	for _, p := range q.local.covered {
+		done[p] = true
+	}
+	peers := map[string]bool{}
+	for p, addr := range q.mem.Owners {
+		if !done[p] && addr != q.mem.Self {
+			peers[addr] = true
+		}
+	}
+	all := q.local.items
+	more := q.local.more
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for addr := range peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pp, err := q.ask(ctx, addr)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				q.warn(addr, err)
+				return
+			}
+			fresh := map[int32]bool{}
+			for _, p := range pp.covered {
+				if !done[p] {
+					done[p], fresh[p] = true, true
+				}
+			}
+			for _, it := range pp.items {
+				if fresh[q.partition(it)] {
+					all = append(all, it)
+				}
+			}
+			more = more || pp.more
+		}()
+	}
+	wg.Wait()
+	if len(done) == 0 && q.mem.Partitions > 0 {
+		return gathered[T]{}, fmt.Errorf("no partition could be answered: %w", engine.ErrUnavailable)
+	}
+	var g gathered[T]
+	for p := int32(0); p < q.mem.Partitions; p++ {
+		if !done[p] {
+			g.missing = append(g.missing, p)
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return q.less(all[i], all[j]) })
+	if len(all) > q.limit {
+		all, more = all[:q.limit], true
+	}
+	g.items, g.more = all, more
+	return g, nil
+}
