@@ -45,16 +45,15 @@ func BenchmarkForward(b *testing.B) {
 		v := binary.BigEndian.AppendUint64(nil, uint64(i%62000))
 		batch[i] = &sarama.ConsumerMessage{Topic: "ratings", Partition: 1, Offset: int64(1_000_000 + i), Value: append(v, 0, 0, 0, 0, 0, 0, 0, 0)}
 	}
-	a, out := newRecordArena(maxDrain, 2), make([]*sarama.ProducerMessage, 0, maxDrain)
+	f := newForwarder()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		var err error
-		out, _, err = e.forward(context.Background(), a, out, batch)
+		out, _, err := e.forward(context.Background(), f, batch)
 		if err != nil || len(out) != len(batch) {
 			b.Fatalf("forward: %d records, %v", len(out), err)
 		}
-		a.reset() // as the rekey stage does once sarama returned the records
+		f.reset() // as the rekey stage does once sarama returned the records
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(batch)), "ns/record")
 }

@@ -49,7 +49,7 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 	}
 	ctx := s.Context()
 	lastCommit := time.Now()
-	a, out := newRecordArena(maxDrain, 2), make([]*sarama.ProducerMessage, 0, maxDrain)
+	f := newForwarder()
 	// Offsets marked after the last commit are committed by the ticker too,
 	// so that the input's committed offset catches up once input stops.
 	ticker := time.NewTicker(e.cfg.CommitInterval)
@@ -73,16 +73,14 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 			first = m
 		}
 		batch := drain(first, c.Messages())
-		var dead int
-		var err error
-		out, dead, err = e.forward(ctx, a, out, batch)
+		out, dead, err := e.forward(ctx, f, batch)
 		if err != nil {
 			return nil // the session ended while the registry was unreachable
 		}
 		if err := e.producer.SendMessages(out); err != nil {
 			return fmt.Errorf("rekey: %w", sendErr(err))
 		}
-		a.reset() // SendMessages returned every record
+		f.reset() // SendMessages returned every record
 		e.c.rekeyed.Add(int64(len(batch) - dead))
 		e.c.dead.Add(int64(dead))
 		s.MarkMessage(batch[len(batch)-1], "")
@@ -94,14 +92,33 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 	}
 }
 
+// forwarder is the memory a rekey stage builds its repartition records
+// in (see forward), reused from one drained batch to the next. It belongs
+// to the stage's goroutine.
+type forwarder struct {
+	a   *recordArena
+	out []*sarama.ProducerMessage
+}
+
+func newForwarder() *forwarder {
+	return &forwarder{a: newRecordArena(maxDrain, 2), out: make([]*sarama.ProducerMessage, 0, maxDrain)}
+}
+
+// reset makes the memory of the last forward reusable. Call it only once
+// sarama has returned every record of that batch (SendMessages returned).
+func (f *forwarder) reset() {
+	f.a.reset()
+	clear(f.out)
+	f.out = f.out[:0]
+}
+
 // forward builds the repartition records (and dead letters) of a batch of
 // input records; dead is how many went to the dead-letter topic. It fails
-// only when ctx ends while the registry is unreachable.
-//
-// The records are built in a, which the caller resets once sarama has
-// returned them; out reuses the array of buf.
-func (e *Engine) forward(ctx context.Context, a *recordArena, buf []*sarama.ProducerMessage, batch []*sarama.ConsumerMessage) (out []*sarama.ProducerMessage, dead int, err error) {
-	out = buf[:0]
+// only when ctx ends while the registry is unreachable. The records are
+// built in f's memory, valid until f.reset.
+func (e *Engine) forward(ctx context.Context, f *forwarder, batch []*sarama.ConsumerMessage) (out []*sarama.ProducerMessage, dead int, err error) {
+	a := f.a
+	out = f.out[:0]
 	for _, m := range batch {
 		key, err := e.recordKey(ctx, a, m.Value)
 		if err != nil {
@@ -127,6 +144,7 @@ func (e *Engine) forward(ctx context.Context, a *recordArena, buf []*sarama.Prod
 		pm.Headers[1] = sarama.RecordHeader{Key: keySourceOffset, Value: a.int(m.Offset)}
 		out = append(out, pm)
 	}
+	f.out = out // keeps a grown array for the next batch
 	return out, dead, nil
 }
 

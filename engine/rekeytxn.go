@@ -62,7 +62,7 @@ func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupC
 	r := &rekeyer{e: e, sess: s, p: c.Partition(), pr: pr, next: -1, lastCommit: time.Now()}
 	ticker := time.NewTicker(r.interval())
 	defer ticker.Stop()
-	a, out := newRecordArena(maxDrain, 2), make([]*sarama.ProducerMessage, 0, maxDrain)
+	f := newForwarder()
 	for {
 		select {
 		case <-ctx.Done():
@@ -76,16 +76,14 @@ func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupC
 				return r.final()
 			}
 			batch := drain(m, c.Messages())
-			var dead int
-			var err error
-			out, dead, err = e.forward(ctx, a, out, batch)
+			out, dead, err := e.forward(ctx, f, batch)
 			if err != nil {
 				return r.final()
 			}
 			if err := r.send(out); err != nil {
 				return r.stop(err)
 			}
-			a.reset() // SendMessages returned every record
+			f.reset() // SendMessages returned every record
 			r.forwarded += int64(len(batch) - dead)
 			r.dead += int64(dead)
 			r.next = batch[len(batch)-1].Offset + 1
