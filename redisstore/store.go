@@ -22,6 +22,10 @@ type Store struct {
 	opts   options
 	log    *slog.Logger
 	where  string // the URL without its password, for messages
+
+	// beforeExec, when set (by tests), runs between an Apply attempt's
+	// checks and its EXEC.
+	beforeExec func()
 }
 
 var (

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -93,9 +94,9 @@ func TestApplyRefusedWritesNothing(t *testing.T) {
 			return engine.Batch{Partition: 0, Checkpoint: 50,
 				Docs: []engine.MovieStats{movie(10, 0, 1, 5, 1), movie(11, 1, 1, 5, 1)}}
 		}, engine.ErrInvalid},
-		{"wrong key type found by the script", func(t *testing.T, s *Store) engine.Batch {
-			// Another program wrote a plain string where the stream lives: the
-			// script must notice before its first write.
+		{"wrong key type found before the first write", func(t *testing.T, s *Store) engine.Batch {
+			// Another program wrote a plain string where the stream lives: Apply
+			// must notice before its first write.
 			redisCmd(t, r, "SET", s.keys.stream(), "not a stream")
 			e, _ := s.Claim(ctxT(t), 0)
 			return engine.Batch{Partition: 0, Epoch: e, Checkpoint: 50, Docs: []engine.MovieStats{movie(10, 0, 1, 5, 1)}}
@@ -171,19 +172,19 @@ func TestVersionsBeyondFloatPrecision(t *testing.T) {
 }
 
 func TestRetriedApplyIsNotFenced(t *testing.T) {
-	// go-redis resends a command whose reply was lost; the second run of
-	// the same batch must succeed without writing twice.
+	// An attempt whose reply was lost is run again with the same batch
+	// token; the second run must succeed without writing twice.
 	r := testkit.StartRedis(t)
 	s := openStore(t, r)
 	e, _ := s.Claim(ctxT(t), 0)
 	b := engine.Batch{Partition: 0, Epoch: e, Checkpoint: 3, Docs: []engine.MovieStats{movie(1, 0, 2, 10, 5)}}
-	keys, args, err := s.batchArgs(b)
+	w, err := s.batchWrite(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if err := s.runApply(ctxT(t), b, keys, args); err != nil {
-			t.Fatalf("run %d of the same batch: %v", i+1, err)
+		if err := s.attempt(ctxT(t), w); err != nil {
+			t.Fatalf("attempt %d of the same batch: %v", i+1, err)
 		}
 	}
 	if got := redisCmd(t, r, "XLEN", s.keys.stream()); got != "1" {
@@ -192,6 +193,59 @@ func TestRetriedApplyIsNotFenced(t *testing.T) {
 	// The same documents in a new call are a stale write.
 	if err := s.Apply(ctxT(t), b); !errors.Is(err, engine.ErrFenced) {
 		t.Fatalf("a new Apply of the same documents = %v; want ErrFenced", err)
+	}
+}
+
+func TestApplyRacingAChangeWritesNothing(t *testing.T) {
+	// Between an attempt's checks and its EXEC another writer claims the
+	// partition, or the partition is dropped: EXEC must write nothing, and
+	// the attempt that follows must see why.
+	r := testkit.StartRedis(t)
+	for _, tc := range []struct {
+		name   string
+		change func(s *Store)
+		want   error // nil: the batch is applied by the next attempt
+	}{
+		{"claimed by another writer", func(s *Store) { _, _ = s.Claim(context.Background(), 0) }, engine.ErrFenced},
+		{"checkpoint rewritten", func(s *Store) { s.client.Set(context.Background(), s.keys.checkpoint(0), "1", 0) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t, r)
+			e, _ := s.Claim(ctxT(t), 0)
+			changed := 0
+			s.beforeExec = func() {
+				if changed == 0 {
+					tc.change(s)
+				}
+				changed++
+			}
+			err := s.Apply(ctxT(t), engine.Batch{Partition: 0, Epoch: e, Checkpoint: 7,
+				Docs: []engine.MovieStats{movie(5, 0, 1, 8, 1)}})
+			if changed < 1 {
+				t.Fatalf("the change ran %d times; want at least once", changed)
+			}
+			if tc.want != nil {
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("Apply after a racing change = %v; want %v", err, tc.want)
+				}
+				if _, err := s.Get(ctxT(t), 5); !errors.Is(err, engine.ErrNotFound) {
+					t.Errorf("Get of the refused document = %v; want ErrNotFound", err)
+				}
+				if got := redisCmd(t, r, "EXISTS", s.keys.stream()); got != "0" {
+					t.Errorf("EXISTS stream after a refused batch = %s, want 0", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Apply after a harmless racing change = %v; want nil", err)
+			}
+			if changed != 2 {
+				t.Errorf("attempts = %d, want 2 (the first raced the change)", changed)
+			}
+			if cp, ok, err := s.Checkpoint(ctxT(t), 0); err != nil || !ok || cp != 7 {
+				t.Errorf("Checkpoint = %d, %v, %v; want 7", cp, ok, err)
+			}
+		})
 	}
 }
 
