@@ -210,7 +210,7 @@ func (s *Store) applyOnce(ctx context.Context, tx *redis.Tx, w *batchWrite) erro
 	if s.beforeExec != nil {
 		s.beforeExec()
 	}
-	_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+	cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		var gone []any
 		for k, old := range oldRank {
 			if old != "" && old != state[k].rank {
@@ -246,9 +246,23 @@ func (s *Store) applyOnce(ctx context.Context, tx *redis.Tx, w *batchWrite) erro
 		pipe.Set(ctx, w.tokenKey, w.token, 0)
 		return nil
 	})
-	if err == nil {
-		s.log.Debug("batch applied", "partition", p, "checkpoint", w.b.Checkpoint,
-			"applied", len(apply), "skipped", len(w.docs)-len(apply))
+	if err != nil {
+		return queuedError(cmds, err)
+	}
+	s.log.Debug("batch applied", "partition", p, "checkpoint", w.b.Checkpoint,
+		"applied", len(apply), "skipped", len(w.docs)-len(apply))
+	return nil
+}
+
+// queuedError is the error of a failed MULTI/EXEC: when Redis refused to
+// queue a command (out of memory, a disk it cannot persist to), EXEC only
+// says EXECABORT, and the refusal that says whether to wait and retry is
+// the command's own error.
+func queuedError(cmds []redis.Cmder, err error) error {
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && e != err && transient(e) {
+			return e
+		}
 	}
 	return err
 }

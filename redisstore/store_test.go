@@ -432,3 +432,30 @@ func TestResetKeepsOtherPrefixes(t *testing.T) {
 		t.Errorf("unrelated key after Reset = %q, want x", got)
 	}
 }
+
+func TestApplyRefusedByAFullServerIsUnavailable(t *testing.T) {
+	// A server out of memory refuses to queue the transaction's writes;
+	// EXEC then only says EXECABORT. Apply must report the store
+	// unavailable (the engine waits and retries), write nothing, and
+	// succeed once the server has room again.
+	r := testkit.StartRedis(t)
+	s := openStore(t, r)
+	e, _ := s.Claim(ctxT(t), 0)
+	redisCmd(t, r, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	redisCmd(t, r, "CONFIG", "SET", "maxmemory", "1")
+	b := engine.Batch{Partition: 0, Epoch: e, Checkpoint: 9, Docs: []engine.MovieStats{movie(3, 0, 2, 7, 1)}}
+	err := s.Apply(ctxT(t), b)
+	redisCmd(t, r, "CONFIG", "SET", "maxmemory", "0")
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("Apply to a full server = %v; want ErrUnavailable", err)
+	}
+	if _, ok, _ := s.Checkpoint(ctxT(t), 0); ok {
+		t.Errorf("a checkpoint was written by the refused batch")
+	}
+	if err := s.Apply(ctxT(t), b); err != nil {
+		t.Fatalf("Apply once the server has room = %v; want nil", err)
+	}
+	if got, err := s.Get(ctxT(t), 3); err != nil || got.Count != 2 {
+		t.Errorf("Get = %+v, %v; want count 2", got, err)
+	}
+}
