@@ -56,7 +56,7 @@ type batchWrite struct {
 // then MULTI/EXEC of the writes. A claim, an apply or a drop of the
 // partition between the read and EXEC makes EXEC write nothing, and Apply
 // reads again (and is then refused). Redis spends its time on the
-// commands, not in a Lua interpreter: a script did the same for twice the
+// commands, not in a Lua interpreter: a script did the same for 1.5× the
 // server CPU.
 //
 // It returns an error wrapping engine.ErrInvalid (checked before anything

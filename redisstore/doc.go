@@ -23,7 +23,7 @@
 // checkpoint and the stream entries. Readers never see a part of a batch,
 // a refused batch writes nothing, and a claim or drop of the partition
 // between the read and EXEC makes EXEC write nothing. (A Lua script did
-// the same for twice the server CPU.) Table batches are applied by a Lua
+// the same for 1.5× the server CPU.) Table batches are applied by a Lua
 // script with the same checks. Range queries run as a read-only script.
 // The scripts and transactions name keys they derive from the prefix, so
 // the store needs a standalone Redis (or one where all keys live on one
