@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -147,6 +148,29 @@ func loadPartition(ctx context.Context, s *Store, p int32) error {
 	return nil
 }
 
+// serverCPU is the CPU time redis-server has used so far, in seconds
+// (INFO cpu: user plus system), for per-document server costs.
+func serverCPU(ctx context.Context, s *Store) float64 {
+	info, err := s.client.Info(ctx, "cpu").Result()
+	if err != nil {
+		return math.NaN()
+	}
+	total := 0.0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return total
+}
+
+// reportServerCPU reports the server's CPU per document since cpu0.
+func reportServerCPU(ctx context.Context, b *testing.B, s *Store, cpu0 float64, docs int) {
+	b.ReportMetric((serverCPU(ctx, s)-cpu0)*1e6/float64(docs), "server-µs/doc")
+}
+
 // latencies records per-operation durations and reports percentiles.
 type latencies []time.Duration
 
@@ -185,6 +209,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 			defer s.Close()
 			defer func() { _ = s.Reset(ctx) }()
 			errs := make(chan error, bc.parallel)
+			cpu0 := serverCPU(ctx, s)
 			b.ResetTimer()
 			start := time.Now()
 			for w := range bc.parallel {
@@ -200,6 +225,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*batchSize)/time.Since(start).Seconds(), "docs/s")
+			reportServerCPU(ctx, b, s, cpu0, b.N*batchSize)
 		})
 	}
 }

@@ -16,18 +16,17 @@
 // average descending then movie id ascending, and a cursor is an exclusive
 // lexicographic bound. sources is "p:o,p:o" sorted by partition.
 //
-// A movie batch is applied by one optimistic transaction: WATCH on the
-// partition's epoch, checkpoint and batch token, a pipelined read of the
-// stored versions and ranks, the epoch and version checks in Go, then
-// MULTI/EXEC of the hashes, the sorted set, the partition set, the
-// checkpoint and the stream entries. Readers never see a part of a batch,
-// a refused batch writes nothing, and a claim or drop of the partition
-// between the read and EXEC makes EXEC write nothing. (A Lua script did
-// the same for 1.5× the server CPU.) Table batches are applied by a Lua
-// script with the same checks. Range queries run as a read-only script.
-// The scripts and transactions name keys they derive from the prefix, so
-// the store needs a standalone Redis (or one where all keys live on one
-// node), not a Redis Cluster.
+// A batch (of movies or of a table) is applied by one optimistic
+// transaction: WATCH on the partition's epoch, checkpoint and batch token,
+// a pipelined read of the stored versions (and ranks or index values), the
+// epoch and version checks in Go, then MULTI/EXEC of the hashes, the sorted
+// sets, the partition set, the checkpoint and the stream entries. Readers
+// never see a part of a batch, a refused batch writes nothing, and a claim
+// or drop of the partition between the read and EXEC makes EXEC write
+// nothing. (A Lua script did the same for 1.5× the server CPU.) Range
+// queries run as a read-only script. The scripts and transactions name
+// keys they derive from the prefix, so the store needs a standalone Redis
+// (or one where all keys live on one node), not a Redis Cluster.
 //
 // Transport errors (connection refused or reset, timeouts, a loading or
 // read-only server) are wrapped with engine.ErrUnavailable; the go-redis

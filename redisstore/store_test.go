@@ -178,12 +178,12 @@ func TestRetriedApplyIsNotFenced(t *testing.T) {
 	s := openStore(t, r)
 	e, _ := s.Claim(ctxT(t), 0)
 	b := engine.Batch{Partition: 0, Epoch: e, Checkpoint: 3, Docs: []engine.MovieStats{movie(1, 0, 2, 10, 5)}}
-	w, err := s.batchWrite(b)
+	tx, err := s.movieBatch(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if err := s.attempt(ctxT(t), w); err != nil {
+		if err := s.attempt(ctxT(t), tx); err != nil {
 			t.Fatalf("attempt %d of the same batch: %v", i+1, err)
 		}
 	}

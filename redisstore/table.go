@@ -36,8 +36,9 @@ package redisstore
 // A descending query of a TiesAscending table walks value groups downwards
 // on the same set (see tableTiesLua): no second index is kept.
 //
-// Apply, DropPartition and Claim are Lua scripts (atomic, every check
-// before the first write); ScanPartition walks the members set (SSCAN),
+// Apply is an optimistic transaction (WATCH, reads, checks, MULTI/EXEC;
+// see runBatch), DropPartition and Claim are Lua scripts (atomic, every
+// check before the first write); ScanPartition walks the members set (SSCAN),
 // not the key space, so it costs the partition's size, not the
 // database's; Reset is SCAN + UNLINK of the table's keys except its epochs
 // and spec.

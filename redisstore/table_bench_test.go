@@ -130,6 +130,7 @@ func BenchmarkTableApply(b *testing.B) {
 	}
 	batch := make([]engine.Doc, 0, batchSize)
 	version, next := int64(1), 0
+	cpu0 := serverCPU(ctx, s)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if len(batch) == 0 {
@@ -146,6 +147,7 @@ func BenchmarkTableApply(b *testing.B) {
 	}
 	b.StopTimer() // the deferred Reset is not part of it
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "docs/s")
+	reportServerCPU(ctx, b, s, cpu0, b.N)
 }
 
 // BenchmarkTableLoad loads 1000 random keys per call (one MULTI/EXEC
