@@ -18,7 +18,7 @@ const maxApplyAttempts = 4
 
 // errWrongType marks a key of the store that another program gave another
 // type (a plain string where the stream lives, say).
-var errWrongType = errors.New("WRONGTYPE")
+var errWrongType = errors.New("wrong key type")
 
 // fencedError is the refusal of a batch; it wraps engine.ErrFenced.
 type fencedError struct {
@@ -147,6 +147,7 @@ func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 	if err != nil {
 		return queuedError(cmds, err)
 	}
+	s.log.Debug("batch applied", "op", b.op, "checkpoint", b.cpValue)
 	return nil
 }
 
