@@ -9,13 +9,16 @@ import (
 	"github.com/keepstate/keepstate/engine/storetest"
 )
 
-// openTemp opens a store in a fresh temporary directory.
+// openTemp opens a store in a fresh temporary directory. It waits for the
+// background fill of the write cache (warm), which has nothing to read in
+// a new store, so that a test inspecting the cache does not race it.
 func openTemp(t testing.TB, opts ...Option) *Store {
 	t.Helper()
 	s, err := Open(t.TempDir(), opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	<-s.Warmed()
 	return s
 }
 
