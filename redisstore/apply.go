@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/redis/go-redis/v9"
@@ -119,7 +118,7 @@ func (s *Store) movieBatch(b engine.Batch) (*batchTx, error) {
 			}
 			ranks := make([]redis.Z, 0, len(apply))
 			ids := make([]any, 0, len(apply))
-			part := strconv.FormatInt(int64(p), 10)
+			part := formatInt(int64(p))
 			for _, i := range apply {
 				d := &docs[i]
 				pipe.HSet(ctx, d.key, "id", d.id, "count", d.count, "sum", d.sum, "avg", d.avg,

@@ -94,6 +94,18 @@ func TestApplyRefusedWritesNothing(t *testing.T) {
 			return engine.Batch{Partition: 0, Checkpoint: 50,
 				Docs: []engine.MovieStats{movie(10, 0, 1, 5, 1), movie(11, 1, 1, 5, 1)}}
 		}, engine.ErrInvalid},
+		{"document key of another type", func(t *testing.T, s *Store) engine.Batch {
+			// Another program wrote a plain string where a movie's hash
+			// lives: the read of the stored version fails, and nothing is
+			// written (no panic on the empty reply either).
+			redisCmd(t, r, "SET", s.keys.movie(11), "not a hash")
+			// No token yet, as before a partition's first batch: the absent
+			// token is the pipeline's first "error", ahead of the failed read.
+			redisCmd(t, r, "DEL", s.keys.batch(0))
+			e, _ := s.Claim(ctxT(t), 0)
+			return engine.Batch{Partition: 0, Epoch: e, Checkpoint: 50,
+				Docs: []engine.MovieStats{movie(10, 0, 1, 5, 1), movie(11, 0, 1, 5, 1)}}
+		}, nil},
 		{"wrong key type found before the first write", func(t *testing.T, s *Store) engine.Batch {
 			// Another program wrote a plain string where the stream lives: Apply
 			// must notice before its first write.

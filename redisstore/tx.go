@@ -102,7 +102,7 @@ func (s *Store) attempt(ctx context.Context, b *batchTx) error {
 func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 	var token, epoch *redis.StringCmd
 	types := make([]*redis.StatusCmd, len(b.typed))
-	_, err := tx.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+	reads, err := tx.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		token, epoch = pipe.Get(ctx, b.tokenKey), pipe.Get(ctx, b.epochKey)
 		for i, k := range b.typed {
 			types[i] = pipe.Type(ctx, k.key)
@@ -112,6 +112,14 @@ func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
+	}
+	// Pipelined reports only the first failed command, and an absent token
+	// or epoch (redis.Nil) comes first: a document read that failed (a key
+	// another program gave another type) must not pass as an empty one.
+	for _, c := range reads {
+		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return e
+		}
 	}
 	if token.Val() == b.token {
 		s.log.Debug("batch applied by an earlier attempt", "op", b.op)
