@@ -47,7 +47,7 @@ type Config struct {
 	HTTPAddr          string        // --http-addr: API listen address
 	CommitInterval    time.Duration // --commit-interval: flush and commit period
 	IdleFlush         time.Duration // --idle-flush: flush a partition whose input stayed empty this long (0: off)
-	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs; cache bound between flushes
+	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs; cache bound between flushes (0: sized from the memory limit, see cacheMaxDocs)
 	BufferedRecords   int           // --buffered-records: fetched records each partition buffers ahead of its stage
 	LogLevel          string        // --log-level: debug | info | warn | error
 	InstanceID        string        // --instance-id: static group membership id (empty: dynamic)
@@ -137,7 +137,7 @@ func Default() Config {
 		HTTPAddr:            ":7001",
 		CommitInterval:      e.CommitInterval,
 		IdleFlush:           e.IdleFlush,
-		CacheMaxDocs:        e.CacheMaxDocs,
+		CacheMaxDocs:        0, // sized from the memory limit at run time (cacheMaxDocs)
 		BufferedRecords:     e.BufferedRecords,
 		LogLevel:            "info",
 		Partitions:          0,
@@ -245,8 +245,8 @@ func (c Config) Validate() error {
 			bad("advertise-addr", "%q is not a bare host:port: %v", clipInput(c.AdvertiseAddr), err)
 		}
 	}
-	if c.CacheMaxDocs <= 0 {
-		bad("cache-max-docs", "must be positive")
+	if c.CacheMaxDocs < 0 {
+		bad("cache-max-docs", "must be positive, or 0 for the default")
 	}
 	if c.BufferedRecords <= 0 {
 		bad("buffered-records", "must be positive")

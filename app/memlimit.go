@@ -9,6 +9,7 @@ import (
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/keepstate/keepstate/docstore"
+	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/malloc"
 )
 
@@ -97,3 +98,36 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, error) {
 // half; the other half is the engine's (fetch buffers, caches, batches).
 // 0 (no limit) leaves the bulk load its defaults.
 func bulkMemory(goLimit int64) int64 { return goLimit / 2 }
+
+// defaultCacheMaxDocs is --cache-max-docs without a memory limit: the
+// engine's default.
+var defaultCacheMaxDocs = engine.DefaultConfig().CacheMaxDocs
+
+// cacheDocsPerGoMiB is how many documents per partition --cache-max-docs
+// defaults to per MiB of Go's share of a memory limit.
+const cacheDocsPerGoMiB = 40
+
+// minAutoCacheMaxDocs is the least --cache-max-docs the memory limit sizes.
+const minAutoCacheMaxDocs = 1000
+
+// cacheMaxDocs returns the --cache-max-docs in effect: set when positive
+// (the operator's choice), else defaultCacheMaxDocs, lowered under a memory
+// limit (goLimit, Go's share in bytes; 0 for none) to cacheDocsPerGoMiB per
+// MiB of it, but not below minAutoCacheMaxDocs. What a partition holds
+// between flushes (its changed and cached documents, the records built for
+// the next flush) is most of what a 1M-movie uniform run keeps live. Under
+// a 300 MiB limit with the whole 10000 (live heap near Go's share, so the
+// collector ran all the time) a run spent a third more CPU and lost a
+// third of its throughput; with 5000 it kept its throughput and peaked at
+// 285 MiB. The bound is per partition: sized for the three partitions an
+// instance owns in the benchmark; with many more, set it (or the limit)
+// yourself.
+func cacheMaxDocs(set int, goLimit int64) int {
+	if set > 0 {
+		return set
+	}
+	if goLimit <= 0 {
+		return defaultCacheMaxDocs
+	}
+	return min(defaultCacheMaxDocs, max(minAutoCacheMaxDocs, int(min(goLimit>>20, 1<<20))*cacheDocsPerGoMiB))
+}

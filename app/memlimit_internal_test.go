@@ -3,6 +3,8 @@ package app
 import (
 	"errors"
 	"testing"
+
+	"github.com/keepstate/keepstate/engine"
 )
 
 // TestPlanMemory checks how --memory-limit-mib, a container's limit and
@@ -42,5 +44,43 @@ func TestPlanMemory(t *testing.T) {
 				t.Fatalf("planMemory = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCacheMaxDocs checks --cache-max-docs: the operator's value wins, the
+// default is the engine's without a memory limit, and a limit lowers it to
+// a share of Go's memory within bounds. The 300 MiB clover case is the one
+// measured (docs/benchmarks.md): 5000 kept a 1M-movie run's throughput.
+func TestCacheMaxDocs(t *testing.T) {
+	clover300 := Default()
+	clover300.MemoryLimitMiB = 300
+	p, err := planMemory(clover300, 0, true)
+	if err != nil {
+		t.Fatalf("planMemory(300 MiB clover): %v", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		set     int
+		goLimit int64
+		want    int
+	}{
+		{"set wins without a limit", 250, 0, 250},
+		{"set wins under a limit", 50_000, 64 << 20, 50_000},
+		{"no limit: the engine's default", 0, 0, engine.DefaultConfig().CacheMaxDocs},
+		{"300 MiB clover", 0, p.goMiB << 20, int(p.goMiB) * cacheDocsPerGoMiB},
+		{"large limit: capped at the default", 0, 4 << 30, engine.DefaultConfig().CacheMaxDocs},
+		{"tiny limit: floored", 0, 8 << 20, minAutoCacheMaxDocs},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cacheMaxDocs(tc.set, tc.goLimit); got != tc.want {
+				t.Errorf("cacheMaxDocs(%d, %d MiB) = %d; want %d", tc.set, tc.goLimit>>20, got, tc.want)
+			}
+		})
+	}
+	if got := cacheMaxDocs(0, p.goMiB<<20); got < 4000 || got > 6000 {
+		t.Errorf("300 MiB clover: cache-max-docs %d; want about 5000, the value measured to keep the throughput", got)
+	}
+	if got, want := Default().EngineConfig(nil).CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs; got != want {
+		t.Errorf("Default().EngineConfig().CacheMaxDocs = %d; want the engine's default %d", got, want)
 	}
 }

@@ -30,7 +30,7 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		OutputTopic:       c.OutputTopic,
 		CommitInterval:    c.CommitInterval,
 		IdleFlush:         c.IdleFlush,
-		CacheMaxDocs:      c.CacheMaxDocs,
+		CacheMaxDocs:      cacheMaxDocs(c.CacheMaxDocs, 0),
 		BufferedRecords:   c.BufferedRecords,
 		InstanceID:        c.InstanceID,
 		Partitions:        c.Partitions,
@@ -124,6 +124,12 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	goLimit, err := applyMemoryLimit(c, log)
 	if err != nil {
 		return err
+	}
+	if c.CacheMaxDocs == 0 {
+		c.CacheMaxDocs = cacheMaxDocs(0, goLimit)
+		if c.CacheMaxDocs < defaultCacheMaxDocs {
+			log.Info("cache-max-docs sized to the memory limit", "cache_max_docs", c.CacheMaxDocs, "go_mib", goLimit>>20)
+		}
 	}
 	sec, err := c.ReadSecrets()
 	if err != nil {

@@ -36,7 +36,7 @@ func CommonFlags(fs *flag.FlagSet, c *app.Config) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address of the API")
 	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often state is flushed and offsets committed")
 	fs.DurationVar(&c.IdleFlush, "idle-flush", c.IdleFlush, "flush a partition before the commit interval once its input stayed empty this long and it read everything the broker holds (0: off)")
-	fs.IntVar(&c.CacheMaxDocs, "cache-max-docs", c.CacheMaxDocs, "flush a partition early when it holds this many changed documents; also the most documents a partition keeps cached between flushes (least recently used go first)")
+	fs.IntVar(&c.CacheMaxDocs, "cache-max-docs", c.CacheMaxDocs, "flush a partition early when it holds this many changed documents; also the most documents a partition keeps cached between flushes (least recently used go first); 0: 10000, or 40 per MiB of Go's share of a memory limit (--memory-limit-mib), at least 1000")
 	fs.IntVar(&c.BufferedRecords, "buffered-records", c.BufferedRecords, "fetched records each partition buffers ahead of its stage (as Kafka Streams' buffered.records.per.partition); memory up to this × the largest record × partitions owned; lower it for very large records")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.InstanceID, "instance-id", c.InstanceID, "static group membership id, stable per instance (empty: dynamic membership)")
