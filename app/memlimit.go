@@ -118,8 +118,8 @@ const minAutoCacheMaxDocs = 1000
 // the next flush) is most of what a 1M-movie uniform run keeps live. Under
 // a 300 MiB limit with the whole 10000 (live heap near Go's share, so the
 // collector ran all the time) a run spent a third more CPU and lost a
-// third of its throughput; with 5000 it kept its throughput and peaked at
-// 285 MiB. The bound is per partition: sized for the three partitions an
+// third of its throughput; with this default (4960) it did 23–27k
+// ratings/s instead of 16.5–19k, peaking at 301–308 MiB. The bound is per partition: sized for the three partitions an
 // instance owns in the benchmark; with many more, set it (or the limit)
 // yourself.
 func cacheMaxDocs(set int, goLimit int64) int {
