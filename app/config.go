@@ -47,7 +47,8 @@ type Config struct {
 	HTTPAddr          string        // --http-addr: API listen address
 	CommitInterval    time.Duration // --commit-interval: flush and commit period
 	IdleFlush         time.Duration // --idle-flush: flush a partition whose input stayed empty this long (0: off)
-	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs; cache bound between flushes (0: sized from the memory limit, see cacheMaxDocs)
+	CacheMaxDocs      int           // --cache-max-docs: flush a partition when it holds this many dirty docs; cache bound between flushes (0: the engine's default)
+	CacheBudgetDocs   int           // --cache-budget-docs: documents the partitions of a job cache together (0: automatic, see cacheBudgetDocs; -1: none)
 	BufferedRecords   int           // --buffered-records: fetched records each partition buffers ahead of its stage
 	LogLevel          string        // --log-level: debug | info | warn | error
 	InstanceID        string        // --instance-id: static group membership id (empty: dynamic)
@@ -137,7 +138,8 @@ func Default() Config {
 		HTTPAddr:            ":7001",
 		CommitInterval:      e.CommitInterval,
 		IdleFlush:           e.IdleFlush,
-		CacheMaxDocs:        0, // sized from the memory limit at run time (cacheMaxDocs)
+		CacheMaxDocs:        0, // the engine's default
+		CacheBudgetDocs:     0, // sized from the memory limit at run time (cacheBudgetDocs)
 		BufferedRecords:     e.BufferedRecords,
 		LogLevel:            "info",
 		Partitions:          0,
@@ -247,6 +249,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheMaxDocs < 0 {
 		bad("cache-max-docs", "must be positive, or 0 for the default")
+	}
+	if c.CacheBudgetDocs < -1 {
+		bad("cache-budget-docs", "must be positive, 0 (automatic) or -1 (none)")
 	}
 	if c.BufferedRecords <= 0 {
 		bad("buffered-records", "must be positive")

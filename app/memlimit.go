@@ -99,35 +99,47 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, error) {
 // 0 (no limit) leaves the bulk load its defaults.
 func bulkMemory(goLimit int64) int64 { return goLimit / 2 }
 
-// defaultCacheMaxDocs is --cache-max-docs without a memory limit: the
-// engine's default.
-var defaultCacheMaxDocs = engine.DefaultConfig().CacheMaxDocs
+// defaultCacheBudgetDocs is --cache-budget-docs without a memory limit:
+// the engine's default.
+var defaultCacheBudgetDocs = engine.DefaultConfig().CacheBudgetDocs
 
-// cacheDocsPerGoMiB is how many documents per partition --cache-max-docs
-// defaults to per MiB of Go's share of a memory limit.
-const cacheDocsPerGoMiB = 40
+// cacheDocsPerGoMiB is how many documents --cache-budget-docs defaults to
+// per MiB of Go's share of a memory limit.
+const cacheDocsPerGoMiB = 120
 
-// minAutoCacheMaxDocs is the least --cache-max-docs the memory limit sizes.
-const minAutoCacheMaxDocs = 1000
+// minAutoCacheBudgetDocs is the least --cache-budget-docs the memory limit
+// sizes.
+const minAutoCacheBudgetDocs = 3000
 
-// cacheMaxDocs returns the --cache-max-docs in effect: set when positive
-// (the operator's choice), else defaultCacheMaxDocs, lowered under a memory
-// limit (goLimit, Go's share in bytes; 0 for none) to cacheDocsPerGoMiB per
-// MiB of it, but not below minAutoCacheMaxDocs. What a partition holds
-// between flushes (its changed and cached documents, the records built for
-// the next flush) is most of what a 1M-movie uniform run keeps live. Under
-// a 300 MiB limit with the whole 10000 (live heap near Go's share, so the
-// collector ran all the time) a run spent a third more CPU and lost a
-// third of its throughput; with this default (4960) it did 23–27k
-// ratings/s instead of 16.5–19k, peaking at 301–308 MiB. The bound is per partition: sized for the three partitions an
-// instance owns in the benchmark; with many more, set it (or the limit)
-// yourself.
-func cacheMaxDocs(set int, goLimit int64) int {
-	if set > 0 {
-		return set
+// cacheBudgetDocs returns the --cache-budget-docs in effect for each of
+// jobs engines: budget when positive (the operator's choice); none (0)
+// when budget is -1, or when it is 0 (automatic) and --cache-max-docs was
+// set (maxDocs > 0: the operator bounded
+// each partition, as before the budget existed); else
+// defaultCacheBudgetDocs, lowered under a memory limit (goLimit, Go's
+// share in bytes; 0 for none) to cacheDocsPerGoMiB per MiB of it, not
+// below minAutoCacheBudgetDocs, and split between the jobs.
+//
+// What the partitions hold between flushes (their changed and cached
+// documents, the records built for the next flush) is most of what a
+// 1M-movie uniform run keeps live. Under a 300 MiB limit with 10000 per
+// partition (live heap near Go's share, so the collector ran all the
+// time) a run spent a third more CPU and lost a third of its throughput;
+// with a third of 14880 per partition (three partitions) it did 23–27k
+// ratings/s instead of 16.5–19k, peaking at 301–308 MiB
+// (docs/benchmarks.md). The budget is shared, so a failover that moves
+// more partitions here shrinks each partition's share instead of
+// multiplying the memory.
+func cacheBudgetDocs(budget, maxDocs int, goLimit int64, jobs int) int {
+	switch {
+	case budget > 0:
+		return budget
+	case budget < 0, maxDocs > 0:
+		return 0
 	}
-	if goLimit <= 0 {
-		return defaultCacheMaxDocs
+	b := defaultCacheBudgetDocs
+	if goLimit > 0 {
+		b = min(b, max(minAutoCacheBudgetDocs, int(min(goLimit>>20, 1<<20))*cacheDocsPerGoMiB))
 	}
-	return min(defaultCacheMaxDocs, max(minAutoCacheMaxDocs, int(min(goLimit>>20, 1<<20))*cacheDocsPerGoMiB))
+	return max(b/max(jobs, 1), engine.MinPartitionCacheDocs)
 }

@@ -47,40 +47,53 @@ func TestPlanMemory(t *testing.T) {
 	}
 }
 
-// TestCacheMaxDocs checks --cache-max-docs: the operator's value wins, the
-// default is the engine's without a memory limit, and a limit lowers it to
-// a share of Go's memory within bounds. The 300 MiB clover case is the one
-// measured (docs/benchmarks.md): 5000 kept a 1M-movie run's throughput.
-func TestCacheMaxDocs(t *testing.T) {
+// TestCacheBudgetDocs checks --cache-budget-docs: the operator's value
+// wins, -1 and an explicit --cache-max-docs turn it off, the default is the
+// engine's without a memory limit, a limit lowers it to a share of Go's
+// memory within bounds, and jobs split it. The 300 MiB clover case is the
+// one measured (docs/benchmarks.md): about 5000 per partition of three
+// kept a 1M-movie run's throughput.
+func TestCacheBudgetDocs(t *testing.T) {
 	clover300 := Default()
 	clover300.MemoryLimitMiB = 300
 	p, err := planMemory(clover300, 0, true)
 	if err != nil {
 		t.Fatalf("planMemory(300 MiB clover): %v", err)
 	}
+	def := engine.DefaultConfig().CacheBudgetDocs
 	for _, tc := range []struct {
-		name    string
-		set     int
-		goLimit int64
-		want    int
+		name            string
+		budget, maxDocs int
+		goLimit         int64
+		jobs            int
+		want            int
 	}{
-		{"set wins without a limit", 250, 0, 250},
-		{"set wins under a limit", 50_000, 64 << 20, 50_000},
-		{"no limit: the engine's default", 0, 0, engine.DefaultConfig().CacheMaxDocs},
-		{"300 MiB clover", 0, p.goMiB << 20, int(p.goMiB) * cacheDocsPerGoMiB},
-		{"large limit: capped at the default", 0, 4 << 30, engine.DefaultConfig().CacheMaxDocs},
-		{"tiny limit: floored", 0, 8 << 20, minAutoCacheMaxDocs},
+		{"set wins without a limit", 500, 0, 0, 1, 500},
+		{"set wins under a limit", 90_000, 0, 64 << 20, 1, 90_000},
+		{"set wins over cache-max-docs", 500, 100, 0, 1, 500},
+		{"-1: none", -1, 0, 64 << 20, 1, 0},
+		{"cache-max-docs alone: none", 0, 50_000, 64 << 20, 1, 0},
+		{"no limit: the engine's default", 0, 0, 0, 1, def},
+		{"no limit, two jobs: split", 0, 0, 0, 2, def / 2},
+		{"300 MiB clover", 0, 0, p.goMiB << 20, 1, int(p.goMiB) * cacheDocsPerGoMiB},
+		{"large limit: capped at the default", 0, 0, 4 << 30, 1, def},
+		{"tiny limit: floored", 0, 0, 8 << 20, 1, minAutoCacheBudgetDocs},
+		{"many jobs: at least a partition's floor", 0, 0, 8 << 20, 100, engine.MinPartitionCacheDocs},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := cacheMaxDocs(tc.set, tc.goLimit); got != tc.want {
-				t.Errorf("cacheMaxDocs(%d, %d MiB) = %d; want %d", tc.set, tc.goLimit>>20, got, tc.want)
+			if got := cacheBudgetDocs(tc.budget, tc.maxDocs, tc.goLimit, tc.jobs); got != tc.want {
+				t.Errorf("cacheBudgetDocs(%d, %d, %d MiB, %d jobs) = %d; want %d", tc.budget, tc.maxDocs, tc.goLimit>>20, tc.jobs, got, tc.want)
 			}
 		})
 	}
-	if got := cacheMaxDocs(0, p.goMiB<<20); got < 4000 || got > 6000 {
-		t.Errorf("300 MiB clover: cache-max-docs %d; want about 5000, the value measured to keep the throughput", got)
+	if got := cacheBudgetDocs(0, 0, p.goMiB<<20, 1) / 3; got < 4000 || got > 6000 {
+		t.Errorf("300 MiB clover: %d documents per partition of three; want about 5000, the value measured to keep the throughput", got)
 	}
-	if got, want := Default().EngineConfig(nil).CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs; got != want {
+	ec := Default().EngineConfig(nil)
+	if got, want := ec.CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs; got != want {
 		t.Errorf("Default().EngineConfig().CacheMaxDocs = %d; want the engine's default %d", got, want)
+	}
+	if got := ec.CacheBudgetDocs; got != def {
+		t.Errorf("Default().EngineConfig().CacheBudgetDocs = %d; want the engine's default %d", got, def)
 	}
 }

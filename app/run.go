@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +31,8 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		OutputTopic:       c.OutputTopic,
 		CommitInterval:    c.CommitInterval,
 		IdleFlush:         c.IdleFlush,
-		CacheMaxDocs:      cacheMaxDocs(c.CacheMaxDocs, 0),
+		CacheMaxDocs:      cmp.Or(c.CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs),
+		CacheBudgetDocs:   cacheBudgetDocs(c.CacheBudgetDocs, c.CacheMaxDocs, 0, 1),
 		BufferedRecords:   c.BufferedRecords,
 		InstanceID:        c.InstanceID,
 		Partitions:        c.Partitions,
@@ -125,10 +127,13 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
-	if c.CacheMaxDocs == 0 {
-		c.CacheMaxDocs = cacheMaxDocs(0, goLimit)
-		if c.CacheMaxDocs < defaultCacheMaxDocs {
-			log.Info("cache-max-docs sized to the memory limit", "cache_max_docs", c.CacheMaxDocs, "go_mib", goLimit>>20)
+	if c.CacheBudgetDocs == 0 {
+		c.CacheBudgetDocs = cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs))
+		if c.CacheBudgetDocs == 0 {
+			c.CacheBudgetDocs = -1 // none: --cache-max-docs alone bounds each partition
+		}
+		if goLimit > 0 && c.CacheBudgetDocs > 0 {
+			log.Info("cache budget sized to the memory limit", "cache_budget_docs", c.CacheBudgetDocs, "jobs", len(jobs), "go_mib", goLimit>>20)
 		}
 	}
 	sec, err := c.ReadSecrets()

@@ -146,3 +146,28 @@ func (c docCache) reset() {
 		c.s.Purge()
 	}
 }
+
+// MinPartitionCacheDocs is the least bound Config.CacheBudgetDocs gives a
+// partition, however many the instance owns: below a few hundred
+// documents, a flush's fixed costs (a transaction, a synced store write)
+// would be paid every few records.
+const MinPartitionCacheDocs = 250
+
+// partitionCacheBound returns the bound of one partition's cache (and the
+// changed documents that flush it early) when the instance owns owned
+// partitions: maxDocs, lowered to an equal share of budget (0: none) but
+// not below MinPartitionCacheDocs.
+func partitionCacheBound(maxDocs, budget int, owned int64) int {
+	if budget <= 0 {
+		return maxDocs
+	}
+	share := budget / int(max(owned, 1))
+	return min(maxDocs, max(share, MinPartitionCacheDocs))
+}
+
+// cacheBound is partitionCacheBound for the partitions assigned to the
+// engine now: a task reads it at every flush check, so the shares follow
+// a rebalance. Safe for concurrent use.
+func (e *Engine) cacheBound() int {
+	return partitionCacheBound(e.cfg.CacheMaxDocs, e.cfg.CacheBudgetDocs, e.c.assigned.Load())
+}

@@ -119,3 +119,29 @@ func TestDocCacheStringKeys(t *testing.T) {
 		t.Errorf("has(%q) = true, want false", "abcd")
 	}
 }
+
+// TestPartitionCacheBound checks how a budget shares out: an equal share
+// per owned partition, capped by the per-partition bound, floored at
+// MinPartitionCacheDocs (unless the bound is lower), none without a budget.
+func TestPartitionCacheBound(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		maxDocs, budget int
+		owned           int64
+		want            int
+	}{
+		{"no budget", 10000, 0, 12, 10000},
+		{"three partitions: the bound", 10000, 30000, 3, 10000},
+		{"one partition: capped at the bound", 10000, 30000, 1, 10000},
+		{"six partitions: a sixth", 10000, 30000, 6, 5000},
+		{"none assigned yet: the whole budget, capped", 10000, 3000, 0, 3000},
+		{"many partitions: floored", 10000, 30000, 1000, MinPartitionCacheDocs},
+		{"bound below the floor wins", 10, 30000, 1000, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := partitionCacheBound(tc.maxDocs, tc.budget, tc.owned); got != tc.want {
+				t.Errorf("partitionCacheBound(%d, %d, %d) = %d; want %d", tc.maxDocs, tc.budget, tc.owned, got, tc.want)
+			}
+		})
+	}
+}

@@ -35,8 +35,18 @@ type Config struct {
 	IdleFlush time.Duration
 	// CacheMaxDocs flushes a partition early when it holds this many changed
 	// documents, and bounds how many documents a partition keeps cached
-	// between flushes (the least recently used go first).
+	// between flushes (the least recently used go first); CacheBudgetDocs
+	// may lower it.
 	CacheMaxDocs int
+	// CacheBudgetDocs bounds the documents all partitions of the engine
+	// cache together, like Kafka Streams' statestore.cache.max.bytes: each
+	// partition's bound is the budget divided by the partitions the
+	// instance owns, at most CacheMaxDocs and at least MinPartitionCacheDocs
+	// (or CacheMaxDocs when that is smaller), so the memory the caches hold
+	// does not grow with the partitions a failover moves here. The default,
+	// 30000, leaves CacheMaxDocs (10000) to each of up to three partitions;
+	// 0 turns the budget off (every partition gets CacheMaxDocs).
+	CacheBudgetDocs int
 	// BufferedRecords is how many fetched records each claimed partition
 	// buffers ahead of its stage (sarama's ChannelBufferSize), like Kafka
 	// Streams' buffered.records.per.partition. A stage drains up to 2000
@@ -86,6 +96,7 @@ func DefaultConfig() Config {
 		CommitInterval:    time.Second,
 		IdleFlush:         300 * time.Millisecond,
 		CacheMaxDocs:      10000,
+		CacheBudgetDocs:   30000,
 		BufferedRecords:   2048,
 		ReplicationFactor: 1,
 		SessionTimeout:    10 * time.Second,
@@ -115,6 +126,9 @@ func (c Config) Validate() error {
 	}
 	if c.CacheMaxDocs <= 0 {
 		errs = append(errs, errors.New("cache max docs must be positive"))
+	}
+	if c.CacheBudgetDocs < 0 {
+		errs = append(errs, errors.New("cache budget docs must not be negative"))
 	}
 	if c.BufferedRecords <= 0 {
 		errs = append(errs, errors.New("buffered records must be positive"))

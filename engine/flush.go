@@ -227,7 +227,7 @@ func (t *task) awaitPersist() error {
 	if job.commit {
 		t.committed = max(t.committed, job.next)
 	}
-	t.cache.trimClean(t.e.cfg.CacheMaxDocs)
+	t.cache.trimClean(t.e.cacheBound())
 	return nil
 }
 

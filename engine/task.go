@@ -103,7 +103,7 @@ func (t *task) run() error {
 			if err := t.process(ctx, drain(m, t.claim.Messages())); err != nil {
 				return t.stop(err)
 			}
-			if len(t.dirty) >= e.cfg.CacheMaxDocs || len(t.dead) >= maxDrain {
+			if len(t.dirty) >= e.cacheBound() || len(t.dead) >= maxDrain {
 				if err := t.flush(ctx); err != nil {
 					return t.stop(err)
 				}
@@ -143,7 +143,7 @@ const markerSlack = 16
 // without waiting up to a commit interval. A task that is behind always
 // has records buffered, and one that waits between two rekey commits
 // waits less than IdleFlush, so under load flushes stay one per commit
-// interval (or per --cache-max-docs changed documents) and batch the most
+// interval (or per cache bound of changed documents) and batch the most
 // work; idle flushes cost only when the partition has time to spare.
 const idleFlushGap = 100 * time.Millisecond
 
