@@ -48,6 +48,8 @@ type Store struct {
 	// lmu guards it.
 	lmu    sync.Mutex
 	learnt []learnt
+	// tlearnt is the same for tables' Loads (table.learn), also under lmu.
+	tlearnt []tableLearnt
 
 	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops
@@ -312,6 +314,7 @@ func (s *Store) drainLearnt() {
 	for _, l := range waiting {
 		s.learnNow(l.before, l.entries)
 	}
+	s.drainTableLearnt()
 }
 
 // loadPoints reads the documents of ids into out with one point read each.

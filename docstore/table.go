@@ -165,6 +165,7 @@ func (s *Store) tableWrite(ctx context.Context, blind, sync bool, size int, fn f
 	defer s.mu.RUnlock()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	defer s.drainTableLearnt() // under wmu, after the batch and its after (table.learn)
 	if err := s.guard.check(); err != nil {
 		return err
 	}
@@ -180,6 +181,7 @@ func (s *Store) tableWrite(ctx context.Context, blind, sync bool, size int, fn f
 		return err
 	}
 	if err := b.commit(sync); err != nil {
+		s.tcache.clearAll() // the batch may have been written after all
 		return fmt.Errorf("commit: %w", err)
 	}
 	if after != nil {
@@ -271,10 +273,14 @@ func keyString(key []byte) string {
 
 // Load returns the stored documents of keys by string(key), all from one
 // snapshot (see readDocs).
+// What it read goes to the write cache (learn), so that the Apply that
+// writes those keys next reads nothing.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
+	before := t.s.tcache.removals.Load() // before the snapshot (learn)
 	out := make(map[string]engine.Doc, len(keys))
+	sorted := sortedKeys(keys)
 	err := t.s.tableRead(ctx, func(r kvReader) error {
-		return t.readDocs(r, sortedKeys(keys), func(_ int, raw []byte) error {
+		return t.readDocs(r, sorted, func(_ int, raw []byte) error {
 			doc, err := decodeTableDoc(raw, t.spec, false)
 			if err == nil {
 				out[string(doc.Key)] = doc
@@ -285,6 +291,7 @@ func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc,
 	if err != nil {
 		return nil, fmt.Errorf("table %s: load %d keys: %w", t.spec.Name, len(keys), err)
 	}
+	t.learn(before, sorted, out)
 	return out, nil
 }
 
