@@ -44,12 +44,11 @@ type Store struct {
 	priors      *priorCache
 	tcache      tableCaches // the tables' write cache (table_cache.go)
 	gen         uint64      // counts drops and resets (they make warm's snapshot stale)
-	// learnt holds what Loads read while a write held wmu (Store.learn);
+	// learnt holds the write-cache updates of Loads that found wmu held
+	// (underWriteLock), run by the write that held it;
 	// lmu guards it.
 	lmu    sync.Mutex
-	learnt []learnt
-	// tlearnt is the same for tables' Loads (table.learn), also under lmu.
-	tlearnt []tableLearnt
+	learnt []func()
 
 	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops
@@ -259,8 +258,7 @@ func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieSt
 // nothing: the engine loads the movies its cache dropped, then writes
 // them. before is the cache's removal count read before the Load's
 // snapshot; priorCache.learn says why that makes the read safe to keep.
-// It never waits for wmu: when a write holds it, the movies wait in
-// s.learnt for the write to add them as it ends (drainLearnt).
+// It never waits for wmu (underWriteLock).
 func (s *Store) learn(before uint64, ids []int64, found map[int64]engine.MovieStats) {
 	if s.priors.max == 0 {
 		return
@@ -273,26 +271,28 @@ func (s *Store) learn(before uint64, ids []int64, found map[int64]engine.MovieSt
 			entries = append(entries, written{id, prior{absent: true}})
 		}
 	}
+	s.underWriteLock(func() { s.learnNow(before, entries) })
+}
+
+// maxLearnt bounds the Loads waiting in Store.learnt.
+const maxLearnt = 64
+
+// underWriteLock runs learn (what a Load read, for a write cache) under
+// wmu without waiting for it: at once when wmu is free, else queued in
+// s.learnt for the write holding it to run as it ends (drainLearnt). A
+// full queue drops learn: the cache only misses what it would have saved.
+func (s *Store) underWriteLock(learn func()) {
 	if s.wmu.TryLock() {
-		s.learnNow(before, entries)
+		learn()
 		s.drainLearnt()
 		s.wmu.Unlock()
 		return
 	}
 	s.lmu.Lock()
 	if len(s.learnt) < maxLearnt {
-		s.learnt = append(s.learnt, learnt{before, entries})
+		s.learnt = append(s.learnt, learn)
 	}
 	s.lmu.Unlock()
-}
-
-// maxLearnt bounds the Loads waiting in Store.learnt.
-const maxLearnt = 64
-
-// learnt is what one Load read, waiting for wmu.
-type learnt struct {
-	before  uint64
-	entries []written
 }
 
 // learnNow adds entries to the prior cache unless a bulk load or an
@@ -305,16 +305,16 @@ func (s *Store) learnNow(before uint64, entries []written) {
 	s.priors.learn(before, entries)
 }
 
-// drainLearnt adds the Loads waiting in s.learnt. The caller holds wmu.
+// drainLearnt runs the Loads' updates waiting in s.learnt (movies' and
+// tables'). The caller holds wmu.
 func (s *Store) drainLearnt() {
 	s.lmu.Lock()
 	waiting := s.learnt
 	s.learnt = nil
 	s.lmu.Unlock()
-	for _, l := range waiting {
-		s.learnNow(l.before, l.entries)
+	for _, learn := range waiting {
+		learn()
 	}
-	s.drainTableLearnt()
 }
 
 // loadPoints reads the documents of ids into out with one point read each.

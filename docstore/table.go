@@ -165,7 +165,7 @@ func (s *Store) tableWrite(ctx context.Context, blind, sync bool, size int, fn f
 	defer s.mu.RUnlock()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	defer s.drainTableLearnt() // under wmu, after the batch and its after (table.learn)
+	defer s.drainLearnt() // under wmu, after the batch and its after (Store.underWriteLock)
 	if err := s.guard.check(); err != nil {
 		return err
 	}
@@ -272,9 +272,8 @@ func keyString(key []byte) string {
 }
 
 // Load returns the stored documents of keys by string(key), all from one
-// snapshot (see readDocs).
-// What it read goes to the write cache (learn), so that the Apply that
-// writes those keys next reads nothing.
+// snapshot (see readDocs). What it read goes to the write cache (learn),
+// so that the Apply that writes those keys next reads nothing.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	before := t.s.tcache.removals.Load() // before the snapshot (learn)
 	out := make(map[string]engine.Doc, len(keys))

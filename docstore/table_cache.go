@@ -136,18 +136,10 @@ type cached struct {
 	p   tablePrior
 }
 
-// tableLearnt is what one table Load read, waiting for wmu.
-type tableLearnt struct {
-	name    string
-	before  uint64
-	entries []cached
-}
-
 // learn adds what a Load read (found, by key; absent keys as absent) to
 // the table's write cache; before is the caches' removal count read before
 // the Load's snapshot (tableCaches.learn says why that makes the read safe
-// to keep). It never waits for wmu: when a write holds it, the keys wait
-// in Store.tlearnt for the write to add them as it ends.
+// to keep). It never waits for wmu (Store.underWriteLock).
 func (t *table) learn(before uint64, keys [][]byte, found map[string]engine.Doc) {
 	s := t.s
 	if s.priors.max == 0 {
@@ -161,28 +153,5 @@ func (t *table) learn(before uint64, keys [][]byte, found map[string]engine.Doc)
 		}
 		entries = append(entries, cached{string(k), p})
 	}
-	l := tableLearnt{t.spec.Name, before, entries}
-	if s.wmu.TryLock() {
-		s.tcache.learn(s.tcache.of(l.name), l.before, l.entries, s.priors.max)
-		s.drainTableLearnt()
-		s.wmu.Unlock()
-		return
-	}
-	s.lmu.Lock()
-	if len(s.tlearnt) < maxLearnt {
-		s.tlearnt = append(s.tlearnt, l)
-	}
-	s.lmu.Unlock()
-}
-
-// drainTableLearnt adds the table Loads waiting in Store.tlearnt. The
-// caller holds wmu.
-func (s *Store) drainTableLearnt() {
-	s.lmu.Lock()
-	waiting := s.tlearnt
-	s.tlearnt = nil
-	s.lmu.Unlock()
-	for _, l := range waiting {
-		s.tcache.learn(s.tcache.of(l.name), l.before, l.entries, s.priors.max)
-	}
+	s.underWriteLock(func() { s.tcache.learn(s.tcache.of(t.spec.Name), before, entries, s.priors.max) })
 }
