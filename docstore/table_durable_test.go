@@ -126,23 +126,28 @@ func (b *faultBatch) commit(sync bool) error {
 	return b.kvBatch.commit(sync)
 }
 
+// withFaultKV opens the store on a faultKV over Pebble and sets *fault to
+// it.
+func withFaultKV(fault **faultKV) Option {
+	return func(o *options) {
+		o.openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
+			p, err := openPebble(path, o, log, mustExist)
+			if err != nil {
+				return nil, err
+			}
+			*fault = &faultKV{kv: p}
+			return *fault, nil
+		}
+	}
+}
+
 // TestTableApplyIsAtomicOnFailure fails batches part way through their
 // writes and at commit: nothing of them is visible (documents, index
 // entries, members, collection size, checkpoint), and the same batch goes
 // through once the fault is gone.
 func TestTableApplyIsAtomicOnFailure(t *testing.T) {
 	var fault *faultKV
-	withFault := func(o *options) {
-		o.openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
-			p, err := openPebble(path, o, log, mustExist)
-			if err != nil {
-				return nil, err
-			}
-			fault = &faultKV{kv: p}
-			return fault, nil
-		}
-	}
-	s := openTemp(t, WithFsync(false), withFault)
+	s := openTemp(t, WithFsync(false), withFaultKV(&fault))
 	defer s.Close()
 	ctx := context.Background()
 	tb := mustTable(t, s, ordersSpec)
@@ -266,4 +271,56 @@ func TestTablesCoexistWithMovies(t *testing.T) {
 	check(120, od, nil)
 	applyDocs(t, movieTable, 0, 10, md[:5]...)
 	check(120, od, md[:5])
+}
+
+// TestTableCommitFailureEmptiesTheWriteCache fails a table batch at its
+// commit, which may have been written after all: the tables' write cache
+// (filled by a Load) is emptied, so the next write reads the stored
+// documents instead of trusting what the cache held before.
+func TestTableCommitFailureEmptiesTheWriteCache(t *testing.T) {
+	var fault *faultKV
+	s := openTemp(t, WithFsync(false), withFaultKV(&fault))
+	defer s.Close()
+	ctx := context.Background()
+	tb := mustTable(t, s, ordersSpec)
+	var docs, next []engine.Doc
+	var keys [][]byte
+	for i := range 40 {
+		docs = append(docs, orderDoc(i, 0, 1))
+		next = append(next, orderDoc(i, 0, 2))
+		keys = append(keys, docs[i].Key)
+	}
+	applyDocs(t, tb, 0, 1, docs...)
+	if _, err := tb.Load(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	cachedKeys := func() int {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		return len(s.tcache.of(ordersSpec.Name))
+	}
+	if got := cachedKeys(); got != len(keys) {
+		t.Fatalf("write cache holds %d keys after the Load; want %d", got, len(keys))
+	}
+	epoch, err := tb.Claim(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault.failCommit.Store(true)
+	err = tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: next, Checkpoint: 2})
+	fault.failCommit.Store(false)
+	if !errors.Is(err, errInjected) {
+		t.Fatalf("Apply with a failing commit = %v; want the injected failure", err)
+	}
+	if got := cachedKeys(); got != 0 {
+		t.Errorf("write cache holds %d keys after a failed commit; want 0", got)
+	}
+	reads := s.counts.writeReads.Load()
+	if err := tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: next, Checkpoint: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.counts.writeReads.Load() - reads; got != int64(len(next)) {
+		t.Errorf("the retry read %d documents; want %d (the cache was emptied)", got, len(next))
+	}
+	wantTableDocs(t, s, tb, next)
 }
