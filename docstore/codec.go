@@ -22,9 +22,6 @@ func memberKey(p int32, movie int64) []byte {
 	return binary.BigEndian.AppendUint64(k, uint64(movie)^signBit)
 }
 
-// memberPartition returns the partition of a members key.
-func memberPartition(k []byte) int32 { return int32(binary.BigEndian.Uint32(k[1:5])) }
-
 // memberMovie returns the movie id of a members key.
 func memberMovie(k []byte) int64 {
 	return int64(binary.BigEndian.Uint64(k[5:13]) ^ signBit)

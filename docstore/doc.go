@@ -9,9 +9,10 @@
 // movie id ascending; Clover's index on it serves range queries, limits and
 // cursors without reading documents outside the answer (Range runs Clover's
 // query planner on the index). It is the only Clover index. DropPartition
-// and ScanPartition use members keys instead (one per movie, partition
-// first, holding the movie's average so that a drop names the rank entry
-// without reading the document).
+// and ScanPartition use members keys instead: one per movie, partition
+// first, written when the movie is new or moves partition, holding
+// nothing else (format v3; an update rewrites the document and, when the
+// average changed, the rank entry).
 //
 // Clover talks to its storage through store.Store; this package gives it
 // one bound to a Pebble snapshot (reads) or to the batch of one Apply
@@ -25,7 +26,7 @@
 //
 // Apply does not read what its write cache (priorCache) knows: each
 // movie's version, average and partition, kept after every commit, learned
-// from Load and filled at Open from the members keys. A replay batch into an empty store
+// from Load and filled at Open from the documents. A replay batch into an empty store
 // takes the bulk-load path (bulkLoad): no read at all, every key an append. A store of the old format (v1,
 // Clover on bbolt, the file keepstate.db) is migrated on Open.
 //

@@ -2,8 +2,6 @@ package docstore
 
 import (
 	"bytes"
-	"encoding/binary"
-	"math"
 	"slices"
 	"strconv"
 
@@ -94,18 +92,9 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// memberValue is the members value of a movie: its average and version,
-// so that DropPartition can name the movie's rank entry without reading
-// the document, and Open can fill the write cache from one key range.
-func memberValue(avg float64, version int64) []byte {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), math.Float64bits(avg))
-	return binary.BigEndian.AppendUint64(v, uint64(version))
-}
-
-// memberOf decodes memberValue; ok is false for a malformed value.
-func memberOf(v []byte) (avg float64, version int64, ok bool) {
-	if len(v) != 16 {
-		return 0, 0, false
-	}
-	return math.Float64frombits(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), true
-}
+// memberMark is the value of every members key written since format v3:
+// nothing. The key alone says that a movie belongs to a partition; a
+// movie's average and version are read from its document, so an update
+// that keeps the partition does not rewrite the key. Stores of format v2
+// hold the average and version there, which v3 ignores (see formatVersion).
+var memberMark = []byte{}

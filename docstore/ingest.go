@@ -307,11 +307,9 @@ func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int
 		del bool
 	}
 	type memberItem struct {
-		p       int32
-		id      int64
-		avg     float64
-		version int64
-		del     bool
+		p   int32
+		id  int64
+		del bool
 	}
 	ids := slices.Sorted(maps.Keys(buf))
 	n := len(ids)
@@ -343,7 +341,9 @@ func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int
 		}
 		docs = append(docs, kvEntry{key: nsKey(nsClover, docKey(id)), value: slices.Clone(data)})
 		ranks = append(ranks, rankItem{id: id, avg: avg})
-		members = append(members, memberItem{p: m.Partition, id: id, avg: avg, version: m.Version})
+		if !exists || old.part != m.Partition {
+			members = append(members, memberItem{p: m.Partition, id: id})
+		}
 		out = append(out, written{id, prior{version: m.Version, avg: avg, part: m.Partition}})
 	}
 	// Rank entries sort by average descending, then movie id (rankKey).
@@ -363,7 +363,7 @@ func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int
 	for i, m := range members {
 		memberRun[i] = kvEntry{key: memberKey(m.p, m.id), del: m.del}
 		if !m.del {
-			memberRun[i].value = memberValue(m.avg, m.version)
+			memberRun[i].value = memberMark
 		}
 	}
 	var small []kvEntry

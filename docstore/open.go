@@ -17,8 +17,17 @@ import (
 const storeDir = "store"
 
 // formatVersion is the marker that tells a keepstate store from anything
-// else; v1 was the bbolt file (migrated by Open, see migrate).
-const formatVersion = "keepstate-docstore v2 (clover on pebble)"
+// else. v1 was the bbolt file (migrated by Open, see migrate). v2 stores
+// kept each movie's average and version in its members key, rewritten by
+// every update; v3 writes the key only when a movie is new or moves
+// partition and reads the average from the document (memberMark). Open
+// upgrades a v2 store by rewriting the marker (what v2 wrote there is
+// still true, and v3 ignores it); the new marker keeps a v2 binary, which
+// would trust the members values, from opening the store again.
+const formatVersion = "keepstate-docstore v3 (clover on pebble)"
+
+// formatVersionV2 is the marker of v2 stores (see formatVersion).
+const formatVersionV2 = "keepstate-docstore v2 (clover on pebble)"
 
 var formatKey = nsKey(nsMeta, []byte("format"))
 
@@ -168,9 +177,10 @@ func prepareDir(dir string) (contents, error) {
 	return c, nil
 }
 
-// initialize checks the format marker of an existing store, or sets up an
-// empty one (marker, collection and its index, in one synced batch). It
-// refuses, without writing, a Pebble database holding other data.
+// initialize checks the format marker of an existing store (upgrading a
+// v2 marker, see formatVersion), or sets up an empty one (marker,
+// collection and its index, in one synced batch). It refuses, without
+// writing, a Pebble database holding other data or another marker.
 func initialize(db kv) error {
 	snap := db.snapshot()
 	marker, err := snap.get(formatKey)
@@ -182,10 +192,17 @@ func initialize(db kv) error {
 	switch {
 	case err != nil:
 		return err
-	case marker != nil && string(marker) != formatVersion:
-		return fmt.Errorf("%w: format %q, want %q", ErrNotStore, marker, formatVersion)
-	case marker != nil:
+	case string(marker) == formatVersion:
 		return nil
+	case string(marker) == formatVersionV2:
+		b := db.batch()
+		defer b.release()
+		if err := b.set(formatKey, []byte(formatVersion)); err != nil {
+			return err
+		}
+		return b.commit(true)
+	case marker != nil:
+		return fmt.Errorf("%w: format %q, want %q", ErrNotStore, marker, formatVersion)
 	case !empty:
 		return fmt.Errorf("%w: %s holds data and no keepstate marker", ErrNotStore, storeDir)
 	}

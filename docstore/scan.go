@@ -10,28 +10,22 @@ import (
 // scanChunk is how many documents ScanPartition loads per snapshot.
 const scanChunk = 512
 
-// member is one members entry: a movie of a partition and its average.
-type member struct {
-	id  int64
-	avg float64
-}
-
 // partitionMembers lists the movies of partition p, in id order, from the
-// members keys (one per movie, partition first: one key range).
-func partitionMembers(r kvReader, p int32) ([]member, error) {
+// members keys (one per movie, partition first: one key range). It reads
+// only the keys; their values carry nothing (memberMark).
+func partitionMembers(r kvReader, p int32) ([]int64, error) {
 	prefix := partitionKey(nsMembers, p)
 	it, err := r.iter(prefix, prefixUpper(prefix), false)
 	if err != nil {
 		return nil, err
 	}
-	var out []member
+	var out []int64
 	for ok := it.seek(prefix); ok; ok = it.next() {
-		avg, _, good := memberOf(it.value())
-		if !good || len(it.key()) != 13 {
+		if len(it.key()) != 13 {
 			_ = it.close()
 			return nil, fmt.Errorf("corrupt members entry %x", it.key())
 		}
-		out = append(out, member{id: memberMovie(it.key()), avg: avg})
+		out = append(out, memberMovie(it.key()))
 	}
 	return out, it.close()
 }
@@ -42,18 +36,14 @@ func partitionMembers(r kvReader, p int32) ([]member, error) {
 // runs, so fn may use the store. A document deleted meanwhile is skipped.
 // It stops at the first error of fn and returns it.
 func (s *Store) ScanPartition(ctx context.Context, p int32, fn func(engine.MovieStats) error) error {
-	var members []member
+	var ids []int64
 	err := s.read(ctx, func(r kvReader) error {
 		var err error
-		members, err = partitionMembers(r, p)
+		ids, err = partitionMembers(r, p)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("scan partition %d: %w", p, err)
-	}
-	ids := make([]int64, len(members))
-	for i, m := range members {
-		ids[i] = m.id
 	}
 	for len(ids) > 0 {
 		chunk := ids[:min(scanChunk, len(ids))]
@@ -74,39 +64,50 @@ func (s *Store) ScanPartition(ctx context.Context, p int32, fn func(engine.Movie
 }
 
 // DropPartition deletes every document and the checkpoint of partition p
-// in one batch. It reads no document: the members keys (one key range)
-// name each movie and its average, so the batch holds one tombstone per
-// document and rank entry and one range deletion for the members. Claim
-// epochs are kept, so an old owner stays fenced.
+// in one batch. The members keys (one key range) name the movies; each
+// movie's rank entry is named by its average, from the write cache or else
+// from its document. The batch holds one tombstone per document and rank
+// entry and one range deletion for the members. Claim epochs are kept, so
+// an old owner stays fenced.
 func (s *Store) DropPartition(ctx context.Context, p int32) error {
 	var n int
 	err := s.update(ctx, func(b kvBatch) (func(), error) {
 		s.endBulk()
-		members, err := partitionMembers(b, p)
+		ids, err := partitionMembers(b, p)
 		if err != nil {
 			return nil, err
 		}
+		w := newDocWriter(b, s.counts)
 		var key []byte
-		for _, m := range members {
-			if err := b.del(nsKey(nsClover, docKey(m.id))); err != nil {
+		for _, id := range ids {
+			old, ok, cached := s.priors.lookup(id)
+			if !cached {
+				if old, ok, err = w.stored(id); err != nil {
+					return nil, err
+				}
+			}
+			if !ok || old.part != p {
+				continue // not this partition's document: only the key goes
+			}
+			if err := b.del(nsKey(nsClover, docKey(id))); err != nil {
 				return nil, err
 			}
-			key = rankEntry(append(key[:0], nsClover), m.avg, m.id)
+			key = rankEntry(append(key[:0], nsClover), old.avg, id)
 			if err := b.del(key); err != nil {
 				return nil, err
 			}
+			n++
 		}
 		prefix := partitionKey(nsMembers, p)
 		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
 			return nil, err
 		}
-		if err := addSize(b, -len(members)); err != nil {
+		if err := addSize(b, -n); err != nil {
 			return nil, err
 		}
-		n = len(members)
 		forget := func() {
-			for _, m := range members {
-				s.priors.forget(m.id)
+			for _, id := range ids {
+				s.priors.forget(id)
 			}
 		}
 		return func() { forget(); s.gen++ }, b.del(partitionKey(nsCheckpoints, p))

@@ -395,8 +395,8 @@ func checkClaim(r kvReader, b engine.Batch) error {
 
 // movieBatchBytes is about what one movie adds to an Apply batch: the
 // document (about 220 bytes with three sources), its key, the old rank
-// entry's deletion and the new one (about 95 bytes each), the members
-// entry, and the batch's record headers. Sizing the batch up front spares
+// entry's deletion and the new one (about 95 bytes each), a new movie's
+// members entry, and the batch's record headers. Sizing the batch up front spares
 // Pebble the copies of a buffer that doubles as it grows (at 10,000
 // movies, 15 MB allocated for a 5 MB batch).
 const movieBatchBytes = 512

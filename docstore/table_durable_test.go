@@ -266,7 +266,7 @@ func TestTablesCoexistWithMovies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	<-s.Warmed() // the write cache reads the movies' members keys only
+	<-s.Warmed() // the write cache reads the movies' documents only
 	orders, movieTable = mustTable(t, s, ordersSpec), mustTable(t, s, moviesSpec)
 	check(120, od, nil)
 	applyDocs(t, movieTable, 0, 10, md[:5]...)

@@ -4,18 +4,17 @@ import (
 	"time"
 )
 
-// warmChunk is how many members entries warm adds per hold of the write
-// lock.
+// warmChunk is how many documents warm adds per hold of the write lock.
 const warmChunk = 20_000
 
-// warm fills the write cache from the members keys (one key range holding
-// every movie's partition, average and version) in the background after
-// Open, so that the first batches after a restart write without reading.
-// It reads one snapshot and adds, under the write lock, only movies the
-// cache does not hold yet (a batch committed since the snapshot put the
-// newer state there); a drop or reset (gen moved) or an eviction since the
-// snapshot makes the snapshot stale and stops it. It stops when the cache is full or
-// Close begins, and closes s.warmed when it returns.
+// warm fills the write cache from the documents (one key range; each
+// holds its movie's partition, average and version) in the background
+// after Open, so that the first batches after a restart write without
+// reading. It reads one snapshot and adds, under the write lock, only
+// movies the cache does not hold yet (a batch committed since the snapshot
+// put the newer state there); a drop or reset (gen moved) or an eviction
+// since the snapshot makes the snapshot stale and stops it. It stops when
+// the cache is full or Close begins, and closes s.warmed when it returns.
 func (s *Store) warm() {
 	defer close(s.warmed)
 	if s.priors.max == 0 {
@@ -32,7 +31,8 @@ func (s *Store) warm() {
 	snap := s.kv.snapshot()
 	s.wmu.Unlock()
 	defer snap.release()
-	it, err := snap.iter([]byte{nsMembers}, nsUpper(nsMembers), false)
+	prefix := nsKey(nsClover, docKeyPrefix)
+	it, err := snap.iter(prefix, prefixUpper(prefix), false)
 	if err != nil {
 		s.log.Warn("docstore write cache not filled", "err", err)
 		return
@@ -61,14 +61,13 @@ func (s *Store) warm() {
 		chunk = chunk[:0]
 		return !s.priors.full()
 	}
-	for ok := it.seek([]byte{nsMembers}); ok; ok = it.next() {
-		k := it.key()
-		avg, version, good := memberOf(it.value())
-		if !good || len(k) != 13 {
-			s.log.Warn("docstore write cache: malformed members entry", "key", k)
+	for ok := it.seek(prefix); ok; ok = it.next() {
+		m, err := decodeDoc(it.value())
+		if err != nil {
+			s.log.Warn("docstore write cache: malformed document", "key", it.key(), "err", err)
 			return
 		}
-		chunk = append(chunk, entry{memberMovie(k), prior{version: version, avg: avg, part: memberPartition(k)}})
+		chunk = append(chunk, entry{m.MovieID, prior{version: m.Version, avg: m.Avg(), part: m.Partition}})
 		if len(chunk) == warmChunk && !flush() {
 			return
 		}

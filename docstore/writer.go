@@ -26,7 +26,7 @@ type prior struct {
 // docWriter writes one batch's documents in Clover's format: the document
 // under Clover's document key (docEncoder), the rank index entry
 // (rankEntry), the collection size in Clover's metadata, and the members
-// key of the store. It does what clover.DB.UpdateById and Insert do, with
+// key of the store (written when a movie is new or moves partition). It does what clover.DB.UpdateById and Insert do, with
 // their per-call overhead (metadata JSON, index handles, fmt and
 // reflection per value) hoisted out of the loop; the read side stays
 // Clover's (FindById, the query planner on the rank index). A docWriter is bound to its batch
@@ -61,12 +61,20 @@ func (w *docWriter) stored(movie int64) (prior, bool, error) {
 // put writes m over old (exists false: a new movie). It never reads.
 func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	avg := m.Avg()
+	// The rank entry changes only with the average, the members key only
+	// with the partition: an update of a movie that stays in its partition
+	// writes two keys (document and rank entry) and one tombstone. Every
+	// key written costs compaction CPU later, per key more than per byte.
+	rank := !exists || moviedoc.OrderedFloat(old.avg) != moviedoc.OrderedFloat(avg)
+	member := !exists || old.part != m.Partition
 	if exists {
-		w.scratch = rankEntry(append(w.scratch[:0], nsClover), old.avg, m.MovieID)
-		if err := w.b.del(w.scratch); err != nil {
-			return fmt.Errorf("remove rank entry of movie %d: %w", m.MovieID, err)
+		if rank {
+			w.scratch = rankEntry(append(w.scratch[:0], nsClover), old.avg, m.MovieID)
+			if err := w.b.del(w.scratch); err != nil {
+				return fmt.Errorf("remove rank entry of movie %d: %w", m.MovieID, err)
+			}
 		}
-		if old.part != m.Partition {
+		if member {
 			if err := w.b.del(memberKey(old.part, m.MovieID)); err != nil {
 				return err
 			}
@@ -74,9 +82,11 @@ func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	} else {
 		w.fresh++
 	}
-	w.scratch = rankEntry(append(w.scratch[:0], nsClover), avg, m.MovieID)
-	if err := w.b.set(w.scratch, nil); err != nil {
-		return fmt.Errorf("add rank entry of movie %d: %w", m.MovieID, err)
+	if rank {
+		w.scratch = rankEntry(append(w.scratch[:0], nsClover), avg, m.MovieID)
+		if err := w.b.set(w.scratch, nil); err != nil {
+			return fmt.Errorf("add rank entry of movie %d: %w", m.MovieID, err)
+		}
 	}
 	data, err := w.enc.encode(m)
 	if err != nil {
@@ -86,7 +96,10 @@ func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	if err := w.b.set(w.scratch, data); err != nil {
 		return err
 	}
-	return w.b.set(memberKey(m.Partition, m.MovieID), memberValue(avg, m.Version))
+	if !member {
+		return nil
+	}
+	return w.b.set(memberKey(m.Partition, m.MovieID), memberMark)
 }
 
 // addSize adds n to the collection size in Clover's metadata.
