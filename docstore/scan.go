@@ -77,14 +77,27 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 		if err != nil {
 			return nil, err
 		}
-		w := newDocWriter(b, s.counts)
+		// The documents the write cache does not know are read with one
+		// iterator seeking forward (ids ascend, and so do document keys).
+		var unknown []int64
+		for _, id := range ids {
+			if _, _, cached := s.priors.lookup(id); !cached {
+				unknown = append(unknown, id)
+			}
+		}
+		docs := make(map[int64]engine.MovieStats, len(unknown))
+		if len(unknown) > 0 {
+			if err := s.loadSorted(b, unknown, docs); err != nil {
+				return nil, err
+			}
+		}
 		var key []byte
 		for _, id := range ids {
 			old, ok, cached := s.priors.lookup(id)
 			if !cached {
-				if old, ok, err = w.stored(id); err != nil {
-					return nil, err
-				}
+				var m engine.MovieStats
+				m, ok = docs[id]
+				old = prior{avg: m.Avg(), part: m.Partition}
 			}
 			if !ok || old.part != p {
 				continue // not this partition's document: only the key goes
