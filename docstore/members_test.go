@@ -4,32 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"log/slog"
 	"math"
-	"sync/atomic"
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
 )
-
-// countingKV counts the keys every batch writes (sets and deletions).
-type countingKV struct {
-	kv
-	writes atomic.Int64
-}
-
-func (c *countingKV) batch() kvBatch { return &countingBatch{kvBatch: c.kv.batch(), c: c} }
-func (c *countingKV) writeBatch(size int) kvBatch {
-	return &countingBatch{kvBatch: c.kv.writeBatch(size), c: c}
-}
-
-type countingBatch struct {
-	kvBatch
-	c *countingKV
-}
-
-func (b *countingBatch) set(k, v []byte) error { b.c.writes.Add(1); return b.kvBatch.set(k, v) }
-func (b *countingBatch) del(k []byte) error    { b.c.writes.Add(1); return b.kvBatch.del(k) }
 
 // TestUpdateWritesOnlyWhatChanged checks the keys an Apply writes per
 // movie: a new movie its document, rank entry and members key; an update
@@ -38,17 +17,8 @@ func (b *countingBatch) del(k []byte) error    { b.c.writes.Add(1); return b.kvB
 // compaction CPU later (docs/benchmarks.md), so this pins the count; the
 // index must agree with the documents after each.
 func TestUpdateWritesOnlyWhatChanged(t *testing.T) {
-	var c *countingKV
-	s := openTemp(t, WithFsync(false), func(o *options) {
-		o.openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
-			p, err := openPebble(path, o, log, mustExist)
-			if err != nil {
-				return nil, err
-			}
-			c = &countingKV{kv: p}
-			return c, nil
-		}
-	})
+	var c *faultKV
+	s := openTemp(t, WithFsync(false), withFaultKV(&c))
 	defer s.Close()
 	ctx := context.Background()
 	movie := func(p int32, version, count int64, sum float64) engine.MovieStats {
@@ -136,7 +106,7 @@ func writeVersion(t *testing.T, s *Store, n int, version int64) []engine.MovieSt
 // drop removes the current rank entries, whether the write cache knows
 // the movies or not.
 func TestDropAndWarmReadTheDocuments(t *testing.T) {
-	const n = 300
+	const n = 2*dropChunk + 500 // a partition of more than one drop chunk
 	for _, known := range []bool{true, false} {
 		t.Run(map[bool]string{true: "write cache knows the movies", false: "write cache empty"}[known], func(t *testing.T) {
 			dir := t.TempDir()

@@ -3,12 +3,17 @@ package docstore
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/keepstate/keepstate/engine"
 )
 
 // scanChunk is how many documents ScanPartition loads per snapshot.
 const scanChunk = 512
+
+// dropChunk is how many movies DropPartition names at a time: the
+// documents it reads for them are held until their tombstones are written.
+const dropChunk = 4096
 
 // partitionMembers lists the movies of partition p, in id order, from the
 // members keys (one per movie, partition first: one key range). It reads
@@ -77,39 +82,42 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 		if err != nil {
 			return nil, err
 		}
-		// The documents the write cache does not know are read with one
-		// iterator seeking forward (ids ascend, and so do document keys).
-		var unknown []int64
-		for _, id := range ids {
-			if _, _, cached := s.priors.lookup(id); !cached {
-				unknown = append(unknown, id)
-			}
-		}
-		docs := make(map[int64]engine.MovieStats, len(unknown))
-		if len(unknown) > 0 {
-			if err := s.loadSorted(b, unknown, docs); err != nil {
-				return nil, err
-			}
-		}
 		var key []byte
-		for _, id := range ids {
-			old, ok, cached := s.priors.lookup(id)
-			if !cached {
-				var m engine.MovieStats
-				m, ok = docs[id]
-				old = prior{avg: m.Avg(), part: m.Partition}
+		for chunk := range slices.Chunk(ids, dropChunk) {
+			// The documents the write cache does not know are read with
+			// one iterator seeking forward, a chunk at a time (a chunk's
+			// documents are garbage once its tombstones are written).
+			var unknown []int64
+			for _, id := range chunk {
+				if _, _, cached := s.priors.lookup(id); !cached {
+					unknown = append(unknown, id)
+				}
 			}
-			if !ok || old.part != p {
-				continue // not this partition's document: only the key goes
+			docs := make(map[int64]engine.MovieStats, len(unknown))
+			if len(unknown) > 0 {
+				if err := s.loadSorted(b, unknown, docs); err != nil {
+					return nil, err
+				}
 			}
-			if err := b.del(nsKey(nsClover, docKey(id))); err != nil {
-				return nil, err
+			for _, id := range chunk {
+				old, ok, cached := s.priors.lookup(id)
+				if !cached {
+					var m engine.MovieStats
+					m, ok = docs[id]
+					old = prior{avg: m.Avg(), part: m.Partition}
+				}
+				if !ok || old.part != p {
+					continue // not this partition's document: only the key goes
+				}
+				if err := b.del(nsKey(nsClover, docKey(id))); err != nil {
+					return nil, err
+				}
+				key = rankEntry(append(key[:0], nsClover), old.avg, id)
+				if err := b.del(key); err != nil {
+					return nil, err
+				}
+				n++
 			}
-			key = rankEntry(append(key[:0], nsClover), old.avg, id)
-			if err := b.del(key); err != nil {
-				return nil, err
-			}
-			n++
 		}
 		prefix := partitionKey(nsMembers, p)
 		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {

@@ -82,11 +82,13 @@ var errInjected = errors.New("injected failure")
 
 // faultKV is the store's engine with failures on demand: every batch's
 // write number failAt (1-based; 0: never) fails, or its commit when
-// failCommit is set.
+// failCommit is set. writes counts the keys all batches wrote (sets and
+// deletions, failed ones included).
 type faultKV struct {
 	kv
 	failAt     atomic.Int64
 	failCommit atomic.Bool
+	writes     atomic.Int64
 }
 
 func (f *faultKV) batch() kvBatch { return &faultBatch{kvBatch: f.kv.batch(), f: f} }
@@ -101,6 +103,7 @@ type faultBatch struct {
 }
 
 func (b *faultBatch) hit() bool {
+	b.f.writes.Add(1)
 	b.writes++
 	return b.writes == b.f.failAt.Load()
 }
