@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keepstate/keepstate/internal/testkit"
@@ -43,7 +44,13 @@ func TestSlowBrokerExact(t *testing.T) {
 }
 
 func slowBroker(t *testing.T, txnTimeout time.Duration, wantRestarts bool) {
-	k := testkit.StartKfake(t)
+	// Sleeping controls are handled out of order (responses still go out
+	// in order per connection, as Kafka's do): kfake's in-order sleep
+	// queue races with itself when a sleep is queued just as the queue
+	// empties (two bsleep.waitQueue goroutines on one request, seen under
+	// -race in CI); its out-of-order set hands each woken request to one
+	// goroutine through a channel.
+	k := testkit.StartKfake(t, testkit.WithKfakeOpts(kfake.SleepOutOfOrder()))
 	cl := k.Cluster()
 	var endTxns, delayed atomic.Int64
 	cl.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
