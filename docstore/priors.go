@@ -1,6 +1,9 @@
 package docstore
 
-import "sync/atomic"
+import (
+	"slices"
+	"sync/atomic"
+)
 
 // priorCache remembers, for movies the store has read or written, what the
 // next write of the movie needs (its version, average and partition, or
@@ -18,7 +21,7 @@ import "sync/atomic"
 // cache does not know for a new one, and the cache may grow to bulkMax;
 // when it is full the load ends, and unpin shrinks it back to max. A crash
 // loses it; the reopened store fills it again as it reads (and warm fills
-// it from the members keys). Guarded by Store.wmu.
+// it from the documents). Guarded by Store.wmu.
 type priorCache struct {
 	m      map[int64]prior
 	max    int
@@ -29,7 +32,24 @@ type priorCache struct {
 	// resets, pins): read without wmu by Load before its snapshot, for
 	// Store.learn.
 	removals atomic.Uint64
+	// removed remembers which movies the last removals took out, oldest
+	// first (see learn).
+	removed []removal
 }
+
+// removal is one time entries left the cache: the movies it removed
+// (sorted), or all of them.
+type removal struct {
+	seq uint64 // the value of removals it made
+	ids []int64
+	all bool
+}
+
+// maxRemovalLog is how many removals priorCache.removed remembers: a Load
+// whose snapshot is older than all of them learns nothing. Loads last
+// milliseconds, and a full cache evicts an eighth of itself at a time, so
+// a few suffice; at the default size the log holds at most 250k ids (2 MB).
+const maxRemovalLog = 8
 
 // defaultBulkMax is the most movies the prior cache holds while a bulk
 // load pins it (unless WithWriteCache asks for more, or WithBulkMemory
@@ -81,42 +101,82 @@ func (c *priorCache) put(id int64, p prior) {
 
 // evict removes n entries.
 func (c *priorCache) evict(n int) {
-	c.removals.Add(1)
+	ids := make([]int64, 0, min(n, len(c.m)))
 	for id := range c.m {
-		if n == 0 {
-			return
+		if len(ids) == n {
+			break
 		}
 		delete(c.m, id)
-		n--
+		ids = append(ids, id)
 	}
+	slices.Sort(ids)
+	c.logRemoval(removal{ids: ids})
 }
 
 // forget removes id.
 func (c *priorCache) forget(id int64) {
-	c.removals.Add(1)
 	delete(c.m, id)
+	c.logRemoval(removal{ids: []int64{id}})
 }
 
 // clear empties the cache, releasing its memory.
 func (c *priorCache) clear() {
-	c.removals.Add(1)
 	c.m = map[int64]prior{}
+	c.logRemoval(removal{all: true})
+}
+
+// logRemoval counts a removal and remembers what it removed.
+func (c *priorCache) logRemoval(r removal) {
+	r.seq = c.removals.Add(1)
+	if len(c.removed) == maxRemovalLog {
+		c.removed[0] = removal{} // release its ids
+		c.removed = c.removed[1:]
+	}
+	c.removed = append(c.removed, r)
+}
+
+// removedSince returns the removals made since removals was before, and
+// false when the log no longer reaches back that far or one of them
+// removed everything.
+func (c *priorCache) removedSince(before uint64) ([]removal, bool) {
+	now := c.removals.Load()
+	if now == before {
+		return nil, true
+	}
+	i := len(c.removed) - int(now-before)
+	if i < 0 || c.removed[i].seq != before+1 {
+		return nil, false
+	}
+	since := c.removed[i:]
+	for _, r := range since {
+		if r.all {
+			return nil, false
+		}
+	}
+	return since, true
 }
 
 // learn adds entries, read from a snapshot taken when removals was
 // before, for the movies the cache does not know. The cache holds every
 // movie written since any snapshot (a write puts each movie it wrote once
-// it has committed), unless an entry left since: so while removals is
-// still before, a movie the cache does not know was not written since the
-// snapshot, and what the snapshot says of it is current. The movies are
-// chosen before any eviction makes room for them. Not while pinned.
+// it has committed), unless its entry left since: so a movie the cache
+// does not know, and did not remove since the snapshot, was not written
+// since, and what the snapshot says of it is current. A movie removed
+// since is not learned (it may have been written, then removed); nothing
+// is when the log of removals does not reach back to the snapshot or the
+// cache was emptied since. The movies are chosen before any eviction makes
+// room for them. Not while pinned.
 func (c *priorCache) learn(before uint64, entries []written) {
-	if c.pinned || c.max == 0 || c.removals.Load() != before {
+	if c.pinned || c.max == 0 {
+		return
+	}
+	since, ok := c.removedSince(before)
+	if !ok {
 		return
 	}
 	fresh := entries[:0:0]
 	for _, e := range entries {
-		if _, ok := c.m[e.id]; !ok {
+		if _, ok := c.m[e.id]; !ok && !removedIn(since, e.id) {
 			fresh = append(fresh, e)
 		}
 	}
@@ -127,6 +187,16 @@ func (c *priorCache) learn(before uint64, entries []written) {
 	for _, e := range fresh {
 		c.m[e.id] = e.p
 	}
+}
+
+// removedIn reports whether one of rs removed id.
+func removedIn(rs []removal, id int64) bool {
+	for _, r := range rs {
+		if _, found := slices.BinarySearch(r.ids, id); found {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *priorCache) len() int { return len(c.m) }
@@ -146,7 +216,6 @@ func (c *priorCache) unpin() {
 	if len(c.m) <= c.max {
 		return
 	}
-	c.removals.Add(1)
 	kept := make(map[int64]prior, c.max)
 	for id, p := range c.m {
 		if len(kept) == c.max {
@@ -155,4 +224,5 @@ func (c *priorCache) unpin() {
 		kept[id] = p
 	}
 	c.m = kept
+	c.logRemoval(removal{all: true})
 }

@@ -60,9 +60,10 @@ func TestLoadTeachesTheWriteCache(t *testing.T) {
 
 // TestLoadLearnsNothingStale checks that what a Load read is taught to
 // the write cache only while it is current: not over a movie the cache
-// knows (a write since the snapshot put it there), and not at all once an
-// entry has left the cache since the snapshot (a movie written since and
-// then evicted would look unknown).
+// knows (a write since the snapshot put it there), not for a movie whose
+// entry left the cache since the snapshot (written since and then evicted,
+// it would look unknown), and not at all when the removals since the
+// snapshot are no longer known or the cache was emptied.
 func TestLoadLearnsNothingStale(t *testing.T) {
 	s := openTemp(t, WithFsync(false), WithWriteCache(1000))
 	defer s.Close()
@@ -92,10 +93,33 @@ func TestLoadLearnsNothingStale(t *testing.T) {
 		s.priors.forget(7) // as an eviction would
 		s.wmu.Unlock()
 		s.learn(before, []int64{7, 8}, stale)
-		for _, id := range []int64{7, 8} {
-			if _, _, cached := s.priors.lookup(id); cached {
-				t.Fatalf("movie %d learned from a read older than an eviction", id)
-			}
+		if _, _, cached := s.priors.lookup(7); cached {
+			t.Fatalf("movie 7 learned from a read older than its eviction")
+		}
+		if _, exists, cached := s.priors.lookup(8); !cached || exists {
+			t.Fatalf("movie 8 (not removed since the read): cached %v, exists %v; want known absent", cached, exists)
+		}
+	})
+	t.Run("removal log outrun", func(t *testing.T) {
+		before := s.priors.removals.Load()
+		s.wmu.Lock()
+		for id := int64(100); id < 100+maxRemovalLog+1; id++ {
+			s.priors.forget(id)
+		}
+		s.wmu.Unlock()
+		s.learn(before, []int64{9}, nil)
+		if _, _, cached := s.priors.lookup(9); cached {
+			t.Fatalf("movie 9 learned although the removals since its read are no longer known")
+		}
+	})
+	t.Run("emptied since", func(t *testing.T) {
+		before := s.priors.removals.Load()
+		s.wmu.Lock()
+		s.priors.clear()
+		s.wmu.Unlock()
+		s.learn(before, []int64{10}, nil)
+		if _, _, cached := s.priors.lookup(10); cached {
+			t.Fatalf("movie 10 learned from a read older than the cache's emptying")
 		}
 	})
 }
