@@ -182,7 +182,10 @@ func (w *tableWriter) put(doc engine.Doc, old tablePrior) error {
 	if err := w.b.set(w.scratch, data); err != nil {
 		return err
 	}
-	return w.b.set(l.memberKey(doc.Partition, doc.Key), memberValueOf(spec, doc.Version, doc.Index))
+	if old.exists && old.part == doc.Partition {
+		return nil // the members key is there already (it holds nothing else)
+	}
+	return w.b.set(l.memberKey(doc.Partition, doc.Key), memberMark)
 }
 
 // addSize adds n to the size in the collection's Clover metadata.
@@ -201,68 +204,76 @@ func (t *table) addSize(b kvBatch, n int) error {
 	return b.set(t.l.collKey, out)
 }
 
-// tableMember is one members entry: a key of a partition and its index
-// values.
-type tableMember struct {
-	key   []byte
-	index []engine.IndexValue
-}
-
-// members lists the documents of partition p, in key order, from its
-// members keys (one key range).
-func (t *table) members(r kvReader, p int32) ([]tableMember, error) {
+// memberKeys lists the keys of partition p's documents, in key order,
+// from its members keys (one key range; their values are ignored: empty
+// since format v3, a version and index values before).
+func (t *table) memberKeys(r kvReader, p int32) ([][]byte, error) {
 	prefix := t.l.partKey(tabMembers, p)
 	it, err := r.iter(prefix, prefixUpper(prefix), false)
 	if err != nil {
 		return nil, err
 	}
-	var out []tableMember
+	var out [][]byte
 	for ok := it.seek(prefix); ok; ok = it.next() {
-		_, index, err := parseMemberValue(t.spec, it.value())
-		if err != nil {
-			_ = it.close()
-			return nil, fmt.Errorf("members entry %x: %w", it.key(), err)
-		}
-		out = append(out, tableMember{key: bytes.Clone(it.key()[len(prefix):]), index: index})
+		out = append(out, bytes.Clone(it.key()[len(prefix):]))
 	}
 	return out, it.close()
 }
 
 // DropPartition deletes every document, index entry and the checkpoint of
-// partition p in one batch, reading no document: the members keys name
-// each document and its index values. Epochs are kept, so an old owner
+// partition p in one batch. The members keys name the documents; each
+// document is read for its index values (dropChunk documents at a time,
+// with one forward-seeking iterator). Epochs are kept, so an old owner
 // stays fenced.
 func (t *table) DropPartition(ctx context.Context, p int32) error {
 	var n int
 	err := t.s.tableWrite(ctx, true, t.s.sync, 0, func(b kvBatch) (func(), error) {
-		members, err := t.members(b, p)
+		keys, err := t.memberKeys(b, p)
 		if err != nil {
 			return nil, err
 		}
 		var key []byte
-		for _, m := range members {
-			if err := b.del(t.l.docKey(key[:0], m.key)); err != nil {
+		var docs []engine.Doc
+		for chunk := range slices.Chunk(keys, dropChunk) {
+			docs = docs[:0]
+			err := t.readDocs(b, chunk, func(_ int, raw []byte) error {
+				doc, err := decodeTableDoc(raw, t.spec, true)
+				if err != nil {
+					return err
+				}
+				if doc.Partition == p { // else only its members key goes
+					doc.Key = bytes.Clone(doc.Key)
+					docs = append(docs, doc)
+				}
+				return nil
+			})
+			if err != nil {
 				return nil, err
 			}
-			for pos, ix := range t.spec.Indexes {
-				key = t.l.indexEntry(key[:0], pos, m.index[pos], ix.Kind, m.key)
-				if err := b.del(key); err != nil {
+			for _, doc := range docs {
+				if err := b.del(t.l.docKey(key[:0], doc.Key)); err != nil {
 					return nil, err
 				}
+				for pos, ix := range t.spec.Indexes {
+					key = t.l.indexEntry(key[:0], pos, doc.Index[pos], ix.Kind, doc.Key)
+					if err := b.del(key); err != nil {
+						return nil, err
+					}
+				}
 			}
+			n += len(docs)
 		}
 		prefix := t.l.partKey(tabMembers, p)
 		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
 			return nil, err
 		}
-		if err := t.addSize(b, -len(members)); err != nil {
+		if err := t.addSize(b, -n); err != nil {
 			return nil, err
 		}
-		n = len(members)
 		forget := func() {
 			cache := t.s.tcache.of(t.spec.Name)
-			for _, m := range members {
-				t.s.tcache.forget(cache, string(m.key))
+			for _, k := range keys {
+				t.s.tcache.forget(cache, string(k))
 			}
 		}
 		return forget, b.del(t.l.partKey(tabCheckpoint, p))
@@ -308,22 +319,16 @@ func (t *table) Reset(ctx context.Context) error {
 // may use the store; a document deleted or moved meanwhile is skipped. It
 // stops at the first error of fn and returns it.
 func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
-	var members []tableMember
+	var members [][]byte
 	err := t.s.tableRead(ctx, func(r kvReader) error {
 		var err error
-		members, err = t.members(r, p)
+		members, err = t.memberKeys(r, p)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("table %s: scan partition %d: %w", t.spec.Name, p, err)
 	}
-	for len(members) > 0 {
-		chunk := members[:min(scanChunk, len(members))]
-		members = members[len(chunk):]
-		keys := make([][]byte, len(chunk))
-		for i, m := range chunk {
-			keys[i] = m.key
-		}
+	for keys := range slices.Chunk(members, scanChunk) {
 		docs, err := t.Load(ctx, keys)
 		if err != nil {
 			return fmt.Errorf("table %s: scan partition %d: %w", t.spec.Name, p, err)

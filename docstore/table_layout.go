@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"math"
 
 	"github.com/keepstate/keepstate/engine"
@@ -29,7 +28,7 @@ import (
 //	's'                          the spec (JSON)
 //	'e' partition                last claimed epoch
 //	'c' partition                next changelog offset (checkpoint)
-//	'm' partition key            members: version, encoded index values
+//	'm' partition key            members (empty values since format v3)
 //	'i' position value key       index entries (empty values)
 //
 // Partitions are 4 bytes big-endian, index positions one byte (the
@@ -43,9 +42,10 @@ import (
 // bounded iterator walk over one index's entries, reading a document per
 // entry returned.
 //
-// An Apply writes documents, index entries, members keys, the collection
-// size and the checkpoint in one batch; a drop names every index entry of
-// a partition from its members values without reading a document.
+// An Apply writes documents, changed index entries, the members key of a
+// new or moved document, the collection size and the checkpoint in one
+// batch; a drop lists a partition's documents from its members keys and
+// names their index entries from the documents.
 
 // Key families inside a table's prefix.
 const (
@@ -123,7 +123,7 @@ func orderedFloatValue(u uint64) float64 {
 }
 
 // splitIndexValue reads the index value of kind k at the start of b (an
-// index entry's or members value's tail) and returns it and the rest.
+// index entry's tail) and returns it and the rest.
 func splitIndexValue(b []byte, k engine.IndexKind) (engine.IndexValue, []byte, bool) {
 	if k == engine.IndexNumber {
 		if len(b) < 8 {
@@ -145,33 +145,3 @@ func (l tableLayout) indexEntry(buf []byte, pos int, v engine.IndexValue, k engi
 	return append(buf, key...)
 }
 
-// memberValue is the members value of a document: its version and the
-// encodings of its index values, in declaration order, so that a drop
-// names the document's index entries without reading it.
-func memberValueOf(spec engine.TableSpec, version int64, index []engine.IndexValue) []byte {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+9*len(index)), uint64(version))
-	for i, ix := range spec.Indexes {
-		v = appendIndexValue(v, index[i], ix.Kind)
-	}
-	return v
-}
-
-// parseMemberValue decodes memberValueOf.
-func parseMemberValue(spec engine.TableSpec, v []byte) (version int64, index []engine.IndexValue, err error) {
-	if len(v) < 8 {
-		return 0, nil, fmt.Errorf("members value of %d bytes", len(v))
-	}
-	version = int64(binary.BigEndian.Uint64(v))
-	rest := v[8:]
-	index = make([]engine.IndexValue, len(spec.Indexes))
-	for i, ix := range spec.Indexes {
-		var ok bool
-		if index[i], rest, ok = splitIndexValue(rest, ix.Kind); !ok {
-			return 0, nil, fmt.Errorf("members value: index %s truncated", ix.Name)
-		}
-	}
-	if len(rest) != 0 {
-		return 0, nil, fmt.Errorf("members value: %d trailing bytes", len(rest))
-	}
-	return version, index, nil
-}
