@@ -144,4 +144,3 @@ func (l tableLayout) indexEntry(buf []byte, pos int, v engine.IndexValue, k engi
 	buf = appendIndexValue(buf, v, k)
 	return append(buf, key...)
 }
-
