@@ -1,10 +1,5 @@
 package docstore
 
-import (
-	"slices"
-	"sync/atomic"
-)
-
 // priorCache remembers, for movies the store has read or written, what the
 // next write of the movie needs (its version, average and partition, or
 // that the movie is absent), so that Apply writes without reading: an LSM
@@ -29,27 +24,11 @@ type priorCache struct {
 	// bulkMax is the most entries while pinned (see limit).
 	bulkMax int
 	// removals counts the times entries left the cache (evictions, drops,
-	// resets, pins): read without wmu by Load before its snapshot, for
+	// resets, pins) and remembers which movies the last ones took out:
+	// its count is read without wmu by Load before its snapshot, for
 	// Store.learn.
-	removals atomic.Uint64
-	// removed remembers which movies the last removals took out, oldest
-	// first (see learn).
-	removed []removal
+	removals removalLog[int64]
 }
-
-// removal is one time entries left the cache: the movies it removed
-// (sorted), or all of them.
-type removal struct {
-	seq uint64 // the value of removals it made
-	ids []int64
-	all bool
-}
-
-// maxRemovalLog is how many removals priorCache.removed remembers: a Load
-// whose snapshot is older than all of them learns nothing. Loads last
-// milliseconds, and a full cache evicts an eighth of itself at a time, so
-// a few suffice; at the default size the log holds at most 250k ids (2 MB).
-const maxRemovalLog = 8
 
 // defaultBulkMax is the most movies the prior cache holds while a bulk
 // load pins it (unless WithWriteCache asks for more, or WithBulkMemory
@@ -109,51 +88,22 @@ func (c *priorCache) evict(n int) {
 		delete(c.m, id)
 		ids = append(ids, id)
 	}
-	slices.Sort(ids)
-	c.logRemoval(removal{ids: ids})
+	c.removals.removed(ids)
 }
 
-// forget removes id.
-func (c *priorCache) forget(id int64) {
-	delete(c.m, id)
-	c.logRemoval(removal{ids: []int64{id}})
+// forget removes ids (a partition dropped), as one removal; it sorts
+// ids in place.
+func (c *priorCache) forget(ids []int64) {
+	for _, id := range ids {
+		delete(c.m, id)
+	}
+	c.removals.removed(ids)
 }
 
 // clear empties the cache, releasing its memory.
 func (c *priorCache) clear() {
 	c.m = map[int64]prior{}
-	c.logRemoval(removal{all: true})
-}
-
-// logRemoval counts a removal and remembers what it removed.
-func (c *priorCache) logRemoval(r removal) {
-	r.seq = c.removals.Add(1)
-	if len(c.removed) == maxRemovalLog {
-		c.removed[0] = removal{} // release its ids
-		c.removed = c.removed[1:]
-	}
-	c.removed = append(c.removed, r)
-}
-
-// removedSince returns the removals made since removals was before, and
-// false when the log no longer reaches back that far or one of them
-// removed everything.
-func (c *priorCache) removedSince(before uint64) ([]removal, bool) {
-	now := c.removals.Load()
-	if now == before {
-		return nil, true
-	}
-	i := len(c.removed) - int(now-before)
-	if i < 0 || c.removed[i].seq != before+1 {
-		return nil, false
-	}
-	since := c.removed[i:]
-	for _, r := range since {
-		if r.all {
-			return nil, false
-		}
-	}
-	return since, true
+	c.removals.removedAll()
 }
 
 // learn adds entries, read from a snapshot taken when removals was
@@ -170,13 +120,13 @@ func (c *priorCache) learn(before uint64, entries []written) {
 	if c.pinned || c.max == 0 {
 		return
 	}
-	since, ok := c.removedSince(before)
+	since, ok := c.removals.since(before)
 	if !ok {
 		return
 	}
 	fresh := entries[:0:0]
 	for _, e := range entries {
-		if _, ok := c.m[e.id]; !ok && !removedIn(since, e.id) {
+		if _, ok := c.m[e.id]; !ok && !since.has(e.id) {
 			fresh = append(fresh, e)
 		}
 	}
@@ -187,16 +137,6 @@ func (c *priorCache) learn(before uint64, entries []written) {
 	for _, e := range fresh {
 		c.m[e.id] = e.p
 	}
-}
-
-// removedIn reports whether one of rs removed id.
-func removedIn(rs []removal, id int64) bool {
-	for _, r := range rs {
-		if _, found := slices.BinarySearch(r.ids, id); found {
-			return true
-		}
-	}
-	return false
 }
 
 func (c *priorCache) len() int { return len(c.m) }
@@ -224,5 +164,5 @@ func (c *priorCache) unpin() {
 		kept[id] = p
 	}
 	c.m = kept
-	c.logRemoval(removal{all: true})
+	c.removals.removedAll()
 }

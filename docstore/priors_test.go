@@ -74,7 +74,7 @@ func TestLoadLearnsNothingStale(t *testing.T) {
 	s.wmu.Unlock()
 	write := func(id, version int64) { applyOne(t, s, 0, syntheticMovie(id, version), 100+version) }
 	t.Run("written since", func(t *testing.T) {
-		before := s.priors.removals.Load()
+		before := s.priors.removals.count()
 		stale := map[int64]engine.MovieStats{5: syntheticMovie(5, 1)} // read, then movie 5 is written
 		write(5, 2)
 		s.learn(before, []int64{5, 6}, stale)
@@ -86,11 +86,11 @@ func TestLoadLearnsNothingStale(t *testing.T) {
 		}
 	})
 	t.Run("evicted since", func(t *testing.T) {
-		before := s.priors.removals.Load()
+		before := s.priors.removals.count()
 		stale := map[int64]engine.MovieStats{7: syntheticMovie(7, 1)}
 		write(7, 3)
 		s.wmu.Lock()
-		s.priors.forget(7) // as an eviction would
+		s.priors.forget([]int64{7}) // as an eviction would
 		s.wmu.Unlock()
 		s.learn(before, []int64{7, 8}, stale)
 		if _, _, cached := s.priors.lookup(7); cached {
@@ -101,10 +101,10 @@ func TestLoadLearnsNothingStale(t *testing.T) {
 		}
 	})
 	t.Run("removal log outrun", func(t *testing.T) {
-		before := s.priors.removals.Load()
+		before := s.priors.removals.count()
 		s.wmu.Lock()
 		for id := int64(100); id < 100+maxRemovalLog+1; id++ {
-			s.priors.forget(id)
+			s.priors.forget([]int64{id})
 		}
 		s.wmu.Unlock()
 		s.learn(before, []int64{9}, nil)
@@ -113,7 +113,7 @@ func TestLoadLearnsNothingStale(t *testing.T) {
 		}
 	})
 	t.Run("emptied since", func(t *testing.T) {
-		before := s.priors.removals.Load()
+		before := s.priors.removals.count()
 		s.wmu.Lock()
 		s.priors.clear()
 		s.wmu.Unlock()

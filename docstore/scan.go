@@ -126,12 +126,7 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 		if err := addSize(b, -n); err != nil {
 			return nil, err
 		}
-		forget := func() {
-			for _, id := range ids {
-				s.priors.forget(id)
-			}
-		}
-		return func() { forget(); s.gen++ }, b.del(partitionKey(nsCheckpoints, p))
+		return func() { s.priors.forget(ids); s.gen++ }, b.del(partitionKey(nsCheckpoints, p))
 	})
 	if err != nil {
 		return fmt.Errorf("drop partition %d: %w", p, err)

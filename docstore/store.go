@@ -238,7 +238,7 @@ func decodeDoc(v []byte) (engine.MovieStats, error) {
 // seekLoadMin ids is read with one iterator, seeking the keys in order
 // (see loadSorted); fewer are point reads.
 func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieStats, error) {
-	before := s.priors.removals.Load() // before the snapshot (Store.learn)
+	before := s.priors.removals.count() // before the snapshot (Store.learn)
 	out := make(map[int64]engine.MovieStats, len(ids))
 	err := s.read(ctx, func(r kvReader) error {
 		if len(ids) >= seekLoadMin {

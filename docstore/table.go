@@ -29,6 +29,9 @@ type table struct {
 	s    *Store
 	spec engine.TableSpec
 	l    tableLayout
+	// cache is the table's write cache, shared by its handles (guarded by
+	// s.wmu, but for its removal count).
+	cache *tableCache
 }
 
 // OpenTable opens the table of spec, creating it (its Clover collection
@@ -68,6 +71,9 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 	if err != nil {
 		return nil, fmt.Errorf("open table %s: %w", spec.Name, err)
 	}
+	s.wmu.Lock()
+	t.cache = s.tcache.of(spec.Name)
+	s.wmu.Unlock()
 	if !found {
 		s.log.Info("docstore table created", "table", spec.Name, "indexes", specString(spec.Indexes))
 	}
@@ -275,7 +281,7 @@ func keyString(key []byte) string {
 // snapshot (see readDocs). What it read goes to the write cache (learn),
 // so that the Apply that writes those keys next reads nothing.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
-	before := t.s.tcache.removals.Load() // before the snapshot (learn)
+	before := t.cache.removals.count() // before the snapshot (learn)
 	out := make(map[string]engine.Doc, len(keys))
 	sorted := sortedKeys(keys)
 	err := t.s.tableRead(ctx, func(r kvReader) error {

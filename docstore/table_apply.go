@@ -77,12 +77,12 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 			keys = append(keys, d.Key)
 		}
 	}
-	cache := t.s.tcache.of(t.spec.Name)
+	cache := t.cache
 	priors := make([]tablePrior, len(keys))
 	var unknown [][]byte // keys the cache does not hold, and their positions
 	var at []int
 	for i, k := range keys {
-		if p, ok := cache[string(k)]; ok {
+		if p, ok := cache.m[string(k)]; ok {
 			priors[i] = p
 		} else {
 			unknown, at = append(unknown, k), append(at, i)
@@ -270,12 +270,7 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 		if err := t.addSize(b, -n); err != nil {
 			return nil, err
 		}
-		forget := func() {
-			cache := t.s.tcache.of(t.spec.Name)
-			for _, k := range keys {
-				t.s.tcache.forget(cache, string(k))
-			}
-		}
+		forget := func() { t.s.tcache.forget(t.cache, keys) }
 		return forget, b.del(t.l.partKey(tabCheckpoint, p))
 	})
 	if err != nil {
@@ -303,7 +298,7 @@ func (t *table) Reset(ctx context.Context) error {
 		if err := json.Unmarshal(raw, &meta); err != nil {
 			return nil, fmt.Errorf("collection metadata: %w", err)
 		}
-		forget := func() { t.s.tcache.clear(t.s.tcache.of(t.spec.Name)) }
+		forget := func() { t.s.tcache.clear(t.cache) }
 		return forget, t.addSize(b, -meta.Size)
 	})
 	if err != nil {

@@ -300,7 +300,7 @@ func TestTableCommitFailureEmptiesTheWriteCache(t *testing.T) {
 	cachedKeys := func() int {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
-		return len(s.tcache.of(ordersSpec.Name))
+		return len(s.tcache.of(ordersSpec.Name).m)
 	}
 	if got := cachedKeys(); got != len(keys) {
 		t.Fatalf("write cache holds %d keys after the Load; want %d", got, len(keys))

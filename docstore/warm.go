@@ -27,7 +27,7 @@ func (s *Store) warm() {
 	}
 	start := time.Now()
 	s.wmu.Lock()
-	gen, removals := s.gen, s.priors.removals.Load()
+	gen, removals := s.gen, s.priors.removals.count()
 	snap := s.kv.snapshot()
 	s.wmu.Unlock()
 	defer snap.release()
@@ -49,7 +49,7 @@ func (s *Store) warm() {
 		defer s.wmu.Unlock()
 		// An entry that left the cache since the snapshot may have been
 		// written since (priorCache.learn): the snapshot is stale.
-		if s.gen != gen || s.priors.removals.Load() != removals || s.stopping.Load() || s.job != nil || !s.buf.empty() {
+		if s.gen != gen || s.priors.removals.count() != removals || s.stopping.Load() || s.job != nil || !s.buf.empty() {
 			return false // a bulk load runs: it fills the cache itself
 		}
 		for _, e := range chunk {
