@@ -22,17 +22,25 @@ const minGoMemoryMiB = 64
 // own overhead (measured at 45–50 MiB).
 const baseMiB = 48
 
+// headroomPercent is the share of the limit planMemory keeps free: Go's
+// limit is soft and the C allocator's holdings move, so a 1M-movie run
+// planned to the last MiB peaked 1–3 MiB over a 300 MiB limit (three runs;
+// docs/benchmarks.md).
+const headroomPercent = 3
+
 // memoryPlan is the soft memory limit a Config asks for.
 type memoryPlan struct {
 	totalMiB int64  // the process's limit, 0 for none
 	goMiB    int64  // of it, Go's soft limit (GOMEMLIMIT)
 	offHeap  int64  // MiB held outside Go's heap: baseMiB and the store's caches
+	headroom int64  // MiB kept free (headroomPercent of totalMiB)
 	source   string // flag, container or none
 }
 
 // planMemory works out the limit: --memory-limit-mib when positive, else
-// (0) 90% of containerMiB when there is a container limit. baseMiB comes
-// off it, and so do the clover store's block cache and its memtables
+// (0) 90% of containerMiB when there is a container limit. baseMiB and
+// the headroom come off it, and so do the clover store's block cache and
+// its memtables
 // (docstore.MaxMemtables of them: counting two, a 1M-movie run under 300
 // MiB peaked at 323–334 MiB) when they live outside Go's heap (cgo
 // builds). It returns ErrConfig when too little is left.
@@ -50,10 +58,12 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 	if c.Store == StoreClover && offHeapAllocator {
 		p.offHeap += c.StoreCacheMiB + docstore.MaxMemtables*(docstore.DefaultMemtableSize>>20)
 	}
-	p.goMiB = p.totalMiB - p.offHeap
+	p.headroom = p.totalMiB * headroomPercent / 100
+	p.goMiB = p.totalMiB - p.offHeap - p.headroom
 	if p.goMiB < minGoMemoryMiB {
-		return p, fmt.Errorf("%w: --memory-limit-mib: %d MiB (%s) leaves %d MiB for Go's heap after the binary and the store's caches (%d MiB); give at least %d MiB or lower --store-cache-mib",
-			ErrConfig, p.totalMiB, p.source, p.goMiB, p.offHeap, p.offHeap+minGoMemoryMiB)
+		least := (p.offHeap + minGoMemoryMiB) * 100 / (100 - headroomPercent)
+		return p, fmt.Errorf("%w: --memory-limit-mib: %d MiB (%s) leaves %d MiB for Go's heap after the binary, the store's caches (%d MiB) and %d%% headroom; give at least %d MiB or lower --store-cache-mib",
+			ErrConfig, p.totalMiB, p.source, p.goMiB, p.offHeap, headroomPercent, least+1)
 	}
 	return p, nil
 }
@@ -89,7 +99,7 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, error) {
 		return 0, err
 	}
 	debug.SetMemoryLimit(p.goMiB << 20)
-	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap)
+	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap, "headroom_mib", p.headroom)
 	return p.goMiB << 20, nil
 }
 

@@ -25,11 +25,11 @@ func TestPlanMemory(t *testing.T) {
 		wantErr   bool
 	}{
 		{"automatic, no container limit", with(clover, 0), 0, true, memoryPlan{source: "none"}, false},
-		{"automatic, container limit", with(clover, 0), 1000, true, memoryPlan{totalMiB: 900, goMiB: 900 - 144, offHeap: 144, source: "container"}, false},
-		{"flag over container", with(clover, 300), 1000, true, memoryPlan{totalMiB: 300, goMiB: 300 - 144, offHeap: 144, source: "flag"}, false},
+		{"automatic, container limit", with(clover, 0), 1000, true, memoryPlan{totalMiB: 900, goMiB: 900 - 144 - 27, offHeap: 144, headroom: 27, source: "container"}, false},
+		{"flag over container", with(clover, 300), 1000, true, memoryPlan{totalMiB: 300, goMiB: 300 - 144 - 9, offHeap: 144, headroom: 9, source: "flag"}, false},
 		{"none over container", with(clover, -1), 1000, true, memoryPlan{source: "none"}, false},
-		{"no cgo: the cache is in Go's heap", with(clover, 300), 0, false, memoryPlan{totalMiB: 300, goMiB: 300 - 48, offHeap: 48, source: "flag"}, false},
-		{"redis holds nothing off heap", with(redis, 300), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 48, offHeap: 48, source: "flag"}, false},
+		{"no cgo: the cache is in Go's heap", with(clover, 300), 0, false, memoryPlan{totalMiB: 300, goMiB: 300 - 48 - 9, offHeap: 48, headroom: 9, source: "flag"}, false},
+		{"redis holds nothing off heap", with(redis, 300), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 48 - 9, offHeap: 48, headroom: 9, source: "flag"}, false},
 		{"too small for the store", with(clover, 150), 0, true, memoryPlan{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
