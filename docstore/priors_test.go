@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -203,45 +204,56 @@ func TestWriteCacheUnderConcurrentLoads(t *testing.T) {
 	s, epoch := openClaimed(t, WithFsync(false), WithWriteCache(32))
 	defer s.Close()
 	ctx := context.Background()
-	stop := make(chan struct{})
+	stop := loadConcurrently(7, func(r *rand.Rand) error {
+		ids := make([]int64, 24)
+		for i := range ids {
+			ids[i] = r.Int64N(200) + 1
+		}
+		_, err := s.Load(ctx, ids)
+		return err
+	})
+	r := rand.New(rand.NewPCG(3, 4))
+	version := map[int64]int64{}
+	for i := range 300 {
+		docs := randomBatch(r, version, 16, 200)
+		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
+			stop()
+			t.Fatal(err)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	checkLatest(t, s, version)
+}
+
+// loadConcurrently runs load over and over in two goroutines, each with
+// its own random source (seeded with seed), until stop is called; stop
+// waits for both and returns the first error of load.
+func loadConcurrently(seed uint64, load func(r *rand.Rand) error) (stop func() error) {
+	done := make(chan struct{})
 	errs := make(chan error, 2)
 	for g := range 2 {
 		go func() {
-			r := rand.New(rand.NewPCG(uint64(g), 7))
+			r := rand.New(rand.NewPCG(uint64(g), seed))
 			for {
 				select {
-				case <-stop:
+				case <-done:
 					errs <- nil
 					return
 				default:
 				}
-				ids := make([]int64, 24)
-				for i := range ids {
-					ids[i] = r.Int64N(200) + 1
-				}
-				if _, err := s.Load(ctx, ids); err != nil {
+				if err := load(r); err != nil {
 					errs <- err
 					return
 				}
 			}
 		}()
 	}
-	r := rand.New(rand.NewPCG(3, 4))
-	version := map[int64]int64{}
-	for i := range 300 {
-		docs := randomBatch(r, version, 16, 200)
-		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
-			close(stop)
-			t.Fatal(err)
-		}
+	return func() error {
+		close(done)
+		return errors.Join(<-errs, <-errs)
 	}
-	close(stop)
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatalf("load: %v", err)
-		}
-	}
-	checkLatest(t, s, version)
 }
 
 // randomBatch returns n distinct movies of 1..of for partition 0, each at

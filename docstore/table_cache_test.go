@@ -139,29 +139,14 @@ func TestTableWriteCacheUnderConcurrentLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	errs := make(chan error, 2)
-	for g := range 2 {
-		go func() {
-			r := rand.New(rand.NewPCG(uint64(g), 11))
-			for {
-				select {
-				case <-stop:
-					errs <- nil
-					return
-				default:
-				}
-				keys := make([][]byte, 24)
-				for i := range keys {
-					keys[i] = orderDoc(r.IntN(200), 0, 1).Key
-				}
-				if _, err := tb.Load(ctx, keys); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
+	stop := loadConcurrently(11, func(r *rand.Rand) error {
+		keys := make([][]byte, 24)
+		for i := range keys {
+			keys[i] = orderDoc(r.IntN(200), 0, 1).Key
+		}
+		_, err := tb.Load(ctx, keys)
+		return err
+	})
 	r := rand.New(rand.NewPCG(5, 6))
 	version := map[int]int64{}
 	for i := range 300 {
@@ -171,15 +156,12 @@ func TestTableWriteCacheUnderConcurrentLoads(t *testing.T) {
 			docs = append(docs, orderDoc(k, 0, version[k]))
 		}
 		if err := tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
-			close(stop)
+			stop()
 			t.Fatal(err)
 		}
 	}
-	close(stop)
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatalf("load: %v", err)
-		}
+	if err := stop(); err != nil {
+		t.Fatalf("load: %v", err)
 	}
 	var want []engine.Doc
 	for k, v := range version {
