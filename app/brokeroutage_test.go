@@ -18,6 +18,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -38,12 +39,24 @@ func TestBrokerOutageExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow by design: the outage outlasts the session timeout")
 	}
+	for _, store := range []string{app.StoreClover, app.StoreRedis} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel() // mostly waiting out the outage
+			brokerOutage(t, store)
+		})
+	}
+}
+
+func brokerOutage(t *testing.T, store string) {
 	k := testkit.StartKfake(t)
 	cl := k.Cluster()
 	reg := testkit.StartRegistry(t)
 	c := testConfig(t, k.Brokers(), reg.URL())
 	c.SessionTimeout = 6 * time.Second
 	c.TransactionTimeout = 3 * time.Second
+	if store == app.StoreRedis {
+		c.Store, c.RedisURL = app.StoreRedis, testkit.StartRedis(t).URL()
+	}
 	topics := c.EngineConfig(nil).Topics()
 	aggregate := map[string]bool{}
 	for p := range int32(c.Partitions) {
