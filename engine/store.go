@@ -202,11 +202,13 @@ type PartitionScanner interface {
 	ScanPartition(ctx context.Context, p int32, fn func(MovieStats) error) error
 }
 
-// Resetter is an optional ability of a store: deleting all state.
+// Resetter is an optional ability of a store: deleting the movie job's
+// state.
 type Resetter interface {
-	// Reset deletes every document and checkpoint. It keeps the
+	// Reset deletes every movie document and checkpoint. It keeps the
 	// partitions' epochs (or raises them), so that a claim after the reset
 	// returns an epoch above any claimed before: an old writer that is
-	// still alive stays fenced.
+	// still alive stays fenced. Tables the store holds (Tables) are left
+	// alone: each resets on its own (TableResetter).
 	Reset(ctx context.Context) error
 }

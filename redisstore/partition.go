@@ -145,11 +145,12 @@ func (s *Store) scanDocs(ctx context.Context, p int32, ids []int64, fn func(engi
 	return nil
 }
 
-// Reset deletes every key under the store's prefix — documents, the sorted
-// set, checkpoints and the stream — with SCAN and UNLINK (never KEYS),
-// except the partitions' epochs: the next claim then still returns an
-// epoch above any a live old writer may hold, which stays fenced. Writes
-// running concurrently may survive it. Safe for concurrent use.
+// Reset deletes the movie layout's keys under the store's prefix —
+// documents, the sorted set, checkpoints and the stream — with SCAN and
+// UNLINK (never KEYS), except the partitions' epochs: the next claim then
+// still returns an epoch above any a live old writer may hold, which stays
+// fenced. Tables are left alone (each resets on its own, table.Reset).
+// Writes running concurrently may survive it. Safe for concurrent use.
 func (s *Store) Reset(ctx context.Context) error {
 	var cursor uint64
 	deleted := 0
@@ -158,7 +159,7 @@ func (s *Store) Reset(ctx context.Context) error {
 		if err != nil {
 			return wrap("reset", err)
 		}
-		batch = slices.DeleteFunc(batch, s.keys.isEpoch)
+		batch = slices.DeleteFunc(batch, func(key string) bool { return s.keys.isEpoch(key) || s.keys.isTableKey(key) })
 		if len(batch) > 0 {
 			if err := s.client.Unlink(ctx, batch...).Err(); err != nil {
 				return wrap("reset", err)

@@ -24,6 +24,9 @@ func (k keys) table(name string) tableKeys {
 	return tableKeys{base: k.prefix + tablesNamespace + name + ":"}
 }
 
+// isTableKey reports whether key belongs to a table (of any name).
+func (k keys) isTableKey(key string) bool { return strings.HasPrefix(key, k.prefix+tablesNamespace) }
+
 // isTableEpoch reports whether key is the epoch key of a table's partition
 // ("<prefix>t:<table>:p:<p>:epoch"; an index may be called "epoch" too).
 func (k keys) isTableEpoch(key string) bool {
