@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
@@ -63,24 +62,7 @@ func TestE2ETwoJobsOneProcess(t *testing.T) {
 
 			waitMovie(t, in.api, movie{MovieID: 362, Rating: 9.0, Count: 2}, 30*time.Second)
 			want := map[string]basket{"ann": {Items: 2, Total: 1100}, "bob": {Items: 1, Total: 20}}
-			testkit.Eventually(t, 30*time.Second, "baskets exact on /tables/baskets/{key}", func() error {
-				for k, w := range want {
-					var got struct {
-						Value basket `json:"value"`
-					}
-					code, body := httpGet(in.api + "/tables/baskets/" + url.PathEscape(k))
-					if code != http.StatusOK {
-						return fmt.Errorf("%s: %d %s", k, code, body)
-					}
-					if err := json.Unmarshal([]byte(body), &got); err != nil {
-						return err
-					}
-					if got.Value != w {
-						return fmt.Errorf("%s: got %+v, want %+v", k, got.Value, w)
-					}
-				}
-				return nil
-			})
+			waitBaskets(t, in.api, want)
 			code, body := httpGet(in.api + "/tables/baskets?index=total&min=1000")
 			var page struct {
 				Items []struct {

@@ -15,30 +15,48 @@ import (
 // ErrGroupActive means reset was refused because instances are running.
 var ErrGroupActive = errors.New("application instances are running")
 
-// Reset is `keepstate reset`: it wipes the store's state so that the next
-// start rebuilds it from the changelog. With reprocess it also deletes the
-// internal topics and the group's committed offsets, so the next start
-// recomputes everything from the earliest input. It refuses while any
-// instance of the application is a member of the consumer group.
+// Reset is `keepstate reset`: ResetJobs for the movie job.
 func Reset(ctx context.Context, c Config, reprocess bool, log *slog.Logger) error {
+	return ResetJobs(ctx, c, reprocess, log, Movies())
+}
+
+// ResetJobs wipes the state jobs keep in the store, so that their next
+// start (RunJobs with the same c) rebuilds it from their changelogs: the
+// movie job's documents, and each other job's table; tables of jobs not
+// named are left alone. With reprocess it also deletes each job's internal
+// topics (repartition and changelog) and its consumer group's committed
+// offsets, so the next start recomputes everything from the earliest
+// input. It refuses with ErrGroupActive, before changing anything, while
+// any job's consumer group has a member (an instance still running, or a
+// static member within its session timeout).
+func ResetJobs(ctx context.Context, c Config, reprocess bool, log *slog.Logger, jobs ...Job) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	if err := checkJobs(jobs); err != nil {
+		return err
+	}
 	log = discardLogger(log)
+	configs := make([]engine.Config, len(jobs))
+	groups := make([]string, len(jobs))
+	for i, j := range jobs {
+		configs[i] = j.engineConfig(c, log)
+		groups[i] = configs[i].ApplicationID
+	}
 	sc := engine.NewSaramaConfig(c.ApplicationID + "-reset")
 	admin, err := sarama.NewClusterAdmin(c.Brokers, sc)
 	if err != nil {
 		return fmt.Errorf("%w: kafka %v: %w; start Kafka or set --brokers", ErrUnavailable, c.Brokers, err)
 	}
 	defer admin.Close()
-	groups, err := admin.DescribeConsumerGroups([]string{c.ApplicationID})
+	described, err := admin.DescribeConsumerGroups(groups)
 	if err != nil {
-		return fmt.Errorf("describe group %s: %w", c.ApplicationID, err)
+		return fmt.Errorf("describe groups %v: %w", groups, err)
 	}
-	for _, g := range groups {
+	for _, g := range described {
 		if len(g.Members) > 0 {
 			return fmt.Errorf("%w: consumer group %q has %d member(s) (state %s); stop every instance first (a killed instance leaves after its session timeout)",
-				ErrGroupActive, c.ApplicationID, len(g.Members), g.State)
+				ErrGroupActive, g.GroupId, len(g.Members), g.State)
 		}
 	}
 	store, err := OpenStore(ctx, c, log)
@@ -46,18 +64,72 @@ func Reset(ctx context.Context, c Config, reprocess bool, log *slog.Logger) erro
 		return err
 	}
 	defer store.Close()
-	r, ok := store.(engine.Resetter)
-	if !ok {
-		return fmt.Errorf("store %s cannot be reset", c.Store)
+	for _, j := range jobs {
+		if err := j.resetState(ctx, c, store); err != nil {
+			return err
+		}
+		log.Info("state reset; the next start restores it from the changelog", "job", j.name(), "store", c.Store)
 	}
-	if err := r.Reset(ctx); err != nil {
-		return fmt.Errorf("reset store: %w", err)
-	}
-	log.Info("store reset; the next start restores from the changelog", "store", c.Store)
 	if !reprocess {
 		return nil
 	}
-	t := c.EngineConfig(log).Topics()
+	for i, j := range jobs {
+		if err := deleteInternal(ctx, admin, configs[i].Topics(), groups[i], log); err != nil {
+			return fmt.Errorf("job %s: %w", j.name(), err)
+		}
+	}
+	return nil
+}
+
+// engineConfig is the engine configuration j runs with under c: its
+// consumer group (ApplicationID) and topics.
+func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
+	if j.movies {
+		return c.EngineConfig(log)
+	}
+	return c.JobConfig(log, j.name(), j.input, j.output)
+}
+
+// resetState wipes what j keeps in store: the movie job's documents
+// (engine.Resetter, which leaves tables alone) or j's table
+// (engine.TableResetter).
+func (j Job) resetState(ctx context.Context, c Config, store engine.Store) error {
+	if j.movies {
+		r, ok := store.(engine.Resetter)
+		if !ok {
+			return fmt.Errorf("%w: store %s cannot be reset", ErrConfig, c.Store)
+		}
+		if err := r.Reset(ctx); err != nil {
+			return fmt.Errorf("reset store: %w", err)
+		}
+		return nil
+	}
+	tables, ok := store.(engine.Tables)
+	if !ok {
+		return fmt.Errorf("%w: store %s cannot hold the table of job %s", ErrConfig, c.Store, j.name())
+	}
+	t, err := tables.OpenTable(ctx, j.runner.Spec())
+	if errors.Is(err, engine.ErrInvalid) {
+		// The job's indexes changed: a reset keeps the table's spec, so the
+		// table has to go (its rows and spec) instead.
+		return fmt.Errorf("%w: job %s: %w; a reset keeps the table's indexes: delete the table instead (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)
+	}
+	if err != nil {
+		return fmt.Errorf("job %s: %w", j.name(), err)
+	}
+	r, ok := t.(engine.TableResetter)
+	if !ok {
+		return fmt.Errorf("%w: the tables of store %s cannot be reset", ErrConfig, c.Store)
+	}
+	if err := r.Reset(ctx); err != nil {
+		return fmt.Errorf("job %s: reset table: %w", j.name(), err)
+	}
+	return nil
+}
+
+// deleteInternal deletes the repartition and changelog topics of t and
+// waits until they are gone, then deletes group (its committed offsets).
+func deleteInternal(ctx context.Context, admin sarama.ClusterAdmin, t engine.Topics, group string, log *slog.Logger) error {
 	for _, topic := range []string{t.Repartition, t.Changelog} {
 		err := admin.DeleteTopic(topic)
 		if err != nil && !errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
@@ -88,9 +160,9 @@ func Reset(ctx context.Context, c Config, reprocess bool, log *slog.Logger) erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if err := admin.DeleteConsumerGroup(c.ApplicationID); err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) {
-		return fmt.Errorf("delete consumer group %s: %w", c.ApplicationID, err)
+	if err := admin.DeleteConsumerGroup(group); err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) {
+		return fmt.Errorf("delete consumer group %s: %w", group, err)
 	}
-	log.Info("group offsets deleted; the next start reprocesses the input from the beginning", "group", c.ApplicationID)
+	log.Info("group offsets deleted; the next start reprocesses the input from the beginning", "group", group)
 	return nil
 }

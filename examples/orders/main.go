@@ -11,6 +11,7 @@
 //
 //	orders [run] [flags]   run the job (the flags of `keepstate run`)
 //	orders produce [flags] send generated orders, or lines from stdin
+//	orders reset [flags]   wipe the job's table (rebuilt from its changelog on the next start)
 //
 // Against the broker of `go run ./cmd/keepstate demo`, from the repository
 // root:
@@ -51,6 +52,9 @@ Usage:
   orders [run] [flags]    run the job: orders in, totals per customer in the store,
                           GET /tables/customers/{id} and /tables/customers?index=total&min=...
   orders produce [flags]  send generated orders (or JSON lines from stdin with --stdin)
+  orders reset [flags]    wipe the job's table: the next start rebuilds it from the changelog;
+                          --reprocess also deletes the job's internal topics and offsets
+                          (recompute from the earliest orders). Stop every instance first.
 
 Run "orders <command> -h" for the flags of a command. Every flag has an
 environment variable KEEPSTATE_<FLAG> with dashes as underscores. See
@@ -82,6 +86,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdRun(ctx, rest, stdout, stderr)
 	case "produce":
 		err = cmdProduce(ctx, rest, stdin, stdout, stderr)
+	case "reset":
+		err = cmdReset(ctx, rest, stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "orders: unknown command %q\n\n%s", cmd, usage)
 		return 2
@@ -129,6 +135,32 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			cfg.InputTopic, CustomersTable, cfg.OutputTopic, api)
 	}
 	return app.RunJobs(ctx, cfg, log, ready, job)
+}
+
+// cmdReset is `orders reset`: app.ResetJobs for the customers job, with
+// the flags of `orders run` (they name the store, the topics and the group).
+func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("orders reset", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := defaultConfig()
+	runFlags(fs, &cfg)
+	reprocess := fs.Bool("reprocess", false, "also delete the job's internal topics and its group's offsets: recompute everything from the earliest orders")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	log, err := app.NewLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+	}
+	job, err := app.NewJob(CustomersJob(), cfg.InputTopic, cfg.OutputTopic)
+	if err != nil {
+		return err
+	}
+	if err := app.ResetJobs(ctx, cfg, *reprocess, log, job); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "reset done")
+	return nil
 }
 
 func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {

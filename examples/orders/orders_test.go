@@ -185,6 +185,9 @@ func TestCommandLine(t *testing.T) {
 		{"produce -h", []string{"produce", "-h"}, nil, 0, "-customers"},
 		{"produce bad counts", []string{"produce", "--customers", "0"}, nil, 2, "--customers > 0"},
 		{"produce extra args", []string{"produce", "extra"}, nil, 2, "unexpected arguments"},
+		{"reset -h", []string{"reset", "-h"}, nil, 0, "-reprocess"},
+		{"reset bad config", []string{"reset", "--store", "nope"}, nil, 2, `unknown store "nope"`},
+		{"reset without a broker", []string{"reset", "--brokers", "127.0.0.1:1"}, nil, 2, "start Kafka or set --brokers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
