@@ -81,18 +81,8 @@ func TestE2ETwoJobsOneProcess(t *testing.T) {
 			// and the malformed purchase is on the second job's DLQ.
 			topics := c.JobConfig(nil, "baskets", purchases, "").Topics()
 			testkit.Eventually(t, 20*time.Second, "the second job's changelog and DLQ", func() error {
-				last := map[string]basket{}
-				for _, m := range readTopic(t, brokers, topics.Changelog) {
-					var b basket
-					if err := json.Unmarshal(m.Value, &b); err != nil {
-						return fmt.Errorf("changelog record %q: %w", m.Key, err)
-					}
-					last[string(m.Key)] = b
-				}
-				for k, w := range want {
-					if last[k] != w {
-						return fmt.Errorf("changelog %s: got %+v, want %+v", k, last[k], w)
-					}
+				if err := basketsChangelog(t, brokers, topics.Changelog, want); err != nil {
+					return err
 				}
 				if n := len(readTopic(t, brokers, topics.DLQ)); n != 1 {
 					return fmt.Errorf("%d dead letters on %s, want 1", n, topics.DLQ)

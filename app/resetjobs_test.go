@@ -112,23 +112,29 @@ func TestE2EResetJobs(t *testing.T) {
 		in := startJobs(t, c, app.Movies(), baskets)
 		waitBaskets(t, in.api, want)
 		testkit.Eventually(t, 20*time.Second, "the recomputed changelog", func() error {
-			last := map[string]basket{}
-			for _, m := range readTopic(t, brokers, topics.Changelog) {
-				var b basket
-				if err := json.Unmarshal(m.Value, &b); err != nil {
-					return fmt.Errorf("changelog record %q: %w", m.Key, err)
-				}
-				last[string(m.Key)] = b
-			}
-			for k, w := range want {
-				if last[k] != w {
-					return fmt.Errorf("changelog %s: got %+v, want %+v", k, last[k], w)
-				}
-			}
-			return nil
+			return basketsChangelog(t, brokers, topics.Changelog, want)
 		})
 		waitMovie(t, in.api, movie{MovieID: 362, Rating: 9.0, Count: 2}, 30*time.Second)
 	})
+}
+
+// basketsChangelog compares the last record per key of the baskets job's
+// changelog topic with want.
+func basketsChangelog(t *testing.T, brokers []string, topic string, want map[string]basket) error {
+	last := map[string]basket{}
+	for _, m := range readTopic(t, brokers, topic) {
+		var b basket
+		if err := json.Unmarshal(m.Value, &b); err != nil {
+			return fmt.Errorf("changelog record %q: %w", m.Key, err)
+		}
+		last[string(m.Key)] = b
+	}
+	for k, w := range want {
+		if last[k] != w {
+			return fmt.Errorf("changelog %s: got %+v, want %+v", k, last[k], w)
+		}
+	}
+	return nil
 }
 
 // waitBaskets waits until /tables/baskets/{key} answers want for every key.

@@ -28,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -114,18 +115,7 @@ func runFlags(fs *flag.FlagSet, c *app.Config) {
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("orders run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg := defaultConfig()
-	runFlags(fs, &cfg)
-	if err := cli.Parse(fs, args); err != nil {
-		return err
-	}
-	log, err := app.NewLogger(stderr, cfg.LogLevel)
-	if err != nil {
-		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
-	}
-	job, err := app.NewJob(CustomersJob(), cfg.InputTopic, cfg.OutputTopic)
+	cfg, log, job, err := jobFlags("orders run", args, stderr, nil)
 	if err != nil {
 		return err
 	}
@@ -137,22 +127,34 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return app.RunJobs(ctx, cfg, log, ready, job)
 }
 
-// cmdReset is `orders reset`: app.ResetJobs for the customers job, with
-// the flags of `orders run` (they name the store, the topics and the group).
-func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("orders reset", flag.ContinueOnError)
+// jobFlags parses args with the flags of `orders run` (and those extra
+// registers) and returns the configuration, its logger and the job.
+func jobFlags(name string, args []string, stderr io.Writer, extra func(fs *flag.FlagSet)) (app.Config, *slog.Logger, app.Job, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := defaultConfig()
 	runFlags(fs, &cfg)
-	reprocess := fs.Bool("reprocess", false, "also delete the job's internal topics and its group's offsets: recompute everything from the earliest orders")
+	if extra != nil {
+		extra(fs)
+	}
 	if err := cli.Parse(fs, args); err != nil {
-		return err
+		return cfg, nil, app.Job{}, err
 	}
 	log, err := app.NewLogger(stderr, cfg.LogLevel)
 	if err != nil {
-		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
+		return cfg, nil, app.Job{}, fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
 	}
 	job, err := app.NewJob(CustomersJob(), cfg.InputTopic, cfg.OutputTopic)
+	return cfg, log, job, err
+}
+
+// cmdReset is `orders reset`: app.ResetJobs for the customers job, with
+// the flags of `orders run` (they name the store, the topics and the group).
+func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var reprocess *bool
+	cfg, log, job, err := jobFlags("orders reset", args, stderr, func(fs *flag.FlagSet) {
+		reprocess = fs.Bool("reprocess", false, "also delete the job's internal topics and its group's offsets: recompute everything from the earliest orders")
+	})
 	if err != nil {
 		return err
 	}
