@@ -154,6 +154,7 @@ func (i *badgerIter) value() []byte {
 	return v
 }
 
+func (i *badgerIter) err() error   { return nil }
 func (i *badgerIter) close() error { i.it.Close(); return nil }
 
 // badgerCandidates adds Badger to BenchmarkEngines (built with -tags badger).

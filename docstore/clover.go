@@ -131,9 +131,15 @@ func (c *cloverCursor) Next() {
 	c.count()
 }
 
-func (c *cloverCursor) Valid() bool { return c.it.valid() }
+// Valid also reports true when the iterator met an error (a damaged
+// block): Clover stops at the first invalid position without asking why,
+// so the error is handed over by Item, which Clover calls next.
+func (c *cloverCursor) Valid() bool { return c.it.valid() || c.it.err() != nil }
 
 func (c *cloverCursor) Item() (store.Item, error) {
+	if err := c.it.err(); err != nil {
+		return store.Item{}, err
+	}
 	return store.Item{Key: slices.Clone(c.it.key()[1:]), Value: slices.Clone(c.it.value())}, nil
 }
 

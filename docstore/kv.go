@@ -55,7 +55,21 @@ type kvIter interface {
 	valid() bool
 	key() []byte
 	value() []byte
+	// err is the error a positioning call met (it then reported no key),
+	// or nil.
+	err() error
 	close() error
+}
+
+// closeInto closes it and, when *err is nil, sets *err to the error the
+// iterator met (a read that failed part-way, a damaged block, ends its
+// keys as if there were no more): `defer closeInto(it, &err)` in a
+// function with a named error result, so that a failed read is never
+// taken for absent keys.
+func closeInto(it kvIter, err *error) {
+	if cerr := it.close(); *err == nil {
+		*err = cerr
+	}
 }
 
 // exactSeeker is an iterator that can seek to exactly one key faster than

@@ -102,7 +102,7 @@ func (s *Store) read(ctx context.Context, fn func(r kvReader) error) error {
 	}
 	snap := s.kv.snapshot()
 	defer snap.release()
-	return fn(snap)
+	return s.corrupt(fn(snap))
 }
 
 // update runs fn with one write batch and commits it (synced unless fsync
@@ -117,6 +117,11 @@ func (s *Store) update(ctx context.Context, fn func(b kvBatch) (after func(), er
 // bytes expected) reads only the committed state, for fn that never reads
 // what it wrote.
 func (s *Store) write(ctx context.Context, blind bool, size int, fn func(b kvBatch) (after func(), err error)) error {
+	return s.corrupt(s.writeLocked(ctx, blind, size, fn))
+}
+
+// writeLocked is write without the corruption check.
+func (s *Store) writeLocked(ctx context.Context, blind bool, size int, fn func(b kvBatch) (after func(), err error)) error {
 	// Lock order, everywhere: the shared lock, then wmu.
 	if err := s.acquire(ctx); err != nil {
 		return err
@@ -345,7 +350,7 @@ const seekLoadMin = 16
 // levels) positions one file instead of one per level (uniform 1M-movie
 // run, three pairs: ratings/s +2 to +14 %, CPU 0 to -11 %;
 // docs/benchmarks.md).
-func (s *Store) loadSorted(r kvReader, ids []int64, out map[int64]engine.MovieStats) error {
+func (s *Store) loadSorted(r kvReader, ids []int64, out map[int64]engine.MovieStats) (err error) {
 	type entry struct {
 		id  int64
 		key []byte
@@ -360,7 +365,7 @@ func (s *Store) loadSorted(r kvReader, ids []int64, out map[int64]engine.MovieSt
 	if err != nil {
 		return err
 	}
-	defer it.close()
+	defer closeInto(it, &err)
 	for i, k := range keys {
 		if i > 0 && bytes.Equal(k.key, keys[i-1].key) {
 			continue // an id asked for twice

@@ -156,7 +156,7 @@ func (s *Store) tableRead(ctx context.Context, fn func(r kvReader) error) error 
 	defer s.mu.RUnlock()
 	snap := s.kv.snapshot()
 	defer snap.release()
-	return fn(snap)
+	return s.corrupt(fn(snap))
 }
 
 // tableWrite runs fn with one write batch, under the store's write lock
@@ -165,6 +165,11 @@ func (s *Store) tableRead(ctx context.Context, fn func(r kvReader) error) error 
 // committed, still under the write lock. A blind batch (kv.writeBatch)
 // reads only the committed state, for fn that never reads what it wrote.
 func (s *Store) tableWrite(ctx context.Context, blind, sync bool, size int, fn func(b kvBatch) (after func(), err error)) error {
+	return s.corrupt(s.tableWriteLocked(ctx, blind, sync, size, fn))
+}
+
+// tableWriteLocked is tableWrite without the corruption check.
+func (s *Store) tableWriteLocked(ctx context.Context, blind, sync bool, size int, fn func(b kvBatch) (after func(), err error)) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -313,7 +318,7 @@ func sortedKeys(keys [][]byte) [][]byte {
 // seekLoadMin keys are point reads; more are seeks of one iterator, in
 // order (document keys sort like keys: hex _ids), as Store.loadSorted
 // reads movies. raw is valid until fn returns.
-func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) error) error {
+func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) error) (err error) {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -340,7 +345,7 @@ func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) e
 	if err != nil {
 		return err
 	}
-	defer it.close()
+	defer closeInto(it, &err)
 	for i, k := range keys {
 		t.s.counts.docGets.Add(1)
 		buf = t.l.docKey(buf[:0], k)

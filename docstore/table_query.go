@@ -71,12 +71,12 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 
 // walkIndex returns the keys of the first q.Limit entries of the index at
 // pos within [lower, upper), in q's order.
-func (t *table) walkIndex(r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) ([][]byte, error) {
+func (t *table) walkIndex(r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) (_ [][]byte, err error) {
 	it, err := r.iter(lower, upper, q.Desc)
 	if err != nil {
 		return nil, err
 	}
-	defer it.close()
+	defer closeInto(it, &err)
 	start := lower
 	if q.Desc {
 		start = upper // reverse seek: the last key <= upper, and upper is excluded

@@ -15,17 +15,17 @@ import (
 // lower value, a forward walk reads that value's entries in key order.
 // Every group visited yields at least one key, so it steps over O(Limit)
 // entries however many documents tie.
-func (t *table) walkTiesAscending(r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) ([][]byte, error) {
+func (t *table) walkTiesAscending(r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) (_ [][]byte, err error) {
 	fwd, err := r.iter(lower, upper, false)
 	if err != nil {
 		return nil, err
 	}
-	defer fwd.close()
+	defer closeInto(fwd, &err)
 	rev, err := r.iter(lower, upper, true)
 	if err != nil {
 		return nil, err
 	}
-	defer rev.close()
+	defer closeInto(rev, &err)
 	ip := len(t.l.indexPrefix(pos))
 	var keys [][]byte
 	// group appends the keys of the entries from start on that begin with

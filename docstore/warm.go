@@ -37,7 +37,11 @@ func (s *Store) warm() {
 		s.log.Warn("docstore write cache not filled", "err", err)
 		return
 	}
-	defer it.close()
+	defer func() {
+		if err := it.close(); err != nil { // the entries before it are good
+			s.log.Warn("docstore write cache: warm-up stopped", "err", s.corrupt(err))
+		}
+	}()
 	type entry struct {
 		id int64
 		p  prior
