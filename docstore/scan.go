@@ -83,13 +83,21 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 			return nil, err
 		}
 		var key []byte
+		type known struct {
+			old           prior
+			exists, found bool // found: the write cache knows the movie
+		}
+		olds := make([]known, 0, min(len(ids), dropChunk))
 		for chunk := range slices.Chunk(ids, dropChunk) {
 			// The documents the write cache does not know are read with
 			// one iterator seeking forward, a chunk at a time (a chunk's
 			// documents are garbage once its tombstones are written).
+			olds = olds[:0]
 			var unknown []int64
 			for _, id := range chunk {
-				if _, _, cached := s.priors.lookup(id); !cached {
+				old, exists, found := s.priors.lookup(id)
+				olds = append(olds, known{old, exists, found})
+				if !found {
 					unknown = append(unknown, id)
 				}
 			}
@@ -99,9 +107,9 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 					return nil, err
 				}
 			}
-			for _, id := range chunk {
-				old, ok, cached := s.priors.lookup(id)
-				if !cached {
+			for i, id := range chunk {
+				old, ok := olds[i].old, olds[i].exists
+				if !olds[i].found {
 					var m engine.MovieStats
 					m, ok = docs[id]
 					old = prior{avg: m.Avg(), part: m.Partition}
