@@ -31,6 +31,18 @@ const (
 	StoreRedis  = "redis"
 )
 
+// What Config.OnStoreCorrupt accepts: what a clover store that fails its
+// checksums (engine.ErrCorrupt) leads to.
+const (
+	// CorruptRebuild stops the jobs, wipes the store and starts them
+	// again on an empty one, which they restore from their changelogs; at
+	// most maxRebuilds times per process.
+	CorruptRebuild = "rebuild"
+	// CorruptStop makes Run return the error and leaves the files (and
+	// the marker that makes the next start refuse them).
+	CorruptStop = "stop"
+)
+
 // Config is every setting of keepstate. Each field has a flag of the same
 // name in kebab case and an environment variable KEEPSTATE_<FLAG> with
 // dashes turned into underscores (see Flags). Start from Default().
@@ -61,6 +73,8 @@ type Config struct {
 	StoreWriteCache int
 	// --store-disk-reserve-mib: free space clover keeps on its volume; writes wait below it
 	StoreDiskReserveMiB int64
+	// --on-store-corrupt: what a damaged clover store leads to: rebuild (wipe it and restore from the changelog) | stop
+	OnStoreCorrupt string
 	// --memory-limit-mib: soft limit of the process's memory, MiB (0: 90% of the container's limit, if any; -1: none)
 	MemoryLimitMiB int64
 	AdvertiseAddr  string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
@@ -148,6 +162,7 @@ func Default() Config {
 		StoreCacheMiB:       docstore.DefaultCacheSize >> 20,
 		StoreWriteCache:     docstore.DefaultWriteCache,
 		StoreDiskReserveMiB: docstore.DefaultDiskReserve >> 20,
+		OnStoreCorrupt:      CorruptRebuild,
 		SessionTimeout:      e.SessionTimeout,
 
 		ProcessingGuarantee: string(e.ProcessingGuarantee),
@@ -267,6 +282,9 @@ func (c Config) Validate() error {
 	}
 	if c.StoreDiskReserveMiB < 0 {
 		bad("store-disk-reserve-mib", "must not be negative (0 turns the check off)")
+	}
+	if c.OnStoreCorrupt != CorruptRebuild && c.OnStoreCorrupt != CorruptStop {
+		bad("on-store-corrupt", "%q: want %s or %s", c.OnStoreCorrupt, CorruptRebuild, CorruptStop)
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		bad("log-level", "%v", err)

@@ -59,7 +59,8 @@ func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (
 	case StoreClover:
 		s, err := docstore.Open(c.DataDir, docstore.WithFsync(c.Fsync), docstore.WithLogger(log),
 			docstore.WithCacheSize(c.StoreCacheMiB<<20), docstore.WithWriteCache(c.StoreWriteCache),
-			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20), docstore.WithBulkMemory(bulkMemory(goLimit)))
+			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20), docstore.WithBulkMemory(bulkMemory(goLimit)),
+			docstore.WithRebuildCorrupt(c.OnStoreCorrupt == CorruptRebuild))
 		if err != nil {
 			return nil, fmt.Errorf("open clover store in %s: %w", c.DataDir, err)
 		}
@@ -115,6 +116,11 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 // consumer group of c; every other job reads its own input topic and uses
 // the consumer group "<application-id>-<job>" and internal topics named
 // after it. The Schema Registry is contacted only when the movie job runs.
+//
+// A corrupt clover store (engine.ErrCorrupt) is not a failure under
+// --on-store-corrupt=rebuild: the jobs and the API stop, the store is
+// wiped, and they start again on the same API address, restoring every
+// table from its changelog (at most maxRebuilds times per process).
 func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr string), jobs ...Job) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -148,14 +154,54 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 			}
 		}
 	}
+	if c.PprofAddr != "" {
+		if _, err := servePprof(ctx, c.PprofAddr, log); err != nil {
+			return err
+		}
+	}
+	httpAddr := c.HTTPAddr
+	for rebuilds := 0; ; rebuilds++ {
+		var bound string
+		err = serveJobs(ctx, c, log, httpAddr, goLimit, reg, sec, jobs, func(addr string) {
+			bound = addr
+			if ready != nil {
+				ready(addr)
+				ready = nil
+			}
+		})
+		corrupt := errors.Is(err, engine.ErrCorrupt) && c.Store == StoreClover
+		switch {
+		case corrupt && c.OnStoreCorrupt == CorruptStop:
+			return fmt.Errorf("%w; --on-store-corrupt=stop: the files are left in %s, and the next start refuses them until they are moved away or it runs with --on-store-corrupt=rebuild", err, c.DataDir)
+		case !corrupt || bound == "" || ctx.Err() != nil:
+			return err // bound == "": the store did not open (Open rebuilds on its own)
+		}
+		if rebuilds == maxRebuilds {
+			return fmt.Errorf("%w (the store was rebuilt %d times by this process: is the disk failing?)", err, rebuilds)
+		}
+		log.Error("store corrupt: the jobs stopped; wiping the store and restoring it from the changelog", "err", err, "rebuild", rebuilds+1, "dir", c.DataDir)
+		httpAddr = bound
+	}
+}
+
+// maxRebuilds is how many times one process rebuilds a corrupt store
+// (Config.OnStoreCorrupt) before it gives up: corruption that comes back
+// at once is a failing disk, which a restore cannot fix.
+const maxRebuilds = 3
+
+// serveJobs opens the store, listens on httpAddr and serves the API and
+// jobs until ctx ends or a job fails; listening, with the address, runs
+// once the API listens. It closes the store before it returns.
+func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string, goLimit int64, reg *avro.Registry, sec Secrets,
+	jobs []Job, listening func(addr string)) error {
 	store, err := openStore(ctx, c, log, goLimit)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	ln, err := net.Listen("tcp", c.HTTPAddr)
+	ln, err := net.Listen("tcp", httpAddr)
 	if err != nil {
-		return fmt.Errorf("listen on --http-addr %s: %w", c.HTTPAddr, err)
+		return fmt.Errorf("listen on --http-addr %s: %w", httpAddr, err)
 	}
 	advertise := c.AdvertiseAddr
 	if advertise == "" {
@@ -178,12 +224,6 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	srv := web.New(opts)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if c.PprofAddr != "" {
-		if _, err := servePprof(ctx, c.PprofAddr, log); err != nil {
-			ln.Close()
-			return err
-		}
-	}
 	webErr := make(chan error, 1)
 	go func() { webErr <- srv.Serve(ctx, ln) }()
 	names := make([]string, len(jobs))
@@ -192,9 +232,7 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	}
 	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", advertise, "store", c.Store,
 		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
+	listening(ln.Addr().String())
 	err = runEngines(ctx, engines)
 	cancel()
 	if werr := <-webErr; err == nil && werr != nil && !errors.Is(werr, context.Canceled) {

@@ -4,36 +4,145 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/keepstate/keepstate/engine"
 )
 
 // ErrCorrupt means a file of the store failed its checksum (a damaged disk
-// or a bad copy): what the store holds can no longer be trusted. The error
-// names the directory. Recovery is to stop the instance, move the
-// directory away and start again: the state is rebuilt from the
-// changelog, as for a lost store. Check with errors.Is.
-var ErrCorrupt = errors.New("store corrupt")
+// or a bad copy): what the store holds can no longer be trusted. It is
+// engine.ErrCorrupt, so the engine stops on it instead of retrying. The
+// error names the directory. Once a Store has met corruption it is
+// condemned: every later call fails with the same error, and a marker
+// file in the data directory tells the next Open. Recovery is to open the
+// directory again with WithRebuildCorrupt (or move it away): the state is
+// rebuilt from the changelog, as for a lost store. Check with errors.Is.
+var ErrCorrupt = engine.ErrCorrupt
+
+// corruptMarker is the file in the data directory that records that a
+// run found the store damaged: its text is when and what.
+const corruptMarker = "CORRUPT"
+
+// corruptSink hands the corruption Pebble reports from its own goroutines
+// (compactions, flushes) to the Store, which exists only after Pebble is
+// open.
+type corruptSink struct{ fn atomic.Pointer[func(error)] }
+
+func (c *corruptSink) report(err error) {
+	if c == nil {
+		return
+	}
+	if fn := c.fn.Load(); fn != nil {
+		(*fn)(err)
+	}
+}
 
 // corrupt wraps err in ErrCorrupt, with the store's directory and how to
-// recover, when it reports on-disk corruption; other errors (nil
-// included) are returned as they are.
+// recover, when it reports on-disk corruption, and condemns the store;
+// other errors (nil included) are returned as they are.
 func (s *Store) corrupt(err error) error {
 	if err == nil || errors.Is(err, ErrCorrupt) || !pebble.IsCorruptionError(err) {
 		return err
 	}
-	return fmt.Errorf("docstore %s: %w: a file failed its checksum; stop the instance, move the directory away and start again to rebuild the state from the changelog: %w",
-		s.dir, ErrCorrupt, err)
+	err = s.corruptErr(err)
+	s.condemn(err)
+	return err
+}
+
+// corruptErr wraps the corruption cause in ErrCorrupt, naming the
+// directory and the way out.
+func (s *Store) corruptErr(cause error) error {
+	return fmt.Errorf("docstore %s: %w: a file failed its checksum; the state is rebuilt from the changelog once the store is reopened with the rebuild option (or the directory is moved away): %w",
+		s.dir, ErrCorrupt, cause)
+}
+
+// condemn makes every later call of s fail with err (which wraps
+// ErrCorrupt) and writes the marker that tells the next Open. Only the
+// first call does anything.
+func (s *Store) condemn(err error) {
+	if !s.condemned.CompareAndSwap(nil, &err) {
+		return
+	}
+	if werr := writeCorruptMarker(s.dir, err); werr != nil {
+		s.log.Error("docstore: could not record the corruption for the next start", "dir", s.dir, "err", werr)
+	}
+	s.log.Error("docstore: store corrupt; every call fails from now on, and the next open with the rebuild option wipes it so the state is restored from the changelog",
+		"dir", s.dir, "err", err)
+}
+
+// condemnedErr returns the error every call of a condemned store fails
+// with, or nil.
+func (s *Store) condemnedErr() error {
+	if p := s.condemned.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// writeCorruptMarker writes (synced) the marker of dir saying why.
+func writeCorruptMarker(dir string, why error) error {
+	path := filepath.Join(dir, corruptMarker)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s %v\n", time.Now().UTC().Format(time.RFC3339), why)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	return err
+}
+
+// readCorruptMarker returns the marker's text, and whether dir has one.
+func readCorruptMarker(dir string) (string, bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, corruptMarker))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("read %s: %w", corruptMarker, err)
+	}
+	return strings.TrimSpace(string(b)), true, nil
+}
+
+// wipeCorrupt removes the Pebble database of dir, then its marker (in
+// that order: a crash between them leaves a marker over no store, which
+// the next open clears).
+func wipeCorrupt(dir string) error {
+	if err := os.RemoveAll(filepath.Join(dir, storeDir)); err != nil {
+		return fmt.Errorf("wipe the corrupt store of %s: %w", dir, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("wipe the corrupt store of %s: %w", dir, err)
+	}
+	if err := os.Remove(filepath.Join(dir, corruptMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("wipe the corrupt store of %s: %w", dir, err)
+	}
+	return syncDir(dir)
 }
 
 // corruptionListener reports on-disk corruption Pebble finds as an error
-// log line. Pebble's default calls its logger's Fatalf, which would stop
-// the process from whatever goroutine read the damaged block (the write
-// cache's warm-up, a compaction): the read fails with a corruption error
-// instead, which the store returns as ErrCorrupt.
-func corruptionListener(log *slog.Logger) *pebble.EventListener {
+// log line and condemns the store (through sink). Pebble's default calls
+// its logger's Fatalf, which would stop the process from whatever
+// goroutine read the damaged block (the write cache's warm-up, a
+// compaction): the read fails with a corruption error instead, which the
+// store returns as ErrCorrupt.
+func corruptionListener(log *slog.Logger, sink *corruptSink) *pebble.EventListener {
 	return &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
-		log.Error("docstore: on-disk corruption: a file failed its checksum; move the data directory away and start again to rebuild the state from the changelog",
+		log.Error("docstore: on-disk corruption: a file failed its checksum",
 			"path", info.Path, "details", info.Details)
+		sink.report(fmt.Errorf("%s: %w", info.Path, info.Details))
 	}}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/ostafen/clover/v2"
 	"github.com/ostafen/clover/v2/index"
 )
@@ -33,14 +34,17 @@ var formatKey = nsKey(nsMeta, []byte("format"))
 
 // ignorable entries may sit in a data directory that holds no store yet
 // (a fresh volume's root has lost+found).
-var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true}
+// A corrupt store's marker may outlive the store (see wipeCorrupt).
+var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true, corruptMarker: true}
 
 // Open opens the store in dir, creating the directory and an empty store
 // when needed, and migrating a store of the old bbolt format (v1) in
 // place. It fails with ErrNotStore, leaving everything untouched, when dir
-// is a file or holds files but no keepstate store, and with ErrLocked when
-// another process holds dir for longer than the lock timeout. The returned
-// Store is safe for concurrent use.
+// is a file or holds files but no keepstate store, with ErrLocked when
+// another process holds dir for longer than the lock timeout, and with
+// ErrCorrupt when the store is damaged (found by an earlier run, or by
+// Pebble now) unless WithRebuildCorrupt is on, which wipes it and opens
+// it empty. The returned Store is safe for concurrent use.
 func Open(dir string, opts ...Option) (*Store, error) {
 	o := defaults()
 	for _, opt := range opts {
@@ -59,7 +63,8 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := open(dir, found, o, log)
+	o.corruptSink = &corruptSink{}
+	s, err := openChecked(dir, found, o, log)
 	if err == nil {
 		if err = lock.record(); err != nil {
 			close(s.warmed)
@@ -77,6 +82,41 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		"cache_bytes", o.cacheBytes, "memtable_bytes", o.memtableBytes,
 		"bulk_cache_movies", s.priors.bulkMax, "ingest_chunk_movies", s.ingestChunk, "took", time.Since(start))
 	return s, nil
+}
+
+// openChecked is open for a dir that may hold a damaged store: one an
+// earlier run condemned (its marker), or one Pebble finds corrupt while
+// opening. With o.rebuild it wipes such a store and opens an empty one;
+// without, it fails with ErrCorrupt.
+func openChecked(dir string, found contents, o options, log *slog.Logger) (*Store, error) {
+	why, marked, err := readCorruptMarker(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+	}
+	if marked {
+		if !o.rebuild {
+			return nil, fmt.Errorf("open docstore %s: %w: an earlier run found it damaged (%s); move the directory away, or open it with the rebuild option, to rebuild the state from the changelog",
+				dir, ErrCorrupt, why)
+		}
+		if err := wipeCorrupt(dir); err != nil {
+			return nil, err
+		}
+		log.Warn("docstore: wiped the store an earlier run found corrupt; the engine restores the state from the changelog", "dir", dir, "found", why)
+		found.store = false
+	}
+	s, err := open(dir, found, o, log)
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return s, err
+	}
+	if !o.rebuild {
+		return nil, err
+	}
+	if werr := wipeCorrupt(dir); werr != nil {
+		return nil, werr
+	}
+	log.Warn("docstore: wiped a store that failed its checksums on open; the engine restores the state from the changelog", "dir", dir, "err", err)
+	found.store = false
+	return open(dir, found, o, log)
 }
 
 // open opens (migrating or creating) the engine of dir, locked by the caller.
@@ -104,6 +144,9 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	}
 	db, err := openKV(path, o, log, found.store)
 	if err != nil {
+		if found.store && pebble.IsCorruptionError(err) {
+			return nil, fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
+		}
 		if found.store {
 			return nil, fmt.Errorf("%w: %s: %s is not a readable store: %v", ErrNotStore, dir, storeDir, err)
 		}
@@ -111,12 +154,19 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	}
 	if err := initialize(db); err != nil {
 		_ = db.close(true)
+		if pebble.IsCorruptionError(err) {
+			return nil, fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
+		}
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
 	bulkMax, ingestChunk := o.bulkLimits()
 	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
 		priors: newPriorCache(o.writeCache, bulkMax), warmed: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
+	if o.corruptSink != nil {
+		report := func(cause error) { s.condemn(s.corruptErr(cause)) }
+		o.corruptSink.fn.Store(&report)
+	}
 	return s, nil
 }
 
@@ -261,15 +311,20 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	// A condemned store (ErrCorrupt) writes nothing more: the next open
+	// wipes it or refuses it.
+	sound := s.condemnedErr() == nil
 	s.wmu.Lock()
-	if err := s.materialize(); err != nil {
-		// Lost with the process: the next start restores those partitions.
-		s.log.Warn("docstore bulk load not written at close; its partitions will be restored again", "err", err)
+	if sound {
+		if err := s.materialize(); err != nil {
+			// Lost with the process: the next start restores those partitions.
+			s.log.Warn("docstore bulk load not written at close; its partitions will be restored again", "err", err)
+		}
 	}
 	s.wmu.Unlock()
 	// No flush on a full disk: Pebble cannot survive a failed write;
 	// the next open replays the log instead.
-	err := s.kv.close(s.guard.check() == nil)
+	err := s.kv.close(sound && s.guard.check() == nil)
 	if lerr := s.lock.unlock(); err == nil && lerr != nil {
 		err = fmt.Errorf("release lock: %w", lerr)
 	}

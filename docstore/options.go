@@ -38,6 +38,10 @@ type options struct {
 	writeCache    int
 	bulkMemory    int64 // WithBulkMemory
 	diskReserve   int64 // WithDiskReserve
+	rebuild       bool  // WithRebuildCorrupt
+	// corruptSink takes the corruption Pebble reports on its own
+	// goroutines to the Store (set by Open).
+	corruptSink *corruptSink
 	// openKV opens the engine; nil means Pebble. Tests set another one to
 	// compare engines under the same store.
 	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
@@ -48,6 +52,14 @@ func defaults() options {
 		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve,
 		ingestChunk: defaultIngestChunk}
 }
+
+// WithRebuildCorrupt sets what Open does with a store found damaged, by
+// an earlier run (which left a marker file, see ErrCorrupt) or by Pebble
+// while opening it. On: Open removes the store's files (the marker last)
+// and opens an empty store, so the engine restores the state from the
+// changelog. Off, the default: Open fails with ErrCorrupt and leaves the
+// files for inspection. Other data in the directory is never touched.
+func WithRebuildCorrupt(on bool) Option { return func(o *options) { o.rebuild = on } }
 
 // WithFsync sets whether every batch is flushed to disk (fsync of the
 // write-ahead log) before Apply returns. It is on by default.

@@ -50,6 +50,10 @@ type Store struct {
 	lmu    sync.Mutex
 	learnt []func()
 
+	// condemned is the error every call fails with once the store met
+	// corruption (corrupt.go); nil while it is sound.
+	condemned atomic.Pointer[error]
+
 	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops
 	warmed   chan struct{} // closed when warm has returned
@@ -66,7 +70,8 @@ var (
 func (s *Store) Dir() string { return s.dir }
 
 // acquire takes the shared lock, or fails with ErrUnavailable once the
-// store is closed. The caller must call s.mu.RUnlock when it returns nil.
+// store is closed, and with ErrCorrupt once it is condemned. The caller
+// must call s.mu.RUnlock when it returns nil.
 func (s *Store) acquire(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -75,6 +80,10 @@ func (s *Store) acquire(ctx context.Context) error {
 	if s.closed.Load() {
 		s.mu.RUnlock()
 		return fmt.Errorf("docstore %s closed: %w", s.dir, engine.ErrUnavailable)
+	}
+	if err := s.condemnedErr(); err != nil {
+		s.mu.RUnlock()
+		return err
 	}
 	return nil
 }

@@ -61,6 +61,9 @@ type Engine struct {
 
 	mu            sync.Mutex
 	cancelSession context.CancelFunc
+	// fatal is the first task error that must stop Run rather than
+	// restart the session (ErrCorrupt); guarded by mu.
+	fatal error
 
 	stale staleDropper
 }
@@ -189,8 +192,11 @@ func (e *Engine) connect(ctx context.Context) error {
 }
 
 // Run connects, creates the internal topics and processes until ctx is
-// canceled or a fatal error occurs. It closes its Kafka clients before
-// returning but not the store.
+// canceled or a fatal error occurs: the brokers unreachable at the start
+// (ErrKafkaUnavailable), another instance with the same instance id
+// (ErrInstanceFenced), or a corrupt store (ErrCorrupt, returned as soon as
+// any task meets it). Other task errors restart the group session. It
+// closes its Kafka clients before returning but not the store.
 func (e *Engine) Run(ctx context.Context) error {
 	if err := e.connect(ctx); err != nil {
 		e.close()
@@ -229,7 +235,12 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.mu.Unlock()
 		err := group.Consume(sessCtx, topics, h)
 		cancel()
+		e.mu.Lock()
+		fatal := e.fatal
+		e.mu.Unlock()
 		switch {
+		case fatal != nil:
+			return fmt.Errorf("engine: %w", fatal)
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, sarama.ErrFencedInstancedId):
@@ -248,10 +259,21 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // restartSession ends the current group session so that the instance
 // rejoins: used after a fatal task error or a fenced write.
-// Several failing tasks of one session count as one restart.
+// Several failing tasks of one session count as one restart. A corrupt
+// store (ErrCorrupt) ends the session for good: Run returns the error,
+// since rejoining would read the same damage again.
 func (e *Engine) restartSession(reason string, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if errors.Is(err, ErrCorrupt) && e.fatal == nil {
+		e.log.Error("store corrupt: stopping the job", "reason", reason, "err", err)
+		e.fatal = err
+		if e.cancelSession != nil {
+			e.cancelSession()
+			e.cancelSession = nil
+		}
+		return
+	}
 	if e.cancelSession == nil {
 		return // this session is already ending
 	}

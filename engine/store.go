@@ -20,6 +20,12 @@ var (
 	// ErrUnavailable means the store cannot be reached right now; the caller
 	// may retry later. Stores wrap their transport errors with it.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrCorrupt means the store's data failed an integrity check (a
+	// damaged disk or a bad copy): nothing it holds can be trusted, and a
+	// retry reads the same damage. The engine does not restart its group
+	// session on it: Run stops and returns the error, and whoever runs the
+	// engine rebuilds the store from the changelog (see docstore) or stops.
+	ErrCorrupt = errors.New("store corrupt")
 )
 
 // MovieStats is the aggregate of one movie: the count and sum of its ratings,
