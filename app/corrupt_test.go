@@ -49,7 +49,7 @@ func TestE2ECorruptStore(t *testing.T) {
 	produce(16000, 31)
 	waitOutputsExact(t, c, in.api, truth, "before any damage")
 	in.stop(t)
-	damageStore(t, c.DataDir)
+	testkit.DamageStore(t, c.DataDir)
 
 	t.Run("stop", func(t *testing.T) {
 		cs := c
@@ -76,7 +76,7 @@ func TestE2ECorruptStore(t *testing.T) {
 	})
 
 	t.Run("rebuild while running", func(t *testing.T) {
-		damageStore(t, c.DataDir)
+		testkit.DamageStore(t, c.DataDir)
 		in := startInstance(t, c)
 		produce(4000, 33)
 		// Reading every movie (waitOutputsExact does) meets the damage if
@@ -90,28 +90,4 @@ func TestE2ECorruptStore(t *testing.T) {
 		}
 		in.stop(t)
 	})
-}
-
-// damageStore writes 4 KiB of garbage a third into the largest table file
-// of the closed clover store in dataDir.
-func damageStore(t *testing.T, dataDir string) {
-	t.Helper()
-	biggest, size := "", int64(0)
-	paths, _ := filepath.Glob(filepath.Join(dataDir, "store", "*.sst"))
-	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil && st.Size() > size {
-			biggest, size = p, st.Size()
-		}
-	}
-	if biggest == "" || size < 3*4096 {
-		t.Fatalf("no table file of 12 KiB or more under %s (largest: %q, %d bytes): nothing to damage", dataDir, biggest, size)
-	}
-	f, err := os.OpenFile(biggest, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt([]byte(strings.Repeat("\xab", 4096)), size/3); err != nil {
-		t.Fatal(err)
-	}
 }

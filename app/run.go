@@ -233,8 +233,22 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", advertise, "store", c.Store,
 		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
 	listening(ln.Addr().String())
+	if ds, ok := store.(*docstore.Store); ok {
+		// A store condemned by a query or a compaction stops the jobs
+		// too, even when they are idle and would not call it.
+		go func() {
+			select {
+			case <-ds.Condemned():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	err = runEngines(ctx, engines)
 	cancel()
+	if ds, ok := store.(*docstore.Store); ok && err == nil && ds.CondemnedErr() != nil {
+		err = fmt.Errorf("store: %w", ds.CondemnedErr())
+	}
 	if werr := <-webErr; err == nil && werr != nil && !errors.Is(werr, context.Canceled) {
 		err = werr
 	}

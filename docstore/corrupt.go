@@ -69,12 +69,24 @@ func (s *Store) condemn(err error) {
 	if !s.condemned.CompareAndSwap(nil, &err) {
 		return
 	}
+	close(s.condemnedCh)
 	if werr := writeCorruptMarker(s.dir, err); werr != nil {
 		s.log.Error("docstore: could not record the corruption for the next start", "dir", s.dir, "err", werr)
 	}
 	s.log.Error("docstore: store corrupt; every call fails from now on, and the next open with the rebuild option wipes it so the state is restored from the changelog",
 		"dir", s.dir, "err", err)
 }
+
+// Condemned returns a channel closed once the store has met corruption;
+// from then on every call fails with CondemnedErr's error. Whoever runs
+// the store watches it to stop and rebuild even when nothing else calls
+// the store (an idle engine). Safe for concurrent use.
+func (s *Store) Condemned() <-chan struct{} { return s.condemnedCh }
+
+// CondemnedErr returns the error (wrapping ErrCorrupt) every call of a
+// condemned store fails with, or nil while it is sound. Safe for
+// concurrent use.
+func (s *Store) CondemnedErr() error { return s.condemnedErr() }
 
 // condemnedErr returns the error every call of a condemned store fails
 // with, or nil.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/testkit"
 )
 
 // TestCorruptFileIsErrCorrupt damages the largest table file of a closed
@@ -41,7 +42,7 @@ func TestCorruptFileIsErrCorrupt(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	biggest, size := damageLargestTable(t, dir)
+	biggest, size := testkit.DamageStore(t, dir)
 
 	s, err = Open(dir, WithFsync(false))
 	if err != nil {
@@ -102,32 +103,6 @@ func TestCorruptFileIsErrCorrupt(t *testing.T) {
 	t.Logf("%d of %d movies unreadable after 4 KiB of damage in %s; a full range query: %d listed, %v", corrupt, n, filepath.Base(biggest), listed, rangeErr)
 }
 
-// damageLargestTable writes 4 KiB of garbage a third into the largest
-// table file of the closed store in dir, as a bad disk or a bad copy
-// would, and returns the file and its size.
-func damageLargestTable(t *testing.T, dir string) (string, int64) {
-	t.Helper()
-	biggest, size := "", int64(0)
-	paths, _ := filepath.Glob(filepath.Join(dir, "store", "*.sst"))
-	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil && st.Size() > size {
-			biggest, size = p, st.Size()
-		}
-	}
-	if biggest == "" {
-		t.Fatalf("no table file under %s", dir)
-	}
-	f, err := os.OpenFile(biggest, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt([]byte(strings.Repeat("\xab", 4096)), size/3); err != nil {
-		t.Fatal(err)
-	}
-	return biggest, size
-}
-
 // TestCorruptStoreCondemnedAndRebuilt checks what follows the first
 // corruption a store meets: every later call fails with ErrCorrupt (the
 // movies it answered before included: nothing it holds is trusted), the
@@ -146,7 +121,7 @@ func TestCorruptStoreCondemnedAndRebuilt(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	damaged, _ := damageLargestTable(t, dir)
+	damaged, _ := testkit.DamageStore(t, dir)
 
 	s, err = Open(dir, WithFsync(false))
 	if err != nil {
@@ -161,6 +136,14 @@ func TestCorruptStoreCondemnedAndRebuilt(t *testing.T) {
 	}
 	if first == 0 {
 		t.Fatal("no Get met the damage")
+	}
+	select {
+	case <-s.Condemned():
+	default:
+		t.Fatal("Condemned() not closed after a read met the damage")
+	}
+	if err := s.CondemnedErr(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("CondemnedErr() = %v; want ErrCorrupt", err)
 	}
 	for _, id := range []int64{1, n / 2, n} {
 		if _, err := s.Get(ctx, id); !errors.Is(err, ErrCorrupt) {
@@ -239,6 +222,11 @@ func TestCorruptMarkerWithoutStore(t *testing.T) {
 			}
 			defer s.Close()
 			fill(t, s, 10, 10)
+			select {
+			case <-s.Condemned():
+				t.Fatalf("a rebuilt store is condemned: %v", s.CondemnedErr())
+			default:
+			}
 		})
 	}
 }

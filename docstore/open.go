@@ -161,7 +161,7 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	}
 	bulkMax, ingestChunk := o.bulkLimits()
 	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
-		priors: newPriorCache(o.writeCache, bulkMax), warmed: make(chan struct{}),
+		priors: newPriorCache(o.writeCache, bulkMax), warmed: make(chan struct{}), condemnedCh: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
 	if o.corruptSink != nil {
 		report := func(cause error) { s.condemn(s.corruptErr(cause)) }

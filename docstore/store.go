@@ -52,7 +52,8 @@ type Store struct {
 
 	// condemned is the error every call fails with once the store met
 	// corruption (corrupt.go); nil while it is sound.
-	condemned atomic.Pointer[error]
+	condemned   atomic.Pointer[error]
+	condemnedCh chan struct{} // closed when condemned is set
 
 	buffered atomic.Bool   // buf holds something: readers write it out first
 	stopping atomic.Bool   // Close has begun: warm stops

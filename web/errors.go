@@ -63,6 +63,10 @@ func statusOf(err error, c echo.Context) (status int, msg string, retry bool) {
 		return he.Code, http.StatusText(he.Code), false
 	case errors.Is(err, engine.ErrUnavailable):
 		return http.StatusServiceUnavailable, "store unavailable, retry later", true
+	case errors.Is(err, engine.ErrCorrupt):
+		// The instance rebuilds its store from the changelog (or stops,
+		// and another takes its partitions): worth a retry.
+		return http.StatusServiceUnavailable, "store corrupt: it is being rebuilt from the changelog, retry later", true
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "store query timed out, retry later", true
 	case errors.Is(err, context.Canceled):

@@ -262,6 +262,8 @@ func TestStoreErrors(t *testing.T) {
 	}{
 		{name: "unavailable", fq: &fakeQuerier{err: fmt.Errorf("redis: dial tcp: refused: %w", engine.ErrUnavailable)},
 			status: 503, retry: RetryAfterSeconds, parts: []string{"unavailable"}, logged: "dial tcp", noLeakOf: "dial tcp"},
+		{name: "corrupt store", fq: &fakeQuerier{err: fmt.Errorf("docstore /data: %w: sst 000009 checksum mismatch", engine.ErrCorrupt)},
+			status: 503, retry: RetryAfterSeconds, parts: []string{"rebuilt"}, logged: "000009", noLeakOf: "000009"},
 		{name: "other error", fq: &fakeQuerier{err: fmt.Errorf("bbolt: page 7 corrupt")},
 			status: 500, parts: []string{"internal"}, logged: "page 7 corrupt", noLeakOf: "corrupt"},
 		{name: "panic", fq: &fakeQuerier{panics: true},

@@ -1,0 +1,35 @@
+package testkit
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// DamageStore writes 4 KiB of garbage a third of the way into the largest
+// table file of the closed clover store in dataDir, as a bad disk or a
+// bad copy would, and returns the file and its size. It fails the test
+// when there is no table file of at least 12 KiB to damage.
+func DamageStore(t testing.TB, dataDir string) (string, int64) {
+	t.Helper()
+	biggest, size := "", int64(0)
+	paths, _ := filepath.Glob(filepath.Join(dataDir, "store", "*.sst"))
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil && st.Size() > size {
+			biggest, size = p, st.Size()
+		}
+	}
+	if biggest == "" || size < 3*4096 {
+		t.Fatalf("no table file of 12 KiB or more under %s (largest: %q, %d bytes): nothing to damage", dataDir, biggest, size)
+	}
+	f, err := os.OpenFile(biggest, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte(strings.Repeat("\xab", 4096)), size/3); err != nil {
+		t.Fatal(err)
+	}
+	return biggest, size
+}
