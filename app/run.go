@@ -246,8 +246,14 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	}
 	err = runEngines(ctx, engines)
 	cancel()
-	if ds, ok := store.(*docstore.Store); ok && err == nil && ds.CondemnedErr() != nil {
-		err = fmt.Errorf("store: %w", ds.CondemnedErr())
+	if ds, ok := store.(*docstore.Store); ok && ds.CondemnedErr() != nil && !errors.Is(err, engine.ErrCorrupt) {
+		// The watcher stopped the jobs (they end with nil or with
+		// whatever canceling interrupted): the store is why.
+		if err != nil {
+			err = fmt.Errorf("store: %w (the jobs stopped with: %v)", ds.CondemnedErr(), err)
+		} else {
+			err = fmt.Errorf("store: %w", ds.CondemnedErr())
+		}
 	}
 	if werr := <-webErr; err == nil && werr != nil && !errors.Is(werr, context.Canceled) {
 		err = werr
