@@ -233,7 +233,8 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", advertise, "store", c.Store,
 		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
 	listening(ln.Addr().String())
-	if ds, ok := store.(*docstore.Store); ok {
+	ds, _ := store.(*docstore.Store)
+	if ds != nil {
 		// A store condemned by a query or a compaction stops the jobs
 		// too, even when they are idle and would not call it.
 		go func() {
@@ -246,14 +247,14 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	}
 	err = runEngines(ctx, engines)
 	cancel()
-	if ds, ok := store.(*docstore.Store); ok && ds.CondemnedErr() != nil && !errors.Is(err, engine.ErrCorrupt) {
+	if ds != nil && ds.CondemnedErr() != nil && !errors.Is(err, engine.ErrCorrupt) {
 		// The watcher stopped the jobs (they end with nil or with
 		// whatever canceling interrupted): the store is why.
+		cause := fmt.Errorf("store: %w", ds.CondemnedErr())
 		if err != nil {
-			err = fmt.Errorf("store: %w (the jobs stopped with: %v)", ds.CondemnedErr(), err)
-		} else {
-			err = fmt.Errorf("store: %w", ds.CondemnedErr())
+			cause = fmt.Errorf("%w (the jobs stopped with: %v)", cause, err)
 		}
+		err = cause
 	}
 	if werr := <-webErr; err == nil && werr != nil && !errors.Is(werr, context.Canceled) {
 		err = werr

@@ -31,15 +31,17 @@ const corruptMarker = "CORRUPT"
 
 // corruptSink hands the corruption Pebble reports from its own goroutines
 // (compactions, flushes) to the Store, which exists only after Pebble is
-// open.
-type corruptSink struct{ fn atomic.Pointer[func(error)] }
+// open (open sets it).
+type corruptSink struct{ s atomic.Pointer[Store] }
 
-func (c *corruptSink) report(err error) {
+// report condemns the store with cause; before the store exists it does
+// nothing (Open's own errors report what Pebble found while opening).
+func (c *corruptSink) report(cause error) {
 	if c == nil {
 		return
 	}
-	if fn := c.fn.Load(); fn != nil {
-		(*fn)(err)
+	if s := c.s.Load(); s != nil {
+		s.condemn(s.corruptErr(cause))
 	}
 }
 
@@ -86,11 +88,7 @@ func (s *Store) Condemned() <-chan struct{} { return s.condemnedCh }
 // CondemnedErr returns the error (wrapping ErrCorrupt) every call of a
 // condemned store fails with, or nil while it is sound. Safe for
 // concurrent use.
-func (s *Store) CondemnedErr() error { return s.condemnedErr() }
-
-// condemnedErr returns the error every call of a condemned store fails
-// with, or nil.
-func (s *Store) condemnedErr() error {
+func (s *Store) CondemnedErr() error {
 	if p := s.condemned.Load(); p != nil {
 		return *p
 	}

@@ -111,19 +111,11 @@ func TestCorruptFileIsErrCorrupt(t *testing.T) {
 // opens it empty and writable, once.
 func TestCorruptStoreCondemnedAndRebuilt(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := Open(dir, WithFsync(false))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 20000
-	fill(t, s, n, 2000)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := filledDir(t, n, 2000)
 	damaged, _ := testkit.DamageStore(t, dir)
 
-	s, err = Open(dir, WithFsync(false))
+	s, err := Open(dir, WithFsync(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,15 +229,7 @@ func TestCorruptMarkerWithoutStore(t *testing.T) {
 func TestCorruptManifestOnOpen(t *testing.T) {
 	for _, rebuild := range []bool{false, true} {
 		t.Run(fmt.Sprintf("rebuild=%v", rebuild), func(t *testing.T) {
-			dir := t.TempDir()
-			s, err := Open(dir, WithFsync(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			fill(t, s, 1000, 100)
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
+			dir := filledDir(t, 1000, 100)
 			manifests, _ := filepath.Glob(filepath.Join(dir, "store", "MANIFEST-*"))
 			if len(manifests) == 0 {
 				t.Fatal("no manifest")
@@ -262,7 +246,7 @@ func TestCorruptManifestOnOpen(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s, err = Open(dir, WithFsync(false), WithRebuildCorrupt(rebuild))
+			s, err := Open(dir, WithFsync(false), WithRebuildCorrupt(rebuild))
 			if !rebuild {
 				if !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("Open: %v; want ErrCorrupt", err)
@@ -278,4 +262,20 @@ func TestCorruptManifestOnOpen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// filledDir returns the directory of a closed store holding movies 1..n,
+// written in batches of batch.
+func filledDir(t *testing.T, n, batch int) string {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := Open(dir, WithFsync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, n, batch)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

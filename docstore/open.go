@@ -164,8 +164,7 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		priors: newPriorCache(o.writeCache, bulkMax), warmed: make(chan struct{}), condemnedCh: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
 	if o.corruptSink != nil {
-		report := func(cause error) { s.condemn(s.corruptErr(cause)) }
-		o.corruptSink.fn.Store(&report)
+		o.corruptSink.s.Store(s)
 	}
 	return s, nil
 }
@@ -313,7 +312,7 @@ func (s *Store) Close() error {
 	}
 	// A condemned store (ErrCorrupt) writes nothing more: the next open
 	// wipes it or refuses it.
-	sound := s.condemnedErr() == nil
+	sound := s.CondemnedErr() == nil
 	s.wmu.Lock()
 	if sound {
 		if err := s.materialize(); err != nil {

@@ -82,7 +82,7 @@ func (s *Store) acquire(ctx context.Context) error {
 		s.mu.RUnlock()
 		return fmt.Errorf("docstore %s closed: %w", s.dir, engine.ErrUnavailable)
 	}
-	if err := s.condemnedErr(); err != nil {
+	if err := s.CondemnedErr(); err != nil {
 		s.mu.RUnlock()
 		return err
 	}
