@@ -69,12 +69,13 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 }
 
 // applyMemoryLimit sets Go's soft memory limit as planMemory says and
-// returns the limit in effect for Go's heap, in bytes (0 for none). An
+// returns the limit in effect for Go's heap, in bytes (0 for none), and
+// the plan (totalMiB 0 when keepstate made none). An
 // explicit GOMEMLIMIT in the environment is the operator's choice and wins
 // over the automatic limit (not over the flag). It also tunes the C
 // allocator for the clover store (malloc.Tune). It changes process-wide
 // settings: call it once, before the store opens.
-func applyMemoryLimit(c Config, log *slog.Logger) (int64, error) {
+func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 	if c.Store == StoreClover {
 		if err := malloc.Tune(); err != nil { // before Pebble's first C allocation
 			log.Warn("C allocator left untuned: the store may hold more memory than it uses", "err", err)
@@ -84,9 +85,9 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, error) {
 		limit := debug.SetMemoryLimit(-1)
 		log.Info("memory limit from GOMEMLIMIT", "go_limit_bytes", limit)
 		if limit == math.MaxInt64 {
-			return 0, nil // GOMEMLIMIT=off
+			return 0, memoryPlan{}, nil // GOMEMLIMIT=off
 		}
-		return limit, nil
+		return limit, memoryPlan{}, nil
 	}
 	var containerMiB int64
 	if c.MemoryLimitMiB == 0 {
@@ -96,11 +97,28 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, error) {
 	}
 	p, err := planMemory(c, containerMiB, malloc.OffHeap)
 	if err != nil || p.totalMiB == 0 {
-		return 0, err
+		return 0, p, err
 	}
 	debug.SetMemoryLimit(p.goMiB << 20)
 	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap, "headroom_mib", p.headroom)
-	return p.goMiB << 20, nil
+	return p.goMiB << 20, p, nil
+}
+
+// valvePercent is the share of a memory limit at which the C allocator's
+// free pages are given back (malloc.Valve): high enough that a process
+// well under its limit never pays for it, low enough that the holes a
+// second of block-cache churn leaves (up to 35 MiB at 1M movies) fit
+// under the limit.
+const valvePercent = 90
+
+// trimValve returns the valve that keeps the C allocator's free pages
+// from pushing the process over the plan p (Bound 0, which never runs,
+// when there is no plan or the store is not clover).
+func trimValve(c Config, p memoryPlan, log *slog.Logger) malloc.Valve {
+	if p.totalMiB == 0 || c.Store != StoreClover {
+		return malloc.Valve{}
+	}
+	return malloc.Valve{Bound: p.totalMiB * valvePercent / 100 << 20, Log: log}
 }
 
 // bulkMemory is the share of Go's memory limit (goLimit bytes, 0 for

@@ -97,3 +97,28 @@ func TestCacheBudgetDocs(t *testing.T) {
 		t.Errorf("Default().EngineConfig().CacheBudgetDocs = %d; want the engine's default %d", got, def)
 	}
 }
+
+// TestTrimValve checks where the C allocator's valve opens: at 90 % of a
+// memory limit with clover, and never without a limit or with Redis
+// (nothing of Pebble's in the process).
+func TestTrimValve(t *testing.T) {
+	clover, redis := Default(), Default()
+	redis.Store = StoreRedis
+	limit := memoryPlan{totalMiB: 300, goMiB: 115, source: "flag"}
+	for _, tc := range []struct {
+		name string
+		c    Config
+		p    memoryPlan
+		want int64
+	}{
+		{"clover under 300 MiB", clover, limit, 270 << 20},
+		{"clover without a limit", clover, memoryPlan{source: "none"}, 0},
+		{"redis under 300 MiB", redis, limit, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := trimValve(tc.c, tc.p, nil).Bound; got != tc.want {
+				t.Errorf("valve bound = %d MiB; want %d", got>>20, tc.want>>20)
+			}
+		})
+	}
+}

@@ -129,10 +129,13 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 		return err
 	}
 	log = discardLogger(log)
-	goLimit, err := applyMemoryLimit(c, log)
+	goLimit, plan, err := applyMemoryLimit(c, log)
 	if err != nil {
 		return err
 	}
+	valveCtx, closeValve := context.WithCancel(ctx)
+	defer closeValve()
+	go trimValve(c, plan, log).Run(valveCtx)
 	if c.CacheBudgetDocs == 0 {
 		c.CacheBudgetDocs = cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs))
 		if c.CacheBudgetDocs == 0 {

@@ -12,6 +12,10 @@
 // and fixes the mmap threshold at 128 KiB, so large blocks go back to the
 // system when freed.
 //
+// Freed blocks of the block cache still leave holes inside the arenas
+// that free cannot return; Valve hands them back (Trim) when the process
+// nears its memory limit.
+//
 // Without cgo (CGO_ENABLED=0, the container image) Pebble allocates in
 // Go's heap and Tune does nothing.
 package malloc
