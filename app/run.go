@@ -14,6 +14,7 @@ import (
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/malloc"
 	"github.com/keepstate/keepstate/redisstore"
 	"github.com/keepstate/keepstate/web"
 )
@@ -136,6 +137,10 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	valveCtx, closeValve := context.WithCancel(ctx)
 	defer closeValve()
 	go trimValve(c, plan, log).Run(valveCtx)
+	var gov *memoryGovernor
+	if plan.totalMiB > 0 && c.Store == StoreClover && malloc.OffHeap {
+		gov = &memoryGovernor{plan: plan, goMiB: plan.goMiB, live: liveHeap, autoBudget: c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0, log: log}
+	}
 	if c.CacheBudgetDocs == 0 {
 		c.CacheBudgetDocs = cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs))
 		if c.CacheBudgetDocs == 0 {
@@ -143,6 +148,9 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 		}
 		if goLimit > 0 && c.CacheBudgetDocs > 0 {
 			log.Info("cache budget sized to the memory limit", "cache_budget_docs", c.CacheBudgetDocs, "jobs", len(jobs), "go_mib", goLimit>>20)
+		}
+		if gov != nil {
+			gov.budget = c.CacheBudgetDocs
 		}
 	}
 	sec, err := c.ReadSecrets()
@@ -165,7 +173,7 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	httpAddr := c.HTTPAddr
 	for rebuilds := 0; ; rebuilds++ {
 		var bound string
-		err = serveJobs(ctx, c, log, httpAddr, goLimit, reg, sec, jobs, func(addr string) {
+		err = serveJobs(ctx, c, log, httpAddr, goLimit, gov, reg, sec, jobs, func(addr string) {
 			bound = addr
 			if ready != nil {
 				ready(addr)
@@ -195,8 +203,8 @@ const maxRebuilds = 3
 // serveJobs opens the store, listens on httpAddr and serves the API and
 // jobs until ctx ends or a job fails; listening, with the address, runs
 // once the API listens. It closes the store before it returns.
-func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string, goLimit int64, reg *avro.Registry, sec Secrets,
-	jobs []Job, listening func(addr string)) error {
+func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string, goLimit int64, gov *memoryGovernor,
+	reg *avro.Registry, sec Secrets, jobs []Job, listening func(addr string)) error {
 	store, err := openStore(ctx, c, log, goLimit)
 	if err != nil {
 		return err
@@ -229,6 +237,18 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	defer cancel()
 	webErr := make(chan error, 1)
 	go func() { webErr <- srv.Serve(ctx, ln) }()
+	govDone := make(chan struct{})
+	if ds, ok := store.(*docstore.Store); ok && gov != nil {
+		g := *gov
+		g.memory = ds.Memory
+		for _, e := range engines {
+			g.engines = append(g.engines, e)
+		}
+		go func() { defer close(govDone); g.run(ctx) }()
+	} else {
+		close(govDone)
+	}
+	defer func() { cancel(); <-govDone }()
 	names := make([]string, len(jobs))
 	for i, j := range jobs {
 		names[i] = j.name()

@@ -166,8 +166,20 @@ func partitionCacheBound(maxDocs, budget int, owned int64) int {
 }
 
 // cacheBound is partitionCacheBound for the partitions assigned to the
-// engine now: a task reads it at every flush check, so the shares follow
-// a rebalance. Safe for concurrent use.
+// engine now and its current budget: a task reads it at every flush
+// check, so the shares follow a rebalance and SetCacheBudget. Safe for
+// concurrent use.
 func (e *Engine) cacheBound() int {
-	return partitionCacheBound(e.cfg.CacheMaxDocs, e.cfg.CacheBudgetDocs, e.c.assigned.Load())
+	return partitionCacheBound(e.cfg.CacheMaxDocs, int(e.budget.Load()), e.c.assigned.Load())
 }
+
+// SetCacheBudget replaces Config.CacheBudgetDocs while the engine runs
+// (0 turns the budget off; a negative n is taken as 0). The partitions
+// take their new share at their next flush check, and a smaller one
+// evicts their least recently used clean documents at their next flush.
+// Safe for concurrent use; a memory governor calls it as the memory left
+// for the caches changes.
+func (e *Engine) SetCacheBudget(n int) { e.budget.Store(int64(max(n, 0))) }
+
+// CacheBudget returns the budget in effect (see SetCacheBudget).
+func (e *Engine) CacheBudget() int { return int(e.budget.Load()) }

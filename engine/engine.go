@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -50,6 +51,9 @@ type Engine struct {
 
 	c     counters
 	route *Router
+	// budget is the cache budget in effect (Config.CacheBudgetDocs, then
+	// SetCacheBudget).
+	budget atomic.Int64
 
 	kafka    Kafka
 	client   sarama.Client
@@ -107,8 +111,10 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 	}
 	log = log.With("job", job.Spec().Name)
 	l, ok := table.(InstanceLocal)
-	return &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: cfg.kafka(),
-		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}, nil
+	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: cfg.kafka(),
+		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}
+	e.budget.Store(int64(cfg.CacheBudgetDocs))
+	return e, nil
 }
 
 // Job returns the job the engine runs.

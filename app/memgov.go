@@ -1,0 +1,170 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+
+	"github.com/keepstate/keepstate/docstore"
+	"github.com/keepstate/keepstate/engine"
+)
+
+// governEvery is how often the memory governor re-plans.
+const governEvery = 200 * time.Millisecond
+
+// minMemtables is the fewest memtables the governor leaves room for: a
+// heavy write load has three at a time (one written, two flushing; see
+// docstore.MaxMemtables), and Go's heap gives memory back more slowly
+// than Pebble allocates a memtable (a uniform 1M-movie run reserving one
+// more than there were peaked at 295-296 MiB under 300).
+const minMemtables = 3
+
+// growthWindow is how many looks (governEvery apart: one second) the
+// block cache's recent growth is taken over.
+const growthWindow = 5
+
+// freeOnDropMiB is the drop of Go's share at which the governor returns
+// Go's free memory to the system at once (debug.FreeOSMemory, a forced
+// collection): a uniform 1M-movie run, whose block cache fills in its
+// first seconds, peaked at 303 MiB under 300 without it.
+const freeOnDropMiB = 8
+
+// blockCacheMarginMiB is the growth of the block cache the governor
+// leaves room for until its next look: a uniform 1M-movie run reads a
+// few tens of MiB of blocks per second while the cache fills.
+const blockCacheMarginMiB = 16
+
+// The cache budget follows the live heap (what the last collection kept):
+// above liveHighPercent of Go's share the collector has too little room
+// and runs too often, so the budget shrinks by a fifth; below
+// liveLowPercent it grows by a tenth, up to the engine's default. A
+// collector with its live heap at half its limit works about as often as
+// GOGC=100 makes it without one.
+const (
+	liveHighPercent = 50
+	liveLowPercent  = 35
+)
+
+// memoryGovernor shares a memory limit (a memoryPlan) out at run time,
+// with cgo (malloc.OffHeap), where clover's caches are C memory.
+// planMemory leaves room for clover's block cache and memtables at their
+// largest, since they live outside Go's heap; a workload that fills
+// neither (a few tens of thousands of hot movies) then runs its collector
+// against a Go share a third smaller than it could have (Zipf ratings
+// lost 21-23 % under a 300 MiB limit, docs/benchmarks.md). The governor
+// looks at what the store holds (docstore.Store.Memory) every
+// governEvery and gives Go the rest: the limit less baseMiB, the block
+// cache at its largest so far plus blockCacheMarginMiB, the memtables at
+// their largest plus the next one (at least minMemtables), and the
+// headroom; never less than the plan's share. An
+// automatic cache budget starts where the plan put it (cacheBudgetDocs,
+// sized for the worst case) and follows the live heap (liveHighPercent).
+// It runs on one goroutine (run); nothing else may set Go's memory limit
+// meanwhile.
+type memoryGovernor struct {
+	plan       memoryPlan
+	memory     func() docstore.Memory
+	live       func() int64 // the live heap after the last collection, bytes
+	engines    []cacheBudgeter
+	autoBudget bool // --cache-budget-docs 0 (automatic)
+	budget     int  // the automatic budget in effect, per job
+	log        *slog.Logger
+	goMiB      int64 // Go's share in effect
+	// cacheHigh and tablesHigh are the most bytes the block cache and
+	// the memtables have held.
+	cacheHigh, tablesHigh int64
+	cacheSeen             []int64 // cacheHigh at the last growthWindow looks
+}
+
+// goShare returns Go's share of the limit, in MiB, when the store holds
+// m. It counts the most the block cache and the memtables have held
+// (while the governor watched), not what they hold now: what Pebble frees
+// stays resident in the C allocator's arenas until the valve
+// (malloc.Valve) hands it back at 90 % of the limit (counting the block
+// cache as it is let a uniform 1M-movie run peak at 318-323 MiB under
+// 300, before the valve).
+func (g *memoryGovernor) goShare(m docstore.Memory) int64 {
+	const mib = 1 << 20
+	g.cacheHigh = max(g.cacheHigh, m.BlockCache)
+	g.tablesHigh = max(g.tablesHigh, m.Memtables, int64(m.MemtableCount)*m.Memtable)
+	// The block cache may grow by as much before the next look as it
+	// grew over the last second (a uniform run's first fill takes about
+	// one), and by blockCacheMarginMiB at least.
+	g.cacheSeen = append(g.cacheSeen, g.cacheHigh)
+	if len(g.cacheSeen) > growthWindow {
+		g.cacheSeen = g.cacheSeen[1:]
+	}
+	growth := g.cacheHigh - g.cacheSeen[0]
+	cache := min(m.BlockCacheMax, g.cacheHigh+max(blockCacheMarginMiB*mib, growth))
+	tables := min(docstore.MaxMemtables*m.Memtable, max(g.tablesHigh+m.Memtable, minMemtables*m.Memtable))
+	off := baseMiB + (cache+tables+mib-1)/mib
+	return max(g.plan.totalMiB-off-g.plan.headroom, g.plan.goMiB)
+}
+
+// cacheBudgeter is an engine whose cache budget the governor sets
+// (*engine.Engine).
+type cacheBudgeter interface{ SetCacheBudget(n int) }
+
+var _ cacheBudgeter = (*engine.Engine)(nil)
+
+// step re-plans once.
+func (g *memoryGovernor) step() {
+	if goMiB := g.goShare(g.memory()); goMiB != g.goMiB {
+		drop := g.goMiB - goMiB
+		g.goMiB = goMiB
+		debug.SetMemoryLimit(goMiB << 20)
+		if drop >= freeOnDropMiB {
+			// The store took memory Go held: give it back now rather than
+			// at the scavenger's pace, or the process is over its limit
+			// until then.
+			debug.FreeOSMemory()
+		}
+	}
+	if !g.autoBudget {
+		return
+	}
+	live, share := g.live(), g.goMiB<<20
+	budget := g.budget
+	switch {
+	case live*100 > share*liveHighPercent:
+		budget = max(budget*4/5, minAutoCacheBudgetDocs/max(len(g.engines), 1))
+	case live*100 < share*liveLowPercent:
+		budget = min(budget+budget/10, defaultCacheBudgetDocs/max(len(g.engines), 1))
+	}
+	if budget == g.budget {
+		return
+	}
+	g.budget = budget
+	for _, e := range g.engines {
+		e.SetCacheBudget(budget)
+	}
+	g.log.Debug("cache budget re-planned", "go_mib", g.goMiB, "live_mib", live>>20, "cache_budget_docs", budget)
+}
+
+// liveHeap reads the live heap the last collection left (runtime/metrics).
+func liveHeap() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
+}
+
+// run re-plans every governEvery until ctx ends, then puts back the
+// plan's share (the store it watched is closing).
+func (g *memoryGovernor) run(ctx context.Context) {
+	t := time.NewTicker(governEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			debug.SetMemoryLimit(g.plan.goMiB << 20)
+			return
+		case <-t.C:
+			g.step()
+		}
+	}
+}
