@@ -33,7 +33,7 @@ func TestMemoryGovernorShare(t *testing.T) {
 		{"empty store", mem(0, 16, 1), 300 - 48 - 16 - 48 - 9},
 		{"cache grew 8 MiB: the margin stays 16", mem(8, 16, 1), 300 - 48 - 24 - 48 - 9},
 		{"cache grew 40 MiB in a second: as much again, up to its size", mem(40, 16, 1), 300 - 48 - 64 - 48 - 9},
-		{"four memtables: the plan's worst case", mem(64, 48, 3), plan.goMiB},
+		{"three memtables and the next: the plan's worst case", mem(64, 48, 3), plan.goMiB},
 		{"what the store freed is not handed back", mem(10, 16, 1), plan.goMiB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
