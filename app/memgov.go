@@ -113,6 +113,7 @@ var _ cacheBudgeter = (*engine.Engine)(nil)
 func (g *memoryGovernor) step() {
 	if goMiB := g.goShare(g.memory()); goMiB != g.goMiB {
 		drop := g.goMiB - goMiB
+		g.log.Debug("Go's memory share re-planned", "go_mib", goMiB, "was_mib", g.goMiB, "block_cache_high_mib", g.cacheHigh>>20, "memtables_high_mib", g.tablesHigh>>20)
 		g.goMiB = goMiB
 		debug.SetMemoryLimit(goMiB << 20)
 		if drop >= freeOnDropMiB {

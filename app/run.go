@@ -202,7 +202,9 @@ const maxRebuilds = 3
 
 // serveJobs opens the store, listens on httpAddr and serves the API and
 // jobs until ctx ends or a job fails; listening, with the address, runs
-// once the API listens. It closes the store before it returns.
+// once the API listens. gov, when not nil, is the memory governor: a copy
+// of it runs on this store and these engines. It closes the store before
+// it returns.
 func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string, goLimit int64, gov *memoryGovernor,
 	reg *avro.Registry, sec Secrets, jobs []Job, listening func(addr string)) error {
 	store, err := openStore(ctx, c, log, goLimit)
@@ -237,8 +239,9 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	defer cancel()
 	webErr := make(chan error, 1)
 	go func() { webErr <- srv.Serve(ctx, ln) }()
+	ds, _ := store.(*docstore.Store)
 	govDone := make(chan struct{})
-	if ds, ok := store.(*docstore.Store); ok && gov != nil {
+	if ds != nil && gov != nil {
 		g := *gov
 		g.memory = ds.Memory
 		for _, e := range engines {
@@ -256,7 +259,6 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", advertise, "store", c.Store,
 		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
 	listening(ln.Addr().String())
-	ds, _ := store.(*docstore.Store)
 	if ds != nil {
 		// A store condemned by a query or a compaction stops the jobs
 		// too, even when they are idle and would not call it.
