@@ -141,6 +141,22 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
 			return openPebble(path, o, log, mustExist)
 		}
+		if found.store {
+			half, err := halfCreated(path)
+			if err != nil {
+				return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+			}
+			if half {
+				// A crash (kill -9, a pod evicted) while Pebble created the
+				// store, at the first start or in a rebuild: nothing was
+				// stored yet, so it is made again.
+				if err := os.RemoveAll(path); err != nil {
+					return nil, fmt.Errorf("open docstore %s: remove a half-created store: %w", dir, err)
+				}
+				log.Warn("docstore: removed a store whose creation a crash interrupted; it is created again and restored from the changelog", "dir", dir)
+				found.store = false
+			}
+		}
 	}
 	db, err := openKV(path, o, log, found.store)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -329,4 +330,31 @@ func (p *pebbleKV) writeTable(path string, runs [][]kvEntry) error {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
+}
+
+// halfCreated reports whether path holds what a crash left of a Pebble
+// database it was creating: files, but no manifest (Pebble writes it
+// before the write-ahead log, and keepstate writes nothing before Open
+// returns) and no table file, so nothing was ever stored there. Such a
+// directory fails a later Open with "database does not exist". A
+// directory with table files but no manifest is a damaged store, not
+// this: it reports false.
+func halfCreated(path string) (bool, error) {
+	desc, err := pebble.Peek(path, vfs.Default)
+	if err != nil {
+		return false, fmt.Errorf("inspect %s: %w", path, err)
+	}
+	if desc.Exists {
+		return false, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return false, fmt.Errorf("inspect %s: %w", path, err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sst") {
+			return false, nil
+		}
+	}
+	return true, nil
 }
