@@ -37,14 +37,7 @@ func TestE2ECorruptStore(t *testing.T) {
 	reg := testkit.StartRegistry(t)
 	c := testConfig(t, brokers, reg.URL())
 	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	produce := func(count int64, seed uint64) {
-		t.Helper()
-		p := produceConfig(c, count, 4000, seed)
-		truthOf(p, truth, sums)
-		if _, err := app.Produce(context.Background(), p, nil); err != nil {
-			t.Fatalf("produce: %v", err)
-		}
-	}
+	produce := producerInto(t, c, 4000, truth, sums)
 	in := startInstance(t, c)
 	produce(16000, 31)
 	waitOutputsExact(t, c, in.api, truth, "before any damage")

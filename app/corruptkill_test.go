@@ -1,14 +1,12 @@
 package app_test
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -28,14 +26,7 @@ func TestE2ECorruptRebuildKilled(t *testing.T) {
 	cc := newChildCluster(t)
 	c := cc.cfg
 	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	produce := func(count int64, seed uint64) {
-		t.Helper()
-		p := produceConfig(c, count, 4000, seed)
-		truthOf(p, truth, sums)
-		if _, err := app.Produce(context.Background(), p, nil); err != nil {
-			t.Fatalf("produce: %v", err)
-		}
-	}
+	produce := producerInto(t, c, 4000, truth, sums)
 	in := cc.launch("a", true)
 	produce(16000, 41)
 	waitOutputsExact(t, c, "http://"+in.api, truth, "before any damage")

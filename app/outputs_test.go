@@ -313,13 +313,24 @@ func describeBatches(client sarama.Client, topic string, p int32, at int64) stri
 // input topic, waits until the broker has them, and returns the truth.
 func produceAll(t *testing.T, c app.Config, count, movies int64, seed uint64) map[int64]testkit.Movie {
 	t.Helper()
-	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
-	p := produceConfig(c, count, movies, seed)
-	truthOf(p, truth, sums)
-	if _, err := app.Produce(context.Background(), p, nil); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
+	truth := map[int64]testkit.Movie{}
+	producerInto(t, c, movies, truth, map[int64]float64{})(count, seed)
 	return truth
+}
+
+// producerInto returns a function that produces count ratings over movies
+// ids with seed into c's input topic, waits until the broker has them,
+// and adds them to truth (sums holds the running sums truthOf needs).
+// Call it from the test goroutine.
+func producerInto(t *testing.T, c app.Config, movies int64, truth map[int64]testkit.Movie, sums map[int64]float64) func(count int64, seed uint64) {
+	return func(count int64, seed uint64) {
+		t.Helper()
+		p := produceConfig(c, count, movies, seed)
+		truthOf(p, truth, sums)
+		if _, err := app.Produce(context.Background(), p, nil); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
 }
 
 // waitOutputsExact waits until the group has committed every input and
