@@ -142,20 +142,11 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 			return openPebble(path, o, log, mustExist)
 		}
 		if found.store {
-			half, err := halfCreated(path)
+			removed, err := removeHalfCreated(dir, path, log)
 			if err != nil {
-				return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+				return nil, err
 			}
-			if half {
-				// A crash (kill -9, a pod evicted) while Pebble created the
-				// store, at the first start or in a rebuild: nothing was
-				// stored yet, so it is made again.
-				if err := os.RemoveAll(path); err != nil {
-					return nil, fmt.Errorf("open docstore %s: remove a half-created store: %w", dir, err)
-				}
-				log.Warn("docstore: removed a store whose creation a crash interrupted; it is created again and restored from the changelog", "dir", dir)
-				found.store = false
-			}
+			found.store = !removed
 		}
 	}
 	db, err := openKV(path, o, log, found.store)

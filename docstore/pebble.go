@@ -342,7 +342,7 @@ func (p *pebbleKV) writeTable(path string, runs [][]kvEntry) error {
 func halfCreated(path string) (bool, error) {
 	desc, err := pebble.Peek(path, vfs.Default)
 	if err != nil {
-		return false, fmt.Errorf("inspect %s: %w", path, err)
+		return false, fmt.Errorf("inspect the store %s: %w", path, err)
 	}
 	if desc.Exists {
 		return false, nil
@@ -356,5 +356,22 @@ func halfCreated(path string) (bool, error) {
 			return false, nil
 		}
 	}
+	return true, nil
+}
+
+// removeHalfCreated removes the Pebble directory path of the store in dir
+// when a crash (kill -9, an evicted pod) interrupted its creation, at a
+// first start or in a rebuild (halfCreated): nothing was stored yet, so
+// the caller creates it again. It reports whether it removed it. The
+// caller holds the directory lock.
+func removeHalfCreated(dir, path string, log *slog.Logger) (bool, error) {
+	half, err := halfCreated(path)
+	if err != nil || !half {
+		return false, err
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return false, fmt.Errorf("open docstore %s: remove a half-created store: %w", dir, err)
+	}
+	log.Warn("docstore: removed a store whose creation a crash interrupted; it is created again and restored from the changelog", "dir", dir)
 	return true, nil
 }
