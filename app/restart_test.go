@@ -120,9 +120,23 @@ func TestE2ERestartWithoutRestore(t *testing.T) {
 			// The rating sent while it was down is in the store (its flush
 			// is over) before the next restart stops it: a kill -9 in the
 			// middle of that flush would rightly replay it from the
-			// changelog, which is not what this test measures.
+			// changelog, which is not what this test measures. The API
+			// answers from the task's cache as soon as the transaction
+			// commits, before the store batch is written, so the answer
+			// alone does not say the flush is over; the store's document
+			// counter (raised after the batch is written and synced) does.
 			want1 := movie{MovieID: 1, Rating: 5 * float64(ones-1) / float64(ones), Count: int64(ones)}
 			waitMovie(t, "http://"+in.api, want1, 30*time.Second)
+			testkit.Eventually(t, 30*time.Second, "the rating's store batch written", func() error {
+				st, err := stats(in.api)
+				if err != nil {
+					return err
+				}
+				if st.Stats.StoreDocsWritten < 1 {
+					return fmt.Errorf("%d documents written to the store, want 1", st.Stats.StoreDocsWritten)
+				}
+				return nil
+			})
 		})
 	}
 	restart("clean stop", func() {
