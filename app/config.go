@@ -75,7 +75,8 @@ type Config struct {
 	StoreDiskReserveMiB int64
 	// --on-store-corrupt: what a damaged clover store leads to: rebuild (wipe it and restore from the changelog) | stop
 	OnStoreCorrupt string
-	// --memory-limit-mib: soft limit of the process's memory, MiB (0: 90% of the container's limit, if any; -1: none)
+	// --memory-limit-mib: soft limit of the process's memory, MiB (0: 90% of the container's limit, if any, else
+	// the elastic DefaultMemoryTargetMiB, which rises when the live heap needs more; -1: none)
 	MemoryLimitMiB int64
 	AdvertiseAddr  string        // --advertise-addr: host:port other instances use to reach this API (empty: hostname and the listen port)
 	SessionTimeout time.Duration // --session-timeout: consumer group session timeout

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync/atomic"
 	"time"
 
 	"github.com/keepstate/keepstate/docstore"
@@ -39,7 +40,9 @@ const blockCacheMarginMiB = 16
 // The cache budget follows the live heap (what the last collection kept):
 // above liveHighPercent of Go's share the collector has too little room
 // and runs too often, so the budget shrinks by a fifth; below
-// liveLowPercent it grows by a tenth, up to the engine's default. A
+// liveLowPercent it grows by a quarter (the shrink undone), up to the
+// engine's default: a tenth took a Zipf run's budget 3.5 s of its 7 s
+// to climb from the plan's 13800 to 30000 (docs/benchmarks.md). A
 // collector with its live heap at half its limit works about as often as
 // GOGC=100 makes it without one.
 const (
@@ -47,8 +50,23 @@ const (
 	liveLowPercent  = 35
 )
 
-// memoryGovernor shares a memory limit (a memoryPlan) out at run time,
-// with cgo (malloc.OffHeap), where clover's caches are C memory.
+// The default memory target is elastic (memoryPlan.elastic): when the
+// live heap stays over elasticPercent of Go's share for elasticLooks looks
+// in a row (a second) with nothing left to shrink (the automatic cache
+// budget at its floor, or a budget the operator set), the process's live
+// data needs more than the target, and a collector held under it would run
+// all the time; the target then rises by elasticGrowPercent.
+const (
+	elasticPercent     = 70
+	elasticLooks       = 5
+	elasticGrowPercent = 25
+)
+
+// memoryGovernor shares a memory limit (a memoryPlan) out at run time.
+// With cgo (malloc.OffHeap) and clover, where the store's caches are C
+// memory, it moves Go's share with them (memory set); with any store it
+// moves an automatic cache budget with the live heap, and raises an
+// elastic plan (the default target) that the live heap outgrew.
 // planMemory leaves room for clover's block cache and memtables at their
 // largest, since they live outside Go's heap; a workload that fills
 // neither (a few tens of thousands of hot movies) then runs its collector
@@ -64,9 +82,14 @@ const (
 // It runs on one goroutine (run); nothing else may set Go's memory limit
 // meanwhile.
 type memoryGovernor struct {
-	plan       memoryPlan
+	plan memoryPlan
+	// memory reads what clover's C caches hold; nil when the store has
+	// none (Redis, or Pebble in Go's heap without cgo): Go's share is then
+	// the plan's.
 	memory     func() docstore.Memory
-	live       func() int64 // the live heap after the last collection, bytes
+	valve      *atomic.Int64 // the C allocator valve's bound (malloc.Valve), moved with a raised plan; may be nil
+	tight      int           // looks in a row the live heap was over elasticPercent with nothing to shrink
+	live       func() int64  // the live heap after the last collection, bytes
 	engines    []cacheBudgeter
 	autoBudget bool // --cache-budget-docs 0 (automatic)
 	budget     int  // the automatic budget in effect, per job
@@ -109,9 +132,48 @@ type cacheBudgeter interface{ SetCacheBudget(n int) }
 
 var _ cacheBudgeter = (*engine.Engine)(nil)
 
+// minBudget is the least the governor takes the automatic budget down to,
+// per job.
+func (g *memoryGovernor) minBudget() int {
+	return minAutoCacheBudgetDocs / max(len(g.engines), 1)
+}
+
+// raise lifts an elastic plan by elasticGrowPercent once the live heap
+// has stayed over elasticPercent of Go's share for elasticLooks looks with
+// nothing left to shrink. A limit the operator or the container set is
+// never raised: there the collector works harder instead.
+func (g *memoryGovernor) raise(live int64) {
+	if !g.plan.elastic {
+		return
+	}
+	if live*100 <= (g.goMiB<<20)*elasticPercent || (g.autoBudget && g.budget > g.minBudget()) {
+		g.tight = 0
+		return
+	}
+	if g.tight++; g.tight < elasticLooks {
+		return
+	}
+	g.tight = 0
+	was := g.plan.totalMiB
+	p := &g.plan
+	p.totalMiB += p.totalMiB * elasticGrowPercent / 100
+	p.headroom = p.totalMiB * headroomPercent / 100
+	p.goMiB = p.totalMiB - p.offHeap - p.headroom
+	if g.valve != nil {
+		g.valve.Store(valveBound(p.totalMiB))
+	}
+	g.log.Info("memory target raised: the live heap needs more (--memory-limit-mib sets a fixed limit)", "target_mib", p.totalMiB, "was_mib", was, "live_mib", live>>20, "go_mib", p.goMiB)
+}
+
 // step re-plans once.
 func (g *memoryGovernor) step() {
-	if goMiB := g.goShare(g.memory()); goMiB != g.goMiB {
+	live := g.live()
+	g.raise(live)
+	goMiB := g.plan.goMiB
+	if g.memory != nil {
+		goMiB = g.goShare(g.memory())
+	}
+	if goMiB != g.goMiB {
 		drop := g.goMiB - goMiB
 		g.log.Debug("Go's memory share re-planned", "go_mib", goMiB, "was_mib", g.goMiB, "block_cache_high_mib", g.cacheHigh>>20, "memtables_high_mib", g.tablesHigh>>20)
 		g.goMiB = goMiB
@@ -126,13 +188,13 @@ func (g *memoryGovernor) step() {
 	if !g.autoBudget {
 		return
 	}
-	live, share := g.live(), g.goMiB<<20
+	share := g.goMiB << 20
 	budget := g.budget
 	switch {
 	case live*100 > share*liveHighPercent:
-		budget = max(budget*4/5, minAutoCacheBudgetDocs/max(len(g.engines), 1))
+		budget = max(budget*4/5, g.minBudget())
 	case live*100 < share*liveLowPercent:
-		budget = min(budget+budget/10, defaultCacheBudgetDocs/max(len(g.engines), 1))
+		budget = min(budget+budget/4, defaultCacheBudgetDocs/max(len(g.engines), 1))
 	}
 	if budget == g.budget {
 		return

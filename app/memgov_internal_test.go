@@ -46,7 +46,7 @@ func TestMemoryGovernorShare(t *testing.T) {
 
 // TestMemoryGovernorStep checks one re-plan: Go's memory limit follows
 // the share, and an automatic cache budget shrinks by a fifth when the
-// live heap is over half of it, grows by a tenth (up to the default)
+// live heap is over half of it, grows by a quarter (up to the default)
 // when under 35 %, and is left alone otherwise or when the operator set
 // it.
 func TestMemoryGovernorStep(t *testing.T) {
@@ -64,7 +64,7 @@ func TestMemoryGovernorStep(t *testing.T) {
 		wantBudget int
 	}{
 		{"live over half: shrink", true, 10000, share/2 + 1, 8000},
-		{"live under 35 %: grow", true, 10000, share / 4, 11000},
+		{"live under 35 %: grow", true, 10000, share / 4, 12500},
 		{"grows no further than the default", true, defaultCacheBudgetDocs, share / 4, defaultCacheBudgetDocs},
 		{"shrinks no further than the least", true, minAutoCacheBudgetDocs, share, minAutoCacheBudgetDocs},
 		{"in between: left alone", true, 10000, share * 2 / 5, 10000},
@@ -89,6 +89,67 @@ func TestMemoryGovernorStep(t *testing.T) {
 			}
 			if tc.auto && g.budget != tc.wantBudget {
 				t.Errorf("budget in effect %d; want %d", g.budget, tc.wantBudget)
+			}
+		})
+	}
+}
+
+// TestMemoryGovernorRaise checks the elastic default target: it rises by
+// a quarter (Go's limit and the valve's bound with it) only after the live
+// heap has stayed over 70 % of Go's share for five looks in a row with
+// nothing left to shrink; a limit the operator set never rises, and a
+// process without C caches (Redis, no cgo) keeps the plan's share.
+func TestMemoryGovernorRaise(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	const mib = 1 << 20
+	redis := Default()
+	redis.Store = StoreRedis
+	def, err := planMemory(redis, 0, true)
+	if err != nil || !def.elastic || def.totalMiB != DefaultMemoryTargetMiB {
+		t.Fatalf("planMemory(redis, defaults) = %+v, %v; want the elastic %d MiB target", def, err, DefaultMemoryTargetMiB)
+	}
+	fixed := def
+	fixed.elastic, fixed.source = false, "flag"
+	over := def.goMiB*elasticPercent/100 + 1 // MiB of live heap just over the bound
+	const far = 1000                         // MiB of live heap over it after two raises
+	for _, tc := range []struct {
+		name      string
+		plan      memoryPlan
+		auto      bool
+		budget    int
+		liveMiB   []int64 // one per look
+		wantTotal int64
+	}{
+		{"over for five looks, budget at its floor: raised", def, true, minAutoCacheBudgetDocs, []int64{over, over, over, over, over}, 375},
+		{"over for four looks: not yet", def, true, minAutoCacheBudgetDocs, []int64{over, over, over, over}, 300},
+		{"a look under starts the count again", def, true, minAutoCacheBudgetDocs, []int64{over, over, over, over - 2, over, over, over, over}, 300},
+		{"the budget can still shrink: not raised", def, true, 10000, []int64{over, over, over, over, over}, 300},
+		{"a budget the operator set: raised", def, false, 10000, []int64{over, over, over, over, over}, 375},
+		{"a limit the operator set: never raised", fixed, true, minAutoCacheBudgetDocs, []int64{over, over, over, over, over, over, over}, 300},
+		{"ten looks far over: raised twice", def, false, 0, []int64{far, far, far, far, far, far, far, far, far, far}, 468},
+		{"ten looks just over: the first raise is enough", def, false, 0, []int64{over, over, over, over, over, over, over, over, over, over}, 375},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			valve := trimValve(Default(), tc.plan, nil).Bound // clover's valve, moved by the raise
+			look := 0
+			g := &memoryGovernor{plan: tc.plan, goMiB: tc.plan.goMiB, autoBudget: tc.auto, budget: tc.budget, valve: valve,
+				live: func() int64 { return tc.liveMiB[look] * mib }, engines: []cacheBudgeter{&budgetRecorder{}}, log: discardLogger(nil)}
+			for look = range tc.liveMiB {
+				g.step()
+			}
+			if g.plan.totalMiB != tc.wantTotal {
+				t.Fatalf("target = %d MiB; want %d", g.plan.totalMiB, tc.wantTotal)
+			}
+			wantGo := tc.wantTotal - tc.plan.offHeap - tc.wantTotal*headroomPercent/100
+			if got := debug.SetMemoryLimit(-1); tc.wantTotal != 300 && got != wantGo*mib {
+				t.Errorf("Go's memory limit = %d MiB; want %d", got/mib, wantGo)
+			}
+			if g.goMiB != wantGo {
+				t.Errorf("Go's share = %d MiB; want %d", g.goMiB, wantGo)
+			}
+			if got, want := valve.Load(), valveBound(tc.wantTotal); got != want {
+				t.Errorf("valve bound = %d MiB; want %d", got/mib, want/mib)
 			}
 		})
 	}

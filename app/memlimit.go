@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/keepstate/keepstate/docstore"
@@ -28,22 +29,36 @@ const baseMiB = 48
 // docs/benchmarks.md).
 const headroomPercent = 3
 
+// DefaultMemoryTargetMiB is the memory target of a process given no
+// --memory-limit-mib outside a container (issue 12 asks for 300 MiB at 1M
+// movies): the process plans its caches and collector for it, and the
+// memory governor raises it when the live heap needs more (elastic), so
+// it is never a cap.
+const DefaultMemoryTargetMiB = 300
+
 // memoryPlan is the soft memory limit a Config asks for.
 type memoryPlan struct {
 	totalMiB int64  // the process's limit, 0 for none
 	goMiB    int64  // of it, Go's soft limit (GOMEMLIMIT)
 	offHeap  int64  // MiB held outside Go's heap: baseMiB and the store's caches
 	headroom int64  // MiB kept free (headroomPercent of totalMiB)
-	source   string // flag, container or none
+	source   string // flag, container, default or none
+	// elastic is set for the default target: the governor raises it when
+	// the live heap needs more (see memoryGovernor.raise), where a limit
+	// the operator or the container set stays where it is.
+	elastic bool
 }
 
 // planMemory works out the limit: --memory-limit-mib when positive, else
-// (0) 90% of containerMiB when there is a container limit. baseMiB and
-// the headroom come off it, and so do the clover store's block cache and
-// its memtables
+// (0) 90% of containerMiB when there is a container limit, else (0) the
+// elastic DefaultMemoryTargetMiB. baseMiB and the headroom come off it,
+// and so do the clover store's block cache and its memtables
 // (docstore.MaxMemtables of them: counting two, a 1M-movie run under 300
 // MiB peaked at 323–334 MiB) when they live outside Go's heap (cgo
-// builds). It returns ErrConfig when too little is left.
+// builds). It returns ErrConfig when a limit that was asked for leaves
+// Go's heap less than minGoMemoryMiB; the default target grows instead
+// (a large --store-cache-mib takes it along rather than refusing to
+// start).
 func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan, error) {
 	p := memoryPlan{source: "none"}
 	switch {
@@ -51,6 +66,8 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 		p.totalMiB, p.source = c.MemoryLimitMiB, "flag"
 	case c.MemoryLimitMiB == 0 && containerMiB > 0:
 		p.totalMiB, p.source = containerMiB*9/10, "container"
+	case c.MemoryLimitMiB == 0:
+		p.totalMiB, p.source, p.elastic = DefaultMemoryTargetMiB, "default", true
 	default:
 		return p, nil
 	}
@@ -58,12 +75,15 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 	if c.Store == StoreClover && offHeapAllocator {
 		p.offHeap += c.StoreCacheMiB + docstore.MaxMemtables*(docstore.DefaultMemtableSize>>20)
 	}
+	least := (p.offHeap+minGoMemoryMiB)*100/(100-headroomPercent) + 1
+	if p.elastic {
+		p.totalMiB = max(p.totalMiB, least)
+	}
 	p.headroom = p.totalMiB * headroomPercent / 100
 	p.goMiB = p.totalMiB - p.offHeap - p.headroom
 	if p.goMiB < minGoMemoryMiB {
-		least := (p.offHeap + minGoMemoryMiB) * 100 / (100 - headroomPercent)
 		return p, fmt.Errorf("%w: --memory-limit-mib: %d MiB (%s) leaves %d MiB for Go's heap after the binary, the store's caches (%d MiB) and %d%% headroom; give at least %d MiB or lower --store-cache-mib",
-			ErrConfig, p.totalMiB, p.source, p.goMiB, p.offHeap, headroomPercent, least+1)
+			ErrConfig, p.totalMiB, p.source, p.goMiB, p.offHeap, headroomPercent, least)
 	}
 	return p, nil
 }
@@ -100,7 +120,7 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 		return 0, p, err
 	}
 	debug.SetMemoryLimit(p.goMiB << 20)
-	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap, "headroom_mib", p.headroom)
+	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "elastic", p.elastic, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap, "headroom_mib", p.headroom)
 	return p.goMiB << 20, p, nil
 }
 
@@ -112,14 +132,20 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 const valvePercent = 90
 
 // trimValve returns the valve that keeps the C allocator's free pages
-// from pushing the process over the plan p (Bound 0, which never runs,
-// when there is no plan or the store is not clover).
+// from pushing the process over the plan p (no Bound, which never runs,
+// when there is no plan or the store is not clover). The memory governor
+// moves its bound when it raises an elastic plan.
 func trimValve(c Config, p memoryPlan, log *slog.Logger) malloc.Valve {
 	if p.totalMiB == 0 || c.Store != StoreClover {
 		return malloc.Valve{}
 	}
-	return malloc.Valve{Bound: p.totalMiB * valvePercent / 100 << 20, Log: log}
+	bound := new(atomic.Int64)
+	bound.Store(valveBound(p.totalMiB))
+	return malloc.Valve{Bound: bound, Log: log}
 }
+
+// valveBound is the valve's bound, in bytes, under a limit of totalMiB.
+func valveBound(totalMiB int64) int64 { return totalMiB * valvePercent / 100 << 20 }
 
 // bulkMemory is the share of Go's memory limit (goLimit bytes, 0 for
 // none) the clover store's bulk load may use (docstore.WithBulkMemory):

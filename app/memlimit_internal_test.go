@@ -15,6 +15,8 @@ func TestPlanMemory(t *testing.T) {
 	clover.StoreCacheMiB = 32
 	redis := Default()
 	redis.Store = StoreRedis
+	bigCache := clover
+	bigCache.StoreCacheMiB = 512
 	with := func(c Config, mib int64) Config { c.MemoryLimitMiB = mib; return c }
 	for _, tc := range []struct {
 		name      string
@@ -24,7 +26,10 @@ func TestPlanMemory(t *testing.T) {
 		want      memoryPlan
 		wantErr   bool
 	}{
-		{"automatic, no container limit", with(clover, 0), 0, true, memoryPlan{source: "none"}, false},
+		{"automatic, no container limit: the elastic default target", with(clover, 0), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 144 - 9, offHeap: 144, headroom: 9, source: "default", elastic: true}, false},
+		{"default target, redis", with(redis, 0), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 48 - 9, offHeap: 48, headroom: 9, source: "default", elastic: true}, false},
+		{"default target grows to hold a large store cache", with(bigCache, 0), 0, true, memoryPlan{totalMiB: 710, goMiB: 710 - 624 - 21, offHeap: 624, headroom: 21, source: "default", elastic: true}, false},
+		{"a large store cache under a set limit: refused", with(bigCache, 300), 0, true, memoryPlan{}, true},
 		{"automatic, container limit", with(clover, 0), 1000, true, memoryPlan{totalMiB: 900, goMiB: 900 - 144 - 27, offHeap: 144, headroom: 27, source: "container"}, false},
 		{"flag over container", with(clover, 300), 1000, true, memoryPlan{totalMiB: 300, goMiB: 300 - 144 - 9, offHeap: 144, headroom: 9, source: "flag"}, false},
 		{"none over container", with(clover, -1), 1000, true, memoryPlan{source: "none"}, false},
@@ -116,7 +121,11 @@ func TestTrimValve(t *testing.T) {
 		{"redis under 300 MiB", redis, limit, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := trimValve(tc.c, tc.p, nil).Bound; got != tc.want {
+			var got int64
+			if b := trimValve(tc.c, tc.p, nil).Bound; b != nil {
+				got = b.Load()
+			}
+			if got != tc.want {
 				t.Errorf("valve bound = %d MiB; want %d", got>>20, tc.want>>20)
 			}
 		})

@@ -136,10 +136,11 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	}
 	valveCtx, closeValve := context.WithCancel(ctx)
 	defer closeValve()
-	go trimValve(c, plan, log).Run(valveCtx)
+	valve := trimValve(c, plan, log)
+	go valve.Run(valveCtx)
 	var gov *memoryGovernor
-	if plan.totalMiB > 0 && c.Store == StoreClover && malloc.OffHeap {
-		gov = &memoryGovernor{plan: plan, goMiB: plan.goMiB, live: liveHeap, autoBudget: c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0, log: log}
+	if plan.totalMiB > 0 {
+		gov = &memoryGovernor{plan: plan, goMiB: plan.goMiB, live: liveHeap, valve: valve.Bound, autoBudget: c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0, log: log}
 	}
 	if c.CacheBudgetDocs == 0 {
 		c.CacheBudgetDocs = cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs))
@@ -241,13 +242,19 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	go func() { webErr <- srv.Serve(ctx, ln) }()
 	ds, _ := store.(*docstore.Store)
 	govDone := make(chan struct{})
-	if ds != nil && gov != nil {
+	if gov != nil {
 		g := *gov
-		g.memory = ds.Memory
+		if ds != nil && malloc.OffHeap {
+			g.memory = ds.Memory
+		}
 		for _, e := range engines {
 			g.engines = append(g.engines, e)
 		}
-		go func() { defer close(govDone); g.run(ctx) }()
+		go func() {
+			defer close(govDone)
+			g.run(ctx)
+			gov.plan = g.plan // a raised target outlives a rebuild of the store
+		}()
 	} else {
 		close(govDone)
 	}

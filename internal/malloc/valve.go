@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,8 +26,11 @@ import (
 // Trimming only under pressure leaves a process well under its bound
 // without the cost (the collapsed pages are faulted in again when reused).
 type Valve struct {
-	// Bound is the resident bytes at or above which the valve trims.
-	Bound int64
+	// Bound holds the resident bytes at or above which the valve trims.
+	// It is read at every look, so a limit that moves (an elastic memory
+	// target that rose) takes the valve along; nil or not positive, the
+	// valve does not trim.
+	Bound *atomic.Int64
 	// Every is how often the valve reads the resident memory (default
 	// 200 ms); MinGap the least time between two trims (default 1 s),
 	// which bounds what a process whose memory is all in use pays.
@@ -39,7 +43,7 @@ type Valve struct {
 // memory is not the C allocator's (OffHeap false) or the resident memory
 // cannot be read (no /proc: not Linux).
 func (v Valve) Run(ctx context.Context) {
-	if !OffHeap || v.Bound <= 0 {
+	if !OffHeap || v.Bound == nil {
 		return
 	}
 	if _, err := Resident(); err != nil {
@@ -64,14 +68,18 @@ func (v Valve) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			bound := v.Bound.Load()
+			if bound <= 0 {
+				continue
+			}
 			rss, err := Resident()
-			if err != nil || !shouldTrim(rss, v.Bound, now, last, gap) {
+			if err != nil || !shouldTrim(rss, bound, now, last, gap) {
 				continue
 			}
 			last = now
 			Trim()
 			after, _ := Resident()
-			log.Debug("C allocator trimmed", "resident_mib", rss>>20, "after_mib", after>>20, "bound_mib", v.Bound>>20, "took", time.Since(now))
+			log.Debug("C allocator trimmed", "resident_mib", rss>>20, "after_mib", after>>20, "bound_mib", bound>>20, "took", time.Since(now))
 		}
 	}
 }

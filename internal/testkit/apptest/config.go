@@ -38,6 +38,10 @@ func Config(t testing.TB, base app.Config, brokers []string, names Names, peerSe
 	c.CommitInterval = 100 * time.Millisecond
 	c.Partitions = 3
 	c.Fsync = false
+	// In-process instances share one Go runtime, whose memory limit is
+	// process-wide: each one's default target (and its governor) would
+	// set it for all of them. The child-process tests run the default.
+	c.MemoryLimitMiB = -1
 	c.PeerSecret = peerSecret
 	return c
 }
