@@ -94,11 +94,12 @@ func TestMemoryGovernorStep(t *testing.T) {
 	}
 }
 
-// TestMemoryGovernorRaise checks the elastic default target: it rises by
-// a quarter (Go's limit and the valve's bound with it) only after the live
-// heap has stayed over 70 % of Go's share for five looks in a row with
-// nothing left to shrink; a limit the operator set never rises, and a
-// process without C caches (Redis, no cgo) keeps the plan's share.
+// TestMemoryGovernorRaise checks the elastic default target: it rises
+// (Go's limit and the valve's bound with it) only after the live heap has
+// stayed over 70 % of Go's share for five looks in a row with nothing left
+// to shrink, to where the live heap is half of Go's share and by a quarter
+// at least; a limit the operator set never rises, and a process without C
+// caches (Redis, no cgo) keeps the plan's share.
 func TestMemoryGovernorRaise(t *testing.T) {
 	old := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
@@ -109,10 +110,18 @@ func TestMemoryGovernorRaise(t *testing.T) {
 	if err != nil || !def.elastic || def.totalMiB != DefaultMemoryTargetMiB {
 		t.Fatalf("planMemory(redis, defaults) = %+v, %v; want the elastic %d MiB target", def, err, DefaultMemoryTargetMiB)
 	}
+	clover, err := planMemory(Default(), 0, true)
+	if err != nil || !clover.elastic || clover.goMiB != 115 {
+		t.Fatalf("planMemory(clover, defaults) = %+v, %v; want the elastic target with 115 MiB for Go", clover, err)
+	}
 	fixed := def
 	fixed.elastic, fixed.source = false, "flag"
-	over := def.goMiB*elasticPercent/100 + 1 // MiB of live heap just over the bound
-	const far = 1000                         // MiB of live heap over it after two raises
+	over := def.goMiB*elasticPercent/100 + 1 // 171 MiB of live heap: just over the bound
+	// Fitted: 2×171 MiB for Go, 48 for the binary, 3 % headroom.
+	const fitOver = (171*2+48)*100/97 + 1
+	const far = 1000 // MiB
+	const fitFar = (far*2+48)*100/97 + 1
+	cloverOver := clover.goMiB*elasticPercent/100 + 1 // 81 MiB: fitted it needs less than a quarter more
 	for _, tc := range []struct {
 		name      string
 		plan      memoryPlan
@@ -121,14 +130,14 @@ func TestMemoryGovernorRaise(t *testing.T) {
 		liveMiB   []int64 // one per look
 		wantTotal int64
 	}{
-		{"over for five looks, budget at its floor: raised", def, true, minAutoCacheBudgetDocs, []int64{over, over, over, over, over}, 375},
+		{"over for five looks, budget at its floor: raised to fit", def, true, minAutoCacheBudgetDocs, []int64{over, over, over, over, over}, fitOver},
 		{"over for four looks: not yet", def, true, minAutoCacheBudgetDocs, []int64{over, over, over, over}, 300},
 		{"a look under starts the count again", def, true, minAutoCacheBudgetDocs, []int64{over, over, over, over - 2, over, over, over, over}, 300},
 		{"the budget can still shrink: not raised", def, true, 10000, []int64{over, over, over, over, over}, 300},
-		{"a budget the operator set: raised", def, false, 10000, []int64{over, over, over, over, over}, 375},
+		{"a budget the operator set: raised", def, false, 10000, []int64{over, over, over, over, over}, fitOver},
 		{"a limit the operator set: never raised", fixed, true, minAutoCacheBudgetDocs, []int64{over, over, over, over, over, over, over}, 300},
-		{"ten looks far over: raised twice", def, false, 0, []int64{far, far, far, far, far, far, far, far, far, far}, 468},
-		{"ten looks just over: the first raise is enough", def, false, 0, []int64{over, over, over, over, over, over, over, over, over, over}, 375},
+		{"far over: once, to fit, not a quarter at a time", def, false, 0, []int64{far, far, far, far, far, far, far, far, far, far}, fitFar},
+		{"a little over: a quarter at least", clover, false, 0, []int64{cloverOver, cloverOver, cloverOver, cloverOver, cloverOver}, 375},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			valve := trimValve(Default(), tc.plan, nil).Bound // clover's valve, moved by the raise
