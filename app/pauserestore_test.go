@@ -1,0 +1,93 @@
+package app_test
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// TestE2EPausedDuringRestore pauses (SIGSTOP) an instance in the middle of
+// restoring its partitions from the changelog into a new store, until its
+// session times out and the other instance runs every partition again;
+// ratings arrive meanwhile. Resumed, the paused instance wakes up inside a
+// restore of partitions it no longer owns, rejoins and takes its share
+// back: every rating is counted exactly once in the API of both instances,
+// in the last changelog record per movie and in the output topic.
+func TestE2EPausedDuringRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs and pauses child processes")
+	}
+	const movies = 40000
+	cc := newChildCluster(t)
+	c := cc.cfg
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	produce := producerInto(t, c, movies, truth, sums)
+	a := cc.launch("a", true)
+	produce(movies, 71)
+	waitOutputsExact(t, c, "http://"+a.api, truth, "before b joins")
+
+	// b joins with a new store and restores the partitions it is given
+	// from the changelog; it is paused the moment it has restored some
+	// records and not yet run every partition it was given.
+	b := cc.newInstance("b", true)
+	cc.start(b)
+	var caught string
+	deadline := time.Now().Add(60 * time.Second)
+	for caught == "" {
+		st, err := stats(b.api)
+		if err == nil && st.Stats.ChangelogRestored > 0 && st.Stats.PartitionsRunning < st.Stats.PartitionsAssigned {
+			if err := b.proc.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatalf("SIGSTOP b: %v", err)
+			}
+			caught = fmt.Sprintf("%d changelog records restored, %d of %d partitions running", st.Stats.ChangelogRestored, st.Stats.PartitionsRunning, st.Stats.PartitionsAssigned)
+			break
+		}
+		if err == nil && st.Stats.PartitionsAssigned > 0 && st.Stats.PartitionsRunning == st.Stats.PartitionsAssigned {
+			t.Fatalf("b finished restoring %d records before the pause struck; the test needs a longer restore", st.Stats.ChangelogRestored)
+		}
+		if time.Now().After(deadline) || b.proc.Exited() {
+			t.Fatalf("b did not start restoring within 60s (exited: %v, stats: %+v, %v)", b.proc.Exited(), st.Stats, err)
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval
+	}
+	resumed := false
+	defer func() {
+		if !resumed { // a failed test leaves no stopped process behind
+			_ = b.proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	// The process is stopped: its log is what it had done when paused.
+	restoredBefore := strings.Count(b.proc.Output(), "partition restored")
+	t.Logf("paused b in its restore: %s (%d partitions logged restored)", caught, restoredBefore)
+
+	testkit.Eventually(t, 60*time.Second, "a runs every partition while b is paused", func() error {
+		st, err := stats(a.api)
+		if err == nil && st.Stats.PartitionsRunning != 3 {
+			err = fmt.Errorf("a runs %d partitions", st.Stats.PartitionsRunning)
+		}
+		return err
+	})
+	produce(8000, 72) // counted by a while b sleeps
+	waitOutputsExact(t, c, "http://"+a.api, truth, "while b is paused")
+
+	resumed = true
+	if err := b.proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT b: %v", err)
+	}
+	cc.waitReady(b, 120*time.Second)
+	produce(8000, 73) // split between a and b again
+	for _, in := range []*crashInstance{a, b} {
+		waitOutputsExact(t, c, "http://"+in.api, truth, "after b resumed, queried on "+in.name)
+	}
+	st, err := stats(b.api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Stats.PartitionsRunning == 0 {
+		t.Errorf("b runs no partition after it resumed; want its share back")
+	}
+}
