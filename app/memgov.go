@@ -133,10 +133,13 @@ type cacheBudgeter interface{ SetCacheBudget(n int) }
 
 var _ cacheBudgeter = (*engine.Engine)(nil)
 
-// minBudget is the least the governor takes the automatic budget down to,
-// per job.
+// minBudget and maxBudget bound the automatic budget, per job.
 func (g *memoryGovernor) minBudget() int {
 	return minAutoCacheBudgetDocs / max(len(g.engines), 1)
+}
+
+func (g *memoryGovernor) maxBudget() int {
+	return defaultCacheBudgetDocs / max(len(g.engines), 1)
 }
 
 // raise lifts an elastic plan once the live heap has stayed over
@@ -145,7 +148,7 @@ func (g *memoryGovernor) minBudget() int {
 // elasticGrowPercent at least. A limit the operator or the container set is
 // never raised: there the collector works harder instead.
 func (g *memoryGovernor) raise(live int64) {
-	if !g.plan.elastic {
+	if !g.plan.elastic() {
 		return
 	}
 	if live*100 <= (g.goMiB<<20)*elasticPercent || (g.autoBudget && g.budget > g.minBudget()) {
@@ -156,17 +159,15 @@ func (g *memoryGovernor) raise(live int64) {
 		return
 	}
 	g.tight = 0
-	was := g.plan.totalMiB
 	p := &g.plan
+	was := p.totalMiB
 	// Enough for the live heap to be liveHighPercent of Go's share (as
 	// GOGC=100 would leave it), and a quarter more at least: a heap that
 	// grows fast would otherwise be chased a quarter at a time, with the
 	// collector running all the time in between (a fill with a budget of
 	// 1M documents took seven raises and a third more CPU).
 	fit := ((live>>20)*100/liveHighPercent+p.offHeap)*100/(100-headroomPercent) + 1
-	p.totalMiB = max(p.totalMiB+p.totalMiB*elasticGrowPercent/100, fit)
-	p.headroom = p.totalMiB * headroomPercent / 100
-	p.goMiB = p.totalMiB - p.offHeap - p.headroom
+	p.setTotal(max(p.totalMiB+p.totalMiB*elasticGrowPercent/100, fit))
 	if g.valve != nil {
 		g.valve.Store(valveBound(p.totalMiB))
 	}
@@ -202,7 +203,7 @@ func (g *memoryGovernor) step() {
 	case live*100 > share*liveHighPercent:
 		budget = max(budget*4/5, g.minBudget())
 	case live*100 < share*liveLowPercent:
-		budget = min(budget+budget/4, defaultCacheBudgetDocs/max(len(g.engines), 1))
+		budget = min(budget+budget/4, g.maxBudget())
 	}
 	if budget == g.budget {
 		return

@@ -107,15 +107,15 @@ func TestMemoryGovernorRaise(t *testing.T) {
 	redis := Default()
 	redis.Store = StoreRedis
 	def, err := planMemory(redis, 0, true)
-	if err != nil || !def.elastic || def.totalMiB != DefaultMemoryTargetMiB {
+	if err != nil || !def.elastic() || def.totalMiB != DefaultMemoryTargetMiB {
 		t.Fatalf("planMemory(redis, defaults) = %+v, %v; want the elastic %d MiB target", def, err, DefaultMemoryTargetMiB)
 	}
 	clover, err := planMemory(Default(), 0, true)
-	if err != nil || !clover.elastic || clover.goMiB != 115 {
+	if err != nil || !clover.elastic() || clover.goMiB != 115 {
 		t.Fatalf("planMemory(clover, defaults) = %+v, %v; want the elastic target with 115 MiB for Go", clover, err)
 	}
 	fixed := def
-	fixed.elastic, fixed.source = false, "flag"
+	fixed.source = "flag"
 	over := def.goMiB*elasticPercent/100 + 1 // 171 MiB of live heap: just over the bound
 	// Fitted: 2×171 MiB for Go, 48 for the binary, 3 % headroom.
 	const fitOver = (171*2+48)*100/97 + 1

@@ -43,10 +43,19 @@ type memoryPlan struct {
 	offHeap  int64  // MiB held outside Go's heap: baseMiB and the store's caches
 	headroom int64  // MiB kept free (headroomPercent of totalMiB)
 	source   string // flag, container, default or none
-	// elastic is set for the default target: the governor raises it when
-	// the live heap needs more (see memoryGovernor.raise), where a limit
-	// the operator or the container set stays where it is.
-	elastic bool
+}
+
+// elastic reports whether p is the default target, which the governor
+// raises when the live heap needs more (memoryGovernor.raise), where a
+// limit the operator or the container set stays where it is.
+func (p memoryPlan) elastic() bool { return p.source == "default" }
+
+// setTotal makes totalMiB the limit: the headroom comes off it, and Go
+// gets what the headroom and offHeap leave.
+func (p *memoryPlan) setTotal(totalMiB int64) {
+	p.totalMiB = totalMiB
+	p.headroom = totalMiB * headroomPercent / 100
+	p.goMiB = totalMiB - p.offHeap - p.headroom
 }
 
 // planMemory works out the limit: --memory-limit-mib when positive, else
@@ -67,7 +76,7 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 	case c.MemoryLimitMiB == 0 && containerMiB > 0:
 		p.totalMiB, p.source = containerMiB*9/10, "container"
 	case c.MemoryLimitMiB == 0:
-		p.totalMiB, p.source, p.elastic = DefaultMemoryTargetMiB, "default", true
+		p.totalMiB, p.source = DefaultMemoryTargetMiB, "default"
 	default:
 		return p, nil
 	}
@@ -76,11 +85,10 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 		p.offHeap += c.StoreCacheMiB + docstore.MaxMemtables*(docstore.DefaultMemtableSize>>20)
 	}
 	least := (p.offHeap+minGoMemoryMiB)*100/(100-headroomPercent) + 1
-	if p.elastic {
+	if p.elastic() {
 		p.totalMiB = max(p.totalMiB, least)
 	}
-	p.headroom = p.totalMiB * headroomPercent / 100
-	p.goMiB = p.totalMiB - p.offHeap - p.headroom
+	p.setTotal(p.totalMiB)
 	if p.goMiB < minGoMemoryMiB {
 		return p, fmt.Errorf("%w: --memory-limit-mib: %d MiB (%s) leaves %d MiB for Go's heap after the binary, the store's caches (%d MiB) and %d%% headroom; give at least %d MiB or lower --store-cache-mib",
 			ErrConfig, p.totalMiB, p.source, p.goMiB, p.offHeap, headroomPercent, least)
@@ -120,7 +128,7 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 		return 0, p, err
 	}
 	debug.SetMemoryLimit(p.goMiB << 20)
-	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "elastic", p.elastic, "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap, "headroom_mib", p.headroom)
+	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "elastic", p.elastic(), "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap, "headroom_mib", p.headroom)
 	return p.goMiB << 20, p, nil
 }
 

@@ -26,9 +26,9 @@ func TestPlanMemory(t *testing.T) {
 		want      memoryPlan
 		wantErr   bool
 	}{
-		{"automatic, no container limit: the elastic default target", with(clover, 0), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 144 - 9, offHeap: 144, headroom: 9, source: "default", elastic: true}, false},
-		{"default target, redis", with(redis, 0), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 48 - 9, offHeap: 48, headroom: 9, source: "default", elastic: true}, false},
-		{"default target grows to hold a large store cache", with(bigCache, 0), 0, true, memoryPlan{totalMiB: 710, goMiB: 710 - 624 - 21, offHeap: 624, headroom: 21, source: "default", elastic: true}, false},
+		{"automatic, no container limit: the elastic default target", with(clover, 0), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 144 - 9, offHeap: 144, headroom: 9, source: "default"}, false},
+		{"default target, redis", with(redis, 0), 0, true, memoryPlan{totalMiB: 300, goMiB: 300 - 48 - 9, offHeap: 48, headroom: 9, source: "default"}, false},
+		{"default target grows to hold a large store cache", with(bigCache, 0), 0, true, memoryPlan{totalMiB: 710, goMiB: 710 - 624 - 21, offHeap: 624, headroom: 21, source: "default"}, false},
 		{"a large store cache under a set limit: refused", with(bigCache, 300), 0, true, memoryPlan{}, true},
 		{"automatic, container limit", with(clover, 0), 1000, true, memoryPlan{totalMiB: 900, goMiB: 900 - 144 - 27, offHeap: 144, headroom: 27, source: "container"}, false},
 		{"flag over container", with(clover, 300), 1000, true, memoryPlan{totalMiB: 300, goMiB: 300 - 144 - 9, offHeap: 144, headroom: 9, source: "flag"}, false},
