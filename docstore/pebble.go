@@ -38,6 +38,7 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 	cache := pebble.NewCache(o.cacheBytes)
 	opts := &pebble.Options{
 		Cache:                       cache,
+		FS:                          bufferedFS{vfs.Default},
 		MemTableSize:                uint64(o.memtableBytes),
 		MemTableStopWritesThreshold: MaxMemtables,
 		ErrorIfNotExists:            mustExist,
@@ -308,7 +309,7 @@ func (p *pebbleKV) ingest(runs [][]kvEntry) error {
 
 // writeTable writes runs, in order, into a new synced table at path.
 func (p *pebbleKV) writeTable(path string, runs [][]kvEntry) error {
-	f, err := vfs.Default.Create(path, vfs.WriteCategoryUnspecified)
+	f, err := bufferedFS{vfs.Default}.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
