@@ -61,6 +61,28 @@ func startInstanceLog(t *testing.T, c app.Config, log *slog.Logger) *instance {
 // until /readyz is 200.
 func startRun(t *testing.T, run func(ctx context.Context, ready func(addr string)) error) *instance {
 	t.Helper()
+	in := launchRun(t, run)
+	testkit.Eventually(t, 30*time.Second, "instance ready", func() error {
+		code, body := httpGet(in.api + "/readyz")
+		if code != http.StatusOK {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
+	})
+	return in
+}
+
+// launchInstance runs app.Run with c until the test ends and waits only
+// until its API listens (not until it is ready).
+func launchInstance(t *testing.T, c app.Config) *instance {
+	t.Helper()
+	log := testLogger(t, c.ApplicationID)
+	return launchRun(t, func(ctx context.Context, ready func(string)) error { return app.Run(ctx, c, log, ready) })
+}
+
+// launchRun runs run until the test ends and waits until its API listens.
+func launchRun(t *testing.T, run func(ctx context.Context, ready func(addr string)) error) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	in := &instance{cancel: cancel, done: make(chan error, 1)}
@@ -76,13 +98,6 @@ func startRun(t *testing.T, run func(ctx context.Context, ready func(addr string
 		t.Fatal("instance did not start listening within 30s")
 	}
 	t.Cleanup(func() { in.stop(t) })
-	testkit.Eventually(t, 30*time.Second, "instance ready", func() error {
-		code, body := httpGet(in.api + "/readyz")
-		if code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
 	return in
 }
 

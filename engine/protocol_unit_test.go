@@ -383,6 +383,48 @@ func TestUnitRestore(t *testing.T) {
 	}
 }
 
+// TestUnitRestoreSkipsUnreadableRecords restores a changelog that holds,
+// among readable records, records no decoder can read: a value of the
+// wrong shape, no version header, a key that is not a movie key. Those
+// are skipped and counted in ChangelogSkipped; every readable record is
+// restored. (A decoder that is only unavailable is waited for instead:
+// TestE2ERegistryDownDuringRestore.)
+func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
+	c := kafkatest.New()
+	cfg := unitConfig(c, engine.ExactlyOnce)
+	topics := cfg.Topics()
+	if err := c.CreateTopic(topics.Changelog, 1); err != nil {
+		t.Fatal(err)
+	}
+	version := func(v int64) sarama.RecordHeader {
+		return sarama.RecordHeader{Key: []byte(engine.HeaderVersion), Value: []byte(strconv.FormatInt(v, 10))}
+	}
+	valid, _ := (&unitSerde{}).EncodeCountAndSum(context.Background(), "", avro.CountAndSum{Count: 9, Sum: 90})
+	clRecord(t, c, topics.Changelog, engine.MovieStats{MovieID: 1, Count: 1, Sum: 5, Version: 0})
+	unreadable := []struct {
+		key, value []byte
+		headers    []sarama.RecordHeader
+	}{
+		{engine.EncodeMovieKey(1), []byte("not a count and sum"), []sarama.RecordHeader{version(1)}},
+		{engine.EncodeMovieKey(2), valid, nil},
+		{[]byte("movie two"), valid, []sarama.RecordHeader{version(3)}},
+	}
+	for _, r := range unreadable {
+		if _, err := c.Append(topics.Changelog, 0, r.key, r.value, r.headers...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clRecord(t, c, topics.Changelog, engine.MovieStats{MovieID: 2, Count: 1, Sum: 7, Version: 4})
+
+	r := newRig(t, c, cfg, memstore.New()).start(t)
+	eventually(t, "partition running", r.ready)
+	st := r.e.Stats()
+	if st.ChangelogRestored != 5 || st.ChangelogSkipped != 3 {
+		t.Errorf("ChangelogRestored, ChangelogSkipped = %d, %d; want 5, 3", st.ChangelogRestored, st.ChangelogSkipped)
+	}
+	r.checkStore(t, map[int64]engine.MovieStats{1: {Count: 1, Sum: 5}, 2: {Count: 1, Sum: 7}})
+}
+
 // TestUnitFinalFlushOnCancel processes ratings with a commit interval too
 // long to flush, then cancels Run: Run returns, the store holds the
 // documents and the repartition and input offsets are committed.

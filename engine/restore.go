@@ -114,8 +114,22 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 	err := e.clog.ReadCommitted(ctx, e.topics.Changelog, t.p, start, end, func(m CommittedRecord) error {
 		read++
 		e.c.restored.Add(1)
-		d, err := t.decodeChangelog(ctx, m)
+		// A decoder that is temporarily unavailable (the Schema Registry
+		// down when a new process first meets the changelog's schema id)
+		// is waited for: skipping would restore the partition without those
+		// records and move its checkpoint past them, and the counts would
+		// go on from the wrong state. Only a record that cannot be read at
+		// all (not framed, not Avro, a bad key or header) is skipped.
+		var d Doc
+		err := e.withRetry(ctx, func() (err error) {
+			d, err = t.decodeChangelog(ctx, m)
+			return err
+		})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err != nil {
+			e.c.changelogSkipped.Add(1)
 			e.log.Warn("skipping unreadable changelog record", "partition", t.p, "offset", m.Offset, "err", err)
 		} else if old, ok := pending[string(d.Key)]; !ok || d.Version > old.Version {
 			pending[string(d.Key)] = d

@@ -18,6 +18,10 @@ type Stats struct {
 	DeadLettered int64 `json:"deadLettered"`
 	// ChangelogRestored counts changelog records read during restores.
 	ChangelogRestored int64 `json:"changelogRestored"`
+	// ChangelogSkipped counts changelog records a restore could not read
+	// (not framed, not Avro, a bad key or header) and skipped; a decoder
+	// that is only unavailable is waited for instead.
+	ChangelogSkipped int64 `json:"changelogSkipped"`
 	// StoreBatches counts atomic batch writes to the store.
 	StoreBatches int64 `json:"storeBatches"`
 	// StoreDocsWritten counts documents written in those batches.
@@ -41,6 +45,7 @@ type Stats struct {
 // counters are the live, atomically updated values behind Stats.
 type counters struct {
 	processed, rekeyed, duplicates, dead, restored, batches, docs, fenced atomic.Int64
+	changelogSkipped                                                      atomic.Int64
 	txnCommitted, txnAborted, restarts                                    atomic.Int64
 	assigned, running                                                     atomic.Int64
 }
@@ -52,6 +57,7 @@ func (c *counters) snapshot() Stats {
 		DuplicatesSkipped:     c.duplicates.Load(),
 		DeadLettered:          c.dead.Load(),
 		ChangelogRestored:     c.restored.Load(),
+		ChangelogSkipped:      c.changelogSkipped.Load(),
 		StoreBatches:          c.batches.Load(),
 		StoreDocsWritten:      c.docs.Load(),
 		FencedWrites:          c.fenced.Load(),
@@ -72,6 +78,7 @@ func (s Stats) Add(o Stats) Stats {
 		DuplicatesSkipped:     s.DuplicatesSkipped + o.DuplicatesSkipped,
 		DeadLettered:          s.DeadLettered + o.DeadLettered,
 		ChangelogRestored:     s.ChangelogRestored + o.ChangelogRestored,
+		ChangelogSkipped:      s.ChangelogSkipped + o.ChangelogSkipped,
 		StoreBatches:          s.StoreBatches + o.StoreBatches,
 		StoreDocsWritten:      s.StoreDocsWritten + o.StoreDocsWritten,
 		FencedWrites:          s.FencedWrites + o.FencedWrites,

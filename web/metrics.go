@@ -33,6 +33,7 @@ var statMetrics = []statMetric{
 	{"keepstate_duplicates_skipped_total", "Repartition records skipped as replays or rekey duplicates.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.DuplicatesSkipped }},
 	{"keepstate_dead_lettered_total", "Records sent to the dead-letter topic.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.DeadLettered }},
 	{"keepstate_changelog_restored_total", "Changelog records read during restores.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.ChangelogRestored }},
+	{"keepstate_changelog_skipped_total", "Changelog records a restore could not read and skipped.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.ChangelogSkipped }},
 	{"keepstate_store_batches_total", "Atomic batch writes to the store.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StoreBatches }},
 	{"keepstate_store_docs_written_total", "Documents written in store batches.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StoreDocsWritten }},
 	{"keepstate_fenced_writes_total", "Batches refused because another writer owns the partition.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.FencedWrites }},

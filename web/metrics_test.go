@@ -60,7 +60,7 @@ func TestMetrics(t *testing.T) {
 		return engine.Stats{
 			RecordsProcessed: processed.Load(), RecordsRekeyed: 1002, DuplicatesSkipped: 1003, DeadLettered: 1004,
 			ChangelogRestored: 1005, StoreBatches: 1006, StoreDocsWritten: 1007, FencedWrites: 1008,
-			PartitionsAssigned: 6, PartitionsRunning: 5,
+			PartitionsAssigned: 6, PartitionsRunning: 5, ChangelogSkipped: 1009,
 		}
 	}
 	readyFn := func() error {
@@ -98,6 +98,7 @@ func TestMetrics(t *testing.T) {
 		{"keepstate_duplicates_skipped_total", "counter", 1003},
 		{"keepstate_dead_lettered_total", "counter", 1004},
 		{"keepstate_changelog_restored_total", "counter", 1005},
+		{"keepstate_changelog_skipped_total", "counter", 1009},
 		{"keepstate_store_batches_total", "counter", 1006},
 		{"keepstate_store_docs_written_total", "counter", 1007},
 		{"keepstate_fenced_writes_total", "counter", 1008},
