@@ -309,7 +309,7 @@ func (p *pebbleKV) ingest(runs [][]kvEntry) error {
 
 // writeTable writes runs, in order, into a new synced table at path.
 func (p *pebbleKV) writeTable(path string, runs [][]kvEntry) error {
-	f, err := bufferedFS{vfs.Default}.Create(path, vfs.WriteCategoryUnspecified)
+	f, err := p.opts.FS.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}

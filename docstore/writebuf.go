@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"bufio"
 	"errors"
 	"strings"
 	"sync"
@@ -13,15 +14,12 @@ import (
 // block each, through a 4 KiB bufio.Writer); on the uniform 1M-movie run
 // those write calls were a third of the compactions' CPU, and a write of
 // 256 KiB costs the kernel less than half as much per byte as 64 writes of
-// 4 KiB (docs/benchmarks.md, "Table files written in 256 KiB").
+// 4 KiB (docs/benchmarks.md, "Table files written 256 KiB at a time").
 const tableWriteBuffer = 256 << 10
 
-// tableWriteBuffers recycles the buffers: a flush, a compaction and an
+// tableWriters recycles the buffers: a flush, a compaction and an
 // ingestion each hold one while they write a file.
-var tableWriteBuffers = sync.Pool{New: func() any {
-	b := make([]byte, 0, tableWriteBuffer)
-	return &b
-}}
+var tableWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, tableWriteBuffer) }}
 
 // bufferedFS is the file system Pebble writes the store with: the base
 // file system, except that table files (".sst") it creates write through a
@@ -36,85 +34,52 @@ func (fs bufferedFS) Create(name string, category vfs.DiskWriteCategory) (vfs.Fi
 	if err != nil || !strings.HasSuffix(name, ".sst") {
 		return f, err
 	}
-	return newBufferedFile(f), nil
+	w := tableWriters.Get().(*bufio.Writer)
+	w.Reset(f)
+	return &bufferedFile{File: f, w: w}, nil
 }
 
-// bufferedFile gathers sequential writes to a new file and hands them to
-// the file tableWriteBuffer bytes at a time. Every other call that could
-// observe the file's contents or durability (Sync, SyncData, SyncTo, Stat,
-// the reads, WriteAt, Close) writes what is buffered first, so to its
-// caller the file behaves as if each Write had reached it. A failed write
-// fails every call after it (the bytes it held are not retried out of
-// order). Not safe for concurrent use, as Pebble's writable files are not.
+// bufferedFile gathers sequential writes to a new file in a bufio.Writer
+// and hands them to the file tableWriteBuffer bytes at a time. Every other
+// call that could observe the file's contents or durability (Sync,
+// SyncData, SyncTo, Stat, the reads, WriteAt, Close) writes what is
+// buffered first, so to its caller the file behaves as if each Write had
+// reached it. A failed write fails every call after it (bufio.Writer's
+// error is sticky). Not safe for concurrent use, as Pebble's writable
+// files are not.
 type bufferedFile struct {
 	vfs.File
-	buf    *[]byte
-	failed error
-}
-
-func newBufferedFile(f vfs.File) *bufferedFile {
-	return &bufferedFile{File: f, buf: tableWriteBuffers.Get().(*[]byte)}
+	w *bufio.Writer // nil once closed
 }
 
 // errFileClosed is returned by a write to a closed bufferedFile.
 var errFileClosed = errors.New("docstore: write to a closed table file")
 
-// Write buffers p, writing the buffer out whenever it fills; it never
-// keeps a reference to p (Pebble may reuse it at once).
+// Write buffers p (a write at least as large as the buffer goes straight
+// through); it never keeps a reference to p (Pebble may reuse it at once).
 func (f *bufferedFile) Write(p []byte) (int, error) {
-	if f.failed != nil {
-		return 0, f.failed
-	}
-	if f.buf == nil {
+	if f.w == nil {
 		return 0, errFileClosed
 	}
-	n := len(p)
-	for len(p) > 0 {
-		b := *f.buf
-		if len(b) == 0 && len(p) >= cap(b) {
-			// A write at least as large as the buffer goes straight through.
-			if _, err := f.File.Write(p); err != nil {
-				f.failed = err
-				return 0, err
-			}
-			return n, nil
-		}
-		c := copy(b[len(b):cap(b)], p)
-		*f.buf = b[:len(b)+c]
-		p = p[c:]
-		if len(*f.buf) == cap(b) {
-			if err := f.flush(); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return n, nil
+	return f.w.Write(p)
 }
 
 // flush writes what is buffered to the file.
 func (f *bufferedFile) flush() error {
-	if f.failed != nil {
-		return f.failed
-	}
-	if f.buf == nil || len(*f.buf) == 0 {
+	if f.w == nil {
 		return nil
 	}
-	if _, err := f.File.Write(*f.buf); err != nil {
-		f.failed = err
-		return err
-	}
-	*f.buf = (*f.buf)[:0]
-	return nil
+	return f.w.Flush()
 }
 
 // Close writes what is buffered, closes the file and returns the buffer
 // to the pool. The file is closed even if the write failed.
 func (f *bufferedFile) Close() error {
 	err := f.flush()
-	if f.buf != nil {
-		*f.buf = (*f.buf)[:0]
-		tableWriteBuffers.Put(f.buf)
-		f.buf = nil
+	if f.w != nil {
+		f.w.Reset(nil) // drops the file and a sticky error
+		tableWriters.Put(f.w)
+		f.w = nil
 	}
 	if cerr := f.File.Close(); err == nil {
 		err = cerr

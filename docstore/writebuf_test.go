@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"os"
@@ -55,7 +56,7 @@ func TestBufferedFileWrites(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cf, path := newCountingFile(t, -1)
-			f := newBufferedFile(cf)
+			f := &bufferedFile{File: cf, w: bufio.NewWriterSize(cf, tableWriteBuffer)}
 			var want []byte
 			for i, n := range tc.sizes {
 				p := bytes.Repeat([]byte{byte('a' + i)}, n)
@@ -119,7 +120,7 @@ func TestBufferedFileSyncsWhatItBuffered(t *testing.T) {
 	for _, tc := range syncs {
 		t.Run(tc.name, func(t *testing.T) {
 			cf, path := newCountingFile(t, -1)
-			f := newBufferedFile(cf)
+			f := &bufferedFile{File: cf, w: bufio.NewWriterSize(cf, tableWriteBuffer)}
 			defer func() { _ = f.Close() }()
 			if _, err := f.Write([]byte("block")); err != nil {
 				t.Fatal(err)
@@ -140,10 +141,10 @@ func TestBufferedFileSyncsWhatItBuffered(t *testing.T) {
 
 func TestBufferedFileFailedWriteIsSticky(t *testing.T) {
 	cf, _ := newCountingFile(t, 1) // the second write to the file fails
-	f := newBufferedFile(cf)
+	f := &bufferedFile{File: cf, w: bufio.NewWriterSize(cf, tableWriteBuffer)}
 	block := make([]byte, 4096)
 	var err error
-	for i := 0; i < 2*tableWriteBuffer/len(block) && err == nil; i++ {
+	for i := 0; i <= 2*tableWriteBuffer/len(block) && err == nil; i++ {
 		_, err = f.Write(block)
 	}
 	if !errors.Is(err, errWriteFailed) {
