@@ -31,7 +31,7 @@ var docKeyPrefix = []byte("c:" + collection + ";d:")
 
 // docKey returns Clover's key of a movie's document.
 func docKey(movie int64) []byte {
-	return append(slices.Clip(docKeyPrefix), moviedoc.DocID(movie)...)
+	return moviedoc.AppendDocID(slices.Clip(docKeyPrefix), movie)
 }
 
 // cloverStore is a Clover store.Store bound to one kv read view or write

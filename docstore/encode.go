@@ -21,10 +21,11 @@ type docEncoder struct {
 	buf  bytes.Buffer
 	enc  *msgpack.Encoder
 	keys []int32
+	str  []byte // scratch for the _id and rank strings (64 bytes)
 }
 
 func newDocEncoder() *docEncoder {
-	e := &docEncoder{}
+	e := &docEncoder{str: make([]byte, 0, 64)}
 	e.enc = msgpack.NewEncoder(&e.buf)
 	return e
 }
@@ -46,22 +47,31 @@ func (e *docEncoder) encode(m engine.MovieStats) ([]byte, error) {
 		}
 		return enc.EncodeFloat64(v)
 	}
-	strs := func(name, v string) error {
+	// strs writes a string field of at most 255 bytes as EncodeString
+	// would (the encoder writes straight to e.buf), without converting v
+	// to a string first.
+	strs := func(name string, v []byte) error {
 		if err := enc.EncodeString(name); err != nil {
 			return err
 		}
-		return enc.EncodeString(v)
+		if n := len(v); n < 32 {
+			e.buf.WriteByte(0xa0 | byte(n)) // fixstr
+		} else {
+			e.buf.Write([]byte{0xd9, byte(n)}) // str8: ids and ranks are 36 and 32 bytes
+		}
+		e.buf.Write(v)
+		return nil
 	}
 	err := firstErr(
 		enc.EncodeMapLen(9),
-		strs(moviedoc.FieldID, moviedoc.DocID(m.MovieID)),
+		strs(moviedoc.FieldID, moviedoc.AppendDocID(e.str[:0], m.MovieID)), // written before the rank reuses e.str: calls run left to right
 		ints(moviedoc.FieldMovie, m.MovieID),
 		ints(moviedoc.FieldPartition, int64(m.Partition)),
 		ints(moviedoc.FieldCount, m.Count),
 		floats(moviedoc.FieldSum, m.Sum),
 		floats(moviedoc.FieldAvg, avg),
 		ints(moviedoc.FieldVersion, m.Version),
-		strs(fieldRank, moviedoc.RankKey(avg, m.MovieID)),
+		strs(fieldRank, moviedoc.AppendRankKey(e.str[:0], avg, m.MovieID)),
 		enc.EncodeString(moviedoc.FieldSources),
 	)
 	if err != nil {

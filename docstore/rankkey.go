@@ -18,12 +18,21 @@ var rankIndexPrefix = learnRankPrefix()
 // without the store's namespace byte: the prefix, the ordered encoding of
 // the rank string and the document id, as Clover's rangeIndex.Add builds
 // it (TestRankEntryMatchesClover pins it), without its fmt.Sprintf and
-// reflection per call.
+// reflection per call, and without allocating when buf has room: the rank
+// string is hex, so its ordered encoding is its bytes and the terminator
+// (orderedcode escapes only 0x00 and 0xff).
 func rankEntry(buf []byte, avg float64, movie int64) []byte {
 	buf = append(buf, rankIndexPrefix...)
-	buf, _ = orderedcode.Append(buf, moviedoc.RankKey(avg, movie)) // a string never fails
-	return append(buf, moviedoc.DocID(movie)...)
+	buf = moviedoc.AppendRankKey(buf, avg, movie)
+	buf = append(buf, rankTerminator...)
+	return moviedoc.AppendDocID(buf, movie)
 }
+
+// rankTerminator ends a string in orderedcode's encoding.
+var rankTerminator = func() []byte {
+	b, _ := orderedcode.Append(nil, "") // a string never fails
+	return b
+}()
 
 // learnRankPrefix asks Clover's index for the key of an empty rank string
 // and strips the value's encoding and the id.

@@ -1,9 +1,11 @@
 package docstore
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/moviedoc"
@@ -37,6 +39,9 @@ type docWriter struct {
 	enc     *docEncoder
 	fresh   int    // documents added to the collection
 	scratch []byte // key buffer (batches copy what they are given)
+	// index holds the batch's rank entries and members keys until
+	// writeIndex writes them in key order, after the documents.
+	index *indexOps
 }
 
 func newDocWriter(b kvBatch, counts *readCounts) *docWriter {
@@ -58,7 +63,8 @@ func (w *docWriter) stored(movie int64) (prior, bool, error) {
 	return prior{version: m.Version, avg: m.Avg(), part: m.Partition}, true, nil
 }
 
-// put writes m over old (exists false: a new movie). It never reads.
+// put writes m over old (exists false: a new movie). It never reads. Its
+// rank entry and members key changes wait in w.index for writeIndex.
 func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	avg := m.Avg()
 	// The rank entry changes only with the average, the members key only
@@ -70,36 +76,88 @@ func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	if exists {
 		if rank {
 			w.scratch = rankEntry(append(w.scratch[:0], nsClover), old.avg, m.MovieID)
-			if err := w.b.del(w.scratch); err != nil {
-				return fmt.Errorf("remove rank entry of movie %d: %w", m.MovieID, err)
-			}
+			w.addIndex(w.scratch, true)
 		}
 		if member {
-			if err := w.b.del(memberKey(old.part, m.MovieID)); err != nil {
-				return err
-			}
+			w.addIndex(memberKey(old.part, m.MovieID), true)
 		}
 	} else {
 		w.fresh++
 	}
 	if rank {
 		w.scratch = rankEntry(append(w.scratch[:0], nsClover), avg, m.MovieID)
-		if err := w.b.set(w.scratch, nil); err != nil {
-			return fmt.Errorf("add rank entry of movie %d: %w", m.MovieID, err)
-		}
+		w.addIndex(w.scratch, false)
+	}
+	if member {
+		w.addIndex(memberKey(m.Partition, m.MovieID), false)
 	}
 	data, err := w.enc.encode(m)
 	if err != nil {
 		return fmt.Errorf("encode movie %d: %w", m.MovieID, err)
 	}
-	w.scratch = append(append(append(w.scratch[:0], nsClover), docKeyPrefix...), moviedoc.DocID(m.MovieID)...)
-	if err := w.b.set(w.scratch, data); err != nil {
-		return err
+	w.scratch = moviedoc.AppendDocID(append(append(w.scratch[:0], nsClover), docKeyPrefix...), m.MovieID)
+	return w.b.set(w.scratch, data)
+}
+
+// indexOps gathers a batch's index key writes (sets of empty values and
+// deletions) to write them in key order. No key is written twice in a
+// batch: every key names one movie, and put runs once per movie. Its
+// buffers come from indexOpsPool and go back to it after write: a batch
+// of 2048 movies gathers about 400 KB of keys.
+type indexOps struct {
+	buf []byte // the keys, back to back
+	ops []indexOp
+}
+
+type indexOp struct {
+	start, end int
+	del        bool
+}
+
+var indexOpsPool = sync.Pool{New: func() any { return new(indexOps) }}
+
+// addIndex records a write of key (copied): a deletion when del is set, else
+// a set of memberMark (the empty value of rank entries and members keys).
+func (w *docWriter) addIndex(key []byte, del bool) {
+	if w.index == nil {
+		w.index = indexOpsPool.Get().(*indexOps)
 	}
-	if !member {
+	x := w.index
+	start := len(x.buf)
+	x.buf = append(x.buf, key...)
+	x.ops = append(x.ops, indexOp{start: start, end: len(x.buf), del: del})
+}
+
+// writeIndex writes the index keys that put gathered into the batch, in
+// key order, and returns the buffers to the pool (the batch copies what
+// it is given). A batch's documents arrive in key order already
+// (writeDocs sorts by movie); writing the index keys sorted too, rather
+// than interleaved with them, lets the memtable's skiplist start each
+// insert from the last one's position instead of from its top.
+func (w *docWriter) writeIndex() error {
+	x := w.index
+	if x == nil {
 		return nil
 	}
-	return w.b.set(memberKey(m.Partition, m.MovieID), memberMark)
+	w.index = nil
+	defer func() {
+		x.buf, x.ops = x.buf[:0], x.ops[:0]
+		indexOpsPool.Put(x)
+	}()
+	key := func(o indexOp) []byte { return x.buf[o.start:o.end] }
+	slices.SortFunc(x.ops, func(a, c indexOp) int { return bytes.Compare(key(a), key(c)) })
+	for _, o := range x.ops {
+		var err error
+		if o.del {
+			err = w.b.del(key(o))
+		} else {
+			err = w.b.set(key(o), memberMark)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // addSize adds n to the collection size in Clover's metadata.
@@ -159,6 +217,9 @@ func writeDocs(w *docWriter, docs []engine.MovieStats, replay bool, known lookup
 			written(last.MovieID, cur)
 		}
 		i = j
+	}
+	if err := w.writeIndex(); err != nil {
+		return err
 	}
 	return addSize(w.b, w.fresh)
 }

@@ -40,7 +40,11 @@ const SignBit = 1 << 63
 // DocID returns the Clover _id of a movie: a canonical 36-character UUID
 // whose first 16 hex digits are the movie id (offset so that negative ids
 // sort first), so ids sort like movie ids and map back to them.
-func DocID(movie int64) string {
+func DocID(movie int64) string { return string(AppendDocID(make([]byte, 0, 36), movie)) }
+
+// AppendDocID appends DocID(movie) to buf, without allocating when buf
+// has room.
+func AppendDocID(buf []byte, movie int64) []byte {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(movie)^SignBit)
 	var s [36]byte
@@ -53,7 +57,7 @@ func DocID(movie int64) string {
 	hex.Encode(s[19:23], b[8:10])
 	s[23] = '-'
 	hex.Encode(s[24:36], b[10:16])
-	return string(s[:])
+	return append(buf, s[:]...)
 }
 
 // OrderedFloat maps a non-NaN float to a uint64 with the same order
@@ -72,10 +76,16 @@ func OrderedFloat(f float64) uint64 {
 // RankKey returns the rank of (avg, movie): a 32-character lowercase hex
 // string whose byte order is average descending, then movie id ascending.
 func RankKey(avg float64, movie int64) string {
+	return string(AppendRankKey(make([]byte, 0, 32), avg, movie))
+}
+
+// AppendRankKey appends RankKey(avg, movie) to buf, without allocating
+// when buf has room.
+func AppendRankKey(buf []byte, avg float64, movie int64) []byte {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], ^OrderedFloat(avg))
 	binary.BigEndian.PutUint64(b[8:], uint64(movie)^SignBit)
-	return hex.EncodeToString(b[:])
+	return hex.AppendEncode(buf, b[:])
 }
 
 // ToDocument converts a validated aggregate to its Clover document.
