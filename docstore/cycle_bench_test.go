@@ -21,7 +21,8 @@ import (
 // Clover document and 26-byte index entries of our own instead of Clover's
 // 93-byte rank entries. cpu-µs/update includes the engine's background
 // compactions; written-B/update is what Pebble flushed and compacted per
-// update (its write amplification); -v logs Pebble's metrics. Numbers in
+// update (its write amplification); query-µs is a 100-movie range query
+// on the tree the rounds left; -v logs Pebble's metrics. Numbers in
 // docs/benchmarks.md ("Where clover's uniform CPU goes"):
 //
 //	go test -run '^$' -bench BenchmarkUniformCycle -benchtime 130x ./docstore
@@ -54,7 +55,11 @@ func BenchmarkUniformCycle(b *testing.B) {
 			}
 			return s.Apply(ctx, engine.Batch{Partition: p, Epoch: epochs[p], Docs: docs, Checkpoint: checkpoint})
 		}
-		runUniformCycle(b, s, n, load, apply)
+		query := func(lo, hi float64) (int, error) {
+			page, err := s.Range(ctx, engine.RangeQuery{MinAvg: lo, MaxAvg: hi, Limit: cycleQueryLimit})
+			return len(page.Movies), err
+		}
+		runUniformCycle(b, s, n, load, apply, query)
 	})
 	b.Run("table", func(b *testing.B) {
 		s, n := cycleStore(b)
@@ -93,7 +98,12 @@ func BenchmarkUniformCycle(b *testing.B) {
 			}
 			return tb.Apply(ctx, engine.DocBatch{Partition: p, Epoch: epochs[p], Docs: docs, Checkpoint: checkpoint})
 		}
-		runUniformCycle(b, s, n, load, apply)
+		query := func(lo, hi float64) (int, error) {
+			page, err := tb.Query(ctx, engine.IndexQuery{Index: "avg", Min: engine.Num(lo), Max: engine.Num(hi),
+				HasMin: true, HasMax: true, Desc: true, Limit: cycleQueryLimit})
+			return len(page.Docs), err
+		}
+		runUniformCycle(b, s, n, load, apply, query)
 	})
 }
 
@@ -131,13 +141,21 @@ func movieTableDoc(id int64, p int32, version, count int64, sum float64) engine.
 		Sources: map[int32]int64{p: version}, Value: v, Index: []engine.IndexValue{engine.Num(sum / float64(count))}}
 }
 
+// cycleQueries and cycleQueryLimit shape the queries that end a
+// BenchmarkUniformCycle run: pages of 100 movies, the API's default.
+const cycleQueries, cycleQueryLimit = 300, 100
+
 // runUniformCycle runs the rounds of BenchmarkUniformCycle on s (n movies
 // restored over three partitions): per round and partition, load reads
 // 1000 distinct random movies of the partition and apply writes them back
 // one rating later. It reports CPU, load and apply time and the bytes
-// Pebble wrote, per update.
+// Pebble wrote, per update. Then, on the tree the updates left (their
+// index deletions included), it times cycleQueries range queries, each a
+// page of the movies whose average lies in a random window one point
+// wide, answered by query, and reports the mean as query-µs.
 func runUniformCycle(b *testing.B, s *Store, n int, load func(p int32, ids []int64) error,
-	apply func(p int32, ids []int64, r *rand.Rand, checkpoint int64) error) {
+	apply func(p int32, ids []int64, r *rand.Rand, checkpoint int64) error,
+	query func(lo, hi float64) (int, error)) {
 	written := func() uint64 {
 		var w uint64
 		for _, l := range s.kv.(*pebbleKV).db.Metrics().Levels {
@@ -175,6 +193,17 @@ func runUniformCycle(b *testing.B, s *Store, n int, load func(p int32, ids []int
 		}
 	}
 	cpu := cpuTime() - cpu0
+	var queryT time.Duration
+	for range cycleQueries {
+		lo := 1 + 8*r.Float64()
+		t0 := time.Now()
+		got, err := query(lo, lo+1)
+		queryT += time.Since(t0)
+		if err != nil || got != cycleQueryLimit {
+			b.Fatalf("query [%.2f, %.2f]: got %d movies, %v; want %d", lo, lo+1, got, err, cycleQueryLimit)
+		}
+	}
+	b.ReportMetric(float64(queryT.Nanoseconds())/cycleQueries/1e3, "query-µs")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(updates)/1e3, "cpu-µs/update")
 	b.ReportMetric(float64(loadT.Nanoseconds())/float64(updates)/1e3, "load-µs/update")
 	b.ReportMetric(float64(applyT.Nanoseconds())/float64(updates)/1e3, "apply-µs/update")

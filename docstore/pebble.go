@@ -54,6 +54,17 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 		// foreground (applies, queries) must keep one.
 		CompactionConcurrencyRange: func() (int, int) { return 1, 1 },
 	}
+	// No tombstone-density compactions. Every update that changes a
+	// movie's average deletes its old rank entry, so the rank index's
+	// blocks are always dense with deletions, and Pebble's default
+	// threshold (a tenth of a file's blocks) picked a quarter to two
+	// thirds of all compactions to rewrite them: a quarter to a third of
+	// the bytes written (BenchmarkUniformCycle). Default compactions
+	// still weigh deletions (a file's compensated size counts what its
+	// tombstones would drop), and range queries over the churned index
+	// were no slower without them (benchmarks.md, "Tombstone-density
+	// compactions off").
+	opts.Experimental.TombstoneDenseCompactionThreshold = -1
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // point reads of missing keys skip files
 		// No block compression: at 1M movies Snappy saved 40% of the
