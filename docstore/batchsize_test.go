@@ -28,10 +28,13 @@ func TestMovieBatchBytes(t *testing.T) {
 	defer b.release()
 	w := newDocWriter(b, nil)
 	for _, m := range docs {
-		old := prior{avg: 4.5, part: 1}
+		old := prior{sum: 9, count: 2, part: 1} // average 4.5
 		if err := w.put(m, old, true); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := w.writeIndex(); err != nil { // the rank entries and members keys put gathered
+		t.Fatal(err)
 	}
 	got := b.(*pebbleBatch).b.Len()
 	t.Logf("%d bytes per updated movie; Apply reserves %d", got/n, movieBatchBytes)

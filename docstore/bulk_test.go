@@ -258,7 +258,7 @@ func TestReopenFillsWriteCache(t *testing.T) {
 	if got := len(s.priors.m); got != 500 {
 		t.Fatalf("write cache holds %d movies after reopen; want 500", got)
 	}
-	if p, ok := s.priors.get(7); !ok || p.version != 1 || p.part != syntheticMovie(7, 1).Partition || p.avg != syntheticMovie(7, 1).Avg() {
+	if p, ok := s.priors.get(7); !ok || p.version != 1 || p.part != syntheticMovie(7, 1).Partition || p.avg() != syntheticMovie(7, 1).Avg() {
 		t.Fatalf("cached movie 7 = %+v, %v; want version 1 and its partition and average", p, ok)
 	}
 	ctx := context.Background()

@@ -220,6 +220,7 @@ func (s *Store) startIngest() error {
 	job := &ingestJob{docs: s.buf.docs, checkpoints: s.buf.checkpoints, done: make(chan struct{})}
 	s.buf.docs, s.buf.checkpoints = nil, nil
 	s.job = job
+	s.priors.begin() // ended by awaitIngest
 	go func() {
 		defer close(job.done)
 		job.err = s.runIngest(job)
@@ -264,6 +265,7 @@ func (s *Store) awaitIngest() error {
 	}
 	<-job.done
 	s.job = nil
+	defer s.priors.end() // begun by startIngest
 	if job.err != nil {
 		if s.buf.docs == nil {
 			s.buf.docs = map[int64]engine.MovieStats{}
@@ -326,8 +328,8 @@ func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int
 		}
 		avg := m.Avg()
 		if exists {
-			if moviedoc.RankKey(old.avg, id) != moviedoc.RankKey(avg, id) {
-				ranks = append(ranks, rankItem{id: id, avg: old.avg, del: true})
+			if moviedoc.RankKey(old.avg(), id) != moviedoc.RankKey(avg, id) {
+				ranks = append(ranks, rankItem{id: id, avg: old.avg(), del: true})
 			}
 			if old.part != m.Partition {
 				members = append(members, memberItem{p: old.part, id: id, del: true})
@@ -344,7 +346,7 @@ func (s *Store) bulkEntries(buf map[int64]engine.MovieStats, checkpoints map[int
 		if !exists || old.part != m.Partition {
 			members = append(members, memberItem{p: m.Partition, id: id})
 		}
-		out = append(out, written{id, prior{version: m.Version, avg: avg, part: m.Partition}})
+		out = append(out, written{id, priorOf(m)})
 	}
 	// Rank entries sort by average descending, then movie id (rankKey).
 	slices.SortFunc(ranks, func(a, b rankItem) int {

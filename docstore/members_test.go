@@ -126,7 +126,7 @@ func TestDropAndWarmReadTheDocuments(t *testing.T) {
 			<-s.Warmed()
 			s.wmu.Lock()
 			for _, m := range want {
-				if p, ok := s.priors.get(m.MovieID); !ok || p.version != 2 || p.avg != m.Avg() || p.part != m.Partition {
+				if p, ok := s.priors.get(m.MovieID); !ok || p.version != 2 || p.avg() != m.Avg() || p.part != m.Partition {
 					s.wmu.Unlock()
 					t.Fatalf("write cache after Open: movie %d = %+v, %v; want version 2, average %v, partition %d", m.MovieID, p, ok, m.Avg(), m.Partition)
 				}

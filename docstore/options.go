@@ -19,7 +19,7 @@ const (
 	// the memtable size. Measured at 1M movies: three are common.
 	MaxMemtables = 4
 	// DefaultWriteCache is the default number of movies the write cache
-	// remembers (see WithWriteCache): about 15 MiB when full.
+	// remembers (see WithWriteCache): about 27 MiB when full.
 	DefaultWriteCache = 250_000
 )
 
@@ -111,9 +111,10 @@ func WithMemtableSize(bytes int64) Option {
 
 // WithWriteCache sets how many movies the write cache remembers (default
 // DefaultWriteCache; 0 turns it off). For each movie the store has read or
-// written (or found absent) it keeps the version, average and partition
-// (about 50 bytes), so that Apply writes that movie without reading it
-// first. When full it forgets movies at random: it serves the movies the
+// written (or found absent) it keeps the version, count, sum, partition
+// and source offset (about 110 bytes with the map), so that Apply writes
+// that movie without reading it first, and Load returns it without
+// searching the store. When full it forgets movies at random: it serves the movies the
 // engine works on, which Load has just read. A restore into an empty
 // store (the bulk load) keeps every movie it writes, up to 2M or this
 // limit if larger, and shrinks back when it ends. Negative means the
@@ -129,7 +130,7 @@ func WithWriteCache(movies int) Option {
 // WithBulkMemory bounds the Go heap, in bytes, that a restore into an
 // empty store (the bulk load) uses for its write cache and its buffer of
 // documents not yet written out: it then keeps at most as many movies as
-// half of it holds (about 83 bytes each) instead of 2M, and writes out a
+// half of it holds (about 115 bytes each) instead of 2M, and writes out a
 // buffer whose two halves (one written while the next fills) hold the
 // other half (about 325 bytes per movie) instead of 250k movies. A bulk
 // load whose cache fills ends, and the rest of the restore reads before
@@ -145,7 +146,7 @@ func WithBulkMemory(bytes int64) Option {
 // Sizes the bulk load's structures take per movie in Go's heap, measured
 // with Go 1.26 (a map's table doubles, so these are upper ends).
 const (
-	priorEntryBytes    = 83  // one movie in the write cache
+	priorEntryBytes    = 115 // one movie in the write cache (prior: 40 bytes, and the map)
 	bufferedMovieBytes = 325 // one movie in the load buffer, sources included
 	minIngestChunk     = 10_000
 )

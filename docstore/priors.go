@@ -1,5 +1,57 @@
 package docstore
 
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// prior is what the store holds of a movie, as its next write and its
+// next Load need it: its version (for the version rule), its partition
+// (members key), its count and sum (its average names its rank index
+// entry, removed when it changes; Load returns them) and, when the
+// document's one source is its own partition (the movie job's documents:
+// the aggregate task of partition p reads partition p of the repartition
+// topic), that source's offset. A prior without it (hasSrc false) still
+// serves writes; Load reads such a movie from the store. 40 bytes: the
+// cache holds 250,000 of them by default.
+type prior struct {
+	version int64
+	sum     float64
+	count   int64
+	srcOff  int64
+	part    int32
+	hasSrc  bool
+	absent  bool // the store holds no such movie (learned by Load)
+}
+
+// priorOf returns the prior of the stored document m.
+func priorOf(m engine.MovieStats) prior {
+	p := prior{version: m.Version, sum: m.Sum, count: m.Count, part: m.Partition}
+	if off, ok := m.Sources[m.Partition]; ok && len(m.Sources) == 1 {
+		p.srcOff, p.hasSrc = off, true
+	}
+	return p
+}
+
+// avg returns the movie's average, computed as engine.MovieStats.Avg does
+// (the same bits: the rank entry it names is the one written).
+func (p prior) avg() float64 {
+	return engine.MovieStats{Count: p.count, Sum: p.sum}.Avg()
+}
+
+// stats returns the document of movie id that p describes; ok is false
+// when p cannot rebuild it (an absent movie, or not one source: its own
+// partition).
+func (p prior) stats(id int64) (engine.MovieStats, bool) {
+	if p.absent || !p.hasSrc {
+		return engine.MovieStats{}, false
+	}
+	return engine.MovieStats{MovieID: id, Partition: p.part, Count: p.count, Sum: p.sum, Version: p.version,
+		Sources: map[int32]int64{p.part: p.srcOff}}, true
+}
+
 // priorCache remembers, for movies the store has read or written, what the
 // next write of the movie needs (its version, average and partition, or
 // that the movie is absent), so that Apply writes without reading: an LSM
@@ -8,7 +60,8 @@ package docstore
 // only what it read while no write committed (Store.learn), DropPartition
 // and Reset remove theirs, and a failed commit empties it.
 //
-// It holds at most max entries (WithWriteCache, about 50 bytes each).
+// It holds at most max entries (WithWriteCache, about 110 bytes each with
+// the map).
 // Once full, a new entry evicts an eighth of the cache, in the map's
 // (random) order: the cache serves the movies the engine is working on,
 // which it has just loaded or written, not the whole store. A bulk load
@@ -16,8 +69,23 @@ package docstore
 // cache does not know for a new one, and the cache may grow to bulkMax;
 // when it is full the load ends, and unpin shrinks it back to max. A crash
 // loses it; the reopened store fills it again as it reads (and warm fills
-// it from the documents). Guarded by Store.wmu.
+// it from the documents).
+//
+// Load answers from it too (serve): an entry is the movie's committed
+// state, so it is what a read of the store would return, without the
+// search through the LSM's levels. A Load must see whole batches, though,
+// and a batch becomes visible in the store before the cache learns it:
+// so every change of the store's documents (a commit, an ingestion) runs
+// between begin and end, which make seq odd while it lasts, and a Load
+// uses the cache only when seq was even before its snapshot and is still
+// the same when it reads the cache (a sequence lock).
+//
+// Changes hold Store.wmu and mu; reads hold either (writers read under
+// wmu, Load under mu's read lock, so that it never waits for a write's
+// commit).
 type priorCache struct {
+	mu     sync.RWMutex
+	seq    atomic.Uint64 // odd while the store's documents change (begin, end)
 	m      map[int64]prior
 	max    int
 	pinned bool
@@ -65,6 +133,8 @@ func (c *priorCache) limit() int {
 // put records p for id, evicting other movies when the cache is full, or,
 // pinned and full, only if it already holds id.
 func (c *priorCache) put(id int64, p prior) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if _, ok := c.m[id]; ok {
 		c.m[id] = p
 		return
@@ -78,7 +148,7 @@ func (c *priorCache) put(id int64, p prior) {
 	c.m[id] = p
 }
 
-// evict removes n entries.
+// evict removes n entries. The caller holds mu.
 func (c *priorCache) evict(n int) {
 	ids := make([]int64, 0, min(n, len(c.m)))
 	for id := range c.m {
@@ -94,6 +164,8 @@ func (c *priorCache) evict(n int) {
 // forget removes ids (a partition dropped), as one removal; it sorts
 // ids in place.
 func (c *priorCache) forget(ids []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, id := range ids {
 		delete(c.m, id)
 	}
@@ -102,6 +174,12 @@ func (c *priorCache) forget(ids []int64) {
 
 // clear empties the cache, releasing its memory.
 func (c *priorCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clearLocked()
+}
+
+func (c *priorCache) clearLocked() {
 	c.m = map[int64]prior{}
 	c.removals.removedAll()
 }
@@ -120,6 +198,8 @@ func (c *priorCache) learn(before uint64, entries []written) {
 	if c.pinned || c.max == 0 {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	since, ok := c.removals.since(before)
 	if !ok {
 		return
@@ -145,13 +225,17 @@ func (c *priorCache) full() bool { return len(c.m) >= c.limit() }
 
 // pin empties the cache and stops eviction for a bulk load.
 func (c *priorCache) pin() {
-	c.clear()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clearLocked()
 	c.pinned = true
 }
 
 // unpin ends a bulk load's pin; a cache grown past max is shrunk to it in
 // a new map (a Go map keeps its memory after deletes).
 func (c *priorCache) unpin() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.pinned = false
 	if len(c.m) <= c.max {
 		return
@@ -165,4 +249,49 @@ func (c *priorCache) unpin() {
 	}
 	c.m = kept
 	c.removals.removedAll()
+}
+
+// begin marks the start of a change of the store's documents that the
+// cache learns only once it is visible (a commit, then its after; an
+// ingestion, then awaitIngest): Loads stop answering from the cache until
+// end. Every begin has one end. The caller holds wmu.
+func (c *priorCache) begin() { c.seq.Add(1) }
+
+// end marks the end of the change begin started, once the cache holds
+// its result (or was emptied).
+func (c *priorCache) end() { c.seq.Add(1) }
+
+// steady returns the sequence number a Load reads before its snapshot;
+// ok is false while a change is under way (the snapshot may hold what the
+// cache does not yet).
+func (c *priorCache) steady() (seq uint64, ok bool) {
+	seq = c.seq.Load()
+	return seq, seq%2 == 0
+}
+
+// serve puts into out the documents of ids that the cache can rebuild
+// (prior.stats) and returns the other ids (in their order), which the
+// caller reads from the store: movies the cache does not know, or knows
+// without their one source. A movie it knows to be absent is neither.
+// seq is what steady returned before the caller's snapshot: if a change
+// has begun since, the cache may be ahead of the snapshot, and serve
+// answers nothing (returns ids). It holds mu's read lock, never wmu.
+func (c *priorCache) serve(seq uint64, ids []int64, out map[int64]engine.MovieStats) (rest []int64) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.m) == 0 || c.seq.Load() != seq {
+		return ids
+	}
+	for _, id := range ids {
+		p, cached := c.m[id]
+		if cached && p.absent {
+			continue
+		}
+		if m, ok := p.stats(id); cached && ok {
+			out[id] = m
+			continue
+		}
+		rest = append(rest, id)
+	}
+	return rest
 }

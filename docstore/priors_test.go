@@ -347,9 +347,9 @@ func TestBulkLimits(t *testing.T) {
 	}{
 		{"no bound", 0, DefaultWriteCache, defaultBulkMax, defaultIngestChunk},
 		{"large bound keeps the defaults", 1 << 40, DefaultWriteCache, defaultBulkMax, defaultIngestChunk},
-		{"94 MiB", 94 << 20, DefaultWriteCache, 593771, 75820},
+		{"94 MiB", 94 << 20, DefaultWriteCache, (94 << 20) / 2 / priorEntryBytes, 75820},
 		{"write cache is the floor", 94 << 20, 1_000_000, 1_000_000, 75820},
-		{"tiny bound keeps a usable chunk", 1 << 20, 0, 6316, minIngestChunk},
+		{"tiny bound keeps a usable chunk", 1 << 20, 0, (1 << 20) / 2 / priorEntryBytes, minIngestChunk},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := defaults()

@@ -112,7 +112,7 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 				if !olds[i].found {
 					var m engine.MovieStats
 					m, ok = docs[id]
-					old = prior{avg: m.Avg(), part: m.Partition}
+					old = priorOf(m)
 				}
 				if !ok || old.part != p {
 					continue // not this partition's document: only the key goes
@@ -120,7 +120,7 @@ func (s *Store) DropPartition(ctx context.Context, p int32) error {
 				if err := b.del(nsKey(nsClover, docKey(id))); err != nil {
 					return nil, err
 				}
-				key = rankEntry(append(key[:0], nsClover), old.avg, id)
+				key = rankEntry(append(key[:0], nsClover), old.avg(), id)
 				if err := b.del(key); err != nil {
 					return nil, err
 				}

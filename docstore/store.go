@@ -103,6 +103,12 @@ func (s *Store) view(ctx context.Context, fn func(r kvReader, db *clover.DB) err
 // read runs fn on one snapshot of the committed state (a buffered bulk
 // load is written out first, so fn sees every batch Apply accepted).
 func (s *Store) read(ctx context.Context, fn func(r kvReader) error) error {
+	return s.readSeq(ctx, func(r kvReader, _ uint64, _ bool) error { return fn(r) })
+}
+
+// readSeq is read that also passes fn the write cache's sequence number
+// read just before the snapshot (priorCache.steady).
+func (s *Store) readSeq(ctx context.Context, fn func(r kvReader, seq uint64, steady bool) error) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -110,9 +116,10 @@ func (s *Store) read(ctx context.Context, fn func(r kvReader) error) error {
 	if err := s.flushBuffered(); err != nil {
 		return err
 	}
+	seq, steady := s.priors.steady()
 	snap := s.kv.snapshot()
 	defer snap.release()
-	return s.corrupt(fn(snap))
+	return s.corrupt(fn(snap, seq, steady))
 }
 
 // update runs fn with one write batch and commits it (synced unless fsync
@@ -157,6 +164,8 @@ func (s *Store) writeLocked(ctx context.Context, blind bool, size int, fn func(b
 	if err != nil {
 		return err
 	}
+	s.priors.begin() // Loads read the store only until the cache has the batch
+	defer s.priors.end()
 	if err := b.commit(s.sync); err != nil {
 		s.priors.clear() // the batch may have been written after all
 		return fmt.Errorf("commit: %w", err)
@@ -248,23 +257,31 @@ func decodeDoc(v []byte) (engine.MovieStats, error) {
 	return moviedoc.FromDocument(doc)
 }
 
-// Load returns the stored documents for ids, all read from one snapshot;
-// ids without a document are absent from the map. A batch of at least
-// seekLoadMin ids is read with one iterator, seeking the keys in order
-// (see loadSorted); fewer are point reads.
+// Load returns the stored documents for ids; ids without a document are
+// absent from the map. The write cache answers for the movies it holds
+// (priorCache.serve: their committed state); the others are read from one
+// snapshot, a batch of at least seekLoadMin ids with one iterator seeking
+// the keys in order (see loadSorted), fewer with point reads.
 func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieStats, error) {
 	before := s.priors.removals.count() // before the snapshot (Store.learn)
 	out := make(map[int64]engine.MovieStats, len(ids))
-	err := s.read(ctx, func(r kvReader) error {
-		if len(ids) >= seekLoadMin {
-			return s.loadSorted(r, ids, out)
+	read := ids
+	err := s.readSeq(ctx, func(r kvReader, seq uint64, steady bool) error {
+		if steady {
+			read = s.priors.serve(seq, ids, out)
 		}
-		return s.loadPoints(r, ids, out)
+		switch {
+		case len(read) >= seekLoadMin:
+			return s.loadSorted(r, read, out)
+		case len(read) > 0:
+			return s.loadPoints(r, read, out)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load %d movies: %w", len(ids), err)
 	}
-	s.learn(before, ids, out)
+	s.learn(before, read, out)
 	return out, nil
 }
 
@@ -281,7 +298,7 @@ func (s *Store) learn(before uint64, ids []int64, found map[int64]engine.MovieSt
 	entries := make([]written, 0, len(ids))
 	for _, id := range ids {
 		if m, ok := found[id]; ok {
-			entries = append(entries, written{id, prior{version: m.Version, avg: m.Avg(), part: m.Partition}})
+			entries = append(entries, written{id, priorOf(m)})
 		} else {
 			entries = append(entries, written{id, prior{absent: true}})
 		}

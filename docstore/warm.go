@@ -71,7 +71,7 @@ func (s *Store) warm() {
 			s.log.Warn("docstore write cache: malformed document", "key", it.key(), "err", err)
 			return
 		}
-		chunk = append(chunk, entry{m.MovieID, prior{version: m.Version, avg: m.Avg(), part: m.Partition}})
+		chunk = append(chunk, entry{m.MovieID, priorOf(m)})
 		if len(chunk) == warmChunk && !flush() {
 			return
 		}

@@ -15,16 +15,6 @@ import (
 // (getCollectionKey): JSON with its size and indexes.
 var collectionKey = nsKey(nsClover, []byte("coll:"+collection))
 
-// prior is what a write needs to know about the stored version of a movie:
-// its version (for the version rule), its partition (members key) and its
-// average (its rank index entry, removed when it changes).
-type prior struct {
-	version int64
-	avg     float64
-	part    int32
-	absent  bool // the store holds no such movie (learned by Load)
-}
-
 // docWriter writes one batch's documents in Clover's format: the document
 // under Clover's document key (docEncoder), the rank index entry
 // (rankEntry), the collection size in Clover's metadata, and the members
@@ -60,7 +50,7 @@ func (w *docWriter) stored(movie int64) (prior, bool, error) {
 	if err != nil {
 		return prior{}, true, fmt.Errorf("decode movie %d: %w", movie, err)
 	}
-	return prior{version: m.Version, avg: m.Avg(), part: m.Partition}, true, nil
+	return priorOf(m), true, nil
 }
 
 // put writes m over old (exists false: a new movie). It never reads. Its
@@ -71,11 +61,11 @@ func (w *docWriter) put(m engine.MovieStats, old prior, exists bool) error {
 	// with the partition: an update of a movie that stays in its partition
 	// writes two keys (document and rank entry) and one tombstone. Every
 	// key written costs compaction CPU later, per key more than per byte.
-	rank := !exists || moviedoc.OrderedFloat(old.avg) != moviedoc.OrderedFloat(avg)
+	rank := !exists || moviedoc.OrderedFloat(old.avg()) != moviedoc.OrderedFloat(avg)
 	member := !exists || old.part != m.Partition
 	if exists {
 		if rank {
-			w.scratch = rankEntry(append(w.scratch[:0], nsClover), old.avg, m.MovieID)
+			w.scratch = rankEntry(append(w.scratch[:0], nsClover), old.avg(), m.MovieID)
 			w.addIndex(w.scratch, true)
 		}
 		if member {
@@ -208,7 +198,7 @@ func writeDocs(w *docWriter, docs []engine.MovieStats, replay bool, known lookup
 				}
 				continue
 			}
-			cur, have, changed, last = prior{version: m.Version, avg: m.Avg(), part: m.Partition}, true, true, m
+			cur, have, changed, last = priorOf(m), true, true, m
 		}
 		if changed {
 			if err := w.put(last, old, exists); err != nil {
