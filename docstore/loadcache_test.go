@@ -111,24 +111,12 @@ func TestLoadFromTheCacheUnderConcurrentWrites(t *testing.T) {
 		}
 		return nil
 	})
-	r := rand.New(rand.NewPCG(5, 6))
-	version := map[int64]int64{}
-	for i := range 300 {
-		docs := randomBatch(r, version, 16, movies)
-		for j := range docs {
-			if docs[j].MovieID%5 != 0 { // the others are read from the store
-				docs[j] = ownSource(docs[j])
-			}
+	version := applyRandom(t, s, epoch, 5, movies, stop, func(m engine.MovieStats) engine.MovieStats {
+		if m.MovieID%5 != 0 { // the others are read from the store
+			m = ownSource(m)
 		}
-		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
-			stop()
-			t.Fatal(err)
-		}
-	}
-	if err := stop(); err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	checkLatest(t, s, version)
+		return m
+	})
 	ids := make([]int64, 0, movies)
 	for id := range version {
 		ids = append(ids, id)

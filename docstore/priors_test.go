@@ -212,11 +212,27 @@ func TestWriteCacheUnderConcurrentLoads(t *testing.T) {
 		_, err := s.Load(ctx, ids)
 		return err
 	})
-	r := rand.New(rand.NewPCG(3, 4))
+	applyRandom(t, s, epoch, 3, 200, stop, nil)
+}
+
+// applyRandom applies 300 batches of 16 random movies of 1..movies (its
+// random source seeded with seed; each movie passed through shape first,
+// unless nil) to partition 0 while the loaders of stop run, then stops
+// them, fails on a load's error, checks that s holds every movie's last
+// version and returns the versions.
+func applyRandom(t *testing.T, s *Store, epoch int64, seed uint64, movies int64, stop func() error,
+	shape func(engine.MovieStats) engine.MovieStats) map[int64]int64 {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed+1))
 	version := map[int64]int64{}
 	for i := range 300 {
-		docs := randomBatch(r, version, 16, 200)
-		if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
+		docs := randomBatch(r, version, 16, movies)
+		for j := range docs {
+			if shape != nil {
+				docs[j] = shape(docs[j])
+			}
+		}
+		if err := s.Apply(context.Background(), engine.Batch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(i + 1)}); err != nil {
 			stop()
 			t.Fatal(err)
 		}
@@ -225,6 +241,7 @@ func TestWriteCacheUnderConcurrentLoads(t *testing.T) {
 		t.Fatalf("load: %v", err)
 	}
 	checkLatest(t, s, version)
+	return version
 }
 
 // loadConcurrently runs load over and over in two goroutines, each with
