@@ -53,8 +53,8 @@ func (p prior) stats(id int64) (engine.MovieStats, bool) {
 }
 
 // priorCache remembers, for movies the store has read or written, what the
-// next write of the movie needs (its version, average and partition, or
-// that the movie is absent), so that Apply writes without reading: an LSM
+// next write of the movie needs (a prior, or that the movie is absent),
+// so that Apply writes without reading: an LSM
 // write is an append, a read is a search through levels. It mirrors the
 // committed state: entries change only after a batch commits, Load adds
 // only what it read while no write committed (Store.learn), DropPartition
