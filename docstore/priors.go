@@ -261,25 +261,23 @@ func (c *priorCache) begin() { c.seq.Add(1) }
 // its result (or was emptied).
 func (c *priorCache) end() { c.seq.Add(1) }
 
-// steady returns the sequence number a Load reads before its snapshot;
-// ok is false while a change is under way (the snapshot may hold what the
-// cache does not yet).
-func (c *priorCache) steady() (seq uint64, ok bool) {
-	seq = c.seq.Load()
-	return seq, seq%2 == 0
-}
+// seqNow returns the sequence number a Load reads before its snapshot
+// (odd while a change is under way: the snapshot may hold what the cache
+// does not yet).
+func (c *priorCache) seqNow() uint64 { return c.seq.Load() }
 
 // serve puts into out the documents of ids that the cache can rebuild
 // (prior.stats) and returns the other ids (in their order), which the
 // caller reads from the store: movies the cache does not know, or knows
 // without their one source. A movie it knows to be absent is neither.
-// seq is what steady returned before the caller's snapshot: if a change
-// has begun since, the cache may be ahead of the snapshot, and serve
-// answers nothing (returns ids). It holds mu's read lock, never wmu.
+// seq is what seqNow returned before the caller's snapshot: if a change
+// was under way then, or has begun since, the cache may be behind or
+// ahead of the snapshot, and serve answers nothing (returns ids). It
+// holds mu's read lock, never wmu.
 func (c *priorCache) serve(seq uint64, ids []int64, out map[int64]engine.MovieStats) (rest []int64) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if len(c.m) == 0 || c.seq.Load() != seq {
+	if len(c.m) == 0 || seq%2 != 0 || c.seq.Load() != seq {
 		return ids
 	}
 	for _, id := range ids {

@@ -103,12 +103,12 @@ func (s *Store) view(ctx context.Context, fn func(r kvReader, db *clover.DB) err
 // read runs fn on one snapshot of the committed state (a buffered bulk
 // load is written out first, so fn sees every batch Apply accepted).
 func (s *Store) read(ctx context.Context, fn func(r kvReader) error) error {
-	return s.readSeq(ctx, func(r kvReader, _ uint64, _ bool) error { return fn(r) })
+	return s.readSeq(ctx, func(r kvReader, _ uint64) error { return fn(r) })
 }
 
 // readSeq is read that also passes fn the write cache's sequence number
-// read just before the snapshot (priorCache.steady).
-func (s *Store) readSeq(ctx context.Context, fn func(r kvReader, seq uint64, steady bool) error) error {
+// read just before the snapshot (priorCache.seqNow).
+func (s *Store) readSeq(ctx context.Context, fn func(r kvReader, seq uint64) error) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -116,10 +116,10 @@ func (s *Store) readSeq(ctx context.Context, fn func(r kvReader, seq uint64, ste
 	if err := s.flushBuffered(); err != nil {
 		return err
 	}
-	seq, steady := s.priors.steady()
+	seq := s.priors.seqNow()
 	snap := s.kv.snapshot()
 	defer snap.release()
-	return s.corrupt(fn(snap, seq, steady))
+	return s.corrupt(fn(snap, seq))
 }
 
 // update runs fn with one write batch and commits it (synced unless fsync
@@ -265,11 +265,9 @@ func decodeDoc(v []byte) (engine.MovieStats, error) {
 func (s *Store) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieStats, error) {
 	before := s.priors.removals.count() // before the snapshot (Store.learn)
 	out := make(map[int64]engine.MovieStats, len(ids))
-	read := ids
-	err := s.readSeq(ctx, func(r kvReader, seq uint64, steady bool) error {
-		if steady {
-			read = s.priors.serve(seq, ids, out)
-		}
+	var read []int64
+	err := s.readSeq(ctx, func(r kvReader, seq uint64) error {
+		read = s.priors.serve(seq, ids, out)
 		switch {
 		case len(read) >= seekLoadMin:
 			return s.loadSorted(r, read, out)
