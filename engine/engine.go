@@ -154,7 +154,7 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
 	sc.Consumer.Group.InstanceId = e.cfg.InstanceID
 	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
-	sc.Consumer.Group.Heartbeat.Interval = max(e.cfg.SessionTimeout/10, 100*time.Millisecond)
+	sc.Consumer.Group.Heartbeat.Interval = e.heartbeatInterval()
 	sc.Consumer.Group.Member.UserData = []byte(e.cfg.AdvertiseAddr)
 	// Each claimed partition buffers Config.BufferedRecords fetched
 	// records. sarama's default (256) capped every drained batch near 256

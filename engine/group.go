@@ -8,7 +8,8 @@ import (
 // partitions to the rekey loop, repartition partitions to aggregate tasks.
 type groupHandler struct{ e *Engine }
 
-// Setup marks the session's repartition partitions as RESTORING.
+// Setup marks the session's repartition partitions as RESTORING and
+// starts the session's read lease keeper (lease.go).
 func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e := h.e
 	ps := s.Claims()[e.topics.Repartition]
@@ -20,6 +21,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.route.parts.setJoined()
 	e.route.owners.invalidate()
 	e.onAssigned(ps, s.GenerationID())
+	go e.keepLease(s, e.client)
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "input", s.Claims()[e.topics.Input])
 	return nil

@@ -60,7 +60,10 @@ func (r *Router) Owner(ctx context.Context, movieID int64) (addr string, local b
 	return r.OwnerOf(ctx, EncodeMovieKey(movieID))
 }
 
-// OwnerOf is Owner for a record key of any job.
+// OwnerOf is Owner for a record key of any job. While this instance's
+// read lease has lapsed (see lease.go) it answers none of its partitions
+// itself: it routes the key to the owner the group names now, or returns
+// an error wrapping ErrLeaseLapsed when that is still this instance.
 func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bool, err error) {
 	n := r.numParts.Load()
 	if n == 0 {
@@ -70,7 +73,8 @@ func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bo
 	if r.answerable(p) {
 		return r.self, true, nil
 	}
-	if st, ok := r.partitionState(p); ok {
+	leased := r.leaseValid()
+	if st, ok := r.partitionState(p); ok && leased {
 		return "", false, fmt.Errorf("partition %d is %s on this instance: %w", p, st, ErrUnavailable)
 	}
 	m, err := r.Membership(ctx)
@@ -78,12 +82,15 @@ func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bo
 		return "", false, err
 	}
 	addr, ok := m.Owners[p]
-	if !ok || addr == r.self {
-		// Owned by this address in a snapshot taken before this instance
-		// lost the partition: nobody is known to run it.
-		return "", false, fmt.Errorf("partition %d has no owner right now (rebalancing): %w", p, ErrUnavailable)
+	switch {
+	case ok && addr != r.self:
+		return addr, false, nil
+	case !leased && (ok || r.Owns(p)):
+		return "", false, r.errLeaseLapsed(p)
 	}
-	return addr, false, nil
+	// Owned by this address in a snapshot taken before this instance
+	// lost the partition: nobody is known to run it.
+	return "", false, fmt.Errorf("partition %d has no owner right now (rebalancing): %w", p, ErrUnavailable)
 }
 
 // Membership returns the current ownership snapshot, describing the group

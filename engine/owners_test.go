@@ -45,6 +45,7 @@ func TestMembershipDoesNotWaitBehindAHungBroker(t *testing.T) {
 	r.setAdmin(admin)
 	r.numParts.Store(3)
 	r.parts.set(1, Running)
+	r.lease.renew(r.lease.begin(), monoNow(), time.Hour)
 	var local int64 = 1
 	for PartitionFor(EncodeMovieKey(local), 3) != 1 {
 		local++

@@ -122,8 +122,11 @@ func (r *Router) partitionState(p int32) (s PartitionState, ok bool) {
 
 // answerable reports whether queries for partition p may be answered from
 // this instance's store: p is RUNNING here, or in hand-over (see
-// handover.go).
+// handover.go), and the read lease runs (see lease.go).
 func (r *Router) answerable(p int32) bool {
+	if !r.leaseValid() {
+		return false
+	}
 	r.parts.mu.Lock()
 	defer r.parts.mu.Unlock()
 	return r.parts.answerableLocked(p, time.Now())
@@ -137,8 +140,12 @@ func (t *partitionTracker) answerableLocked(p int32, now time.Time) bool {
 	return ok && now.Before(until)
 }
 
-// answerableSet returns the partitions answerable on this instance.
+// answerableSet returns the partitions answerable on this instance: none
+// while the read lease has lapsed.
 func (r *Router) answerableSet() map[int32]bool {
+	if !r.leaseValid() {
+		return map[int32]bool{}
+	}
 	r.parts.mu.Lock()
 	defer r.parts.mu.Unlock()
 	now := time.Now()
@@ -156,8 +163,9 @@ func (r *Router) answerableSet() map[int32]bool {
 	return out
 }
 
-// Ready returns nil when the instance has joined its group, every assigned
-// partition is RUNNING and the store is reachable; otherwise an error saying why.
+// Ready returns nil when the instance has joined its group, its read lease
+// runs, every assigned partition is RUNNING and the store is reachable;
+// otherwise an error saying why.
 func (r *Router) Ready() error {
 	r.parts.mu.Lock()
 	defer r.parts.mu.Unlock()
@@ -166,6 +174,9 @@ func (r *Router) Ready() error {
 	}
 	if err := r.restarts.failing(); err != nil {
 		return err
+	}
+	if len(r.parts.states) > 0 && !r.leaseValid() {
+		return fmt.Errorf("group membership unconfirmed: no heartbeat answered within the session timeout (read lease lapsed)")
 	}
 	if r.parts.storeErr != nil {
 		return fmt.Errorf("store unavailable: %v", r.parts.storeErr)

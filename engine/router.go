@@ -24,6 +24,7 @@ type Router struct {
 	log         *slog.Logger
 
 	parts    partitionTracker
+	lease    readLease // see lease.go
 	owners   owners
 	restarts restartLog
 	numParts atomic.Int32        // aggregate partitions; 0 until connected

@@ -61,6 +61,8 @@ func statusOf(err error, c echo.Context) (status int, msg string, retry bool) {
 			return he.Code, m, false
 		}
 		return he.Code, http.StatusText(he.Code), false
+	case errors.Is(err, engine.ErrLeaseLapsed):
+		return http.StatusServiceUnavailable, "this instance cannot confirm it still owns the partition (its group membership is unconfirmed: it was paused or cut off from Kafka) and the group names no other owner yet; retry later", true
 	case errors.Is(err, engine.ErrUnavailable):
 		return http.StatusServiceUnavailable, "store unavailable, retry later", true
 	case errors.Is(err, engine.ErrCorrupt):

@@ -34,11 +34,12 @@ import (
 const (
 	PhaseFill    = "fill"    // Movies distinct movies, one rating each
 	PhaseRun     = "run"     // Ratings ratings over Movies movies (Dist)
+	PhaseQuery   = "query"   // key lookups (each checked exact) and range queries, latency p50/p99
 	PhaseRestart = "restart" // kill -9, restart, time to the first exact answer
 	PhaseRestore = "restore" // store deleted, time to a full restore from the changelog
 )
 
-var benchPhases = []string{PhaseFill, PhaseRun, PhaseRestart, PhaseRestore}
+var benchPhases = []string{PhaseFill, PhaseRun, PhaseQuery, PhaseRestart, PhaseRestore}
 
 // ErrNotExact is returned by Run when a phase ended with a state that is
 // not exactly the ratings produced.
@@ -54,7 +55,7 @@ type Config struct {
 	Dist           string        // --zipf / --uniform: DistZipf or DistUniform
 	Store          string        // --store: clover or redis
 	RedisURL       string        // --redis-url
-	Phases         []string      // --phases: subset of fill,run,restart,restore
+	Phases         []string      // --phases: subset of fill,run,query,restart,restore
 	Partitions     int32         // --partitions of the input topic
 	Seed           uint64        // --seed of the workload
 	Binary         string        // keepstate binary started as `keepstate run`
@@ -107,7 +108,7 @@ func (b Config) Validate() error {
 		last = i
 	}
 	if len(b.Phases) > 0 && !slices.Contains(b.Phases, PhaseFill) && !slices.Contains(b.Phases, PhaseRun) {
-		errs = append(errs, errors.New("--phases: restart and restore need fill or run before them"))
+		errs = append(errs, errors.New("--phases: query, restart and restore need fill or run before them"))
 	}
 	if b.Binary == "" || b.Timeout <= 0 || b.ProfileFor <= 0 {
 		errs = append(errs, errors.New("a keepstate binary, a positive --timeout and --cpuprofile-seconds are required"))
@@ -129,6 +130,9 @@ type PhaseResult struct {
 	PeakRSSMiB float64     `json:"peakRssMiB"`
 	Check      CheckReport `json:"check"`
 	Note       string      `json:"note,omitempty"`
+	// Lookup and Range are the query phase's latencies.
+	Lookup *Latency `json:"lookup,omitempty"`
+	Range  *Latency `json:"range,omitempty"`
 }
 
 // Result is the whole benchmark's outcome.
@@ -233,6 +237,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 			pr, err = b.process(pctx, PhaseFill, Workload{Dist: DistFill, Movies: cfg.Movies, Seed: cfg.Seed + 1000})
 		case PhaseRun:
 			pr, err = b.process(pctx, PhaseRun, Workload{Dist: cfg.Dist, Movies: cfg.Movies, Ratings: cfg.Ratings, Seed: cfg.Seed})
+		case PhaseQuery:
+			pr, err = b.query(pctx)
 		case PhaseRestart:
 			pr, err = b.restart(pctx)
 		case PhaseRestore:

@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -125,6 +127,13 @@ func (t *Truth) Get(id int64) (MovieTruth, bool) {
 	defer t.mu.Unlock()
 	m, ok := t.movies[id]
 	return m, ok
+}
+
+// IDs returns the rated movies' ids, sorted.
+func (t *Truth) IDs() []int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.movies))
 }
 
 // Movies is how many distinct movies were rated.

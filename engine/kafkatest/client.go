@@ -55,6 +55,33 @@ type client struct {
 	closed bool // guarded by c.mu
 }
 
+var _ engine.GroupHeartbeater = (*client)(nil)
+
+// Heartbeat answers a group heartbeat as a coordinator does: an unknown
+// (or evicted) member gets sarama.ErrUnknownMemberId, a generation other
+// than the group's ErrIllegalGeneration, a member of a group that is
+// rebalancing ErrRebalanceInProgress. An injected fault (OpHeartbeat) is
+// returned as the request's error, as a lost connection would be.
+func (cl *client) Heartbeat(req *sarama.HeartbeatRequest) (*sarama.HeartbeatResponse, error) {
+	c := cl.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.faultLocked(Op{Kind: OpHeartbeat, Group: req.GroupId}); err != nil {
+		return nil, err
+	}
+	resp := &sarama.HeartbeatResponse{Version: req.Version}
+	g := c.groupLocked(req.GroupId)
+	switch m := g.members[req.MemberId]; {
+	case m == nil:
+		resp.Err = sarama.ErrUnknownMemberId
+	case req.GenerationId != g.generation:
+		resp.Err = sarama.ErrIllegalGeneration
+	case g.rebalancing:
+		resp.Err = sarama.ErrRebalanceInProgress
+	}
+	return resp, nil
+}
+
 // Config returns the configuration the client was opened with.
 func (cl *client) Config() *sarama.Config { return cl.cfg }
 

@@ -15,6 +15,7 @@ const (
 	OpAbort        = "abort"         // AbortTxn
 	OpJoin         = "join"          // ConsumerGroup.Consume joining the group
 	OpOffsetCommit = "offset-commit" // session Commit (non-transactional)
+	OpHeartbeat    = "heartbeat"     // a group heartbeat sent through a client (engine.GroupHeartbeater)
 	// OpFenced is only an event: a producer fenced by a newer one with the
 	// same transactional id (its open transaction aborted).
 	OpFenced = "fenced"
@@ -30,8 +31,8 @@ type Op struct {
 	TxnID string
 	// Topic is the topic of OpSend.
 	Topic string
-	// Group is the consumer group of OpJoin, OpAddOffsets and
-	// OpOffsetCommit.
+	// Group is the consumer group of OpJoin, OpAddOffsets, OpOffsetCommit
+	// and OpHeartbeat.
 	Group string
 }
 

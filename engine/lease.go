@@ -1,0 +1,206 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// The read lease: the read side of the protocol's fencing.
+//
+// Writes of an instance that lost its partitions are fenced by the broker
+// (KIP-447) and by the store's claim epochs. Reads are fenced by a lease:
+// an instance answers a partition from its own store, as its owner, only
+// while its group membership is proven recent. A member keeps its
+// partitions until the coordinator expels it, and the coordinator expels
+// it no sooner than the session timeout after the last heartbeat it
+// received (or the rebalance timeout after a rebalance began, which it
+// could only do after that heartbeat). So a heartbeat sent at t and
+// answered without error proves that nobody else can be given this
+// instance's partitions before t + min(session, rebalance timeout). The
+// lease runs until then, less a margin for clock-rate drift between this
+// machine and the coordinator.
+//
+// The lease is read on a monotonic clock, which keeps running while the
+// process is stopped: an instance woken from a SIGSTOP longer than its
+// session finds its lease lapsed at its first instruction, before any
+// goroutine of its had a chance to learn from the broker that the group
+// went on without it. Until a heartbeat of the current generation is
+// answered again, it answers no partition as owner (see Router.OwnerOf).
+//
+// Sarama's own heartbeats keep the session alive but do not report their
+// outcome, so the engine sends its own, one every heartbeat interval, for
+// the session's member and generation (leaseKeeper).
+
+// leaseEpoch anchors the lease's monotonic clock.
+var leaseEpoch = time.Now()
+
+// monoNow is the time since leaseEpoch on the monotonic clock.
+func monoNow() time.Duration { return time.Since(leaseEpoch) }
+
+// leaseMargin is what the lease keeps back from the span a heartbeat
+// proves: a tenth of it, at least 100 ms.
+func leaseMargin(span time.Duration) time.Duration { return max(span/10, 100*time.Millisecond) }
+
+// readLease is how long this instance's group membership is proven. Reads
+// are one atomic load; renewals and revocations come from the lease keeper
+// of the current session only (a keeper of an ended session can still
+// have a heartbeat in flight). Safe for concurrent use.
+type readLease struct {
+	until atomic.Int64 // monoNow() value the lease runs to; 0: never proven
+
+	mu      sync.Mutex
+	session uint64 // the current keeper's token
+}
+
+// valid reports whether the lease runs at now (a monoNow value).
+func (l *readLease) valid(now time.Duration) bool { return int64(now) < l.until.Load() }
+
+// remaining returns how long the lease still runs at now (negative: lapsed
+// that long ago; math.MinInt64-ish when never proven).
+func (l *readLease) remaining(now time.Duration) time.Duration {
+	return time.Duration(l.until.Load()) - now
+}
+
+// begin starts a new keeper and returns its token. A lease already
+// running carries over: the new generation's assignment came from a
+// rebalance this member took part in, and another rebalance cannot end
+// without it before the lease runs out.
+func (l *readLease) begin() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.session++
+	return l.session
+}
+
+// renew extends the lease to sent+span-margin, for the keeper holding
+// token, whose heartbeat was sent at sent (a monoNow value). It reports
+// whether the lease had lapsed before.
+func (l *readLease) renew(token uint64, sent, span time.Duration) (lapsed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if token != l.session {
+		return false
+	}
+	lapsed = !l.valid(monoNow())
+	if until := int64(sent + span - leaseMargin(span)); until > l.until.Load() {
+		l.until.Store(until)
+	}
+	return lapsed
+}
+
+// revoke ends the lease at once: the coordinator said this member is not
+// in the current generation any more.
+func (l *readLease) revoke(token uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if token == l.session {
+		l.until.Store(0)
+	}
+}
+
+// ErrLeaseLapsed marks a query this instance cannot answer as the owner
+// of the key's partition because its group membership is not proven
+// recent (paused, cut off from the coordinator, or rejoining). It wraps
+// ErrUnavailable: ask again, or ask the partition's new owner.
+var ErrLeaseLapsed = fmt.Errorf("group membership of this instance unconfirmed (read lease lapsed): %w", ErrUnavailable)
+
+// errLeaseLapsed wraps ErrLeaseLapsed with the partition and how long ago
+// the lease ran out.
+func (r *Router) errLeaseLapsed(p int32) error {
+	if rem := r.lease.remaining(monoNow()); rem > -24*time.Hour {
+		return fmt.Errorf("partition %d: lease ran out %v ago, no heartbeat answered since: %w", p, (-rem).Round(time.Millisecond), ErrLeaseLapsed)
+	}
+	return fmt.Errorf("partition %d: no heartbeat answered yet: %w", p, ErrLeaseLapsed)
+}
+
+// GroupHeartbeater is an optional ability of the sarama.Client a Kafka seam
+// returns: sending a group heartbeat request itself. In-process fakes
+// implement it; on a sarama client the engine sends the request to the
+// group's coordinator broker.
+type GroupHeartbeater interface {
+	// Heartbeat sends req to the group's coordinator and returns its answer.
+	Heartbeat(req *sarama.HeartbeatRequest) (*sarama.HeartbeatResponse, error)
+}
+
+// heartbeat sends one heartbeat for member in generation gen and returns
+// the coordinator's error code as an error (nil: the member is in gen).
+func (e *Engine) heartbeat(client sarama.Client, member string, gen int32) error {
+	req := &sarama.HeartbeatRequest{Version: 4, GroupId: e.cfg.ApplicationID, MemberId: member, GenerationId: gen}
+	if id := e.cfg.InstanceID; id != "" {
+		req.GroupInstanceId = &id
+	}
+	var resp *sarama.HeartbeatResponse
+	var err error
+	if h, ok := client.(GroupHeartbeater); ok {
+		resp, err = h.Heartbeat(req)
+	} else {
+		var b *sarama.Broker
+		if b, err = client.Coordinator(e.cfg.ApplicationID); err == nil {
+			resp, err = b.Heartbeat(req)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if resp.Err == sarama.ErrNoError {
+		return nil
+	}
+	return resp.Err
+}
+
+// keepLease renews the read lease for session s until s ends: a heartbeat
+// every heartbeat interval, each answered without error extending the
+// lease. An answer saying the member left the generation ends it.
+func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) {
+	l := &e.route.lease
+	token := l.begin()
+	span := e.leaseSpan()
+	every := e.heartbeatInterval()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	ctx := s.Context()
+	for {
+		sent := monoNow()
+		err := e.heartbeat(client, s.MemberID(), s.GenerationID())
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			if l.renew(token, sent, span) {
+				e.log.Info("read lease renewed: answering as owner again", "generation", s.GenerationID())
+			}
+		case errors.Is(err, sarama.ErrUnknownMemberId), errors.Is(err, sarama.ErrIllegalGeneration), errors.Is(err, sarama.ErrFencedInstancedId):
+			l.revoke(token)
+			e.log.Warn("read lease revoked: the group went on without this member", "generation", s.GenerationID(), "err", err)
+			return
+		case errors.Is(err, sarama.ErrNotCoordinatorForConsumer), errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable):
+			_ = client.RefreshCoordinator(e.cfg.ApplicationID)
+		}
+		// Other errors (a rebalance in progress, a lost connection) prove
+		// nothing; the lease runs out unless a later heartbeat succeeds.
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// leaseSpan is how long after a heartbeat the coordinator keeps this
+// member: the session timeout, or the rebalance timeout if shorter.
+func (e *Engine) leaseSpan() time.Duration {
+	return min(e.cfg.SessionTimeout, e.saramaConfig().Consumer.Group.Rebalance.Timeout)
+}
+
+// heartbeatInterval is how often sarama and the lease keeper heartbeat.
+func (e *Engine) heartbeatInterval() time.Duration {
+	return max(e.cfg.SessionTimeout/10, 100*time.Millisecond)
+}
+
+// leaseValid reports whether the read lease runs now.
+func (r *Router) leaseValid() bool { return r.lease.valid(monoNow()) }

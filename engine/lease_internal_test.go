@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// TestReadLease pins the lease's bookkeeping: a renewal runs the lease to
+// the heartbeat's send time plus the span less the margin, only the
+// current keeper renews or revokes, and a new keeper carries over the
+// lease it finds.
+func TestReadLease(t *testing.T) {
+	var l readLease
+	now := monoNow()
+	if l.valid(now) {
+		t.Fatal("a lease never renewed is valid")
+	}
+	old := l.begin()
+	if lapsed := l.renew(old, now, 10*time.Second); !lapsed {
+		t.Error("first renewal: got lapsed=false, want true (nothing was proven before)")
+	}
+	if got, want := l.remaining(now), 9*time.Second; got != want {
+		t.Errorf("remaining after a 10s span: got %v, want %v (a tenth kept back)", got, want)
+	}
+	if !l.valid(now+8*time.Second) || l.valid(now+9*time.Second) {
+		t.Errorf("lease of 9s from %v: valid at +8s %v, at +9s %v; want true, false", now, l.valid(now+8*time.Second), l.valid(now+9*time.Second))
+	}
+	if lapsed := l.renew(old, now-time.Second, 10*time.Second); lapsed || l.remaining(now) != 9*time.Second {
+		t.Errorf("an older heartbeat shortened the lease: remaining %v, lapsed %v", l.remaining(now), lapsed)
+	}
+
+	cur := l.begin()
+	if !l.valid(now) {
+		t.Error("a new keeper dropped the running lease")
+	}
+	l.revoke(old)
+	if !l.valid(now) {
+		t.Error("the keeper of an ended session revoked the lease")
+	}
+	l.renew(old, now+time.Minute, 10*time.Second)
+	if l.valid(now + time.Minute) {
+		t.Error("the keeper of an ended session renewed the lease")
+	}
+	l.revoke(cur)
+	if l.valid(now) {
+		t.Error("revoked by the current keeper, the lease is still valid")
+	}
+	if got := leaseMargin(time.Second); got != 100*time.Millisecond {
+		t.Errorf("margin of a 1s span: got %v, want 100ms", got)
+	}
+}

@@ -1,0 +1,73 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/engine/kafkatest"
+	"github.com/keepstate/keepstate/engine/memstore"
+)
+
+// TestUnitReadLeaseLapsesWithoutHeartbeats cuts an instance's heartbeats
+// off (its group session itself goes on: the fake coordinator does not
+// expire it): within the session timeout its read lease lapses, and it
+// must answer none of its partitions as owner, by key, by range or as
+// ready, with ErrLeaseLapsed; once heartbeats are answered again, it
+// answers again.
+func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
+	c := kafkatest.New()
+	cfg := unitConfig(c, engine.ExactlyOnce)
+	store := memstore.New(memstore.Local())
+	r := newRig(t, c, cfg, store).start(t)
+	movie := moviesOf(0, 1, 1)[0]
+	r.rate(t, 0, rating{movie, 7})
+	eventually(t, "movie stored", r.storeHas(totals([]rating{{movie, 7}})))
+	eventually(t, "partition 0 running", owns(r.e, 0))
+	ctx := context.Background()
+	if _, local, err := r.e.Owner(ctx, movie); err != nil || !local {
+		t.Fatalf("Owner with the lease running: local %v, %v; want local", local, err)
+	}
+
+	cut := errors.New("heartbeat lost")
+	c.SetFault(func(op kafkatest.Op) error {
+		if op.Kind == kafkatest.OpHeartbeat {
+			return cut
+		}
+		return nil
+	})
+	q := r.e.OwnedQuerier(store)
+	eventually(t, "lease lapsed", func() error {
+		_, local, err := r.e.Owner(ctx, movie)
+		if !errors.Is(err, engine.ErrLeaseLapsed) {
+			return fmt.Errorf("Owner: local %v, %v; want ErrLeaseLapsed", local, err)
+		}
+		return nil
+	})
+	if err := r.e.Ready(); err == nil {
+		t.Error("Ready with a lapsed lease: nil, want an error")
+	}
+	if m, err := q.Get(ctx, movie); !errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("Get with a lapsed lease: %+v, %v; want ErrUnavailable", m, err)
+	}
+	if page, covered, err := r.e.RangeLocal(ctx, engine.RangeQuery{MaxAvg: math.Inf(1), Limit: 10}); err != nil || len(covered) != 0 || len(page.Movies) != 0 {
+		t.Errorf("RangeLocal with a lapsed lease: %d movies, covered %v, %v; want none", len(page.Movies), covered, err)
+	}
+	if got := r.e.Partitions()[0]; got != engine.Running {
+		t.Errorf("partition 0 is %v; the test wants the session still running (only the lease lapsed)", got)
+	}
+
+	c.SetFault(nil)
+	eventually(t, "lease renewed", func() error {
+		if _, local, err := r.e.Owner(ctx, movie); err != nil || !local {
+			return fmt.Errorf("Owner: local %v, %v; want local", local, err)
+		}
+		return r.e.Ready()
+	})
+	if m, err := q.Get(ctx, movie); err != nil || m.Count != 1 {
+		t.Errorf("Get after the lease was renewed: %+v, %v; want count 1", m, err)
+	}
+}
