@@ -29,6 +29,9 @@ type fakeRouter struct {
 
 	mu     sync.Mutex
 	owners map[int32]string // partition -> owner address (self included)
+	// lapsed makes Owner refuse this instance's own partitions, as the
+	// engine does while its read lease has lapsed.
+	lapsed atomic.Bool
 }
 
 func (r *fakeRouter) setOwners(o map[int32]string) {
@@ -49,6 +52,9 @@ func (r *fakeRouter) Owner(ctx context.Context, id int64) (string, bool, error) 
 	addr, ok := r.ownerMap()[r.part(id)]
 	if !ok {
 		return "", false, fmt.Errorf("no owner: %w", engine.ErrUnavailable)
+	}
+	if addr == r.self && r.lapsed.Load() {
+		return "", false, fmt.Errorf("partition %d: %w", r.part(id), engine.ErrLeaseLapsed)
 	}
 	return addr, addr == r.self, nil
 }
@@ -243,6 +249,59 @@ func TestForwardedHeaderIsAuthenticated(t *testing.T) {
 	code, _, body := getJSON(t, fmt.Sprintf("http://%s/movies/%d", mixed[0].addr, foreign.MovieID), nil)
 	if mixed[0].router.ownerMap()[mixed[0].router.part(foreign.MovieID)] != mixed[0].addr && code != http.StatusServiceUnavailable {
 		t.Errorf("routing without a shared secret = %d %s, want 503", code, body)
+	}
+}
+
+// TestLapsedLeaseAnswers503: an instance whose read lease has lapsed
+// answers none of its own movies, whether asked by a client, by a peer
+// routing a client's request, or by a signed forwarded request: 503 with
+// Retry-After and a JSON error saying why, and the request is not routed
+// on (the peer that forwarded it is not asked back).
+func TestLapsedLeaseAnswers503(t *testing.T) {
+	movies := someMovies(30)
+	nodes := cluster(t, testSecret, movies, 2)
+	a, b := nodes[0], nodes[1]
+	var own engine.MovieStats // a movie of a's partitions
+	for _, m := range movies {
+		if a.router.ownerMap()[a.router.part(m.MovieID)] == a.addr {
+			own = m
+			break
+		}
+	}
+	a.router.lapsed.Store(true)
+	target := fmt.Sprintf("http://%s/movies/%d", a.addr, own.MovieID)
+	req := httptest.NewRequest(http.MethodGet, target, nil)
+	newPeerAuth([]byte(testSecret)).sign(req, time.Now())
+	tests := []struct {
+		name, url string
+		header    http.Header
+		wantA     int64 // requests a gets
+	}{
+		{"client asks a", target, nil, 1},
+		{"client asks b, b routes to a", fmt.Sprintf("http://%s/movies/%d", b.addr, own.MovieID), nil, 1},
+		{"signed forwarded request to a", target, req.Header, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			beforeA, beforeB := a.hits.Load(), b.hits.Load()
+			code, hdr, body := getJSON(t, tt.url, tt.header)
+			var e struct {
+				Error string `json:"error"`
+			}
+			if code != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Error == "" || hdr.Get("Retry-After") == "" {
+				t.Fatalf("got %d %s (Retry-After %q), want 503 with a JSON error and Retry-After", code, body, hdr.Get("Retry-After"))
+			}
+			if got := a.hits.Load() - beforeA; got != tt.wantA {
+				t.Errorf("a got %d requests, want %d", got, tt.wantA)
+			}
+			if tt.url == target && b.hits.Load() != beforeB {
+				t.Errorf("b got %d requests; a with a lapsed lease must not route its own partition", b.hits.Load()-beforeB)
+			}
+		})
+	}
+	a.router.lapsed.Store(false)
+	if code, _, body := getJSON(t, target, nil); code != http.StatusOK {
+		t.Errorf("lease renewed: got %d %s, want 200", code, body)
 	}
 }
 
