@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -57,6 +58,15 @@ func ResetJobs(ctx context.Context, c Config, reprocess bool, log *slog.Logger, 
 		if len(g.Members) > 0 {
 			return fmt.Errorf("%w: consumer group %q has %d member(s) (state %s); stop every instance first (a killed instance leaves after its session timeout)",
 				ErrGroupActive, g.GroupId, len(g.Members), g.State)
+		}
+	}
+	if c.Store == StoreClover {
+		// A store of the old bbolt format is not read any more: reset
+		// deletes it, and the next start restores from the changelog.
+		if removed, err := docstore.RemoveOldStore(c.DataDir); err != nil {
+			return err
+		} else if removed {
+			log.Info("removed the store of the old bbolt format", "dir", c.DataDir)
 		}
 	}
 	store, err := OpenStore(ctx, c, log)

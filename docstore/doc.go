@@ -27,8 +27,13 @@
 // Apply does not read what its write cache (priorCache) knows: each
 // movie's version, average and partition, kept after every commit, learned
 // from Load and filled at Open from the documents. A replay batch into an empty store
-// takes the bulk-load path (bulkLoad): no read at all, every key an append. A store of the old format (v1,
-// Clover on bbolt, the file keepstate.db) is migrated on Open.
+// takes the bulk-load path (bulkLoad): no read at all, every key an append.
+//
+// Open does not read the store of the old format (v1, Clover on bbolt, the
+// file keepstate.db): a data directory holding it and no Pebble store is
+// refused with ErrOldStore (an ErrNotStore), the file left as it is;
+// `keepstate reset` deletes it (RemoveOldStore), and the next start
+// restores the state from the changelog.
 //
 // The same database holds tables (Store.OpenTable, engine.Tables): one
 // Clover collection per table plus index entries, members keys, epochs and

@@ -17,8 +17,13 @@ import (
 // storeDir is the Pebble database inside the data directory.
 const storeDir = "store"
 
+// dbFileV1 is the store of format v1, one bbolt file in the data
+// directory. Open refuses a directory that holds it and no Pebble store
+// (see oldStoreError) and never touches the file.
+const dbFileV1 = "keepstate.db"
+
 // formatVersion is the marker that tells a keepstate store from anything
-// else. v1 was the bbolt file (migrated by Open, see migrate). v2 stores
+// else. v1 was the bbolt file dbFileV1, which Open does not read. v2 stores
 // kept each movie's average and version in its members key, rewritten by
 // every update; v3 writes the key only when a movie is new or moves
 // partition and reads the average from the document (memberMark). Open
@@ -38,9 +43,9 @@ var formatKey = nsKey(nsMeta, []byte("format"))
 var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true, corruptMarker: true}
 
 // Open opens the store in dir, creating the directory and an empty store
-// when needed, and migrating a store of the old bbolt format (v1) in
-// place. It fails with ErrNotStore, leaving everything untouched, when dir
-// is a file or holds files but no keepstate store, with ErrLocked when
+// when needed. It fails with ErrNotStore, leaving everything untouched,
+// when dir is a file, holds files but no keepstate store, or holds only a
+// store of the old bbolt format (v1, see oldStoreError), with ErrLocked when
 // another process holds dir for longer than the lock timeout, and with
 // ErrCorrupt when the store is damaged (found by an earlier run, or by
 // Pebble now) unless WithRebuildCorrupt is on, which wipes it and opens
@@ -78,7 +83,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	s.lock = lock
 	go s.warm()
-	log.Info("docstore opened", "dir", dir, "created", !found.store && !found.v1, "migrated", found.v1, "fsync", o.fsync,
+	log.Info("docstore opened", "dir", dir, "created", !found.store, "fsync", o.fsync,
 		"cache_bytes", o.cacheBytes, "memtable_bytes", o.memtableBytes,
 		"bulk_cache_movies", s.priors.bulkMax, "ingest_chunk_movies", s.ingestChunk, "took", time.Since(start))
 	return s, nil
@@ -119,18 +124,12 @@ func openChecked(dir string, found contents, o options, log *slog.Logger) (*Stor
 	return open(dir, found, o, log)
 }
 
-// open opens (migrating or creating) the engine of dir, locked by the caller.
+// open opens (or creates) the engine of dir, locked by the caller.
 func open(dir string, found contents, o options, log *slog.Logger) (*Store, error) {
 	path := filepath.Join(dir, storeDir)
 	if found.v1 {
-		if found.store { // a migration finished, but the old file was not removed
-			if err := os.Remove(filepath.Join(dir, dbFileV1)); err != nil {
-				return nil, fmt.Errorf("open docstore %s: remove migrated %s: %w", dir, dbFileV1, err)
-			}
-		} else if err := migrate(dir, o, log); err != nil {
-			return nil, err
-		}
-		found.store = true
+		log.Warn("docstore: the data directory also holds a store from before the Pebble engine, which this version does not read; it can be deleted",
+			"dir", dir, "file", dbFileV1)
 	}
 	// Files a crash left half written for ingestion.
 	if err := os.RemoveAll(path + ingestDirSuffix); err != nil {
@@ -179,11 +178,12 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 // contents is what prepareDir found in a data directory.
 type contents struct {
 	store bool // the Pebble store
-	v1    bool // an old bbolt store file
+	v1    bool // an old bbolt store file (dbFileV1) next to the Pebble store
 }
 
 // prepareDir creates dir if missing and refuses a path that is not a
-// directory, or a directory holding other files and no store.
+// directory, a directory holding other files and no store, or one holding
+// an old bbolt store file and no Pebble store.
 func prepareDir(dir string) (contents, error) {
 	var c contents
 	fi, err := os.Stat(dir)
@@ -216,21 +216,68 @@ func prepareDir(dir string) (contents, error) {
 			c.store = len(inside) > 0
 		case dbFileV1:
 			if !e.Type().IsRegular() {
-				return c, fmt.Errorf("%w: %s in %s is not a regular file", ErrNotStore, dbFileV1, dir)
+				foreign = append(foreign, e.Name())
+				break
 			}
 			c.v1 = true
-		case migratingDir, storeDir + ingestDirSuffix:
+		case storeDir + ingestDirSuffix:
 		default:
 			if !ignorable[e.Name()] {
 				foreign = append(foreign, e.Name())
 			}
 		}
 	}
-	if len(foreign) > 0 && !c.store && !c.v1 {
+	if c.v1 && !c.store {
+		return c, oldStoreError(dir)
+	}
+	if len(foreign) > 0 && !c.store {
 		return c, fmt.Errorf("%w: data dir %s holds %d entries (for example %q) but no keepstate store; refusing to use it",
 			ErrNotStore, dir, len(foreign), foreign[0])
 	}
 	return c, nil
+}
+
+// oldStoreError is the refusal of a data directory that holds a store of
+// format v1 (dbFileV1, Clover on bbolt) and no Pebble store. The state it
+// held is in the changelog: moving the file away lets the next start
+// restore it into a new store.
+func oldStoreError(dir string) error {
+	return fmt.Errorf("%w: data dir %s holds %s, a store from before the Pebble engine, which this version no longer reads; "+
+		"run `keepstate reset` (with this --data-dir) to remove it: the next start restores the state from the changelog",
+		ErrOldStore, dir, dbFileV1)
+}
+
+// ErrOldStore means the data directory holds a store of the old bbolt
+// format, which this version does not read. It wraps ErrNotStore.
+// RemoveOldStore deletes it.
+var ErrOldStore = fmt.Errorf("%w (old bbolt format)", ErrNotStore)
+
+// RemoveOldStore deletes the old bbolt store file of dir, if any, and the
+// directory an interrupted migration to Pebble left, so that Open can
+// make a new store there (keepstate reset calls it; the changelog then
+// restores the state). It reports whether there was a file to delete.
+func RemoveOldStore(dir string) (bool, error) {
+	err := os.Remove(filepath.Join(dir, dbFileV1))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("remove the old store of %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "store.migrating")); err != nil {
+		return true, fmt.Errorf("remove the old store of %s: %w", dir, err)
+	}
+	return true, syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // initialize checks the format marker of an existing store (upgrading a

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
-	"go.etcd.io/bbolt"
 )
 
 // snapshot returns every file under dir with its content and modification
@@ -85,26 +84,6 @@ func TestOpenCreatesDirectoryAndPersists(t *testing.T) {
 }
 
 func TestOpenRefusesForeignData(t *testing.T) {
-	otherBolt := func(t *testing.T, dir string) string {
-		db, err := bbolt.Open(filepath.Join(dir, dbFileV1), 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = db.Update(func(tx *bbolt.Tx) error {
-			b, err := tx.CreateBucket([]byte("someone-else"))
-			if err != nil {
-				return err
-			}
-			return b.Put([]byte("k"), []byte("v"))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
 	cases := []struct {
 		name    string
 		setup   func(t *testing.T, dir string) string // returns the path to open
@@ -122,11 +101,6 @@ func TestOpenRefusesForeignData(t *testing.T) {
 			mustWrite(t, p, "not a directory")
 			return p
 		}, "not a directory"},
-		{"garbage database file", func(t *testing.T, dir string) string {
-			mustWrite(t, filepath.Join(dir, dbFileV1), strings.Repeat("garbage ", 2000))
-			return dir
-		}, "not a valid database"},
-		{"bbolt file of another application", otherBolt, "no keepstate marker"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,9 +1,8 @@
-// Package moviedoc is the Clover document of one movie's aggregate, shared
-// by the Clover store (docstore) and the old bbolt store kept for
-// benchmarks and migration tests (internal/boltstore): the Collection and
-// field names, the document id and rank derived from a movie, and the
-// conversion between engine.MovieStats and a Clover document. Every
-// function is pure and safe for concurrent use.
+// Package moviedoc is the Clover document of one movie's aggregate, used
+// by the Clover store (docstore): the Collection and field names, the
+// document id and rank derived from a movie, and the conversion between
+// engine.MovieStats and a Clover document. Every function is pure and
+// safe for concurrent use.
 package moviedoc
 
 import (
