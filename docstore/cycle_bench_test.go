@@ -23,7 +23,7 @@ import (
 // compactions; written-B/update is what Pebble flushed and compacted per
 // update (its write amplification); query-µs is a 100-movie range query
 // on the tree the rounds left; -v logs Pebble's metrics. Numbers in
-// docs/benchmarks.md ("Where clover's uniform CPU goes"):
+// docs/benchmarks.md ("Store and engine microbenchmarks"):
 //
 //	go test -run '^$' -bench BenchmarkUniformCycle -benchtime 130x ./docstore
 func BenchmarkUniformCycle(b *testing.B) {

@@ -12,8 +12,8 @@ import (
 // bound; open+warm-ms is how long that took). "cache" drops with the write cache as Open filled it, "cold"
 // with it emptied first, so that every movie's average (its rank entry's
 // name) is read from its document. Each round restores a new store; only
-// the drop is timed. Numbers in docs/benchmarks.md ("Fewer keys per
-// update"):
+// the drop is timed. Numbers in docs/benchmarks.md ("Store and engine
+// microbenchmarks"):
 //
 //	go test -run '^$' -bench BenchmarkDropPartition -benchtime 1x ./docstore
 func BenchmarkDropPartition(b *testing.B) {

@@ -14,7 +14,8 @@ import (
 // block each, through a 4 KiB bufio.Writer); on the uniform 1M-movie run
 // those write calls were a third of the compactions' CPU, and a write of
 // 256 KiB costs the kernel less than half as much per byte as 64 writes of
-// 4 KiB (docs/benchmarks.md, "Table files written 256 KiB at a time").
+// 4 KiB (measured with BenchmarkUniformCycle; the figures are in the git
+// history of docs/benchmarks.md).
 const tableWriteBuffer = 256 << 10
 
 // tableWriters recycles the buffers: a flush, a compaction and an

@@ -14,7 +14,7 @@
 // comparison (../throughput, scripts/bench-compare.sh): see throughput.go.
 //
 // It is a separate Go module so that the main module's tests, vet and
-// staticcheck never see goka. See docs/benchmarks-goka.md for results.
+// staticcheck never see goka. Results: docs/benchmarks.md, "Restart after kill -9".
 package main
 
 import (

@@ -8,7 +8,7 @@
 // first large block is freed it raises its mmap threshold (up to 32 MiB),
 // so 16 MiB memtables come from the arenas and their freed space stays in
 // the process. At 1M movies that cost about 100 MiB of resident memory
-// (docs/benchmarks.md, "Memory at 1M movies"). Tune caps the arenas at two
+// (docs/benchmarks.md, "Memory"). Tune caps the arenas at two
 // and fixes the mmap threshold at 128 KiB, so large blocks go back to the
 // system when freed.
 //

@@ -17,7 +17,7 @@ import (
 // resident: on a uniform 1M-movie run under a 300 MiB limit the arenas
 // held 110–129 MiB of which 76–94 MiB free, and the process peaked at
 // 298–316 MiB where its plan counted on 176 MiB outside Go's heap
-// (docs/benchmarks.md, "The C allocator's free holes"). Trimming
+// (docs/benchmarks.md, "Memory"). Trimming
 // (madvise of the free pages) takes them out of the resident set; the
 // pages are faulted back in when reused.
 
