@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -179,6 +180,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	var fresh freshConns
+	srv.ConnState = fresh.track
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("http server listening", "addr", ln.Addr().String())
@@ -190,7 +193,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
-	err := srv.Shutdown(sctx)
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(sctx) }()
+	// Shutdown waits up to 5 s for a connection that has not sent a
+	// request yet (a client's spare or pre-opened connection), in case one
+	// is on its way; with nothing in flight that only delays the exit, so
+	// such connections are closed at once. The listener is closed first,
+	// so no new one arrives.
+	fresh.closeAll()
+	err := <-shut
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		s.log.Warn("http serve ended with error during shutdown", "err", serr)
 	}
@@ -200,6 +211,37 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.log.Info("http server stopped", "addr", ln.Addr().String())
 	return nil
+}
+
+// freshConns tracks the server's connections that have not sent a
+// request yet (http.StateNew). Safe for concurrent use.
+type freshConns struct {
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// track is the server's ConnState hook.
+func (f *freshConns) track(c net.Conn, st http.ConnState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st != http.StateNew {
+		delete(f.conns, c)
+		return
+	}
+	if f.conns == nil {
+		f.conns = map[net.Conn]struct{}{}
+	}
+	f.conns[c] = struct{}{}
+}
+
+// closeAll closes every connection that has not sent a request yet.
+func (f *freshConns) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		_ = c.Close()
+		delete(f.conns, c)
+	}
 }
 
 // ListenAndServe listens on the TCP address addr (host:port) and calls Serve.

@@ -85,6 +85,59 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 }
 
+// TestServeExitsDespiteUnusedConnection cancels Serve's context while a
+// client holds a connection it has not sent a request on yet (a spare
+// connection some clients open ahead): net/http's Shutdown would wait 5 s
+// for it; Serve must close it and return at once. A keep-alive connection
+// that did serve a request is idle and closed too.
+func TestServeExitsDespiteUnusedConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- New(Options{}).Serve(ctx, ln) }()
+	client := &http.Client{Transport: &http.Transport{}}
+	resp, err := client.Get("http://" + ln.Addr().String() + "/healthz") // leaves an idle keep-alive
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	unused, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unused.Close()
+	// The server must have accepted it (StateNew) before the cancel: a
+	// second request on another connection proves the accept loop passed it.
+	resp, err = http.Get("http://" + ln.Addr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve = %v, want nil", err)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("Serve took %v to return, want well under net/http's 5 s wait for unused connections", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after cancel")
+	}
+	if err := unused.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := unused.Read(make([]byte, 1)); err == nil {
+		t.Errorf("the unused connection is still open after Serve returned (read %d bytes)", n)
+	}
+}
+
 func TestListenAndServeErrors(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
