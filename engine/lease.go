@@ -60,8 +60,8 @@ type readLease struct {
 // valid reports whether the lease runs at now (a monoNow value).
 func (l *readLease) valid(now time.Duration) bool { return int64(now) < l.until.Load() }
 
-// remaining returns how long the lease still runs at now (negative: lapsed
-// that long ago; math.MinInt64-ish when never proven).
+// remaining returns how long the lease still runs at now (negative: it
+// lapsed that long ago, or was never proven or revoked when until is 0).
 func (l *readLease) remaining(now time.Duration) time.Duration {
 	return time.Duration(l.until.Load()) - now
 }
@@ -112,10 +112,12 @@ var ErrLeaseLapsed = fmt.Errorf("group membership of this instance unconfirmed (
 // errLeaseLapsed wraps ErrLeaseLapsed with the partition and how long ago
 // the lease ran out.
 func (r *Router) errLeaseLapsed(p int32) error {
-	if rem := r.lease.remaining(monoNow()); rem > -24*time.Hour {
-		return fmt.Errorf("partition %d: lease ran out %v ago, no heartbeat answered since: %w", p, (-rem).Round(time.Millisecond), ErrLeaseLapsed)
+	until := r.lease.until.Load()
+	if until == 0 {
+		return fmt.Errorf("partition %d: no heartbeat of the current generation answered yet: %w", p, ErrLeaseLapsed)
 	}
-	return fmt.Errorf("partition %d: no heartbeat answered yet: %w", p, ErrLeaseLapsed)
+	ago := (monoNow() - time.Duration(until)).Round(time.Millisecond)
+	return fmt.Errorf("partition %d: no heartbeat answered, the lease ran out %v ago: %w", p, ago, ErrLeaseLapsed)
 }
 
 // GroupHeartbeater is an optional ability of the sarama.Client a Kafka seam
@@ -172,7 +174,7 @@ func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) 
 			return
 		case err == nil:
 			if l.renew(token, sent, span) {
-				e.log.Info("read lease renewed: answering as owner again", "generation", s.GenerationID())
+				e.log.Info("read lease proven: answering its partitions as owner", "generation", s.GenerationID())
 			}
 		case errors.Is(err, sarama.ErrUnknownMemberId), errors.Is(err, sarama.ErrIllegalGeneration), errors.Is(err, sarama.ErrFencedInstancedId):
 			l.revoke(token)
