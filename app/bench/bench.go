@@ -52,6 +52,7 @@ type Config struct {
 	SchemaRegistry string        // --schema-registry (empty: an in-process registry)
 	Movies         int64         // --movies: distinct movies
 	Ratings        int64         // --ratings: ratings of the run phase
+	Queries        int           // --queries: requests of the query phase
 	Dist           string        // --zipf / --uniform: DistZipf or DistUniform
 	Store          string        // --store: clover or redis
 	RedisURL       string        // --redis-url
@@ -75,7 +76,7 @@ type Config struct {
 // Default returns the bench defaults: 62k movies, 1M Zipf ratings,
 // clover, every phase, in-process broker; about a minute on 2 cores.
 func Default() Config {
-	return Config{Movies: 62000, Ratings: 1000000, Dist: DistZipf, Store: app.StoreClover,
+	return Config{Movies: 62000, Ratings: 1000000, Queries: 40000, Dist: DistZipf, Store: app.StoreClover,
 		RedisURL: app.Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1,
 		ProfileFor: 10 * time.Second, Timeout: 10 * time.Minute, Out: io.Discard}
 }
@@ -86,8 +87,8 @@ func (b Config) Validate() error {
 	if b.Dist != DistZipf && b.Dist != DistUniform {
 		errs = append(errs, fmt.Errorf("distribution %q: want %s or %s", b.Dist, DistZipf, DistUniform))
 	}
-	if b.Movies < 2 || b.Ratings < 1 || b.Partitions < 1 {
-		errs = append(errs, errors.New("--movies >= 2, --ratings >= 1 and --partitions >= 1 are required"))
+	if b.Movies < 2 || b.Ratings < 1 || b.Partitions < 1 || b.Queries < 4 {
+		errs = append(errs, errors.New("--movies >= 2, --ratings >= 1, --queries >= 4 and --partitions >= 1 are required"))
 	}
 	if b.Store != app.StoreClover && b.Store != app.StoreRedis {
 		errs = append(errs, fmt.Errorf("--store: unknown store %q", b.Store))

@@ -13,11 +13,11 @@ import (
 
 // TestBenchTiny runs `keepstate bench` end to end on a tiny workload (in-
 // process kfake, clover, keepstate run as a child process, every phase), so
-// the command keeps working. About 10 s with -race.
+// the command keeps working. About 15 s with -race.
 func TestBenchTiny(t *testing.T) {
 	b := bench.Default()
 	b.Binary = testkit.Keepstate(t)
-	b.Movies, b.Ratings = 200, 2000
+	b.Movies, b.Ratings, b.Queries = 200, 2000, 400
 	b.WorkDir = t.TempDir()
 	b.ChildArgs = []string{"--commit-interval=200ms"}
 	b.Timeout = 2 * time.Minute
@@ -29,8 +29,8 @@ func TestBenchTiny(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run = %v\n%s", err, out.String())
 	}
-	if len(res.Phases) != 4 {
-		t.Fatalf("got %d phases, want 4:\n%s", len(res.Phases), out.String())
+	if len(res.Phases) != 5 {
+		t.Fatalf("got %d phases, want 5:\n%s", len(res.Phases), out.String())
 	}
 	for _, p := range res.Phases {
 		if !p.Check.OK() || p.Check.Movies != 200 {
@@ -43,10 +43,14 @@ func TestBenchTiny(t *testing.T) {
 	if run := res.Phases[1]; run.Records != 2000 || run.Rate <= 0 {
 		t.Errorf("run phase: %d records at %v/s, want 2000 at a positive rate", run.Records, run.Rate)
 	}
-	if restore := res.Phases[3]; restore.Records < 200 {
+	if q := res.Phases[2]; q.Lookup == nil || q.Range == nil || q.Lookup.Count+q.Range.Count != 400 || q.Range.Count != 20 ||
+		q.Lookup.P50Micros <= 0 || q.Lookup.P99Micros < q.Lookup.P50Micros {
+		t.Errorf("query phase: lookup %+v, range %+v; want 380 lookups and 20 range queries with 0 < p50 <= p99", q.Lookup, q.Range)
+	}
+	if restore := res.Phases[4]; restore.Records < 200 {
 		t.Errorf("restore phase restored %d changelog records, want at least one per movie (200)", restore.Records)
 	}
-	for _, want := range []string{"phase", "fill", "run", "restart", "restore", "200/200 exact"} {
+	for _, want := range []string{"phase", "fill", "run", "query", "GET /movies/{id} p50", "restart", "restore", "200/200 exact"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

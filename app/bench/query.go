@@ -10,12 +10,11 @@ import (
 	"time"
 )
 
-// Query phase settings: queryClients concurrent clients ask for
-// queryLookups key lookups in all, and one in every queryRangeEvery
-// requests is a range query (the top page of minAvg=8).
+// Query phase settings: queryClients concurrent clients send
+// Config.Queries requests in all, one in every queryRangeEvery a range
+// query (the top page of minAvg=8), the others key lookups.
 const (
 	queryClients    = 4
-	queryLookups    = 40000
 	queryRangeEvery = 20
 	queryRangePath  = "/movies?minAvg=8&limit=100"
 )
@@ -77,7 +76,7 @@ func (b *bench) query(ctx context.Context) (PhaseResult, error) {
 			rnd := rand.New(rand.NewPCG(b.cfg.Seed, uint64(c)))
 			var mine, myPages []time.Duration
 			var err error
-			for i := 0; i < queryLookups/queryClients && err == nil && ctx.Err() == nil; i++ {
+			for i := 0; i < b.cfg.Queries/queryClients && err == nil && ctx.Err() == nil; i++ {
 				if i%queryRangeEvery == queryRangeEvery-1 {
 					var page struct {
 						Movies []struct{} `json:"movies"`

@@ -25,6 +25,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&b.SchemaRegistry, "schema-registry", "", "Schema Registry URL (default: an in-process one)")
 	fs.Int64Var(&b.Movies, "movies", b.Movies, "distinct movies (the fill phase rates each once)")
 	fs.Int64Var(&b.Ratings, "ratings", b.Ratings, "ratings of the run phase")
+	fs.IntVar(&b.Queries, "queries", b.Queries, "requests of the query phase (one in 20 a range query, the others key lookups)")
 	fs.BoolVar(&zipf, "zipf", false, "run phase: Zipf-skewed movie popularity (the default)")
 	fs.BoolVar(&uniform, "uniform", false, "run phase: every movie equally likely")
 	fs.StringVar(&b.Store, "store", b.Store, "state store of the child: clover or redis")
