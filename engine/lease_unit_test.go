@@ -7,6 +7,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/IBM/sarama"
+
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
@@ -70,4 +72,27 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	if m, err := q.Get(ctx, movie); err != nil || m.Count != 1 {
 		t.Errorf("Get after the lease was renewed: %+v, %v; want count 1", m, err)
 	}
+
+	// A coordinator that moved: the keeper looks it up again and goes on.
+	for range 3 {
+		c.FailNext(kafkatest.Op{Kind: kafkatest.OpHeartbeat}, sarama.ErrNotCoordinatorForConsumer)
+	}
+	eventually(t, "heartbeats past a moved coordinator", func() error {
+		if n := countFailed(c, kafkatest.OpHeartbeat, sarama.ErrNotCoordinatorForConsumer); n < 3 {
+			return fmt.Errorf("%d heartbeats refused by a moved coordinator, want 3", n)
+		}
+		_, _, err := r.e.Owner(ctx, movie)
+		return err
+	})
+}
+
+// countFailed counts the events of kind that failed with target.
+func countFailed(c *kafkatest.Cluster, kind string, target error) int {
+	n := 0
+	for _, ev := range c.Events() {
+		if ev.Kind == kind && errors.Is(ev.Err, target) {
+			n++
+		}
+	}
+	return n
 }

@@ -82,6 +82,9 @@ func (cl *client) Heartbeat(req *sarama.HeartbeatRequest) (*sarama.HeartbeatResp
 	return resp, nil
 }
 
+// RefreshCoordinator does nothing: the cluster is its own coordinator.
+func (cl *client) RefreshCoordinator(string) error { return nil }
+
 // Config returns the configuration the client was opened with.
 func (cl *client) Config() *sarama.Config { return cl.cfg }
 
