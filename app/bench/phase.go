@@ -21,13 +21,8 @@ const benchPoll = 5 * time.Millisecond
 // for the most rated movie.
 func (b *bench) restart(ctx context.Context) (PhaseResult, error) {
 	pr := PhaseResult{Phase: PhaseRestart, Unit: "s"}
-	if b.child == nil || b.child.Exited() {
-		if err := b.startChild(); err != nil {
-			return pr, err
-		}
-		if err := b.waitReady(ctx); err != nil {
-			return pr, b.child.Failed(err)
-		}
+	if err := b.ensureChild(ctx); err != nil {
+		return pr, err
 	}
 	b.child.Kill()
 	if err := b.startChild(); err != nil {
@@ -56,6 +51,21 @@ func (b *bench) restart(ctx context.Context) (PhaseResult, error) {
 		pr.Note += "; " + note
 	}
 	return pr, nil
+}
+
+// ensureChild starts the child and waits until it is ready, unless it
+// is running (the previous phase stopped it, or left it running).
+func (b *bench) ensureChild(ctx context.Context) error {
+	if b.child != nil && !b.child.Exited() {
+		return nil
+	}
+	if err := b.startChild(); err != nil {
+		return err
+	}
+	if err := b.waitReady(ctx); err != nil {
+		return b.child.Failed(err)
+	}
+	return nil
 }
 
 // restore stops the child, deletes its store (the clover directory, or

@@ -49,10 +49,8 @@ func latencyOf(ds []time.Duration) Latency {
 // queryClients clients at once, as fast as the child answers.
 func (b *bench) query(ctx context.Context) (PhaseResult, error) {
 	pr := PhaseResult{Phase: PhaseQuery, Unit: "queries/s"}
-	if b.child == nil || b.child.Exited() {
-		if err := b.startChild(); err != nil {
-			return pr, err
-		}
+	if err := b.ensureChild(ctx); err != nil {
+		return pr, err
 	}
 	if err := b.waitReady(ctx); err != nil {
 		return pr, b.child.Failed(err)
