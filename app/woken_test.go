@@ -169,6 +169,9 @@ func wokenNeverStale(t *testing.T, store string) {
 	}
 	cc.waitReady(b, 60*time.Second)
 	waitAllExact(t, b.api, truth)
+	if st, err := stats(b.api); store == app.StoreClover && (err != nil || st.Stats.ReadLeaseLapses < 1) {
+		t.Errorf("b's readLeaseLapses after waking: %d (%v); want at least 1", st.Stats.ReadLeaseLapses, err)
+	}
 }
 
 // answers counts the outcomes of the queries of wokenNeverStale.

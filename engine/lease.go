@@ -78,19 +78,20 @@ func (l *readLease) begin() uint64 {
 }
 
 // renew extends the lease to sent+span-margin, for the keeper holding
-// token, whose heartbeat was sent at sent (a monoNow value). It reports
-// whether the lease had lapsed before.
-func (l *readLease) renew(token uint64, sent, span time.Duration) (lapsed bool) {
+// token, whose heartbeat was sent at sent (a monoNow value). It returns
+// where the lease ran to before (0: never proven, or revoked), and false
+// when token is not the current keeper's (nothing changed).
+func (l *readLease) renew(token uint64, sent, span time.Duration) (prev time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if token != l.session {
-		return false
+		return 0, false
 	}
-	lapsed = !l.valid(monoNow())
-	if until := int64(sent + span - leaseMargin(span)); until > l.until.Load() {
-		l.until.Store(until)
+	prev = time.Duration(l.until.Load())
+	if until := sent + span - leaseMargin(span); until > prev {
+		l.until.Store(int64(until))
 	}
-	return lapsed
+	return prev, true
 }
 
 // revoke ends the lease at once: the coordinator said this member is not
@@ -173,11 +174,19 @@ func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) 
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			if l.renew(token, sent, span) {
+			prev, ok := l.renew(token, sent, span)
+			switch now := monoNow(); {
+			case !ok:
+			case prev == 0:
 				e.log.Info("read lease proven: answering its partitions as owner", "generation", s.GenerationID())
+			case prev <= now:
+				e.c.leaseLapses.Add(1)
+				e.log.Warn("read lease had run out: no heartbeat answered in time; answering its partitions as owner again",
+					"generation", s.GenerationID(), "lapsed_for", (now - prev).Round(time.Millisecond))
 			}
 		case errors.Is(err, sarama.ErrUnknownMemberId), errors.Is(err, sarama.ErrIllegalGeneration), errors.Is(err, sarama.ErrFencedInstancedId):
 			l.revoke(token)
+			e.c.leaseLapses.Add(1)
 			e.log.Warn("read lease revoked: the group went on without this member", "generation", s.GenerationID(), "err", err)
 			return
 		case errors.Is(err, sarama.ErrNotCoordinatorForConsumer), errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable):

@@ -16,8 +16,8 @@ func TestReadLease(t *testing.T) {
 		t.Fatal("a lease never renewed is valid")
 	}
 	old := l.begin()
-	if lapsed := l.renew(old, now, 10*time.Second); !lapsed {
-		t.Error("first renewal: got lapsed=false, want true (nothing was proven before)")
+	if prev, ok := l.renew(old, now, 10*time.Second); !ok || prev != 0 {
+		t.Errorf("first renewal: got %v, %v; want 0, true (nothing was proven before)", prev, ok)
 	}
 	if got, want := l.remaining(now), 9*time.Second; got != want {
 		t.Errorf("remaining after a 10s span: got %v, want %v (a tenth kept back)", got, want)
@@ -25,8 +25,8 @@ func TestReadLease(t *testing.T) {
 	if !l.valid(now+8*time.Second) || l.valid(now+9*time.Second) {
 		t.Errorf("lease of 9s from %v: valid at +8s %v, at +9s %v; want true, false", now, l.valid(now+8*time.Second), l.valid(now+9*time.Second))
 	}
-	if lapsed := l.renew(old, now-time.Second, 10*time.Second); lapsed || l.remaining(now) != 9*time.Second {
-		t.Errorf("an older heartbeat shortened the lease: remaining %v, lapsed %v", l.remaining(now), lapsed)
+	if prev, ok := l.renew(old, now-time.Second, 10*time.Second); !ok || prev != now+9*time.Second || l.remaining(now) != 9*time.Second {
+		t.Errorf("an older heartbeat: got %v, %v, remaining %v; want the lease it found (%v), unshortened", prev, ok, l.remaining(now), now+9*time.Second)
 	}
 
 	cur := l.begin()
@@ -37,8 +37,7 @@ func TestReadLease(t *testing.T) {
 	if !l.valid(now) {
 		t.Error("the keeper of an ended session revoked the lease")
 	}
-	l.renew(old, now+time.Minute, 10*time.Second)
-	if l.valid(now + time.Minute) {
+	if _, ok := l.renew(old, now+time.Minute, 10*time.Second); ok || l.valid(now+time.Minute) {
 		t.Error("the keeper of an ended session renewed the lease")
 	}
 	l.revoke(cur)

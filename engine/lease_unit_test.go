@@ -62,6 +62,9 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 		t.Errorf("partition 0 is %v; the test wants the session still running (only the lease lapsed)", got)
 	}
 
+	if n := r.e.Stats().ReadLeaseLapses; n != 0 {
+		t.Errorf("ReadLeaseLapses while lapsed: %d, want 0 (counted when a renewal finds it ran out)", n)
+	}
 	c.SetFault(nil)
 	eventually(t, "lease renewed", func() error {
 		if _, local, err := r.e.Owner(ctx, movie); err != nil || !local {
@@ -69,6 +72,9 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 		}
 		return r.e.Ready()
 	})
+	if n := r.e.Stats().ReadLeaseLapses; n != 1 {
+		t.Errorf("ReadLeaseLapses after one lapse: %d, want 1", n)
+	}
 	if m, err := q.Get(ctx, movie); err != nil || m.Count != 1 {
 		t.Errorf("Get after the lease was renewed: %+v, %v; want count 1", m, err)
 	}

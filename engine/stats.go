@@ -36,6 +36,11 @@ type Stats struct {
 	// GroupRestarts counts consumer group sessions ended by an error (a
 	// failed task, a fenced or aborted flush, a broker error).
 	GroupRestarts int64 `json:"groupRestarts"`
+	// ReadLeaseLapses counts the times this instance's read lease ran out
+	// (no heartbeat answered within the session timeout: paused, cut off)
+	// or was revoked (the group went on without it); meanwhile it answered
+	// none of its partitions as owner.
+	ReadLeaseLapses int64 `json:"readLeaseLapses"`
 	// PartitionsAssigned is the number of repartition partitions this instance owns.
 	PartitionsAssigned int64 `json:"partitionsAssigned"`
 	// PartitionsRunning is how many of them finished restoring.
@@ -46,7 +51,7 @@ type Stats struct {
 type counters struct {
 	processed, rekeyed, duplicates, dead, restored, batches, docs, fenced atomic.Int64
 	changelogSkipped                                                      atomic.Int64
-	txnCommitted, txnAborted, restarts                                    atomic.Int64
+	txnCommitted, txnAborted, restarts, leaseLapses                       atomic.Int64
 	assigned, running                                                     atomic.Int64
 }
 
@@ -65,6 +70,7 @@ func (c *counters) snapshot() Stats {
 		TransactionsAborted:   c.txnAborted.Load(),
 		GroupRestarts:         c.restarts.Load(),
 		PartitionsAssigned:    c.assigned.Load(),
+		ReadLeaseLapses:       c.leaseLapses.Load(),
 		PartitionsRunning:     c.running.Load(),
 	}
 }
@@ -86,6 +92,7 @@ func (s Stats) Add(o Stats) Stats {
 		TransactionsAborted:   s.TransactionsAborted + o.TransactionsAborted,
 		GroupRestarts:         s.GroupRestarts + o.GroupRestarts,
 		PartitionsAssigned:    s.PartitionsAssigned + o.PartitionsAssigned,
+		ReadLeaseLapses:       s.ReadLeaseLapses + o.ReadLeaseLapses,
 		PartitionsRunning:     s.PartitionsRunning + o.PartitionsRunning,
 	}
 }

@@ -40,6 +40,7 @@ var statMetrics = []statMetric{
 	{"keepstate_transactions_committed_total", "Flush transactions committed (exactly-once).", prometheus.CounterValue, func(s engine.Stats) int64 { return s.TransactionsCommitted }},
 	{"keepstate_transactions_aborted_total", "Flush transactions aborted (fenced or failed); invisible to read_committed readers.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.TransactionsAborted }},
 	{"keepstate_group_restarts_total", "Consumer group sessions ended by an error.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.GroupRestarts }},
+	{"keepstate_read_lease_lapses_total", "Times the read lease ran out or was revoked: the instance answered none of its partitions as owner until a heartbeat was answered again.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.ReadLeaseLapses }},
 	{"keepstate_partitions_assigned", "Repartition partitions this instance owns.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsAssigned }},
 	{"keepstate_partitions_running", "Owned partitions that finished restoring.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsRunning }},
 }
