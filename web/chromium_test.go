@@ -103,7 +103,7 @@ func TestChromiumDashboard(t *testing.T) {
 	stats := engine.Stats{
 		RecordsProcessed: 1234567, RecordsRekeyed: 2345678, DuplicatesSkipped: 4321, DeadLettered: 17,
 		ChangelogRestored: 98765, StoreBatches: 5555, StoreDocsWritten: 77777, FencedWrites: 3,
-		PartitionsAssigned: 4, PartitionsRunning: 3, ChangelogSkipped: 2,
+		PartitionsAssigned: 4, PartitionsRunning: 3, ChangelogSkipped: 2, ReadLeaseLapses: 5,
 	}
 	s := New(Options{
 		Querier: fq,
@@ -121,7 +121,7 @@ func TestChromiumDashboard(t *testing.T) {
 		"changelogRestored": stats.ChangelogRestored, "storeBatches": stats.StoreBatches,
 		"storeDocsWritten": stats.StoreDocsWritten, "fencedWrites": stats.FencedWrites,
 		"partitionsAssigned": stats.PartitionsAssigned, "partitionsRunning": stats.PartitionsRunning,
-		"changelogSkipped": stats.ChangelogSkipped,
+		"changelogSkipped": stats.ChangelogSkipped, "readLeaseLapses": stats.ReadLeaseLapses,
 	} {
 		want = append(want, fmt.Sprintf(`data-stat="%s">%s<`, field, commas(v)))
 	}
