@@ -85,12 +85,10 @@ func TestServeGracefulShutdown(t *testing.T) {
 	}
 }
 
-// TestServeExitsDespiteUnusedConnection cancels Serve's context while a
-// client holds a connection it has not sent a request on yet (a spare
-// connection some clients open ahead): net/http's Shutdown would wait 5 s
-// for it; Serve must close it and return at once. A keep-alive connection
-// that did serve a request is idle and closed too.
-func TestServeExitsDespiteUnusedConnection(t *testing.T) {
+// serveEmpty serves a Server without a store on a loopback port until the
+// returned cancel; Serve's result arrives on served.
+func serveEmpty(t *testing.T) (net.Listener, context.CancelFunc, <-chan error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +96,16 @@ func TestServeExitsDespiteUnusedConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	served := make(chan error, 1)
 	go func() { served <- New(Options{}).Serve(ctx, ln) }()
+	return ln, cancel, served
+}
+
+// TestServeExitsDespiteUnusedConnection cancels Serve's context while a
+// client holds a connection it has not sent a request on yet (a spare
+// connection some clients open ahead): net/http's Shutdown would wait 5 s
+// for it; Serve must close it and return at once. A keep-alive connection
+// that did serve a request is idle and closed too.
+func TestServeExitsDespiteUnusedConnection(t *testing.T) {
+	ln, cancel, served := serveEmpty(t)
 	client := &http.Client{Transport: &http.Transport{}}
 	resp, err := client.Get("http://" + ln.Addr().String() + "/healthz") // leaves an idle keep-alive
 	if err != nil {
@@ -160,13 +168,7 @@ func TestListenAndServeErrors(t *testing.T) {
 }
 
 func TestServeStopsOnContext(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	served := make(chan error, 1)
-	go func() { served <- New(Options{}).Serve(ctx, ln) }()
+	ln, cancel, served := serveEmpty(t)
 	resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
 	if err != nil {
 		t.Fatal(err)
