@@ -211,7 +211,7 @@ func readAverages(t *testing.T, brokers []string, topic string) map[int64]float6
 	t.Helper()
 	out := map[int64]float64{}
 	for _, m := range readTopic(t, brokers, topic) {
-		id, err := engine.DecodeMovieKey(m.Key)
+		id, err := engine.Int64Keys.Decode(m.Key)
 		if err != nil {
 			t.Fatalf("key %x: %v", m.Key, err)
 		}

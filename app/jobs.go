@@ -8,6 +8,7 @@ import (
 
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 	"github.com/keepstate/keepstate/web"
 )
 
@@ -20,7 +21,7 @@ type Job struct {
 	output string
 }
 
-// Movies is keepstate's movie job (engine.MovieJob): Avro ratings from
+// Movies is keepstate's movie job (movies.Job): Avro ratings from
 // --input-topic, averages to --output-topic, its state in the movie
 // layout of the store, served at /movies and /tables/movies.
 func Movies() Job { return Job{movies: true} }
@@ -43,7 +44,7 @@ func NewJob[K comparable, V, A any](j engine.Job[K, V, A], input, output string)
 
 func (j Job) name() string {
 	if j.movies {
-		return engine.MovieSpec.Name
+		return movies.Spec.Name
 	}
 	return j.runner.Spec().Name
 }
@@ -83,7 +84,11 @@ func (j Job) start(ctx context.Context, c Config, store engine.Store, reg *avro.
 	if j.movies {
 		ec := c.EngineConfig(log)
 		ec.AdvertiseAddr = advertise
-		eng, err := engine.New(ec, store, reg)
+		job, err := movies.Job(reg).Runner()
+		if err != nil {
+			return nil, err
+		}
+		eng, err := engine.NewJob(ec, movies.StoreTable(store), job)
 		if err != nil {
 			return nil, err
 		}

@@ -94,7 +94,7 @@ func TestE2EKcatInterop(t *testing.T) {
 			}
 			last := map[int64]float64{}
 			for _, r := range recs {
-				id, err := engine.DecodeMovieKey(r.key)
+				id, err := engine.Int64Keys.Decode(r.key)
 				if err != nil {
 					return err
 				}

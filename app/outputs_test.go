@@ -26,7 +26,7 @@ func lastChangelog(t *testing.T, c app.Config) map[int64]avro.CountAndSum {
 	}
 	out := map[int64]avro.CountAndSum{}
 	for _, m := range readTopic(t, c.Brokers, c.EngineConfig(nil).Topics().Changelog) {
-		id, err := engine.DecodeMovieKey(m.Key)
+		id, err := engine.Int64Keys.Decode(m.Key)
 		if err != nil {
 			t.Fatalf("changelog key %x: %v", m.Key, err)
 		}

@@ -130,7 +130,7 @@ func TestE2EPeerKilledQueriesSurvive(t *testing.T) {
 	}
 	var idsA []int64
 	for id := range truth {
-		if isA[engine.PartitionFor(engine.EncodeMovieKey(id), 3)] {
+		if isA[engine.PartitionFor(engine.Int64Keys.Append(nil, id), 3)] {
 			idsA = append(idsA, id)
 		}
 	}
@@ -151,7 +151,7 @@ func TestE2EPeerKilledQueriesSurvive(t *testing.T) {
 			if truth[id] != m {
 				t.Fatalf("range returned %+v, truth %+v", m, truth[id])
 			}
-			if missing[engine.PartitionFor(engine.EncodeMovieKey(id), 3)] {
+			if missing[engine.PartitionFor(engine.Int64Keys.Append(nil, id), 3)] {
 				t.Errorf("movie %d returned although its partition is reported missing", id)
 			}
 		}

@@ -116,7 +116,7 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 		if err != nil {
 			return Record{}, false, fmt.Errorf("encode rating: %w", err)
 		}
-		return Record{Key: engine.EncodeMovieKey(r.MovieID), Value: v}, true, nil
+		return Record{Key: engine.Int64Keys.Append(nil, r.MovieID), Value: v}, true, nil
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/malloc"
+	"github.com/keepstate/keepstate/movies"
 	"github.com/keepstate/keepstate/redisstore"
 	"github.com/keepstate/keepstate/web"
 )
@@ -38,6 +39,8 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		InstanceID:        c.InstanceID,
 		Partitions:        c.Partitions,
 		ReplicationFactor: c.ReplicationFactor,
+		RepartitionTopic:  c.ApplicationID + movies.RepartitionSuffix,
+		ChangelogTopic:    c.ApplicationID + movies.ChangelogSuffix,
 		AdvertiseAddr:     c.AdvertiseAddr,
 		SessionTimeout:    c.SessionTimeout,
 		StaleDropAfter:    c.StaleDropAfter,

@@ -1,6 +1,10 @@
 package avro
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/keepstate/keepstate/engine"
+)
 
 // Sentinel errors. Check them with errors.Is; returned errors wrap them with
 // context (schema id, subject, registry URL).
@@ -13,8 +17,9 @@ var (
 	ErrUnknownSchema = errors.New("unknown schema")
 	// ErrRegistryUnavailable means the registry could not be asked: network
 	// error, timeout, 5xx, authentication failure or an answer that is not
-	// a registry's. Transient: retry rather than dead-letter.
-	ErrRegistryUnavailable = errors.New("schema registry unavailable")
+	// a registry's. Transient: it wraps engine.ErrRetry, so the engine
+	// retries the record rather than dead-letter it.
+	ErrRegistryUnavailable error = registryUnavailable{}
 	// ErrDecode means the Avro payload is truncated, malformed or has
 	// trailing bytes, or the writer schema is unusable or lacks a needed
 	// field (or has it with a type that cannot be read). Permanent.
@@ -23,3 +28,10 @@ var (
 	// (invalid, or incompatible with the subject's earlier versions).
 	ErrSchemaRejected = errors.New("schema rejected by registry")
 )
+
+// registryUnavailable is ErrRegistryUnavailable: an error that is also
+// engine.ErrRetry for errors.Is.
+type registryUnavailable struct{}
+
+func (registryUnavailable) Error() string        { return "schema registry unavailable" }
+func (registryUnavailable) Is(target error) bool { return target == engine.ErrRetry }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // BenchmarkUniformCycle measures the store's side of the uniform
@@ -17,7 +18,7 @@ import (
 // random movies per partition, each loaded (Load, as the engine does for
 // movies its cache dropped) and written back one rating later (Apply,
 // fsync on). "movies" runs it on the movie store, "table" on a table with
-// the movie job's spec (engine.MovieSpec): the tables' layout, a smaller
+// the movie job's spec (movies.Spec): the tables' layout, a smaller
 // Clover document and 26-byte index entries of our own instead of Clover's
 // 93-byte rank entries. cpu-µs/update includes the engine's background
 // compactions; written-B/update is what Pebble flushed and compacted per
@@ -63,7 +64,7 @@ func BenchmarkUniformCycle(b *testing.B) {
 	})
 	b.Run("table", func(b *testing.B) {
 		s, n := cycleStore(b)
-		tb := mustTable(b, s, engine.MovieSpec)
+		tb := mustTable(b, s, movies.Spec)
 		epochs := claimCycle(b, func(p int32) (int64, error) { return tb.Claim(ctx, p) })
 		err := restoreLog(n, func(bt engine.Batch) error {
 			docs := make([]engine.Doc, len(bt.Docs))
@@ -79,7 +80,7 @@ func BenchmarkUniformCycle(b *testing.B) {
 		load := func(_ int32, ids []int64) error {
 			keys := make([][]byte, len(ids))
 			for i, id := range ids {
-				keys[i] = engine.EncodeMovieKey(id)
+				keys[i] = movies.Key(id)
 			}
 			var err error
 			got, err = tb.Load(ctx, keys)
@@ -91,7 +92,7 @@ func BenchmarkUniformCycle(b *testing.B) {
 		apply := func(p int32, ids []int64, r *rand.Rand, checkpoint int64) error {
 			docs := make([]engine.Doc, 0, len(ids))
 			for _, id := range ids {
-				d := got[string(engine.EncodeMovieKey(id))]
+				d := got[string(movies.Key(id))]
 				count := int64(binary.BigEndian.Uint64(d.Value)) + 1
 				sum := math.Float64frombits(binary.BigEndian.Uint64(d.Value[8:])) + float64(1+r.IntN(10))
 				docs = append(docs, movieTableDoc(id, p, d.Version+1, count, sum))
@@ -137,7 +138,7 @@ func claimCycle(b *testing.B, claim func(p int32) (int64, error)) map[int32]int6
 func movieTableDoc(id int64, p int32, version, count int64, sum float64) engine.Doc {
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(count))
 	v = binary.BigEndian.AppendUint64(v, math.Float64bits(sum))
-	return engine.Doc{Key: engine.EncodeMovieKey(id), Partition: p, Version: version,
+	return engine.Doc{Key: movies.Key(id), Partition: p, Version: version,
 		Sources: map[int32]int64{p: version}, Value: v, Index: []engine.IndexValue{engine.Num(sum / float64(count))}}
 }
 

@@ -5,7 +5,7 @@ import (
 )
 
 // ck is the record key of movie id.
-func ck(id int64) []byte { return EncodeMovieKey(id) }
+func ck(id int64) []byte { return int64Key(id) }
 
 // cacheShapes are the two ways a docCache keys documents.
 var cacheShapes = []struct {

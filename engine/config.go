@@ -13,12 +13,10 @@ type Config struct {
 	Brokers []string
 	// ApplicationID is the consumer group id and the prefix of internal topics.
 	ApplicationID string
-	// InputTopic holds the job's input records (the movie job: Confluent-framed
-	// Avro ratings).
+	// InputTopic holds the job's input records.
 	InputTopic string
-	// OutputTopic receives the job's output records (the movie job:
-	// averages, 8-byte long key, 8-byte double value); it may be empty for
-	// a job without output.
+	// OutputTopic receives the job's output records (Job.Output); it may
+	// be empty for a job without output.
 	OutputTopic string
 	// RepartitionTopic, ChangelogTopic and DLQTopic name the internal
 	// topics; empty derives them from ApplicationID (see Topics).
@@ -86,13 +84,13 @@ type Config struct {
 }
 
 // DefaultConfig returns the defaults: application id keepstate, topics
-// ratings and rating-averages, 1 s commit interval, 10000 cached documents.
+// input and output, 1 s commit interval, 10000 cached documents.
 func DefaultConfig() Config {
 	return Config{
 		Brokers:           []string{"localhost:9092"},
 		ApplicationID:     "keepstate",
-		InputTopic:        "ratings",
-		OutputTopic:       "rating-averages",
+		InputTopic:        "input",
+		OutputTopic:       "output",
 		CommitInterval:    time.Second,
 		IdleFlush:         300 * time.Millisecond,
 		CacheMaxDocs:      10000,
@@ -173,7 +171,7 @@ type Topics struct {
 }
 
 // Topics returns the topic names: the internal ones as set, or derived from
-// the application id as Kafka Streams would name them.
+// the application id: <id>-repartition, <id>-changelog and <id>-dlq.
 func (c Config) Topics() Topics {
 	t := Topics{
 		Input:       c.InputTopic,
@@ -183,10 +181,10 @@ func (c Config) Topics() Topics {
 		DLQ:         c.DLQTopic,
 	}
 	if t.Repartition == "" {
-		t.Repartition = c.ApplicationID + "-ratings-by-movie-repartition"
+		t.Repartition = c.ApplicationID + "-repartition"
 	}
 	if t.Changelog == "" {
-		t.Changelog = c.ApplicationID + "-movie-stats-changelog"
+		t.Changelog = c.ApplicationID + "-changelog"
 	}
 	if t.DLQ == "" {
 		t.DLQ = c.ApplicationID + "-dlq"

@@ -10,8 +10,7 @@
 // (Kafka transactions plus fencing tokens in the store; see
 // docs/design.md).
 //
-// MovieJob, keepstate's flagship, is written on the same API: Avro ratings
-// averaged per movie, kept in the movie Store layout through MovieTable.
+// keepstate's flagship job (package movies) is written on the same API.
 //
 // The package defines the contracts it needs (Table, Tables, Store and
 // their optional abilities, Kafka); store implementations live in other

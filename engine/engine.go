@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/keepstate/keepstate/avro"
 )
 
 // ErrKafkaUnavailable means the Kafka brokers could not be reached.
@@ -22,16 +20,6 @@ var ErrKafkaUnavailable = errors.New("kafka unavailable")
 // ErrInstanceFenced means another live instance joined the group with the
 // same static instance id; this one must stop.
 var ErrInstanceFenced = errors.New("another instance with the same --instance-id joined the group")
-
-// Serde encodes and decodes the Avro records of the movie job (MovieJob).
-// *avro.Registry implements it. Implementations must be safe for concurrent
-// use; decode errors wrapping avro.ErrRegistryUnavailable are retried, any
-// other decode error sends the record to the dead-letter topic.
-type Serde interface {
-	DecodeRating(ctx context.Context, b []byte) (avro.Rating, error)
-	EncodeCountAndSum(ctx context.Context, subject string, v avro.CountAndSum) ([]byte, error)
-	DecodeCountAndSum(ctx context.Context, b []byte) (avro.CountAndSum, error)
-}
 
 // Engine runs the rekey and aggregate stages of one application instance.
 // Create it with New and call Run once; Stats, Ready and Partitions may be
@@ -44,10 +32,7 @@ type Engine struct {
 	job   Runner
 	// localStore is set when the table is InstanceLocal (see persist).
 	localStore bool
-	// movies is the movie Store behind table when the engine was built by
-	// New (RangeLocal answers /movies from it); nil for other jobs.
-	movies Store
-	log    *slog.Logger
+	log        *slog.Logger
 
 	c     counters
 	route *Router
@@ -70,25 +55,6 @@ type Engine struct {
 	fatal error
 
 	stale staleDropper
-}
-
-// New checks cfg and returns an engine that runs the movie job (MovieJob)
-// on store, decoding and encoding Avro with serde. It does not connect to
-// anything; Run does.
-func New(cfg Config, store Store, serde Serde) (*Engine, error) {
-	if store == nil || serde == nil {
-		return nil, fmt.Errorf("engine: store and serde are required: %w", ErrInvalid)
-	}
-	job, err := MovieJob(serde).Runner()
-	if err != nil {
-		return nil, err
-	}
-	e, err := NewJob(cfg, MovieTable(store), job)
-	if err != nil {
-		return nil, err
-	}
-	e.movies = store
-	return e, nil
 }
 
 // NewJob checks cfg and returns an engine that runs job (see Job.Runner)

@@ -18,12 +18,13 @@ import (
 	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // unitTimeout bounds every wait of the broker-free unit tests.
 const unitTimeout = 10 * time.Second
 
-// unitSerde is an engine.Serde without a registry: a rating is a zero
+// unitSerde is a movies.Serde without a registry: a rating is a zero
 // magic byte, the movie id and the rating (big-endian); a CountAndSum is
 // the count and the sum. Anything else fails to decode. failNext makes the
 // next DecodeRating calls report the registry unavailable.
@@ -174,9 +175,9 @@ func newRig(t *testing.T, c *kafkatest.Cluster, cfg engine.Config, store *memsto
 			t.Fatalf("create %s: %v", topic, err)
 		}
 	}
-	e, err := engine.New(cfg, r.store, r.serde)
+	e, err := newMovieEngine(cfg, r.store, r.serde)
 	if err != nil {
-		t.Fatalf("engine.New: %v", err)
+		t.Fatalf("new movie engine: %v", err)
 	}
 	r.e = e
 	return r
@@ -278,7 +279,7 @@ func (r *rig) repartitionRecord(t *testing.T, movie int64, value float64, srcP i
 			{Key: []byte(engine.HeaderSourceOffset), Value: []byte(strconv.FormatInt(srcO, 10))},
 		}
 	}
-	if _, err := r.c.Append(r.topics.Repartition, 0, engine.EncodeMovieKey(movie), ratingValue(movie, value), hs...); err != nil {
+	if _, err := r.c.Append(r.topics.Repartition, 0, engine.Int64Keys.Append(nil, movie), ratingValue(movie, value), hs...); err != nil {
 		t.Fatalf("append repartition record: %v", err)
 	}
 }
@@ -298,3 +299,16 @@ func seed(t *testing.T, s *memstore.Store, p int32, checkpoint int64, docs ...en
 
 // ready returns nil once the engine is ready (every partition RUNNING).
 func (r *rig) ready() error { return r.e.Ready() }
+
+// newMovieEngine returns an engine running the movie job on store.
+func newMovieEngine(cfg engine.Config, store engine.Store, serde movies.Serde) (*engine.Engine, error) {
+	job, err := movies.Job(serde).Runner()
+	if err != nil {
+		return nil, err
+	}
+	var table engine.Table
+	if store != nil {
+		table = movies.StoreTable(store)
+	}
+	return engine.NewJob(cfg, table, job)
+}

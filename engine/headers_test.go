@@ -92,8 +92,8 @@ func TestConfigValidateAndTopics(t *testing.T) {
 		}
 	}
 	got := ok.Topics()
-	want := Topics{Input: "ratings", Output: "rating-averages", Repartition: "keepstate-ratings-by-movie-repartition",
-		Changelog: "keepstate-movie-stats-changelog", DLQ: "keepstate-dlq"}
+	want := Topics{Input: "input", Output: "output", Repartition: "keepstate-repartition",
+		Changelog: "keepstate-changelog", DLQ: "keepstate-dlq"}
 	if got != want {
 		t.Errorf("Topics = %+v, want %+v", got, want)
 	}

@@ -49,6 +49,9 @@ type Job[K comparable, V, A any] struct {
 	// Indexes are the aggregate's declared secondary indexes, queryable
 	// with Table.Query (NumberIndex, StringIndex).
 	Indexes []Index[A]
+	// TiesAscending orders aggregates with equal index values by key
+	// ascending in descending queries too (see TableSpec.TiesAscending).
+	TiesAscending bool
 	// Output, when set, writes a record per changed aggregate to the
 	// output topic on every flush: the aggregate's key and, as value, what
 	// Output appends to dst.
@@ -77,7 +80,12 @@ type KeyCodec[K any] struct {
 // LongSerializer does (so Kafka Streams and keepstate agree on partitions).
 var Int64Keys = KeyCodec[int64]{
 	Append: func(dst []byte, k int64) []byte { return binary.BigEndian.AppendUint64(dst, uint64(k)) },
-	Decode: DecodeMovieKey,
+	Decode: func(b []byte) (int64, error) {
+		if len(b) != 8 {
+			return 0, fmt.Errorf("int64 key is %d bytes, want 8: %w", len(b), ErrInvalid)
+		}
+		return int64(binary.BigEndian.Uint64(b)), nil
+	},
 	Parse: func(s string) (int64, error) {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -183,7 +191,7 @@ func (ix Index[A]) value(a A) IndexValue {
 
 // Spec returns the table spec of j.
 func (j Job[K, V, A]) Spec() TableSpec {
-	s := TableSpec{Name: j.Name}
+	s := TableSpec{Name: j.Name, TiesAscending: j.TiesAscending}
 	for _, ix := range j.Indexes {
 		s.Indexes = append(s.Indexes, ix.spec)
 	}

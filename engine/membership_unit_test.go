@@ -17,7 +17,7 @@ import (
 func moviesOf(p, parts int32, n int) []int64 {
 	var out []int64
 	for id := int64(1); len(out) < n; id++ {
-		if engine.PartitionFor(engine.EncodeMovieKey(id), parts) == p {
+		if engine.PartitionFor(engine.Int64Keys.Append(nil, id), parts) == p {
 			out = append(out, id)
 		}
 	}
@@ -218,12 +218,12 @@ func TestUnitNewRejectsInvalidConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := unitConfig(c, engine.ExactlyOnce)
 			tt.edit(&cfg)
-			if _, err := engine.New(cfg, memstore.New(), &unitSerde{}); !errors.Is(err, engine.ErrInvalid) {
+			if _, err := newMovieEngine(cfg, memstore.New(), &unitSerde{}); !errors.Is(err, engine.ErrInvalid) {
 				t.Errorf("New: got %v, want ErrInvalid", err)
 			}
 		})
 	}
-	if _, err := engine.New(unitConfig(c, engine.ExactlyOnce), nil, &unitSerde{}); !errors.Is(err, engine.ErrInvalid) {
+	if _, err := newMovieEngine(unitConfig(c, engine.ExactlyOnce), nil, &unitSerde{}); !errors.Is(err, engine.ErrInvalid) {
 		t.Errorf("New without a store: got %v, want ErrInvalid", err)
 	}
 }

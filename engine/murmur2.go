@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/binary"
-	"fmt"
 	"hash"
 
 	"github.com/IBM/sarama"
@@ -62,22 +61,6 @@ func PartitionFor(key []byte, numPartitions int32) int32 {
 		return -1
 	}
 	return toPositive(Murmur2(key)) % numPartitions
-}
-
-// EncodeMovieKey returns the record key of a movie: its id as 8 bytes
-// big-endian, as Java's LongSerializer writes it. It is pure.
-func EncodeMovieKey(id int64) []byte {
-	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(id))
-}
-
-// DecodeMovieKey reads a key written by EncodeMovieKey (or Java's
-// LongSerializer). A key that is not exactly 8 bytes long gives an error
-// wrapping ErrInvalid. It is pure.
-func DecodeMovieKey(b []byte) (int64, error) {
-	if len(b) != 8 {
-		return 0, fmt.Errorf("movie key is %d bytes, want 8: %w", len(b), ErrInvalid)
-	}
-	return int64(binary.BigEndian.Uint64(b)), nil
 }
 
 // NewJavaPartitioner returns a sarama partitioner (it has the

@@ -138,12 +138,12 @@ func TestMovieKeyMatchesJavaLongSerializer(t *testing.T) {
 			if err != nil {
 				t.Fatalf("bad long %q: %v", v.Value, err)
 			}
-			if got := hex.EncodeToString(EncodeMovieKey(id)); got != v.KeyHex {
-				t.Errorf("EncodeMovieKey(%d) = %s, want %s", id, got, v.KeyHex)
+			if got := hex.EncodeToString(int64Key(id)); got != v.KeyHex {
+				t.Errorf("int64Key(%d) = %s, want %s", id, got, v.KeyHex)
 			}
-			back, err := DecodeMovieKey(v.key(t))
+			back, err := Int64Keys.Decode(v.key(t))
 			if err != nil || back != id {
-				t.Errorf("DecodeMovieKey(%s) = %d, %v; want %d, nil", v.KeyHex, back, err, id)
+				t.Errorf("Int64Keys.Decode(%s) = %d, %v; want %d, nil", v.KeyHex, back, err, id)
 			}
 		})
 	}
@@ -152,9 +152,9 @@ func TestMovieKeyMatchesJavaLongSerializer(t *testing.T) {
 func TestDecodeMovieKeyWrongLength(t *testing.T) {
 	for _, n := range []int{0, 1, 4, 7, 9, 16} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			_, err := DecodeMovieKey(make([]byte, n))
+			_, err := Int64Keys.Decode(make([]byte, n))
 			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("DecodeMovieKey(%d bytes) error = %v, want ErrInvalid", n, err)
+				t.Errorf("Int64Keys.Decode(%d bytes) error = %v, want ErrInvalid", n, err)
 			}
 		})
 	}
@@ -191,7 +191,7 @@ func TestJavaPartitionerMatchesJava(t *testing.T) {
 func TestJavaPartitionerAgreesWithPartitionFor(t *testing.T) {
 	p := NewJavaPartitioner("t")
 	for id := int64(-500); id < 2000; id += 7 {
-		key := EncodeMovieKey(id * 104729)
+		key := int64Key(id * 104729)
 		for _, n := range []int32{1, 2, 5, 7, 12, 64} {
 			got, err := p.Partition(&sarama.ProducerMessage{Key: sarama.ByteEncoder(key)}, n)
 			if want := PartitionFor(key, n); err != nil || got != want {
@@ -225,7 +225,7 @@ func TestJavaPartitionerWithoutKey(t *testing.T) {
 }
 
 func BenchmarkPartitionFor(b *testing.B) {
-	key := EncodeMovieKey(362)
+	key := int64Key(362)
 	for i := 0; i < b.N; i++ {
 		_ = PartitionFor(key, 12)
 	}

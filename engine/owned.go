@@ -31,7 +31,7 @@ func (o *ownedQuerier) Get(ctx context.Context, movieID int64) (MovieStats, erro
 	if n == 0 {
 		return MovieStats{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
 	}
-	p := PartitionFor(EncodeMovieKey(movieID), n)
+	p := PartitionFor(Int64Keys.Append(nil, movieID), n)
 	if !o.r.answerable(p) {
 		return MovieStats{}, fmt.Errorf("partition %d of movie %d is not running on this instance: %w", p, movieID, ErrUnavailable)
 	}
@@ -59,10 +59,11 @@ func (o *ownedQuerier) Range(ctx context.Context, q RangeQuery) (Page, error) {
 // instances. Safe for concurrent use.
 // It answers ErrInvalid for an engine not built by New (not the movie job).
 func (e *Engine) RangeLocal(ctx context.Context, q RangeQuery) (Page, []int32, error) {
-	if e.movies == nil {
+	mq, ok := e.table.(interface{ MovieQuerier() Querier })
+	if !ok {
 		return Page{}, nil, fmt.Errorf("range over movies: job %s is not the movie job: %w", e.job.Spec().Name, ErrInvalid)
 	}
-	return (&ownedQuerier{r: e.route, q: e.movies}).rangeCovered(ctx, q)
+	return (&ownedQuerier{r: e.route, q: mq.MovieQuerier()}).rangeCovered(ctx, q)
 }
 
 func (o *ownedQuerier) rangeCovered(ctx context.Context, q RangeQuery) (Page, []int32, error) {

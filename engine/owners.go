@@ -57,7 +57,7 @@ func (o *owners) invalidate() { o.snap.Store(nil) }
 // invalid address). Safe for concurrent use; it never blocks longer than
 // ctx or describeTimeout.
 func (r *Router) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
-	return r.OwnerOf(ctx, EncodeMovieKey(movieID))
+	return r.OwnerOf(ctx, Int64Keys.Append(nil, movieID))
 }
 
 // OwnerOf is Owner for a record key of any job. While this instance's

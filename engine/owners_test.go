@@ -47,7 +47,7 @@ func TestMembershipDoesNotWaitBehindAHungBroker(t *testing.T) {
 	r.parts.set(1, Running)
 	r.lease.renew(r.lease.begin(), monoNow(), time.Hour)
 	var local int64 = 1
-	for PartitionFor(EncodeMovieKey(local), 3) != 1 {
+	for PartitionFor(int64Key(local), 3) != 1 {
 		local++
 	}
 

@@ -13,7 +13,7 @@ import (
 // repartition records to a task's cache (store reads miss; no flush).
 func BenchmarkProcess(b *testing.B) {
 	e := benchEngine()
-	e.table = MovieTable(nullStore{})
+	e.table = nullTable{}
 	batches := processBatches(100)
 	var t *task
 	b.ReportAllocs()
@@ -30,19 +30,17 @@ func BenchmarkProcess(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*maxDrain), "ns/record")
 }
 
-// nullStore is a Store without documents: every Load misses.
-type nullStore struct{}
+// nullTable is a Table without documents: every Load misses.
+type nullTable struct{}
 
-func (nullStore) Claim(context.Context, int32) (int64, error)            { return 1, nil }
-func (nullStore) Checkpoint(context.Context, int32) (int64, bool, error) { return 0, false, nil }
-func (nullStore) Load(context.Context, []int64) (map[int64]MovieStats, error) {
-	return nil, nil
-}
-func (nullStore) Apply(context.Context, Batch) error              { return nil }
-func (nullStore) DropPartition(context.Context, int32) error      { return nil }
-func (nullStore) Close() error                                    { return nil }
-func (nullStore) Get(context.Context, int64) (MovieStats, error)  { return MovieStats{}, ErrNotFound }
-func (nullStore) Range(context.Context, RangeQuery) (Page, error) { return Page{}, nil }
+func (nullTable) Spec() TableSpec                                        { return benchJob().Spec() }
+func (nullTable) Claim(context.Context, int32) (int64, error)            { return 1, nil }
+func (nullTable) Checkpoint(context.Context, int32) (int64, bool, error) { return 0, false, nil }
+func (nullTable) Load(context.Context, [][]byte) (map[string]Doc, error) { return nil, nil }
+func (nullTable) Apply(context.Context, DocBatch) error                  { return nil }
+func (nullTable) DropPartition(context.Context, int32) error             { return nil }
+func (nullTable) Get(context.Context, []byte) (Doc, error)               { return Doc{}, ErrNotFound }
+func (nullTable) Query(context.Context, IndexQuery) (DocPage, error)     { return DocPage{}, nil }
 
 // processBatches are repartition records of a skewed workload: 2000-record
 // batches over 5000 movies, with their input position in headers.
@@ -54,7 +52,7 @@ func processBatches(n int) [][]*sarama.ConsumerMessage {
 		for j := range batch {
 			id := int64((j*j + i*7919) % 5000)
 			v := binary.BigEndian.AppendUint64(nil, uint64(id))
-			batch[j] = &sarama.ConsumerMessage{Topic: "r", Partition: 0, Offset: off, Key: EncodeMovieKey(id), Value: append(v, 0, 0, 0, 0, 0, 0, 0, 0),
+			batch[j] = &sarama.ConsumerMessage{Topic: "r", Partition: 0, Offset: off, Key: int64Key(id), Value: append(v, 0, 0, 0, 0, 0, 0, 0, 0),
 				Headers: []*sarama.RecordHeader{
 					{Key: []byte(HeaderSourcePartition), Value: []byte("1")},
 					{Key: []byte(HeaderSourceOffset), Value: []byte(strconv.FormatInt(off, 10))},

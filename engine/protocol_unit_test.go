@@ -290,7 +290,7 @@ func clRecord(t *testing.T, c *kafkatest.Cluster, topic string, d engine.MovieSt
 		{Key: []byte(engine.HeaderVersion), Value: []byte(strconv.FormatInt(d.Version, 10))},
 		{Key: []byte(engine.HeaderSources), Value: []byte(strings.Join(srcs, ","))},
 	}
-	if _, err := c.Append(topic, 0, engine.EncodeMovieKey(d.MovieID), v, hs...); err != nil {
+	if _, err := c.Append(topic, 0, engine.Int64Keys.Append(nil, d.MovieID), v, hs...); err != nil {
 		t.Fatalf("append changelog: %v", err)
 	}
 }
@@ -364,7 +364,7 @@ func TestUnitRestore(t *testing.T) {
 				}
 				var ids []int64
 				for _, rec := range recs {
-					id, _ := engine.DecodeMovieKey(rec.Key)
+					id, _ := engine.Int64Keys.Decode(rec.Key)
 					ids = append(ids, id)
 				}
 				slices.Sort(ids)
@@ -405,8 +405,8 @@ func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
 		key, value []byte
 		headers    []sarama.RecordHeader
 	}{
-		{engine.EncodeMovieKey(1), []byte("not a count and sum"), []sarama.RecordHeader{version(1)}},
-		{engine.EncodeMovieKey(2), valid, nil},
+		{engine.Int64Keys.Append(nil, 1), []byte("not a count and sum"), []sarama.RecordHeader{version(1)}},
+		{engine.Int64Keys.Append(nil, 2), valid, nil},
 		{[]byte("movie two"), valid, []sarama.RecordHeader{version(3)}},
 	}
 	for _, r := range unreadable {
@@ -480,7 +480,7 @@ func TestUnitDeadLetters(t *testing.T) {
 			if _, err := r.c.Append(r.topics.Repartition, 0, []byte("bad"), ratingValue(8, 1)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.c.Append(r.topics.Repartition, 0, engine.EncodeMovieKey(9), ratingValue(10, 1)); err != nil {
+			if _, err := r.c.Append(r.topics.Repartition, 0, engine.Int64Keys.Append(nil, 9), ratingValue(10, 1)); err != nil {
 				t.Fatal(err)
 			}
 			r.start(t)

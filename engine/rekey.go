@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/keepstate/keepstate/avro"
 )
 
 // maxDrain bounds how many buffered records a stage takes in one step.
@@ -148,12 +146,9 @@ func (e *Engine) forward(ctx context.Context, f *forwarder, batch []*sarama.Cons
 	return out, dead, nil
 }
 
-// errBadRating is wrapped by ratings outside 0..10 or not finite.
-var errBadRating = errors.New("rating out of range")
-
 // retryable reports whether a job's decode error is temporary.
 func retryable(err error) bool {
-	return errors.Is(err, ErrRetry) || errors.Is(err, avro.ErrRegistryUnavailable)
+	return errors.Is(err, ErrRetry)
 }
 
 // withRetry runs a job's decoding step, retrying with backoff while it

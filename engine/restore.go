@@ -242,9 +242,6 @@ func (t *task) reseed(ctx context.Context) error {
 
 // scannerOf returns table's TableScanner, if it can list partitions.
 func scannerOf(table Table) (TableScanner, bool) {
-	if mt, ok := table.(*movieTable); ok && !mt.canScan() {
-		return nil, false
-	}
 	sc, ok := table.(TableScanner)
 	return sc, ok
 }

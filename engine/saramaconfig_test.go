@@ -9,7 +9,7 @@ func TestSaramaConfigBuffersRecords(t *testing.T) {
 	for _, n := range []int{1, 77, DefaultConfig().BufferedRecords} {
 		cfg := DefaultConfig()
 		cfg.BufferedRecords = n
-		e, err := New(cfg, nopStore{}, benchSerde{})
+		e, err := NewJob(cfg, nopTable{}, benchJob())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -19,5 +19,5 @@ func TestSaramaConfigBuffersRecords(t *testing.T) {
 	}
 }
 
-// nopStore is a Store that is never called (New only checks it is set).
-type nopStore struct{ Store }
+// nopTable is a Table that is never called (NewJob only checks it is set).
+type nopTable struct{ Table }

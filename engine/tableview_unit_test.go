@@ -9,6 +9,7 @@ import (
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // TestUnitTableView checks the engine's query view of a job's table on a
@@ -88,18 +89,18 @@ func TestUnitMovieTable(t *testing.T) {
 		engine.MovieStats{MovieID: 1, Partition: 0, Count: 2, Sum: 18, Version: 1},
 		engine.MovieStats{MovieID: 2, Partition: 0, Count: 1, Sum: 9, Version: 2, Sources: map[int32]int64{0: 7}},
 		engine.MovieStats{MovieID: 3, Partition: 0, Count: 1, Sum: 4, Version: 3})
-	tb := engine.MovieTable(s)
+	tb := movies.StoreTable(s)
 	if got := tb.Spec(); got.Name != "movies" || !got.TiesAscending {
 		t.Errorf("Spec: got %+v, want movies with ties ascending", got)
 	}
 	if l, ok := tb.(engine.InstanceLocal); !ok || !l.InstanceLocal() {
 		t.Errorf("InstanceLocal: want true for a local movie store")
 	}
-	d, err := tb.Get(ctx, engine.EncodeMovieKey(2))
+	d, err := tb.Get(ctx, engine.Int64Keys.Append(nil, 2))
 	if err != nil || d.Index[0].Num != 9 || d.Sources[0] != 7 || d.Version != 2 {
 		t.Fatalf("Get(2): got %+v %v", d, err)
 	}
-	loaded, err := tb.Load(ctx, [][]byte{engine.EncodeMovieKey(1), engine.EncodeMovieKey(4)})
+	loaded, err := tb.Load(ctx, [][]byte{engine.Int64Keys.Append(nil, 1), engine.Int64Keys.Append(nil, 4)})
 	if err != nil || len(loaded) != 1 {
 		t.Fatalf("Load(1, 4): got %d docs %v, want 1", len(loaded), err)
 	}
@@ -109,7 +110,7 @@ func TestUnitMovieTable(t *testing.T) {
 		t.Fatalf("Query(desc, 2): got %d docs next %v %v", len(page.Docs), page.Next, err)
 	}
 	for i, want := range []int64{1, 2} {
-		if id, _ := engine.DecodeMovieKey(page.Docs[i].Key); id != want {
+		if id, _ := engine.Int64Keys.Decode(page.Docs[i].Key); id != want {
 			t.Errorf("Query(desc) doc %d: got movie %d, want %d", i, id, want)
 		}
 	}
@@ -145,7 +146,7 @@ func TestUnitMovieTable(t *testing.T) {
 	if err := tb.DropPartition(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Get(ctx, engine.EncodeMovieKey(2)); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := tb.Get(ctx, engine.Int64Keys.Append(nil, 2)); !errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("Get after DropPartition: got %v, want ErrNotFound", err)
 	}
 }

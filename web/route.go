@@ -230,7 +230,7 @@ func (s *Server) rangePeer(ctx context.Context, addr string, q engine.RangeQuery
 	for _, m := range page.Movies {
 		cur := engine.Cursor{Avg: m.Rating, MovieID: m.MovieID}
 		if !validMovie(m) || m.Rating < q.MinAvg || m.Rating > q.MaxAvg ||
-			(q.After != nil && !q.After.Before(cur)) || !in[engine.PartitionFor(engine.EncodeMovieKey(m.MovieID), n)] {
+			(q.After != nil && !q.After.Before(cur)) || !in[engine.PartitionFor(engine.Int64Keys.Append(nil, m.MovieID), n)] {
 			return peerPage[movieJSON]{}, fmt.Errorf("instance %s: range answer holds movie %d outside the query or its partitions: %w", addr, m.MovieID, engine.ErrUnavailable)
 		}
 	}
@@ -267,9 +267,11 @@ func (s *Server) gatherRange(ctx context.Context, q engine.RangeQuery) (rangeRes
 		ask: func(ctx context.Context, addr string) (peerPage[movieJSON], error) {
 			return s.rangePeer(ctx, addr, q, mem.Partitions)
 		},
-		partition: func(m movieJSON) int32 { return engine.PartitionFor(engine.EncodeMovieKey(m.MovieID), mem.Partitions) },
-		less:      func(a, b movieJSON) bool { return cur(a).Before(cur(b)) },
-		limit:     q.Limit,
+		partition: func(m movieJSON) int32 {
+			return engine.PartitionFor(engine.Int64Keys.Append(nil, m.MovieID), mem.Partitions)
+		},
+		less:  func(a, b movieJSON) bool { return cur(a).Before(cur(b)) },
+		limit: q.Limit,
 		warn: func(addr string, err error) {
 			s.log.Warn("range query: instance did not answer, its partitions are reported missing", "peer", addr, "err", err)
 		},

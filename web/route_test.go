@@ -46,7 +46,9 @@ func (r *fakeRouter) ownerMap() map[int32]string {
 	return r.owners
 }
 
-func (r *fakeRouter) part(id int64) int32 { return engine.PartitionFor(engine.EncodeMovieKey(id), r.n) }
+func (r *fakeRouter) part(id int64) int32 {
+	return engine.PartitionFor(engine.Int64Keys.Append(nil, id), r.n)
+}
 
 func (r *fakeRouter) Owner(ctx context.Context, id int64) (string, bool, error) {
 	addr, ok := r.ownerMap()[r.part(id)]

@@ -184,7 +184,7 @@ func ScanOutputTopic(ctx context.Context, brokers []string, topic string) ([]Obs
 		for done := false; !done; {
 			select {
 			case m := <-pc.Messages():
-				id, kerr := engine.DecodeMovieKey(m.Key)
+				id, kerr := engine.Int64Keys.Decode(m.Key)
 				avg, verr := engine.DecodeDouble(m.Value)
 				if kerr != nil || verr != nil {
 					pc.Close()

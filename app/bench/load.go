@@ -222,7 +222,7 @@ func ProduceWorkload(ctx context.Context, o ProduceOptions, w Workload, truth *T
 			truth.Add(r)
 		}
 		select {
-		case prod.Input() <- &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(engine.EncodeMovieKey(r.MovieID)), Value: sarama.ByteEncoder(v)}:
+		case prod.Input() <- &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(engine.Int64Keys.Append(nil, r.MovieID)), Value: sarama.ByteEncoder(v)}:
 		case <-ctx.Done():
 		}
 	}
