@@ -50,7 +50,7 @@ func TestUnitCacheBudgetSharesOut(t *testing.T) {
 			eventually(t, "two flushes of a 300-document share", func() error {
 				stored := 0
 				for id, w := range want {
-					got, err := r.store.Get(context.Background(), id)
+					got, err := r.store.movie(context.Background(), id)
 					if err != nil {
 						continue // not flushed (yet)
 					}

@@ -67,13 +67,56 @@ func (s *unitSerde) DecodeCountAndSum(_ context.Context, b []byte) (avro.CountAn
 	return avro.CountAndSum{Count: int64(binary.BigEndian.Uint64(b)), Sum: math.Float64frombits(binary.BigEndian.Uint64(b[8:]))}, nil
 }
 
-// recordingStore is a memstore that notes every Apply in the cluster's
-// event log ("store-apply p=.. checkpoint=.. docs=.. replay=..") before
-// applying it, so tests can order store writes among Kafka operations.
-// failApply, when set, fails the next Apply calls with its error.
+// movieStats is a movie as the tests state it: its aggregate and the
+// processing metadata of its table document.
+type movieStats struct {
+	MovieID   int64
+	Partition int32
+	Count     int64
+	Sum       float64
+	Version   int64
+	Sources   map[int32]int64
+}
+
+// doc returns m as the movie table's document.
+func (m movieStats) doc() engine.Doc {
+	a := movies.Agg{Count: m.Count, Sum: m.Sum}
+	return engine.Doc{Key: engine.Int64Keys.Append(nil, m.MovieID), Partition: m.Partition, Version: m.Version,
+		Sources: m.Sources, Value: movies.Values{}.Append(nil, a), Index: []engine.IndexValue{engine.Num(a.Avg())}}
+}
+
+// statsOf reads a movie table document.
+func statsOf(d engine.Doc) (movieStats, error) {
+	id, err := engine.Int64Keys.Decode(d.Key)
+	if err != nil {
+		return movieStats{}, err
+	}
+	a, err := movies.Values{}.Decode(context.Background(), "", d.Value)
+	if err != nil {
+		return movieStats{}, err
+	}
+	return movieStats{MovieID: id, Partition: d.Partition, Count: a.Count, Sum: a.Sum, Version: d.Version, Sources: d.Sources}, nil
+}
+
+// movieTable opens the movie table of s.
+func movieTable(t testing.TB, s *memstore.Store) engine.Table {
+	t.Helper()
+	tb, err := s.OpenTable(context.Background(), movies.Spec)
+	if err != nil {
+		t.Fatalf("open movie table: %v", err)
+	}
+	return tb
+}
+
+// recordingStore is a memstore movie table that notes every Apply in the
+// cluster's event log ("store-apply p=.. checkpoint=.. docs=.. replay=..")
+// before applying it, so tests can order store writes among Kafka
+// operations. failApply and failLoad, when set, fail the next Apply or
+// Load calls with their errors.
 type recordingStore struct {
-	*memstore.Store
-	c *kafkatest.Cluster
+	engine.Table
+	store *memstore.Store
+	c     *kafkatest.Cluster
 
 	mu        sync.Mutex
 	failApply []error
@@ -82,7 +125,7 @@ type recordingStore struct {
 
 const storeApply = "store-apply"
 
-func (s *recordingStore) Apply(ctx context.Context, b engine.Batch) error {
+func (s *recordingStore) Apply(ctx context.Context, b engine.DocBatch) error {
 	s.mu.Lock()
 	var err error
 	if len(s.failApply) > 0 {
@@ -93,10 +136,10 @@ func (s *recordingStore) Apply(ctx context.Context, b engine.Batch) error {
 		return err
 	}
 	s.c.Note(storeApply, fmt.Sprintf("p=%d checkpoint=%d docs=%d replay=%v", b.Partition, b.Checkpoint, len(b.Docs), b.Replay))
-	return s.Store.Apply(ctx, b)
+	return s.Table.Apply(ctx, b)
 }
 
-func (s *recordingStore) Load(ctx context.Context, ids []int64) (map[int64]engine.MovieStats, error) {
+func (s *recordingStore) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	s.mu.Lock()
 	var err error
 	if len(s.failLoad) > 0 {
@@ -106,7 +149,25 @@ func (s *recordingStore) Load(ctx context.Context, ids []int64) (map[int64]engin
 	if err != nil {
 		return nil, err
 	}
-	return s.Store.Load(ctx, ids)
+	return s.Table.Load(ctx, keys)
+}
+
+// InstanceLocal reports the memstore's Local option.
+func (s *recordingStore) InstanceLocal() bool { return s.store.InstanceLocal() }
+
+// ScanPartition lists partition p of the table.
+func (s *recordingStore) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
+	return s.Table.(engine.TableScanner).ScanPartition(ctx, p, fn)
+}
+
+// movie returns the stored movie id, or an error wrapping
+// engine.ErrNotFound.
+func (s *recordingStore) movie(ctx context.Context, id int64) (movieStats, error) {
+	d, err := s.Table.Get(ctx, engine.Int64Keys.Append(nil, id))
+	if err != nil {
+		return movieStats{}, err
+	}
+	return statsOf(d)
 }
 
 // applyNote is a parsed store-apply event.
@@ -167,7 +228,7 @@ func newRig(t *testing.T, c *kafkatest.Cluster, cfg engine.Config, store *memsto
 	if store == nil {
 		store = memstore.New()
 	}
-	r := &rig{c: c, store: &recordingStore{Store: store, c: c}, serde: &unitSerde{}, cfg: cfg, topics: cfg.Topics()}
+	r := &rig{c: c, store: &recordingStore{Table: movieTable(t, store), store: store, c: c}, serde: &unitSerde{}, cfg: cfg, topics: cfg.Topics()}
 	n := max(cfg.Partitions, 1)
 	for _, topic := range []string{r.topics.Input, r.topics.Repartition} {
 		var te *sarama.TopicError
@@ -227,8 +288,8 @@ type rating struct {
 }
 
 // totals returns the count and sum per movie of ratings.
-func totals(rs ...[]rating) map[int64]engine.MovieStats {
-	out := map[int64]engine.MovieStats{}
+func totals(rs ...[]rating) map[int64]movieStats {
+	out := map[int64]movieStats{}
 	for _, batch := range rs {
 		for _, x := range batch {
 			d := out[x.movie]
@@ -240,10 +301,10 @@ func totals(rs ...[]rating) map[int64]engine.MovieStats {
 }
 
 // storeHas returns nil once the store holds exactly want's counts and sums.
-func (r *rig) storeHas(want map[int64]engine.MovieStats) func() error {
+func (r *rig) storeHas(want map[int64]movieStats) func() error {
 	return func() error {
 		for id, w := range want {
-			got, err := r.store.Get(context.Background(), id)
+			got, err := r.store.movie(context.Background(), id)
 			if err != nil {
 				return fmt.Errorf("movie %d: %w", id, err)
 			}
@@ -256,7 +317,7 @@ func (r *rig) storeHas(want map[int64]engine.MovieStats) func() error {
 }
 
 // checkStore fails the test unless the store holds exactly want.
-func (r *rig) checkStore(t *testing.T, want map[int64]engine.MovieStats) {
+func (r *rig) checkStore(t *testing.T, want map[int64]movieStats) {
 	t.Helper()
 	if err := r.storeHas(want)(); err != nil {
 		t.Errorf("store: %v", err)
@@ -285,14 +346,20 @@ func (r *rig) repartitionRecord(t *testing.T, movie int64, value float64, srcP i
 }
 
 // seed claims partition p of store and writes docs with checkpoint.
-func seed(t *testing.T, s *memstore.Store, p int32, checkpoint int64, docs ...engine.MovieStats) {
+func seed(t *testing.T, s *memstore.Store, p int32, checkpoint int64, docs ...movieStats) {
 	t.Helper()
 	ctx := context.Background()
-	epoch, err := s.Claim(ctx, p)
+	tb := movieTable(t, s)
+	epoch, err := tb.Claim(ctx, p)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	if err := s.Apply(ctx, engine.Batch{Partition: p, Epoch: epoch, Docs: docs, Checkpoint: checkpoint}); err != nil {
+	b := engine.DocBatch{Partition: p, Epoch: epoch, Checkpoint: checkpoint}
+	for _, m := range docs {
+		m.Partition = p
+		b.Docs = append(b.Docs, m.doc())
+	}
+	if err := tb.Apply(ctx, b); err != nil {
 		t.Fatalf("seed store: %v", err)
 	}
 }
@@ -300,15 +367,26 @@ func seed(t *testing.T, s *memstore.Store, p int32, checkpoint int64, docs ...en
 // ready returns nil once the engine is ready (every partition RUNNING).
 func (r *rig) ready() error { return r.e.Ready() }
 
-// newMovieEngine returns an engine running the movie job on store.
-func newMovieEngine(cfg engine.Config, store engine.Store, serde movies.Serde) (*engine.Engine, error) {
+// newMovieEngine returns an engine running the movie job on table.
+func newMovieEngine(cfg engine.Config, table engine.Table, serde movies.Serde) (*engine.Engine, error) {
 	job, err := movies.Job(serde).Runner()
 	if err != nil {
 		return nil, err
 	}
-	var table engine.Table
-	if store != nil {
-		table = movies.StoreTable(store)
-	}
 	return engine.NewJob(cfg, table, job)
+}
+
+// viewMovie reads movie id through the engine's table view (answered only
+// while its partition runs here).
+func viewMovie(ctx context.Context, v *engine.TableView, id int64) (movieStats, error) {
+	d, err := v.Get(ctx, engine.Int64Keys.Append(nil, id))
+	if err != nil {
+		return movieStats{}, err
+	}
+	return statsOf(d)
+}
+
+// avgQuery is the movie table's query of every average, highest first.
+func avgQuery(limit int) engine.IndexQuery {
+	return engine.IndexQuery{Index: "avg", Desc: true, Limit: limit}
 }

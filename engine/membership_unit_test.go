@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -87,27 +86,27 @@ func TestUnitTwoInstances(t *testing.T) {
 	if addr, local, err := a.e.Owner(ctx, m1[0]); err != nil || local || addr != cfgB.AdvertiseAddr {
 		t.Errorf("Owner of a remote movie: got %q, %v, %v; want %q, remote", addr, local, err, cfgB.AdvertiseAddr)
 	}
-	q := a.e.OwnedQuerier(storeA)
-	if _, err := q.Get(ctx, m1[0]); !errors.Is(err, engine.ErrUnavailable) {
-		t.Errorf("OwnedQuerier.Get of a partition running elsewhere: got %v, want ErrUnavailable", err)
+	q := a.e.View()
+	if _, err := q.Get(ctx, engine.Int64Keys.Append(nil, m1[0])); !errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("View.Get of a partition running elsewhere: got %v, want ErrUnavailable", err)
 	}
-	if got, err := q.Get(ctx, m0[0]); err != nil || got.Count != 1 {
-		t.Errorf("OwnedQuerier.Get of a local movie: got %+v, %v; want count 1", got, err)
+	if got, err := viewMovie(ctx, q, m0[0]); err != nil || got.Count != 1 {
+		t.Errorf("View.Get of a local movie: got %+v, %v; want count 1", got, err)
 	}
-	page, covered, err := a.e.RangeLocal(ctx, engine.RangeQuery{MaxAvg: math.Inf(1), Limit: 10})
+	page, covered, err := q.QueryLocal(ctx, avgQuery(10))
 	if err != nil || len(covered) != 1 || covered[0] != 0 {
-		t.Errorf("RangeLocal covered: got %v, %v; want [0]", covered, err)
+		t.Errorf("QueryLocal covered: got %v, %v; want [0]", covered, err)
 	}
-	for _, m := range page.Movies {
-		if m.Partition != 0 {
-			t.Errorf("RangeLocal returned movie %d of partition %d, not running here", m.MovieID, m.Partition)
+	for _, d := range page.Docs {
+		if d.Partition != 0 {
+			t.Errorf("QueryLocal returned key %x of partition %d, not running here", d.Key, d.Partition)
 		}
 	}
 	second := []rating{{m0[0], 10}, {m1[0], 10}}
 	a.rate(t, 0, second...)
 	all := totals(first, second)
-	eventually(t, "second instance restored and counted partition 1", b.storeHas(map[int64]engine.MovieStats{m1[0]: all[m1[0]], m1[1]: all[m1[1]]}))
-	eventually(t, "first instance counted partition 0", a.storeHas(map[int64]engine.MovieStats{m0[0]: all[m0[0]], m0[1]: all[m0[1]]}))
+	eventually(t, "second instance restored and counted partition 1", b.storeHas(map[int64]movieStats{m1[0]: all[m1[0]], m1[1]: all[m1[1]]}))
+	eventually(t, "first instance counted partition 0", a.storeHas(map[int64]movieStats{m0[0]: all[m0[0]], m0[1]: all[m0[1]]}))
 
 	b.stop(t)
 	eventually(t, "first instance runs both partitions again", owns(a.e, 0, 1))
@@ -148,12 +147,12 @@ func TestUnitStaleCopyDropped(t *testing.T) {
 	})
 	ctx := context.Background()
 	eventually(t, "stale copy of partition 1 dropped by the first instance", func() error {
-		if _, err := storeA.Get(ctx, m1[0]); !errors.Is(err, engine.ErrNotFound) {
+		if _, err := movieTable(t, storeA).Get(ctx, engine.Int64Keys.Append(nil, m1[0])); !errors.Is(err, engine.ErrNotFound) {
 			return fmt.Errorf("movie %d still in the first store: %v", m1[0], err)
 		}
 		return nil
 	})
-	if _, err := storeA.Get(ctx, m0[0]); err != nil {
+	if _, err := movieTable(t, storeA).Get(ctx, engine.Int64Keys.Append(nil, m0[0])); err != nil {
 		t.Errorf("movie %d of the partition still owned: %v, want kept", m0[0], err)
 	}
 }
@@ -173,7 +172,7 @@ func TestUnitStaticMembership(t *testing.T) {
 	a.rate(t, 0, rating{1, 5})
 	eventually(t, "first instance running", a.ready)
 
-	b := newRig(t, c, cfg, a.store.Store).start(t)
+	b := newRig(t, c, cfg, a.store.store).start(t)
 	select {
 	case err := <-doneA:
 		if !errors.Is(err, engine.ErrInstanceFenced) {
@@ -218,7 +217,7 @@ func TestUnitNewRejectsInvalidConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := unitConfig(c, engine.ExactlyOnce)
 			tt.edit(&cfg)
-			if _, err := newMovieEngine(cfg, memstore.New(), &unitSerde{}); !errors.Is(err, engine.ErrInvalid) {
+			if _, err := newMovieEngine(cfg, movieTable(t, memstore.New()), &unitSerde{}); !errors.Is(err, engine.ErrInvalid) {
 				t.Errorf("New: got %v, want ErrInvalid", err)
 			}
 		})

@@ -32,9 +32,9 @@ func TestUnitSkipRules(t *testing.T) {
 	tests := []struct {
 		name     string
 		g        engine.Guarantee
-		seed     []engine.MovieStats
+		seed     []movieStats
 		recs     []rec
-		want     map[int64]engine.MovieStats
+		want     map[int64]movieStats
 		wantSkip int64
 	}{{
 		name: "source re-forwarded by the rekey stage",
@@ -47,24 +47,24 @@ func TestUnitSkipRules(t *testing.T) {
 			{1, 2, 1, 0}, // another input partition: applied
 			{2, 5, -1, 0},
 		},
-		want:     map[int64]engine.MovieStats{1: {Count: 3, Sum: 12}, 2: {Count: 1, Sum: 5}},
+		want:     map[int64]movieStats{1: {Count: 3, Sum: 12}, 2: {Count: 1, Sum: 5}},
 		wantSkip: 2,
 	}, {
 		name: "offsets at or below the stored version",
 		g:    engine.AtLeastOnce,
-		seed: []engine.MovieStats{{MovieID: 1, Count: 2, Sum: 10, Version: 1}},
+		seed: []movieStats{{MovieID: 1, Count: 2, Sum: 10, Version: 1}},
 		recs: []rec{
 			{1, 5, -1, 0}, // offset 0 <= version 1: skipped
 			{1, 5, -1, 0}, // offset 1 <= version 1: skipped
 			{1, 7, -1, 0},
 			{1, 9, -1, 0},
 		},
-		want:     map[int64]engine.MovieStats{1: {Count: 4, Sum: 26}},
+		want:     map[int64]movieStats{1: {Count: 4, Sum: 26}},
 		wantSkip: 2,
 	}, {
 		name: "both rules across movies",
 		g:    engine.ExactlyOnce,
-		seed: []engine.MovieStats{{MovieID: 3, Count: 1, Sum: 1, Version: 0, Sources: map[int32]int64{0: 50}}},
+		seed: []movieStats{{MovieID: 3, Count: 1, Sum: 1, Version: 0, Sources: map[int32]int64{0: 50}}},
 		recs: []rec{
 			{3, 9, 0, 60}, // offset 0 <= version 0: skipped
 			{3, 9, 0, 50}, // source 50 <= 50: skipped
@@ -72,7 +72,7 @@ func TestUnitSkipRules(t *testing.T) {
 			{4, 4, 0, 1},
 			{4, 4, 0, 1}, // skipped
 		},
-		want:     map[int64]engine.MovieStats{3: {Count: 2, Sum: 4}, 4: {Count: 1, Sum: 4}},
+		want:     map[int64]movieStats{3: {Count: 2, Sum: 4}, 4: {Count: 1, Sum: 4}},
 		wantSkip: 3,
 	}}
 	for _, tt := range tests {
@@ -279,7 +279,7 @@ func TestUnitFailedCommitDropsTheCache(t *testing.T) {
 }
 
 // changelogRecord is a hand-written changelog record.
-func clRecord(t *testing.T, c *kafkatest.Cluster, topic string, d engine.MovieStats) {
+func clRecord(t *testing.T, c *kafkatest.Cluster, topic string, d movieStats) {
 	t.Helper()
 	v, _ := (&unitSerde{}).EncodeCountAndSum(context.Background(), "", avro.CountAndSum{Count: d.Count, Sum: d.Sum})
 	var srcs []string
@@ -300,31 +300,31 @@ func clRecord(t *testing.T, c *kafkatest.Cluster, topic string, d engine.MovieSt
 // start (no checkpoint, or a checkpoint below the start), and from beyond
 // its end, which keeps the store and re-seeds the changelog from it.
 func TestUnitRestore(t *testing.T) {
-	changelog := []engine.MovieStats{
+	changelog := []movieStats{
 		{MovieID: 1, Count: 1, Sum: 5, Version: 0},
 		{MovieID: 2, Count: 1, Sum: 6, Version: 1},
 		{MovieID: 1, Count: 2, Sum: 12, Version: 2},
 		{MovieID: 3, Count: 1, Sum: 7, Version: 3},
 		{MovieID: 2, Count: 2, Sum: 10, Version: 4},
 	}
-	final := map[int64]engine.MovieStats{1: {Count: 2, Sum: 12}, 2: {Count: 2, Sum: 10}, 3: {Count: 1, Sum: 7}}
+	final := map[int64]movieStats{1: {Count: 2, Sum: 12}, 2: {Count: 2, Sum: 10}, 3: {Count: 1, Sum: 7}}
 	tests := []struct {
 		name         string
-		changelog    []engine.MovieStats
+		changelog    []movieStats
 		deleteBefore int64
 		checkpoint   int64 // < 0: no checkpoint
-		stored       []engine.MovieStats
+		stored       []movieStats
 		wantRestored int64
 	}{
 		{name: "checkpoint inside the changelog", changelog: changelog, checkpoint: 3,
-			stored: []engine.MovieStats{changelog[1], changelog[2]}, wantRestored: 2},
+			stored: []movieStats{changelog[1], changelog[2]}, wantRestored: 2},
 		{name: "no checkpoint", changelog: changelog, checkpoint: -1, wantRestored: 5},
 		{name: "checkpoint below the log start", changelog: changelog, deleteBefore: 2, checkpoint: 1,
-			stored: []engine.MovieStats{changelog[1]}, wantRestored: 3},
+			stored: []movieStats{changelog[1]}, wantRestored: 3},
 		{name: "checkpoint at the end", changelog: changelog, checkpoint: 5,
-			stored: []engine.MovieStats{changelog[2], changelog[3], changelog[4]}, wantRestored: 0},
+			stored: []movieStats{changelog[2], changelog[3], changelog[4]}, wantRestored: 0},
 		{name: "checkpoint beyond the changelog's end", checkpoint: 50,
-			stored: []engine.MovieStats{changelog[2], changelog[3], changelog[4]}, wantRestored: 0},
+			stored: []movieStats{changelog[2], changelog[3], changelog[4]}, wantRestored: 0},
 	}
 	for _, tt := range tests {
 		for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
@@ -371,7 +371,7 @@ func TestUnitRestore(t *testing.T) {
 				if want := []int64{1, 2, 3}; !slices.Equal(ids, want) {
 					t.Errorf("re-seeded changelog movies: got %v, want %v", ids, want)
 				}
-				cp, ok, err := store.Checkpoint(context.Background(), 0)
+				cp, ok, err := movieTable(t, store).Checkpoint(context.Background(), 0)
 				if err != nil || !ok {
 					t.Fatalf("checkpoint: %v (ok %v)", err, ok)
 				}
@@ -400,7 +400,7 @@ func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
 		return sarama.RecordHeader{Key: []byte(engine.HeaderVersion), Value: []byte(strconv.FormatInt(v, 10))}
 	}
 	valid, _ := (&unitSerde{}).EncodeCountAndSum(context.Background(), "", avro.CountAndSum{Count: 9, Sum: 90})
-	clRecord(t, c, topics.Changelog, engine.MovieStats{MovieID: 1, Count: 1, Sum: 5, Version: 0})
+	clRecord(t, c, topics.Changelog, movieStats{MovieID: 1, Count: 1, Sum: 5, Version: 0})
 	unreadable := []struct {
 		key, value []byte
 		headers    []sarama.RecordHeader
@@ -414,7 +414,7 @@ func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clRecord(t, c, topics.Changelog, engine.MovieStats{MovieID: 2, Count: 1, Sum: 7, Version: 4})
+	clRecord(t, c, topics.Changelog, movieStats{MovieID: 2, Count: 1, Sum: 7, Version: 4})
 
 	r := newRig(t, c, cfg, memstore.New()).start(t)
 	eventually(t, "partition running", r.ready)
@@ -422,7 +422,7 @@ func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
 	if st.ChangelogRestored != 5 || st.ChangelogSkipped != 3 {
 		t.Errorf("ChangelogRestored, ChangelogSkipped = %d, %d; want 5, 3", st.ChangelogRestored, st.ChangelogSkipped)
 	}
-	r.checkStore(t, map[int64]engine.MovieStats{1: {Count: 1, Sum: 5}, 2: {Count: 1, Sum: 7}})
+	r.checkStore(t, map[int64]movieStats{1: {Count: 1, Sum: 5}, 2: {Count: 1, Sum: 7}})
 }
 
 // TestUnitFinalFlushOnCancel processes ratings with a commit interval too
@@ -443,7 +443,7 @@ func TestUnitFinalFlushOnCancel(t *testing.T) {
 				}
 				return nil
 			})
-			if _, err := r.store.Get(context.Background(), 1); !errors.Is(err, engine.ErrNotFound) {
+			if _, err := r.store.movie(context.Background(), 1); !errors.Is(err, engine.ErrNotFound) {
 				t.Fatalf("store before the final flush: got %v, want ErrNotFound (nothing flushed yet)", err)
 			}
 			r.stop(t)

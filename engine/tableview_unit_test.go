@@ -9,7 +9,6 @@ import (
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
-	"github.com/keepstate/keepstate/movies"
 )
 
 // TestUnitTableView checks the engine's query view of a job's table on a
@@ -78,75 +77,5 @@ func TestUnitTableView(t *testing.T) {
 				t.Errorf("RangeLocal on a non-movie job: got %v, want ErrInvalid", err)
 			}
 		})
-	}
-}
-
-// TestUnitMovieTable checks the movie Store served as a Table.
-func TestUnitMovieTable(t *testing.T) {
-	ctx := context.Background()
-	s := memstore.New(memstore.Local())
-	seed(t, s, 0, 5,
-		engine.MovieStats{MovieID: 1, Partition: 0, Count: 2, Sum: 18, Version: 1},
-		engine.MovieStats{MovieID: 2, Partition: 0, Count: 1, Sum: 9, Version: 2, Sources: map[int32]int64{0: 7}},
-		engine.MovieStats{MovieID: 3, Partition: 0, Count: 1, Sum: 4, Version: 3})
-	tb := movies.StoreTable(s)
-	if got := tb.Spec(); got.Name != "movies" || !got.TiesAscending {
-		t.Errorf("Spec: got %+v, want movies with ties ascending", got)
-	}
-	if l, ok := tb.(engine.InstanceLocal); !ok || !l.InstanceLocal() {
-		t.Errorf("InstanceLocal: want true for a local movie store")
-	}
-	d, err := tb.Get(ctx, engine.Int64Keys.Append(nil, 2))
-	if err != nil || d.Index[0].Num != 9 || d.Sources[0] != 7 || d.Version != 2 {
-		t.Fatalf("Get(2): got %+v %v", d, err)
-	}
-	loaded, err := tb.Load(ctx, [][]byte{engine.Int64Keys.Append(nil, 1), engine.Int64Keys.Append(nil, 4)})
-	if err != nil || len(loaded) != 1 {
-		t.Fatalf("Load(1, 4): got %d docs %v, want 1", len(loaded), err)
-	}
-	// Movies 1 and 2 tie at 9: descending average, ties by id ascending.
-	page, err := tb.Query(ctx, engine.IndexQuery{Index: "avg", Desc: true, Limit: 2})
-	if err != nil || len(page.Docs) != 2 || page.Next == nil {
-		t.Fatalf("Query(desc, 2): got %d docs next %v %v", len(page.Docs), page.Next, err)
-	}
-	for i, want := range []int64{1, 2} {
-		if id, _ := engine.Int64Keys.Decode(page.Docs[i].Key); id != want {
-			t.Errorf("Query(desc) doc %d: got movie %d, want %d", i, id, want)
-		}
-	}
-	rest, err := tb.Query(ctx, engine.IndexQuery{Index: "avg", Desc: true, Limit: 2, After: page.Next, Min: engine.Num(4), HasMin: true, Max: engine.Num(10), HasMax: true})
-	if err != nil || len(rest.Docs) != 1 {
-		t.Errorf("Query(desc, after): got %d docs %v, want movie 3", len(rest.Docs), err)
-	}
-	if _, err := tb.Query(ctx, engine.IndexQuery{Index: "avg", Limit: 2}); !errors.Is(err, engine.ErrInvalid) {
-		t.Errorf("Query(asc): got %v, want ErrInvalid", err)
-	}
-	// Apply round-trips a table document into the movie layout.
-	epoch, err := tb.Claim(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Version = 10
-	if err := tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: []engine.Doc{d}, Checkpoint: 6}); err != nil {
-		t.Fatalf("Apply: %v", err)
-	}
-	if cp, ok, err := tb.Checkpoint(ctx, 0); err != nil || !ok || cp != 6 {
-		t.Errorf("Checkpoint: got %d %v %v, want 6", cp, ok, err)
-	}
-	bad := d
-	bad.Value = []byte{1, 2, 3}
-	bad.Version = 11
-	if err := tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: []engine.Doc{bad}}); !errors.Is(err, engine.ErrInvalid) {
-		t.Errorf("Apply(3-byte value): got %v, want ErrInvalid", err)
-	}
-	var scanned int
-	if err := tb.(engine.TableScanner).ScanPartition(ctx, 0, func(engine.Doc) error { scanned++; return nil }); err != nil || scanned != 3 {
-		t.Errorf("ScanPartition: got %d docs %v, want 3", scanned, err)
-	}
-	if err := tb.DropPartition(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tb.Get(ctx, engine.Int64Keys.Append(nil, 2)); !errors.Is(err, engine.ErrNotFound) {
-		t.Errorf("Get after DropPartition: got %v, want ErrNotFound", err)
 	}
 }
