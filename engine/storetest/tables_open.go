@@ -45,7 +45,7 @@ func testReopenSameSpec(t *testing.T, open TablesOpener) {
 	for _, sh := range shapes() {
 		t.Run(sh.name, func(t *testing.T) {
 			ts, first := openTable(t, open, sh.spec)
-			if got := first.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) || got.TiesAscending {
+			if got := first.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) || got.TiesAscending != sh.spec.TiesAscending {
 				t.Fatalf("Spec() = %+v; want %+v", got, sh.spec)
 			}
 			d := tdoc(sh, 1, 0, 1, 2.5, "gold")

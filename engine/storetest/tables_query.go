@@ -107,8 +107,12 @@ func testTableQueryOrder(t *testing.T, open TablesOpener, sh shape) {
 	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
 		asc := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 1000})
 		desc := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 1000, Desc: true})
-		// Without TiesAscending a descending query is the exact reverse.
+		// Without TiesAscending a descending query is the exact reverse
+		// (wantTPage checked the order of a TiesAscending table).
 		for i := range asc.Docs {
+			if sh.spec.TiesAscending {
+				break
+			}
 			if j := len(desc.Docs) - 1 - i; string(asc.Docs[i].Key) != string(desc.Docs[j].Key) {
 				t.Fatalf("descending[%d] = %s; want ascending[%d] = %s (the exact reverse)",
 					j, showKey(desc.Docs[j].Key), i, showKey(asc.Docs[i].Key))
@@ -339,6 +343,9 @@ func testTableQueryInvalid(t *testing.T, open TablesOpener, sh shape) {
 		{"NaN min", engine.IndexQuery{Index: first, Limit: 5, Min: engine.Num(math.NaN()), HasMin: true}},
 		{"NaN max", engine.IndexQuery{Index: first, Limit: 5, Max: engine.Num(math.NaN()), HasMax: true}},
 		{"NaN cursor", engine.IndexQuery{Index: first, Limit: 5, After: nan}},
+	}
+	if sh.spec.Indexes[0].Kind != engine.IndexNumber {
+		cases = cases[:len(cases)-3] // NaN bounds are numbers' only
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,9 +21,10 @@ import (
 type TablesOpener func(t *testing.T) engine.Tables
 
 // MovieShape is the table of the movie job: int64 keys encoded as 8 bytes
-// big-endian and one number index, the average rating. The suite runs
-// every per-shape test over it and OrderShape. Treat it as read-only.
-var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}}
+// big-endian and one number index, the average rating, whose descending
+// order ties by key ascending (TiesAscending). The suite runs every
+// per-shape test over it, OrderShape and TagShape. Treat it as read-only.
+var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}, TiesAscending: true}
 
 // OrderShape is the table of an order-totals job: string keys (customer
 // ids), a number index (the total) and a string index (the tier). Treat it
@@ -31,9 +32,14 @@ var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{N
 var OrderShape = engine.TableSpec{Name: "customers", Indexes: []engine.IndexSpec{
 	{Name: "total", Kind: engine.IndexNumber}, {Name: "tier", Kind: engine.IndexString}}}
 
+// TagShape is the table of a job keyed by arbitrary bytes (keys holding
+// 0x00 and 0xff) with one string index. Treat it as read-only.
+var TagShape = engine.TableSpec{Name: "tags", Indexes: []engine.IndexSpec{{Name: "tag", Kind: engine.IndexString}}}
+
 // RunTables runs the table conformance suite against the stores open
 // returns. Every sub-test opens its own store, so open must return an empty
-// one each time. Most tests run once per shape (MovieShape, OrderShape).
+// one each time. Most tests run once per shape (MovieShape, OrderShape,
+// TagShape).
 // Optional abilities (engine.TableScanner, engine.TableResetter) are
 // skipped when the store's tables lack them. The whole suite takes well
 // under five seconds against an in-memory store and batches its writes so
@@ -103,12 +109,15 @@ func shapes() []shape {
 	return []shape{
 		{name: "movies", spec: cloneSpec(MovieShape), key: movieKey},
 		{name: "customers", spec: cloneSpec(OrderShape), key: customerKey},
+		{name: "tags", spec: cloneSpec(TagShape), key: tagKey},
 	}
 }
 
 func movieKey(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(int64(i))) }
 
 func customerKey(i int) []byte { return []byte(fmt.Sprintf("cust-%d", i)) }
+
+func tagKey(i int) []byte { return []byte(fmt.Sprintf("\x00t%d\xff", i)) }
 
 func cloneSpec(s engine.TableSpec) engine.TableSpec {
 	s.Indexes = slices.Clone(s.Indexes)
