@@ -165,6 +165,10 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		}
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
+	if err := migrateOnOpen(db, o, log); err != nil {
+		_ = db.close(false)
+		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+	}
 	bulkMax, ingestChunk := o.bulkLimits()
 	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
 		priors: newPriorCache(o.writeCache, bulkMax), warmed: make(chan struct{}), condemnedCh: make(chan struct{}),

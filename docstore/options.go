@@ -45,6 +45,8 @@ type options struct {
 	// openKV opens the engine; nil means Pebble. Tests set another one to
 	// compare engines under the same store.
 	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
+
+	movieMigration bool // WithMovieMigration (migrate.go)
 }
 
 func defaults() options {

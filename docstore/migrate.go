@@ -1,0 +1,443 @@
+package docstore
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/keepstate/keepstate/engine"
+)
+
+// The movie migration moves the movie job's state from the movie layout
+// (one Clover document per movie in the "movies" collection, its rank
+// index, members keys, and checkpoints and claim epochs in namespaces of
+// their own; see doc.go) into the table "movies" (movieTableSpec, the
+// layout of table_layout.go), without replaying the changelog: every
+// movie becomes the document the movie job's table holds (Doc.Key the
+// 8-byte big-endian id, Doc.Value count and sum bits, 16 bytes big-endian,
+// Doc.Index the average), each partition's checkpoint is kept, and each
+// partition's claim epoch is carried over, so a Claim after the migration
+// returns an epoch above every epoch claimed on the movie layout (an old
+// writer stays fenced).
+//
+// It runs inside Open (WithMovieMigration), before the Store exists, so
+// nothing else reads or writes meanwhile. It is crash-safe and
+// idempotent, in three steps, each a batch that records how far it got
+// under migrationKey:
+//
+//  1. begin (synced): create the table if missing (or check its spec),
+//     empty its documents, index entries, members and checkpoints (a
+//     table left by an earlier migration is rebuilt from the movie
+//     layout, which is the newer state whenever it holds anything), copy
+//     the checkpoints, raise each table epoch to the movie layout's, and
+//     record the migration as begun.
+//  2. copy: the documents, migrateBatchDocs per batch, in the movie
+//     layout's key order, each batch recording the last key copied and
+//     the count so far.
+//  3. finish (synced): set the collection size, delete every key of the
+//     movie layout (range deletions) and the record.
+//
+// A crash before step 1 commits leaves the movie layout alone; after it,
+// the next Open finds the record and resumes the copy after the last key
+// recorded; step 3 is atomic. A store without the movie layout's keys is
+// left alone, so a second Open does nothing.
+//
+// The migration reads the movie documents with a decoder of its own
+// (oldMovie) and names the movie layout's keys itself (old* below), so it
+// keeps working once the movie layout's code is gone; it writes with the
+// table code (tableWriter).
+
+// movieTableSpec is the spec of the table the movies move into: the movie
+// job's table.
+var movieTableSpec = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}, TiesAscending: true}
+
+// Keys of the movie layout (see doc.go and kv.go).
+const (
+	oldCheckpoints byte = 'b' // partition -> next changelog offset
+	oldEpochs      byte = 'e' // partition -> last claimed epoch
+	oldMembers     byte = 'm' // partition, movie -> nothing
+	oldCollection       = "movies"
+)
+
+var (
+	// oldClover prefixes the movie collection's documents ("d:") and
+	// index entries ("i:") in Clover's keys.
+	oldClover  = nsKey(nsClover, []byte("c:"+oldCollection+";"))
+	oldDocs    = nsKey(nsClover, []byte("c:"+oldCollection+";d:"))
+	oldCollKey = nsKey(nsClover, []byte("coll:"+oldCollection))
+	// migrationKey records a migration under way (migrationState).
+	migrationKey = nsKey(nsMeta, []byte("movie-migration"))
+)
+
+// oldRanges are the key ranges of the movie layout. The collection's
+// metadata is not one: an empty store holds it too.
+func oldRanges() [][2][]byte {
+	return [][2][]byte{
+		{oldClover, prefixUpper(oldClover)},
+		{{oldCheckpoints}, nsUpper(oldCheckpoints)},
+		{{oldEpochs}, nsUpper(oldEpochs)},
+		{{oldMembers}, nsUpper(oldMembers)},
+	}
+}
+
+// migrateBatchDocs is how many documents one copy batch writes (about
+// 2 MB of keys and values); a variable for tests.
+var migrateBatchDocs = 8192
+
+// ErrMigration means the movie layout could not be migrated: a document
+// is not a movie, or the table "movies" exists with other indexes. Open
+// fails with it and leaves the store as it was after the last completed
+// step.
+var ErrMigration = errors.New("docstore: movie migration failed")
+
+// WithMovieMigration sets whether Open moves the movies from the movie
+// layout into the table "movies" (see migrate.go), for a program that
+// serves the movie job from Store.OpenTable with the spec
+// {Name: "movies", Indexes: [avg number], TiesAscending: true} instead of
+// the movie Store methods, which see an empty store afterwards. Off by
+// default.
+func WithMovieMigration(on bool) Option { return func(o *options) { o.movieMigration = on } }
+
+// migrateOnOpen runs the migration when o asks for it. A checksum failure
+// is ErrCorrupt, as in the rest of open.
+func migrateOnOpen(db kv, o options, log *slog.Logger) error {
+	if !o.movieMigration {
+		return nil
+	}
+	err := movieMigration{db: db, log: log, batch: migrateBatchDocs}.run()
+	if err != nil && pebble.IsCorruptionError(err) {
+		return fmt.Errorf("%w: a file failed its checksum: %w", ErrCorrupt, err)
+	}
+	return err
+}
+
+// movieMigration is one run of the migration on db.
+type movieMigration struct {
+	db    kv
+	log   *slog.Logger
+	batch int // documents per copy batch
+}
+
+// migrationState is the value of migrationKey.
+type migrationState struct {
+	// After is the key of the last document copied (nil before the first).
+	After []byte `json:"after"`
+	// Copied counts the documents copied.
+	Copied int `json:"copied"`
+}
+
+// run migrates the movie layout, if any, resuming a migration an earlier
+// run began.
+func (m movieMigration) run() error {
+	start := time.Now()
+	st, found, err := m.state()
+	if err != nil {
+		return fmt.Errorf("movie migration: %w", err)
+	}
+	if found {
+		m.log.Warn("docstore: resuming the migration of the movies into a table", "table", movieTableSpec.Name, "copied", st.Copied)
+	} else {
+		has, err := m.hasOldLayout()
+		if err != nil || !has {
+			return err
+		}
+		m.log.Info("docstore: migrating the movies into a table", "table", movieTableSpec.Name)
+		var parts, epochs int
+		if parts, epochs, err = m.begin(); err != nil {
+			return fmt.Errorf("movie migration: begin: %w", err)
+		}
+		m.log.Info("docstore: movie migration begun", "checkpoints", parts, "epochs", epochs)
+	}
+	if st, err = m.copy(st); err != nil {
+		return fmt.Errorf("movie migration: copy after %d movies: %w", st.Copied, err)
+	}
+	if err := m.finish(st); err != nil {
+		return fmt.Errorf("movie migration: finish: %w", err)
+	}
+	m.log.Info("docstore: movies migrated", "table", movieTableSpec.Name, "movies", st.Copied, "took", time.Since(start))
+	return nil
+}
+
+// state reads the record of a migration under way.
+func (m movieMigration) state() (st migrationState, found bool, err error) {
+	snap := m.db.snapshot()
+	defer snap.release()
+	raw, err := snap.get(migrationKey)
+	if err != nil || raw == nil {
+		return st, false, err
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, false, fmt.Errorf("%w: record %q: %w", ErrMigration, raw, err)
+	}
+	return st, true, nil
+}
+
+// hasOldLayout reports whether any key of the movie layout exists.
+func (m movieMigration) hasOldLayout() (bool, error) {
+	snap := m.db.snapshot()
+	defer snap.release()
+	for _, r := range oldRanges() {
+		it, err := snap.iter(r[0], r[1], false)
+		if err != nil {
+			return false, err
+		}
+		found := it.seek(r[0])
+		if err := it.close(); err != nil || found {
+			return found, err
+		}
+	}
+	return false, nil
+}
+
+// moviesTable returns the table the movies move into, for its layout and
+// writer (it has no Store: the migration runs before there is one).
+func moviesTable() *table {
+	return &table{spec: movieTableSpec, l: newTableLayout(movieTableSpec.Name)}
+}
+
+// begin is step 1. It returns how many checkpoints and epochs it carried
+// over.
+func (m movieMigration) begin() (parts, epochs int, err error) {
+	t := moviesTable()
+	b := m.db.batch() // indexed: Clover reads what it writes
+	defer b.release()
+	raw, err := b.get(t.l.family(tabSpec))
+	switch {
+	case err != nil:
+		return 0, 0, err
+	case raw == nil:
+		err = t.create(b)
+	default:
+		if err = t.sameSpec(raw); err != nil {
+			err = fmt.Errorf("%w: %w", ErrMigration, err)
+		}
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
+		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := setCollectionSize(b, t.l.collKey, 0); err != nil {
+		return 0, 0, err
+	}
+	parts, err = eachPartition(b, oldCheckpoints, func(p int32, next int64) error {
+		return b.set(t.l.partKey(tabCheckpoint, p), int64Value(next))
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	epochs, err = eachPartition(b, oldEpochs, func(p int32, epoch int64) error {
+		key := t.l.partKey(tabEpochs, p)
+		claimed, _, err := getInt64(b, key)
+		if err != nil || claimed >= epoch {
+			return err
+		}
+		return b.set(key, int64Value(epoch))
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := setMigrationState(b, migrationState{}); err != nil {
+		return 0, 0, err
+	}
+	return parts, epochs, b.commit(true)
+}
+
+// eachPartition calls fn with each partition's value in namespace ns of
+// the movie layout (4-byte partition keys, int64 values).
+func eachPartition(r kvReader, ns byte, fn func(p int32, v int64) error) (n int, err error) {
+	it, err := r.iter([]byte{ns}, nsUpper(ns), false)
+	if err != nil {
+		return 0, err
+	}
+	defer closeInto(it, &err)
+	for ok := it.seek([]byte{ns}); ok; ok = it.next() {
+		k, v := it.key(), it.value()
+		if len(k) != 5 || len(v) != 8 {
+			return n, fmt.Errorf("%w: key %q holds %d bytes; want a partition and an int64", ErrMigration, k, len(v))
+		}
+		if err := fn(int32(binary.BigEndian.Uint32(k[1:])), int64(binary.BigEndian.Uint64(v))); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// copy is step 2: it copies the documents after st.After and returns the
+// final state.
+func (m movieMigration) copy(st migrationState) (_ migrationState, err error) {
+	snap := m.db.snapshot()
+	defer snap.release()
+	it, err := snap.iter(oldDocs, prefixUpper(oldDocs), false)
+	if err != nil {
+		return st, err
+	}
+	defer closeInto(it, &err)
+	from := oldDocs
+	if st.After != nil {
+		from = append(append([]byte(nil), st.After...), 0)
+	}
+	ok := it.seek(from)
+	t := moviesTable()
+	enc := newTableEncoder()
+	for ok {
+		b := m.db.writeBatch(m.batch * 256)
+		w := tableWriter{t: t, b: b, enc: enc}
+		n := 0
+		var last []byte
+		for ; ok && n < m.batch; ok = it.next() {
+			doc, err := decodeOldMovie(it.value())
+			if err == nil {
+				if verr := doc.Validate(movieTableSpec); verr != nil {
+					err = fmt.Errorf("%w: %w", ErrMigration, verr)
+				}
+			}
+			if err == nil {
+				err = w.put(doc, tablePrior{})
+			}
+			if err != nil {
+				b.release()
+				return st, fmt.Errorf("document %q: %w", it.key()[len(oldDocs):], err)
+			}
+			last = append(last[:0], it.key()...)
+			n++
+		}
+		next := migrationState{After: last, Copied: st.Copied + n}
+		err := setMigrationState(b, next)
+		if err == nil {
+			err = b.commit(false) // the synced finish makes it durable
+		}
+		b.release()
+		if err != nil {
+			return st, err
+		}
+		st = next
+	}
+	return st, nil
+}
+
+// finish is step 3.
+func (m movieMigration) finish(st migrationState) error {
+	t := moviesTable()
+	b := m.db.batch()
+	defer b.release()
+	if err := setCollectionSize(b, t.l.collKey, st.Copied); err != nil {
+		return err
+	}
+	for _, r := range oldRanges() {
+		if err := b.delRange(r[0], r[1]); err != nil {
+			return err
+		}
+	}
+	raw, err := b.get(oldCollKey)
+	if err != nil {
+		return err
+	}
+	if raw != nil { // kept, empty, as a new store has it
+		if err := setCollectionSize(b, oldCollKey, 0); err != nil {
+			return err
+		}
+	}
+	if err := b.del(migrationKey); err != nil {
+		return err
+	}
+	return b.commit(true)
+}
+
+func setMigrationState(b kvBatch, st migrationState) error {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return b.set(migrationKey, raw)
+}
+
+// setCollectionSize sets the size in the Clover metadata at key to n.
+func setCollectionSize(b kvBatch, key []byte, n int) error {
+	raw, err := b.get(key)
+	if err != nil {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return fmt.Errorf("collection metadata %q: %w", key[1:], err)
+	}
+	fields["Size"], _ = json.Marshal(n)
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	return b.set(key, out)
+}
+
+// decodeOldMovie reads a movie document of the movie layout (a msgpack
+// map: _id, movieId, partition, count, sum, avg, version, rank, sources,
+// in any order and integer width) into the movie table's document.
+func decodeOldMovie(raw []byte) (engine.Doc, error) {
+	var doc engine.Doc
+	r := mpReader{b: raw}
+	n, ok := r.mapLen()
+	if !ok {
+		return doc, fmt.Errorf("%w: not a map", ErrMigration)
+	}
+	var id, count int64
+	var sum float64
+	const need = 1<<5 - 1 // movieId, partition, count, sum, version
+	seen := 0
+	for range n {
+		name, ok := r.str()
+		if !ok {
+			return doc, fmt.Errorf("%w: malformed field name", ErrMigration)
+		}
+		switch string(name) {
+		case "movieId":
+			id, ok = r.int()
+			seen |= 1
+		case "partition":
+			var p int64
+			p, ok = r.int()
+			ok = ok && p >= 0 && p <= math.MaxInt32
+			doc.Partition = int32(p)
+			seen |= 2
+		case "count":
+			count, ok = r.int()
+			seen |= 4
+		case "sum":
+			sum, ok = r.float()
+			seen |= 8
+		case "version":
+			doc.Version, ok = r.int()
+			seen |= 16
+		case "sources":
+			doc.Sources, ok = r.sources()
+		case "avg":
+			_, ok = r.float()
+		case "_id", "rank":
+			_, ok = r.str()
+		default:
+			return doc, fmt.Errorf("%w: unknown field %q", ErrMigration, name)
+		}
+		if !ok {
+			return doc, fmt.Errorf("%w: malformed field %q", ErrMigration, name)
+		}
+	}
+	if seen != need || !r.done() {
+		return doc, fmt.Errorf("%w: incomplete movie document", ErrMigration)
+	}
+	if count <= 0 {
+		return doc, fmt.Errorf("%w: movie %d has count %d", ErrMigration, id, count)
+	}
+	doc.Key = binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(id))
+	doc.Value = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(count)), math.Float64bits(sum))
+	doc.Index = []engine.IndexValue{engine.Num(sum / float64(count))}
+	return doc, nil
+}
