@@ -44,7 +44,7 @@ func NewJob[K comparable, V, A any](j engine.Job[K, V, A], input, output string)
 
 func (j Job) name() string {
 	if j.movies {
-		return movies.Spec.Name
+		return movies.Name
 	}
 	return j.runner.Spec().Name
 }
@@ -79,34 +79,17 @@ func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.C
 	return ec
 }
 
-// start builds j's engine on store and registers its queries in opts.
-func (j Job) start(ctx context.Context, c Config, store engine.Store, reg *avro.Registry, advertise string, log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
+// start builds j's engine on store and registers its table in opts.
+func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registry, advertise string, log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
+	runner, ec := j.runner, c.JobConfig(log, j.name(), j.input, j.output)
 	if j.movies {
-		ec := c.EngineConfig(log)
-		ec.AdvertiseAddr = advertise
-		job, err := movies.Job(reg).Runner()
+		r, err := movies.Job(reg).Runner()
 		if err != nil {
 			return nil, err
 		}
-		eng, err := engine.NewJob(ec, movies.StoreTable(store), job)
-		if err != nil {
-			return nil, err
-		}
-		opts.Querier = store
-		if c.Store == StoreClover {
-			// Each instance's store holds the partitions it owns (and, until
-			// --stale-drop-after, copies of ones it owned before): answer only
-			// partitions RUNNING here, route the others to their owner.
-			opts.Querier, opts.Router = eng.OwnedQuerier(store), eng
-		}
-		opts.Tables = append(opts.Tables, tableOf(eng))
-		return eng, nil
+		runner, ec = r, c.EngineConfig(log)
 	}
-	tables, ok := store.(engine.Tables)
-	if !ok {
-		return nil, fmt.Errorf("%w: store %s cannot hold the table of job %s", ErrConfig, c.Store, j.name())
-	}
-	table, err := tables.OpenTable(ctx, j.runner.Spec())
+	table, err := store.OpenTable(ctx, runner.Spec())
 	if errors.Is(err, engine.ErrInvalid) {
 		// Most likely the job's indexes changed since the table was made.
 		return nil, fmt.Errorf("%w: job %s: %w; to rebuild the table from its changelog with the new indexes, delete it (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)
@@ -114,9 +97,8 @@ func (j Job) start(ctx context.Context, c Config, store engine.Store, reg *avro.
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", j.name(), err)
 	}
-	ec := c.JobConfig(log, j.name(), j.input, j.output)
 	ec.AdvertiseAddr = advertise
-	eng, err := engine.NewJob(ec, table, j.runner)
+	eng, err := engine.NewJob(ec, table, runner)
 	if err != nil {
 		return nil, err
 	}

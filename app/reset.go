@@ -11,6 +11,7 @@ import (
 
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // ErrGroupActive means reset was refused because instances are running.
@@ -100,25 +101,14 @@ func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
 	return c.JobConfig(log, j.name(), j.input, j.output)
 }
 
-// resetState wipes what j keeps in store: the movie job's documents
-// (engine.Resetter, which leaves tables alone) or j's table
-// (engine.TableResetter).
-func (j Job) resetState(ctx context.Context, c Config, store engine.Store) error {
-	if j.movies {
-		r, ok := store.(engine.Resetter)
-		if !ok {
-			return fmt.Errorf("%w: store %s cannot be reset", ErrConfig, c.Store)
-		}
-		if err := r.Reset(ctx); err != nil {
-			return fmt.Errorf("reset store: %w", err)
-		}
-		return nil
+// resetState wipes j's table in store (engine.TableResetter), keeping its
+// spec and epochs.
+func (j Job) resetState(ctx context.Context, c Config, store Store) error {
+	spec := movies.Spec
+	if !j.movies {
+		spec = j.runner.Spec()
 	}
-	tables, ok := store.(engine.Tables)
-	if !ok {
-		return fmt.Errorf("%w: store %s cannot hold the table of job %s", ErrConfig, c.Store, j.name())
-	}
-	t, err := tables.OpenTable(ctx, j.runner.Spec())
+	t, err := store.OpenTable(ctx, spec)
 	if errors.Is(err, engine.ErrInvalid) {
 		// The job's indexes changed: a reset keeps the table's spec, so the
 		// table has to go (its rows and spec) instead.

@@ -51,20 +51,28 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 	}
 }
 
-// OpenStore opens the store selected by c.Store.
-func OpenStore(ctx context.Context, c Config, log *slog.Logger) (engine.Store, error) {
+// Store is a store the jobs run on: one table per job.
+type Store interface {
+	engine.Tables
+	// Close releases the store; its tables are closed with it.
+	Close() error
+}
+
+// OpenStore opens the store selected by c.Store. A store written in the
+// movie layout of earlier versions is migrated into the table movies.
+func OpenStore(ctx context.Context, c Config, log *slog.Logger) (Store, error) {
 	return openStore(ctx, c, log, 0)
 }
 
 // openStore opens the store selected by c.Store; goLimit is Go's memory
 // limit in bytes (0 for none), which bounds the clover store's bulk load.
-func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (engine.Store, error) {
+func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (Store, error) {
 	switch c.Store {
 	case StoreClover:
 		s, err := docstore.Open(c.DataDir, docstore.WithFsync(c.Fsync), docstore.WithLogger(log),
 			docstore.WithCacheSize(c.StoreCacheMiB<<20), docstore.WithWriteCache(c.StoreWriteCache),
 			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20), docstore.WithBulkMemory(bulkMemory(goLimit)),
-			docstore.WithRebuildCorrupt(c.OnStoreCorrupt == CorruptRebuild))
+			docstore.WithRebuildCorrupt(c.OnStoreCorrupt == CorruptRebuild), docstore.WithMovieMigration(true))
 		if err != nil {
 			return nil, fmt.Errorf("open clover store in %s: %w", c.DataDir, err)
 		}
@@ -72,7 +80,8 @@ func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (
 	case StoreRedis:
 		redisstore.RouteClientLogs(log)
 		s, err := redisstore.Open(ctx, c.RedisURL,
-			redisstore.WithPrefix(c.ApplicationID+":"), redisstore.WithStreamMaxLen(c.RedisStreamLen), redisstore.WithLogger(log))
+			redisstore.WithPrefix(c.ApplicationID+":"), redisstore.WithLogger(log),
+			redisstore.WithTableStream(movies.Name, redisstore.TableStream{Key: movies.StreamKey, MaxLen: c.RedisStreamLen, Fields: movies.StreamFields}))
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}

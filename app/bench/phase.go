@@ -11,6 +11,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // benchPoll is how often the restart and restore phases ask the child.
@@ -167,9 +168,13 @@ func (b *bench) wipeStore(ctx context.Context) error {
 		return err
 	}
 	defer s.Close()
-	r, ok := s.(engine.Resetter)
+	t, err := s.OpenTable(ctx, movies.Spec)
+	if err != nil {
+		return err
+	}
+	r, ok := t.(engine.TableResetter)
 	if !ok {
-		return fmt.Errorf("store %s cannot be reset", c.Store)
+		return fmt.Errorf("the tables of store %s cannot be reset", c.Store)
 	}
 	if err := r.Reset(ctx); err != nil {
 		return fmt.Errorf("reset the store: %w", err)

@@ -73,3 +73,36 @@ func moduleRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// KeepstateAt builds ./cmd/keepstate as it was at git revision rev of
+// this repository (from `git archive`, in a temp dir the test removes)
+// and returns the binary's path: an earlier version, for upgrade tests.
+// Without git or the revision (a shallow clone), the test is skipped, or
+// fails when services are required.
+func KeepstateAt(t testing.TB, rev string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	git := LookPath(t, "git", "apt-get install git")
+	if out, err := exec.Command(git, "-C", root, "cat-file", "-e", rev+"^{commit}").CombinedOutput(); err != nil {
+		Missing(t, "git revision "+rev, fmt.Sprintf("fetch the repository's whole history (git fetch --unshallow): %v %s", err, out))
+	}
+	src := t.TempDir()
+	untar := exec.Command("bash", "-o", "pipefail", "-c", `"$0" -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, git, root, rev, src)
+	if out, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s | tar: %v %s", rev, err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "keepstate-"+rev[:min(len(rev), 12)])
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/keepstate")...)
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("testkit: go build ./cmd/keepstate at %s: %v\n%s", rev, err, out)
+	}
+	return bin
+}
