@@ -1,0 +1,49 @@
+package web
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// movieServer returns a handler serving ms from one store every instance
+// shares (as Redis is); err, when set, is what every store call returns.
+func movieServer(t *testing.T, ms []engine.MovieStats, err error) http.Handler {
+	t.Helper()
+	fq := newFake(ms...)
+	fq.err = err
+	return New(Options{Querier: fq}).Handler()
+}
+
+// movieServerWithout returns a handler serving no movie job.
+func movieServerWithout(t *testing.T) http.Handler {
+	t.Helper()
+	return New(Options{}).Handler()
+}
+
+// movieNode is one instance of a movie cluster (see movieCluster).
+type movieNode struct {
+	addr string
+	n    *node
+}
+
+// movieCluster starts n instances on sockets over a 6-partition ownership
+// (partition p owned by instance p%n), each holding every movie of ms.
+func movieCluster(t *testing.T, secret string, ms []engine.MovieStats, n int) []*movieNode {
+	t.Helper()
+	var out []*movieNode
+	for _, nd := range cluster(t, secret, ms, n) {
+		out = append(out, &movieNode{addr: nd.addr, n: nd})
+	}
+	return out
+}
+
+// owners returns the node's view of the ownership.
+func (m *movieNode) owners() map[int32]string { return m.n.router.ownerMap() }
+
+// setOwners replaces the node's view of the ownership.
+func (m *movieNode) setOwners(o map[int32]string) { m.n.router.setOwners(o) }
+
+// lapse sets whether the node's read lease has lapsed.
+func (m *movieNode) lapse(v bool) { m.n.router.lapsed.Store(v) }
