@@ -87,13 +87,7 @@ func (j Job) start(ctx context.Context, c Config, store engine.Store, reg *avro.
 		if err != nil {
 			return nil, err
 		}
-		opts.Querier = store
-		if c.Store == StoreClover {
-			// Each instance's store holds the partitions it owns (and, until
-			// --stale-drop-after, copies of ones it owned before): answer only
-			// partitions RUNNING here, route the others to their owner.
-			opts.Querier, opts.Router = eng.OwnedQuerier(store), eng
-		}
+		// Served at /tables/movies and, as a view of that table, at /movies.
 		opts.Tables = append(opts.Tables, tableOf(eng))
 		return eng, nil
 	}

@@ -106,9 +106,9 @@ func TestChromiumDashboard(t *testing.T) {
 		PartitionsAssigned: 4, PartitionsRunning: 3, ChangelogSkipped: 2, ReadLeaseLapses: 5,
 	}
 	s := New(Options{
-		Querier: fq,
-		Stats:   func() engine.Stats { return stats },
-		Ready:   func() error { return errors.New("1 of 4 partitions restoring") },
+		Tables: []Table{fq},
+		Stats:  func() engine.Stats { return stats },
+		Ready:  func() error { return errors.New("1 of 4 partitions restoring") },
 	})
 	base := startForBrowser(t, s)
 	lookup := fq.movies[7]
@@ -157,7 +157,7 @@ func TestChromiumDashboard(t *testing.T) {
 // the query of the deep link, showing the first page of items.
 func TestChromiumDashboardTables(t *testing.T) {
 	cs, sc := customers(12), scores(5)
-	s := New(Options{Querier: newFake(), Tables: []Table{cs, sc}})
+	s := New(Options{Tables: []Table{newFake(), cs, sc}})
 	base := startForBrowser(t, s)
 	dom := chromium(t, "--dump-dom", base+"/?table=customers&index=total&order=desc&limit=5")
 
@@ -198,7 +198,7 @@ func TestChromiumDashboardTables(t *testing.T) {
 // TestChromiumSwaggerUI renders /swagger-ui/ and checks that Swagger UI
 // loaded the spec from /api-docs and rendered its operations.
 func TestChromiumSwaggerUI(t *testing.T) {
-	base := startForBrowser(t, New(Options{Querier: newFake()}))
+	base := startForBrowser(t, New(Options{Tables: []Table{newFake()}}))
 	dom := chromium(t, "--dump-dom", base+"/swagger-ui/")
 	doc, _ := loadSpec(t)
 	// The page's static HTML has neither: only Swagger UI's rendering does.

@@ -11,9 +11,9 @@ import (
 // shares (as Redis is); err, when set, is what every store call returns.
 func movieServer(t *testing.T, ms []engine.MovieStats, err error) http.Handler {
 	t.Helper()
-	fq := newFake(ms...)
-	fq.err = err
-	return New(Options{Querier: fq}).Handler()
+	f := newFake(ms...)
+	f.err = err
+	return New(Options{Tables: []Table{f}}).Handler()
 }
 
 // movieServerWithout returns a handler serving no movie job.
@@ -40,10 +40,10 @@ func movieCluster(t *testing.T, secret string, ms []engine.MovieStats, n int) []
 }
 
 // owners returns the node's view of the ownership.
-func (m *movieNode) owners() map[int32]string { return m.n.router.ownerMap() }
+func (m *movieNode) owners() map[int32]string { _, o := m.n.movies.ownership(); return o }
 
 // setOwners replaces the node's view of the ownership.
-func (m *movieNode) setOwners(o map[int32]string) { m.n.router.setOwners(o) }
+func (m *movieNode) setOwners(o map[int32]string) { m.n.movies.setOwners(m.addr, o) }
 
 // lapse sets whether the node's read lease has lapsed.
-func (m *movieNode) lapse(v bool) { m.n.router.lapsed.Store(v) }
+func (m *movieNode) lapse(v bool) { m.n.movies.lapsed.Store(v) }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -170,10 +171,11 @@ func firstOwned(t *testing.T, nd *movieNode, ms []engine.MovieStats, addr string
 }
 
 // clusterMovies are 40 movies over 6 partitions, with ties (some across
-// negative and positive ids).
+// negative and positive ids), in the order of GET /movies.
 func clusterMovies() []engine.MovieStats {
-	ms := someMovies(36)
-	return append(ms, mv(-5, 1, 5), mv(-15, 2, 10), mv(-1, 3, 3), mv(-2, 1, 9.25))
+	ms := append(someMovies(36), mv(-5, 1, 5), mv(-15, 2, 10), mv(-1, 3, 3), mv(-2, 1, 9.25))
+	sort.Slice(ms, func(i, j int) bool { return cursorOf(ms[i]).Before(cursorOf(ms[j])) })
+	return ms
 }
 
 // TestMoviesGoldenCluster pins the exact answers of the movie routes

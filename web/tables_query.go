@@ -14,6 +14,32 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
+// Paging limits of GET /tables/{table} and GET /movies. A limit above
+// MaxLimit is refused with 400 rather than silently clamped, so a client
+// never mistakes a short page for the whole answer.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 1000
+)
+
+// maxEchoedInput bounds how much of a client's bad input an error message
+// quotes: at most this many bytes of the quoted (escaped) form.
+const maxEchoedInput = 48
+
+// quoteInput returns s quoted as by %q, cut so that the quoted form has at
+// most maxEchoedInput bytes (followed by "..." when cut), so that an error
+// never echoes input of unbounded size, however it escapes.
+func quoteInput(s string) string {
+	for n := min(len(s), maxEchoedInput); ; n-- {
+		if q := strconv.Quote(s[:n]); len(q) <= maxEchoedInput || n == 0 {
+			if n < len(s) {
+				q += "..."
+			}
+			return q
+		}
+	}
+}
+
 // parseTableQuery parses the raw query string of GET /tables/{table} for
 // a table of spec:
 //
