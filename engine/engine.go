@@ -44,10 +44,7 @@ type Engine struct {
 	job   Runner
 	// localStore is set when the table is InstanceLocal (see persist).
 	localStore bool
-	// movies is the movie Store behind table when the engine was built by
-	// New (RangeLocal answers /movies from it); nil for other jobs.
-	movies Store
-	log    *slog.Logger
+	log        *slog.Logger
 
 	c     counters
 	route *Router
@@ -83,12 +80,7 @@ func New(cfg Config, store Store, serde Serde) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := NewJob(cfg, MovieTable(store), job)
-	if err != nil {
-		return nil, err
-	}
-	e.movies = store
-	return e, nil
+	return NewJob(cfg, MovieTable(store), job)
 }
 
 // NewJob checks cfg and returns an engine that runs job (see Job.Runner)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/IBM/sarama"
@@ -41,7 +40,7 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 		}
 		return nil
 	})
-	q := r.e.OwnedQuerier(store)
+	v := r.e.View()
 	eventually(t, "lease lapsed", func() error {
 		_, local, err := r.e.Owner(ctx, movie)
 		if !errors.Is(err, engine.ErrLeaseLapsed) {
@@ -52,11 +51,11 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	if err := r.e.Ready(); err == nil {
 		t.Error("Ready with a lapsed lease: nil, want an error")
 	}
-	if m, err := q.Get(ctx, movie); !errors.Is(err, engine.ErrUnavailable) {
-		t.Errorf("Get with a lapsed lease: %+v, %v; want ErrUnavailable", m, err)
+	if d, err := v.Get(ctx, engine.EncodeMovieKey(movie)); !errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("Get with a lapsed lease: %+v, %v; want ErrUnavailable", d, err)
 	}
-	if page, covered, err := r.e.RangeLocal(ctx, engine.RangeQuery{MaxAvg: math.Inf(1), Limit: 10}); err != nil || len(covered) != 0 || len(page.Movies) != 0 {
-		t.Errorf("RangeLocal with a lapsed lease: %d movies, covered %v, %v; want none", len(page.Movies), covered, err)
+	if page, covered, err := v.QueryLocal(ctx, engine.IndexQuery{Index: "avg", Desc: true, Limit: 10}); err != nil || len(covered) != 0 || len(page.Docs) != 0 {
+		t.Errorf("QueryLocal with a lapsed lease: %d movies, covered %v, %v; want none", len(page.Docs), covered, err)
 	}
 	if got := r.e.Partitions()[0]; got != engine.Running {
 		t.Errorf("partition 0 is %v; the test wants the session still running (only the lease lapsed)", got)
@@ -75,8 +74,8 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	if n := r.e.Stats().ReadLeaseLapses; n != 1 {
 		t.Errorf("ReadLeaseLapses after one lapse: %d, want 1", n)
 	}
-	if m, err := q.Get(ctx, movie); err != nil || m.Count != 1 {
-		t.Errorf("Get after the lease was renewed: %+v, %v; want count 1", m, err)
+	if d, err := v.Get(ctx, engine.EncodeMovieKey(movie)); err != nil || d.Partition != 0 {
+		t.Errorf("Get after the lease was renewed: %+v, %v; want the movie", d, err)
 	}
 
 	// A coordinator that moved: the keeper looks it up again and goes on.

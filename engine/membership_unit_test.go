@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -87,20 +86,20 @@ func TestUnitTwoInstances(t *testing.T) {
 	if addr, local, err := a.e.Owner(ctx, m1[0]); err != nil || local || addr != cfgB.AdvertiseAddr {
 		t.Errorf("Owner of a remote movie: got %q, %v, %v; want %q, remote", addr, local, err, cfgB.AdvertiseAddr)
 	}
-	q := a.e.OwnedQuerier(storeA)
-	if _, err := q.Get(ctx, m1[0]); !errors.Is(err, engine.ErrUnavailable) {
-		t.Errorf("OwnedQuerier.Get of a partition running elsewhere: got %v, want ErrUnavailable", err)
+	v := a.e.View()
+	if _, err := v.Get(ctx, engine.EncodeMovieKey(m1[0])); !errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("View.Get of a partition running elsewhere: got %v, want ErrUnavailable", err)
 	}
-	if got, err := q.Get(ctx, m0[0]); err != nil || got.Count != 1 {
-		t.Errorf("OwnedQuerier.Get of a local movie: got %+v, %v; want count 1", got, err)
+	if got, err := v.Get(ctx, engine.EncodeMovieKey(m0[0])); err != nil || got.Partition != 0 {
+		t.Errorf("View.Get of a local movie: got %+v, %v; want it", got, err)
 	}
-	page, covered, err := a.e.RangeLocal(ctx, engine.RangeQuery{MaxAvg: math.Inf(1), Limit: 10})
+	page, covered, err := v.QueryLocal(ctx, engine.IndexQuery{Index: "avg", Desc: true, Limit: 10})
 	if err != nil || len(covered) != 1 || covered[0] != 0 {
-		t.Errorf("RangeLocal covered: got %v, %v; want [0]", covered, err)
+		t.Errorf("View.QueryLocal covered: got %v, %v; want [0]", covered, err)
 	}
-	for _, m := range page.Movies {
-		if m.Partition != 0 {
-			t.Errorf("RangeLocal returned movie %d of partition %d, not running here", m.MovieID, m.Partition)
+	for _, d := range page.Docs {
+		if d.Partition != 0 {
+			t.Errorf("View.QueryLocal returned movie %x of partition %d, not running here", d.Key, d.Partition)
 		}
 	}
 	second := []rating{{m0[0], 10}, {m1[0], 10}}
