@@ -133,7 +133,15 @@ func TestChromiumDashboard(t *testing.T) {
 		fmt.Sprintf(`<dd id="lookup-id">%d</dd>`, lookup.MovieID),
 		fmt.Sprintf(`<dd id="lookup-rating">%.2f</dd>`, lookup.Avg()),
 		fmt.Sprintf(`<dd id="lookup-count">%s</dd>`, commas(lookup.Count)),
+		// The default query, on the first table (movies): its avg index,
+		// descending, which the movie table answers.
+		`<tr id="query-head"><th>#</th><th>Key</th><th>avg</th><th>Value</th></tr>`,
+		fmt.Sprintf(`<tr><td>1</td><td>%d</td><td class="num">%s</td>`, fq.movies[0].MovieID, strconv.FormatFloat(fq.movies[0].Avg(), 'f', -1, 64)),
+		fmt.Sprintf(`<tr><td>20</td><td>%d</td><td class="num">`, fq.movies[19].MovieID),
 	)
+	if strings.Contains(dom, "Query failed") {
+		t.Errorf("the default table query failed")
+	}
 	for _, w := range want {
 		if !strings.Contains(dom, w) {
 			t.Errorf("rendered dashboard does not contain %q", w)
