@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -187,72 +186,46 @@ func (s *Server) rangeMovies(c echo.Context) error {
 //	limit           page size, 1 to MaxLimit (DefaultLimit)
 //	after           the next cursor of the previous page (empty: none)
 //
-// Other parameters are ignored. Every error is a 400 naming the
-// parameter; a query string that is not valid percent-encoding is a 400,
-// never ignored.
+// Other parameters are ignored. Unlike on GET /tables/{table}, an empty
+// bound or limit is not absent but a 400. Every error is a 400 naming the
+// parameter.
 func parseRangeParams(rawQuery string) (engine.IndexQuery, error) {
 	q := engine.IndexQuery{Index: engine.MovieSpec.Indexes[0].Name, Desc: true, Limit: DefaultLimit}
-	params, perr := url.ParseQuery(rawQuery)
-	if perr != nil {
-		return q, badRequest("query string: not valid percent-encoded name=value pairs")
-	}
-	single := func(name string) (string, bool, error) {
-		vs, ok := params[name]
-		if !ok {
-			return "", false, nil
-		}
-		if len(vs) > 1 {
-			return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
-		}
-		return vs[0], true, nil
-	}
-	bound := func(name string, dst *engine.IndexValue, has *bool) error {
-		raw, ok, err := single(name)
-		if err != nil || !ok {
-			return err
-		}
-		v, perr := strconv.ParseFloat(raw, 64)
-		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			return badRequest("parameter %s: %s is not a finite number", name, quoteInput(raw))
-		}
-		*dst, *has = engine.Num(v), true
-		return nil
-	}
-	if err := bound("minAvg", &q.Min, &q.HasMin); err != nil {
+	params, err := parseParams(rawQuery)
+	if err != nil {
 		return q, err
 	}
-	if err := bound("maxAvg", &q.Max, &q.HasMax); err != nil {
-		return q, err
+	for _, b := range []struct {
+		name string
+		dst  *engine.IndexValue
+		has  *bool
+	}{{"minAvg", &q.Min, &q.HasMin}, {"maxAvg", &q.Max, &q.HasMax}} {
+		raw, ok, err := params.get(b.name)
+		if err == nil && ok {
+			*b.dst, err = parseIndexValue(b.name, raw, engine.IndexNumber)
+			*b.has = err == nil
+		}
+		if err != nil {
+			return q, err
+		}
 	}
 	if q.HasMin && q.HasMax && q.Min.Num > q.Max.Num {
 		return q, badRequest("parameters minAvg and maxAvg: minAvg %v is above maxAvg %v", q.Min.Num, q.Max.Num)
 	}
-
-	raw, ok, err := single("limit")
+	raw, ok, err := params.get("limit")
+	if err == nil && ok {
+		q.Limit, err = parseLimit(raw)
+	}
 	if err != nil {
 		return q, err
 	}
-	if ok {
-		n, perr := strconv.Atoi(raw)
-		switch {
-		case perr != nil:
-			return q, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
-		case n < 1 || n > MaxLimit:
-			return q, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
-		}
-		q.Limit = n
-	}
-
-	raw, ok, err = single("after")
-	if err != nil {
+	if raw, _, err = params.get("after"); err != nil || raw == "" {
 		return q, err
 	}
-	if ok && raw != "" {
-		cur, cerr := decodeCursor(raw)
-		if cerr != nil {
-			return q, badRequest("parameter after: not a cursor returned by this API (use the \"next\" value as is)")
-		}
-		q.After = &cur
+	cur, err := decodeCursor(raw)
+	if err != nil {
+		return q, badRequest("parameter after: not a cursor returned by this API (use the \"next\" value as is)")
 	}
+	q.After = &cur
 	return q, nil
 }

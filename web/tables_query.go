@@ -57,19 +57,13 @@ func quoteInput(s string) string {
 // and kind with the query.
 func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuery, pos int, kind engine.IndexKind, err error) {
 	q = engine.IndexQuery{Limit: DefaultLimit}
-	params, perr := url.ParseQuery(rawQuery)
-	if perr != nil {
-		return q, 0, 0, badRequest("query string: not valid percent-encoded name=value pairs")
+	params, err := parseParams(rawQuery)
+	if err != nil {
+		return q, 0, 0, err
 	}
 	single := func(name string) (string, bool, error) {
-		vs := params[name]
-		if len(vs) > 1 {
-			return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
-		}
-		if len(vs) == 0 || vs[0] == "" {
-			return "", false, nil
-		}
-		return vs[0], true, nil
+		raw, ok, err := params.get(name)
+		return raw, ok && raw != "", err
 	}
 
 	raw, ok, err := single("index")
@@ -133,14 +127,9 @@ func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuer
 		return q, 0, 0, err
 	}
 	if ok {
-		n, perr := strconv.Atoi(raw)
-		switch {
-		case perr != nil:
-			return q, 0, 0, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
-		case n < 1 || n > MaxLimit:
-			return q, 0, 0, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
+		if q.Limit, err = parseLimit(raw); err != nil {
+			return q, 0, 0, err
 		}
-		q.Limit = n
 	}
 
 	raw, ok, err = single("after")
@@ -155,6 +144,44 @@ func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuer
 		q.After = &cur
 	}
 	return q, pos, kind, nil
+}
+
+// queryParams are the parameters of a query string.
+type queryParams url.Values
+
+// parseParams parses a raw query string; one that is not valid
+// percent-encoding is a 400, never ignored.
+func parseParams(rawQuery string) (queryParams, error) {
+	params, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, badRequest("query string: not valid percent-encoded name=value pairs")
+	}
+	return queryParams(params), nil
+}
+
+// get returns the value of the parameter name and whether it was given;
+// a parameter given more than once is a 400.
+func (p queryParams) get(name string) (string, bool, error) {
+	vs := p[name]
+	if len(vs) > 1 {
+		return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
+	}
+	if len(vs) == 0 {
+		return "", false, nil
+	}
+	return vs[0], true, nil
+}
+
+// parseLimit parses the parameter limit: 1 to MaxLimit.
+func parseLimit(raw string) (int, error) {
+	n, err := strconv.Atoi(raw)
+	switch {
+	case err != nil:
+		return 0, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
+	case n < 1 || n > MaxLimit:
+		return 0, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
+	}
+	return n, nil
 }
 
 // indexNames lists the declared indexes of spec for error messages.
