@@ -97,12 +97,9 @@ func movieOf(it tableItem) (movieJSON, error) {
 	return m, nil
 }
 
-// validItem reports whether a document a peer sent fits t beyond its
-// spec: a document of the movie table must be a movie (see movieOf).
-func validItem(t Table, spec engine.TableSpec, it tableItem) bool {
-	if !isMovieTable(t, spec) {
-		return true
-	}
+// validMovie reports whether a document of the movie table is a movie
+// (see movieOf).
+func validMovie(it tableItem) bool {
 	_, err := movieOf(it)
 	return err == nil
 }
@@ -161,7 +158,7 @@ func (s *Server) rangeMovies(c echo.Context) error {
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	res, err := s.runQuery(c, ctx, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q})
+	res, err := s.runQuery(c, ctx, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q, movies: true})
 	if err != nil {
 		return fmt.Errorf("range movies: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -428,5 +429,40 @@ func TestRangeIsPartialWhenAnOwnerIsDown(t *testing.T) {
 	}
 	if strings.Contains(string(body), "partial") {
 		t.Errorf("a complete answer mentions partial: %s", body)
+	}
+}
+
+// TestMovieTableOrderAcrossInstances: the movie table merged across
+// instances keeps its stores' order, ties by movie id as a signed integer
+// (not by the key's bytes, which put negative ids last), on
+// /tables/movies as on /movies, whole and page by page.
+func TestMovieTableOrderAcrossInstances(t *testing.T) {
+	ms := clusterMovies()
+	var want []string
+	for _, m := range ms {
+		want = append(want, strconv.FormatInt(m.MovieID, 10))
+	}
+	for _, nd := range movieCluster(t, testSecret, ms, 2) {
+		for _, limit := range []int{1000, 3} {
+			var got []string
+			after := ""
+			for range len(ms) + 1 {
+				target := fmt.Sprintf("http://%s/tables/movies?index=avg&order=desc&limit=%d&after=%s", nd.addr, limit, after)
+				code, _, body := getJSON(t, target, nil)
+				var page pageOut
+				if code != http.StatusOK || json.Unmarshal(body, &page) != nil || page.Partial {
+					t.Fatalf("GET %s = %d %s", target, code, body)
+				}
+				for _, it := range page.Items {
+					got = append(got, it.Key)
+				}
+				if after = page.Next; after == "" {
+					break
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("instance %s, limit %d: keys %v, want %v", nd.addr, limit, got, want)
+			}
+		}
 	}
 }

@@ -96,7 +96,7 @@ func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.
 			return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 		}
 		it, err := peerItem(t, spec, -1, pd)
-		if err != nil || it.doc.Key != shown || !validItem(t, spec, it) {
+		if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
 			return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 		}
 		return it, nil
@@ -119,7 +119,7 @@ func (s *Server) queryTable(c echo.Context) error {
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q}
+	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q, movies: isMovieTable(t, spec)}
 	res, err := s.runQuery(c, ctx, tq)
 	if err != nil {
 		return err
@@ -134,11 +134,14 @@ type tableQuery struct {
 	pos  int // the queried index's position in spec.Indexes
 	kind engine.IndexKind
 	q    engine.IndexQuery
+	// movies is set on the movie table (see isMovieTable), which has its
+	// own order and documents.
+	movies bool
 }
 
 // before reports whether a comes before b in the query's order.
 func (tq tableQuery) before(a, b engine.IndexCursor) bool {
-	if isMovieTable(tq.t, tq.spec) {
+	if tq.movies {
 		return movieBefore(a, b)
 	}
 	return tq.spec.Before(a, b, tq.kind, tq.q.Desc)
@@ -369,7 +372,7 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery,
 	items := make([]tableItem, 0, len(page.Items))
 	for _, pd := range page.Items {
 		it, err := peerItem(t, spec, tq.pos, pd)
-		if err != nil || !validItem(t, spec, it) || !in[it.doc.Partition] || engine.PartitionFor(it.cur.Key, n) != it.doc.Partition ||
+		if err != nil || (tq.movies && !validMovie(it)) || !in[it.doc.Partition] || engine.PartitionFor(it.cur.Key, n) != it.doc.Partition ||
 			!q.InRange(it.cur.Value, tq.kind) ||
 			(q.After != nil && !tq.before(*q.After, it.cur)) {
 			return peerPage[tableItem]{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
