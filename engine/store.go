@@ -144,7 +144,8 @@ type Store interface {
 	Querier
 }
 
-// Querier is the read side of a store, used by the HTTP API.
+// Querier is the read side of a movie store, through which MovieTable
+// answers the movie table's lookups and queries.
 type Querier interface {
 	// Get returns the aggregate of one movie, or ErrNotFound.
 	Get(ctx context.Context, movieID int64) (MovieStats, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // TableView is an engine's table as its queries see it: key lookups and
@@ -132,4 +133,28 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 	var covered []int32
 	out.Docs, covered = stillCovered(running, r.answerableSet(), out.Docs, func(d Doc) int32 { return d.Partition })
 	return out, covered, nil
+}
+
+// stillCovered returns the partitions of running that are still in now,
+// sorted, and the items whose partition (part) is one of them: what a
+// query begun with running answers once partitions that stopped running
+// meanwhile are taken out.
+func stillCovered[T any](running, now map[int32]bool, items []T, part func(T) int32) ([]T, []int32) {
+	covered := make([]int32, 0, len(running))
+	for p := range running {
+		if now[p] {
+			covered = append(covered, p)
+		}
+	}
+	if len(covered) < len(running) {
+		kept := items[:0]
+		for _, it := range items {
+			if now[part(it)] {
+				kept = append(kept, it)
+			}
+		}
+		items = kept
+	}
+	slices.Sort(covered)
+	return items, covered
 }

@@ -94,7 +94,7 @@ func tail(s string, n int) string {
 // that its script filled in the counters, readiness, the top movies and a
 // lookup from the server's data.
 func TestChromiumDashboard(t *testing.T) {
-	var ms []engine.MovieStats
+	var ms []movieStats
 	for i := int64(1); i <= 25; i++ {
 		// Averages 9.96, 9.92, ... with distinct counts; ids not in order.
 		ms = append(ms, mv(1000+(i*37)%101, i+100, float64(i+100)*(10-0.04*float64(i))))
@@ -106,9 +106,9 @@ func TestChromiumDashboard(t *testing.T) {
 		PartitionsAssigned: 4, PartitionsRunning: 3, ChangelogSkipped: 2, ReadLeaseLapses: 5,
 	}
 	s := New(Options{
-		Querier: fq,
-		Stats:   func() engine.Stats { return stats },
-		Ready:   func() error { return errors.New("1 of 4 partitions restoring") },
+		Tables: []Table{fq},
+		Stats:  func() engine.Stats { return stats },
+		Ready:  func() error { return errors.New("1 of 4 partitions restoring") },
 	})
 	base := startForBrowser(t, s)
 	lookup := fq.movies[7]
@@ -133,7 +133,15 @@ func TestChromiumDashboard(t *testing.T) {
 		fmt.Sprintf(`<dd id="lookup-id">%d</dd>`, lookup.MovieID),
 		fmt.Sprintf(`<dd id="lookup-rating">%.2f</dd>`, lookup.Avg()),
 		fmt.Sprintf(`<dd id="lookup-count">%s</dd>`, commas(lookup.Count)),
+		// The default query, on the first table (movies): its avg index,
+		// descending, which the movie table answers.
+		`<tr id="query-head"><th>#</th><th>Key</th><th>avg</th><th>Value</th></tr>`,
+		fmt.Sprintf(`<tr><td>1</td><td>%d</td><td class="num">%s</td>`, fq.movies[0].MovieID, strconv.FormatFloat(fq.movies[0].Avg(), 'f', -1, 64)),
+		fmt.Sprintf(`<tr><td>20</td><td>%d</td><td class="num">`, fq.movies[19].MovieID),
 	)
+	if strings.Contains(dom, "Query failed") {
+		t.Errorf("the default table query failed")
+	}
 	for _, w := range want {
 		if !strings.Contains(dom, w) {
 			t.Errorf("rendered dashboard does not contain %q", w)
@@ -157,7 +165,7 @@ func TestChromiumDashboard(t *testing.T) {
 // the query of the deep link, showing the first page of items.
 func TestChromiumDashboardTables(t *testing.T) {
 	cs, sc := customers(12), scores(5)
-	s := New(Options{Querier: newFake(), Tables: []Table{cs, sc}})
+	s := New(Options{Tables: []Table{newFake(), cs, sc}})
 	base := startForBrowser(t, s)
 	dom := chromium(t, "--dump-dom", base+"/?table=customers&index=total&order=desc&limit=5")
 
@@ -198,7 +206,7 @@ func TestChromiumDashboardTables(t *testing.T) {
 // TestChromiumSwaggerUI renders /swagger-ui/ and checks that Swagger UI
 // loaded the spec from /api-docs and rendered its operations.
 func TestChromiumSwaggerUI(t *testing.T) {
-	base := startForBrowser(t, New(Options{Querier: newFake()}))
+	base := startForBrowser(t, New(Options{Tables: []Table{newFake()}}))
 	dom := chromium(t, "--dump-dom", base+"/swagger-ui/")
 	doc, _ := loadSpec(t)
 	// The page's static HTML has neither: only Swagger UI's rendering does.

@@ -10,7 +10,7 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// A cursor is opaque to clients: base64url (no padding) of
+// A cursor of GET /movies is opaque to clients: base64url (no padding) of
 //
 //	version (1 byte) | float64 bits of the average (8, big-endian) |
 //	movie id (8, big-endian) | CRC-32C of the previous 17 bytes (4)
@@ -18,6 +18,13 @@ import (
 // The checksum detects edited or truncated cursors; it is not a secret (a
 // forged cursor only selects a starting position, which any client may do
 // with minAvg/maxAvg). Cursors stay valid across restarts and instances.
+//
+// GET /movies is served from the movie table, whose own cursors (the next
+// of GET /tables/movies) have another form; GET /movies keeps issuing and
+// accepting this one, so a next value issued before GET /movies became a
+// view of the table still continues its walk. The movie id's 8 bytes are
+// the movie table's key, so a cursor is a position in the table's avg
+// index as it stands.
 const (
 	cursorVersion = 1
 	cursorPayload = 1 + 8 + 8
@@ -30,12 +37,13 @@ var (
 	errBadCursor   = errors.New("malformed cursor")
 )
 
-// encodeCursor returns the opaque form of c.
-func encodeCursor(c engine.Cursor) string {
+// encodeCursor returns the opaque form of c, a position in the movie
+// table's avg index.
+func encodeCursor(c engine.IndexCursor) string {
 	var b [cursorLen]byte
 	b[0] = cursorVersion
-	binary.BigEndian.PutUint64(b[1:9], math.Float64bits(c.Avg))
-	binary.BigEndian.PutUint64(b[9:17], uint64(c.MovieID))
+	binary.BigEndian.PutUint64(b[1:9], math.Float64bits(c.Value.Num))
+	binary.BigEndian.PutUint64(b[9:17], uint64(movieID(c.Key)))
 	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[:cursorPayload], cursorTable))
 	return cursorEncoding.EncodeToString(b[:])
 }
@@ -43,20 +51,20 @@ func encodeCursor(c engine.Cursor) string {
 // decodeCursor parses a cursor made by encodeCursor. It returns
 // errBadCursor for anything else, including a cursor whose average is not
 // a finite number.
-func decodeCursor(s string) (engine.Cursor, error) {
+func decodeCursor(s string) (engine.IndexCursor, error) {
 	if len(s) != cursorEncoding.EncodedLen(cursorLen) {
-		return engine.Cursor{}, errBadCursor
+		return engine.IndexCursor{}, errBadCursor
 	}
 	b, err := cursorEncoding.DecodeString(s)
 	if err != nil || len(b) != cursorLen || b[0] != cursorVersion {
-		return engine.Cursor{}, errBadCursor
+		return engine.IndexCursor{}, errBadCursor
 	}
 	if crc32.Checksum(b[:cursorPayload], cursorTable) != binary.BigEndian.Uint32(b[17:]) {
-		return engine.Cursor{}, errBadCursor
+		return engine.IndexCursor{}, errBadCursor
 	}
 	avg := math.Float64frombits(binary.BigEndian.Uint64(b[1:9]))
 	if math.IsNaN(avg) || math.IsInf(avg, 0) {
-		return engine.Cursor{}, errBadCursor
+		return engine.IndexCursor{}, errBadCursor
 	}
-	return engine.Cursor{Avg: avg, MovieID: int64(binary.BigEndian.Uint64(b[9:17]))}, nil
+	return engine.IndexCursor{Value: engine.Num(avg), Key: b[9:17:17]}, nil
 }

@@ -6,10 +6,11 @@ import (
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 func TestCursorRoundTrip(t *testing.T) {
-	tests := []engine.Cursor{
+	tests := []cursor{ // as the movie API shows positions
 		{Avg: 9, MovieID: 362},
 		{Avg: 0, MovieID: 0},
 		{Avg: math.Copysign(0, -1), MovieID: -1},
@@ -18,13 +19,13 @@ func TestCursorRoundTrip(t *testing.T) {
 		{Avg: math.SmallestNonzeroFloat64, MovieID: 1},
 	}
 	for _, c := range tests {
-		s := encodeCursor(c)
+		s := encodeCursor(engine.IndexCursor{Value: engine.Num(c.Avg), Key: movies.Key(c.MovieID)})
 		t.Run(s, func(t *testing.T) {
 			got, err := decodeCursor(s)
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
-			if math.Float64bits(got.Avg) != math.Float64bits(c.Avg) || got.MovieID != c.MovieID {
+			if math.Float64bits(got.Value.Num) != math.Float64bits(c.Avg) || movieID(got.Key) != c.MovieID || len(got.Key) != 8 {
 				t.Errorf("got %+v, want %+v", got, c)
 			}
 		})
@@ -34,7 +35,7 @@ func TestCursorRoundTrip(t *testing.T) {
 // TestCursorTamper flips every bit of a valid cursor's bytes and checks
 // that no edited cursor is accepted.
 func TestCursorTamper(t *testing.T) {
-	valid := encodeCursor(engine.Cursor{Avg: 8.5, MovieID: 362})
+	valid := encodeCursor(indexCursorOf(mv(362, 2, 17)))
 	raw, err := base64.RawURLEncoding.DecodeString(valid)
 	if err != nil {
 		t.Fatal(err)

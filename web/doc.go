@@ -1,9 +1,8 @@
-// Package web is keepstate's HTTP server (echo): the movie query API over
-// an engine.Querier (GET /movies/{id}, GET /movies), every job's table over
-// a Table (GET /tables, GET /tables/{table}/{key}, GET /tables/{table}?index=
-// ...), both routed to the owning instance and merged across instances,
-// health and readiness
-// probes, Prometheus metrics, the OpenAPI document with an embedded Swagger
+// Package web is keepstate's HTTP server (echo): every job's table over a
+// Table (GET /tables, GET /tables/{table}/{key}, GET /tables/{table}?index=
+// ...), routed to the owning instance and merged across instances, the
+// movie query API (GET /movies/{id}, GET /movies) as a view of the movie
+// job's table, health and readiness probes, Prometheus metrics, the OpenAPI document with an embedded Swagger
 // UI, and a small dashboard page. Every error is a JSON body
 // {"error":"..."}; nothing is fetched from outside the process at run time.
 //

@@ -3,17 +3,22 @@ package web
 import (
 	"errors"
 	"math"
+	"reflect"
 	"testing"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // FuzzParseQuery feeds arbitrary query strings and ids to the parsers of
 // GET /movies and GET /movies/{id}: they never panic, every error is a
 // 400 whose message quotes a bounded part of the input, and an accepted
-// query is valid and survives re-encoding (what routing sends to peers).
+// query is a valid descending query of the movie table's avg index and
+// survives re-encoding as the table query routing sends to peers.
 func FuzzParseQuery(f *testing.F) {
 	for _, s := range []string{
 		"", "minAvg=8", "minAvg=8&maxAvg=9&limit=10", "after=%%%garbage", "limit=0", "limit=1001",
-		"minAvg=NaN", "minAvg=1e400", "min%zzAvg=1", "after=" + encodeCursor(cursorOf(mv(7, 1, 9))),
+		"minAvg=NaN", "minAvg=1e400", "min%zzAvg=1", "after=" + encodeCursor(indexCursorOf(mv(7, 1, 9))),
 		"minAvg=1;maxAvg=2", "limit=1&limit=2", "maxAvg=-Inf",
 	} {
 		f.Add(s, "362")
@@ -39,18 +44,19 @@ func FuzzParseQuery(f *testing.F) {
 			checkErr(err)
 			return
 		}
-		if err := q.Validate(); err != nil {
+		if _, _, err := q.Validate(movies.Spec); err != nil {
 			t.Fatalf("accepted query %+v is invalid: %v", q, err)
 		}
-		if q.Limit < 1 || q.Limit > MaxLimit || q.MinAvg > q.MaxAvg || math.IsNaN(q.MinAvg) || math.IsNaN(q.MaxAvg) {
+		if q.Index != "avg" || !q.Desc || q.Limit < 1 || q.Limit > MaxLimit || (q.HasMin && q.HasMax && q.Min.Num > q.Max.Num) ||
+			math.IsNaN(q.Min.Num) || math.IsNaN(q.Max.Num) || math.IsInf(q.Min.Num, 0) || math.IsInf(q.Max.Num, 0) {
 			t.Fatalf("accepted query out of range: %+v", q)
 		}
-		again, err := parseRangeParams(rangeQueryValues(q).Encode())
+		sent := tableQueryValues(movies.Spec.Name, engine.IndexNumber, q).Encode()
+		again, _, _, err := parseTableQuery(movies.Spec, sent)
 		if err != nil {
-			t.Fatalf("re-encoded query %q refused: %v", rangeQueryValues(q).Encode(), err)
+			t.Fatalf("re-encoded query %q refused: %v", sent, err)
 		}
-		if again.MinAvg != q.MinAvg || again.MaxAvg != q.MaxAvg || again.Limit != q.Limit ||
-			(again.After == nil) != (q.After == nil) || (q.After != nil && *again.After != *q.After) {
+		if !reflect.DeepEqual(again, q) {
 			t.Fatalf("re-encoding changed the query: %+v -> %+v", q, again)
 		}
 	})

@@ -17,7 +17,7 @@ func TestHealthAndReadiness(t *testing.T) {
 		}
 		return nil
 	}
-	h := New(Options{Querier: newFake(), Ready: ready}).Handler()
+	h := New(Options{Tables: []Table{newFake()}, Ready: ready}).Handler()
 
 	check := func(t *testing.T, target string, status int, want healthBody) {
 		t.Helper()
@@ -80,7 +80,7 @@ func TestAPIStats(t *testing.T) {
 }
 
 func TestUnknownRoutes(t *testing.T) {
-	h := New(Options{Querier: newFake()}).Handler()
+	h := New(Options{Tables: []Table{newFake()}}).Handler()
 	tests := []struct {
 		method, target string
 		status         int

@@ -63,7 +63,7 @@ func statusLine(answer string) string {
 // TestSlowClientsAreCut holds connections open the way a slowloris client
 // does; each must be closed by the server's read timeouts.
 func TestSlowClientsAreCut(t *testing.T) {
-	s := New(Options{Querier: newFake(), ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 600 * time.Millisecond})
+	s := New(Options{Tables: []Table{newFake()}, ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 600 * time.Millisecond})
 	addr := serve(t, s)
 	tests := []struct {
 		name       string
@@ -91,7 +91,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 }
 
 func TestHeaderSizeIsLimited(t *testing.T) {
-	addr := serve(t, New(Options{Querier: newFake()}))
+	addr := serve(t, New(Options{Tables: []Table{newFake()}}))
 	req := "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 64<<10) + "\r\n\r\n"
 	answer, _, _ := rawExchange(t, addr, req, 10*time.Second)
 	if got := statusLine(answer); !strings.HasPrefix(got, "HTTP/1.1 431") {
@@ -107,7 +107,7 @@ func TestHeaderSizeIsLimited(t *testing.T) {
 // TestHeadOnEveryRoute sends HEAD to every registered route over a real
 // socket: none may be 405, and no body comes back.
 func TestHeadOnEveryRoute(t *testing.T) {
-	s := New(Options{Querier: newFake(mv(362, 2, 18))})
+	s := New(Options{Tables: []Table{newFake(mv(362, 2, 18))}})
 	addr := serve(t, s)
 	fill := strings.NewReplacer(":id", "362", ":file", "index.html")
 	seen := map[string]bool{}
@@ -147,7 +147,7 @@ func TestHeadOnEveryRoute(t *testing.T) {
 // with broken percent-encoding (a 400, never ignored) and a long bad id
 // (a 400 that does not echo it).
 func TestMalformedInputOverSocket(t *testing.T) {
-	addr := serve(t, New(Options{Querier: newFake(mv(362, 2, 18))}))
+	addr := serve(t, New(Options{Tables: []Table{newFake(mv(362, 2, 18))}}))
 	longID := strings.Repeat("9", 12000) + "x"
 	tests := []struct {
 		name, target, want string

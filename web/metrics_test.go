@@ -69,7 +69,7 @@ func TestMetrics(t *testing.T) {
 		}
 		return errors.New("restoring")
 	}
-	h := New(Options{Querier: newFake(mv(1, 2, 17)), Stats: stats, Ready: readyFn}).Handler()
+	h := New(Options{Tables: []Table{newFake(mv(1, 2, 17))}, Stats: stats, Ready: readyFn}).Handler()
 
 	for _, target := range []string{"/movies/1", "/movies/1", "/movies/999", "/movies?limit=0", "/movies?minAvg=8", "/nope", "/wp-admin/x.php"} {
 		get(t, h, target)
@@ -156,8 +156,8 @@ func TestMetrics(t *testing.T) {
 // TestMetricsRegistriesAreSeparate checks that two servers in one process
 // (as in tests or the demo) do not share or collide on registries.
 func TestMetricsRegistriesAreSeparate(t *testing.T) {
-	a := New(Options{Querier: newFake()}).Handler()
-	b := New(Options{Querier: newFake()}).Handler()
+	a := New(Options{Tables: []Table{newFake()}}).Handler()
+	b := New(Options{Tables: []Table{newFake()}}).Handler()
 	get(t, a, "/healthz")
 	get(t, a, "/healthz")
 	values, _ := series(t, get(t, b, "/metrics").Body.String())

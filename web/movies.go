@@ -1,27 +1,25 @@
 package web
 
 import (
-	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
-// Paging limits of GET /movies. A limit above MaxLimit is refused with 400
-// rather than silently clamped, so a client never mistakes a short page for
-// the whole answer.
-const (
-	DefaultLimit = 50
-	MaxLimit     = 1000
-)
+// GET /movies/{id} and GET /movies are a view of the movie job's table
+// (movies.Spec, also served at /tables/movies): the same routing,
+// merging and errors as the table routes, with the movie API's parameters,
+// its JSON and its cursors (see cursor.go).
 
 // movieJSON is one movie as the API shows it.
 type movieJSON struct {
@@ -41,34 +39,60 @@ type moviesPage struct {
 	MissingPartitions []int32     `json:"missingPartitions,omitempty"`
 }
 
-// maxEchoedInput bounds how much of a client's bad input an error message
-// quotes: at most this many bytes of the quoted (escaped) form.
-const maxEchoedInput = 48
+// errNoMovies is returned when the server serves no movie table.
+var errNoMovies = fmt.Errorf("no movie table: %w", engine.ErrUnavailable)
 
-// quoteInput returns s quoted as by %q, cut so that the quoted form has at
-// most maxEchoedInput bytes (followed by "..." when cut), so that an error
-// never echoes input of unbounded size, however it escapes.
-func quoteInput(s string) string {
-	for n := min(len(s), maxEchoedInput); ; n-- {
-		if q := strconv.Quote(s[:n]); len(q) <= maxEchoedInput || n == 0 {
-			if n < len(s) {
-				q += "..."
-			}
-			return q
-		}
+// errBadMovie marks a movie document whose value is not a count and sum.
+var errBadMovie = errors.New("invalid movie document")
+
+// isMovieTable reports whether t is the movie job's table: 64-bit integer
+// keys and movies.Spec.
+func isMovieTable(t Table, spec engine.TableSpec) bool {
+	want := movies.Spec
+	return spec.Name == want.Name && spec.TiesAscending == want.TiesAscending &&
+		len(spec.Indexes) == 1 && spec.Indexes[0] == want.Indexes[0] && t.KeyKind() == "int64"
+}
+
+// movieTable returns the movie job's table, or errNoMovies.
+func (s *Server) movieTable() (Table, engine.TableSpec, error) {
+	t, spec, err := s.table(movies.Spec.Name)
+	if err != nil || !isMovieTable(t, spec) {
+		return nil, engine.TableSpec{}, errNoMovies
 	}
+	return t, spec, nil
 }
 
-func toMovieJSON(m engine.MovieStats) movieJSON {
-	return movieJSON{MovieID: m.MovieID, Rating: m.Avg(), Count: m.Count}
+// movieID reads a movie key (8 bytes big-endian); any other key reads as 0.
+func movieID(key []byte) int64 {
+	if len(key) != 8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(key))
 }
 
-// errNoQuerier is returned when the server has no store to query.
-var errNoQuerier = fmt.Errorf("no store configured: %w", engine.ErrUnavailable)
+// movieOf returns the movie of a document of the movie table: its id from
+// the key, its rating from the avg index and its count from the value. A
+// movie without ratings or with an average that is not a finite number is
+// errBadMovie.
+func movieOf(it tableItem) (movieJSON, error) {
+	var v struct {
+		Count *int64 `json:"count"`
+	}
+	if len(it.cur.Key) != 8 || len(it.doc.Index.vals) != 1 || json.Unmarshal(it.doc.Value, &v) != nil || v.Count == nil {
+		return movieJSON{}, errBadMovie
+	}
+	m := movieJSON{MovieID: movieID(it.cur.Key), Rating: it.doc.Index.vals[0].Num, Count: *v.Count}
+	if m.Count <= 0 || math.IsNaN(m.Rating) || math.IsInf(m.Rating, 0) {
+		return movieJSON{}, errBadMovie
+	}
+	return m, nil
+}
 
-// queryContext returns the request context bounded by QueryTimeout.
-func (s *Server) queryContext(c echo.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
+// validMovie reports whether a document of the movie table is a movie
+// (see movieOf).
+func validMovie(it tableItem) bool {
+	_, err := movieOf(it)
+	return err == nil
 }
 
 // getMovie answers GET /movies/{id}.
@@ -82,22 +106,24 @@ func (s *Server) getMovie(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.opts.Querier == nil {
-		return errNoQuerier
+	t, spec, err := s.movieTable()
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	if handled, err := s.routeGet(c, ctx, id); handled {
-		return err
-	}
-	m, err := s.opts.Querier.Get(ctx, id)
+	it, err := s.findDoc(c, ctx, t, spec, movies.Key(id))
 	if errors.Is(err, engine.ErrNotFound) {
 		return notFound("movie %d not found", id)
 	}
 	if err != nil {
 		return fmt.Errorf("get movie %d: %w", id, err)
 	}
-	return c.JSON(http.StatusOK, toMovieJSON(m))
+	m, err := movieOf(it)
+	if err != nil {
+		return fmt.Errorf("movie %d: %w: %w", id, err, engine.ErrUnavailable)
+	}
+	return c.JSON(http.StatusOK, m)
 }
 
 // parseMovieID parses the id of GET /movies/{id}; the 400 quotes at most
@@ -110,44 +136,30 @@ func parseMovieID(raw string) (int64, error) {
 	return id, nil
 }
 
-// rangeMovies answers GET /movies?minAvg=&maxAvg=&limit=&after=.
+// rangeMovies answers GET /movies?minAvg=&maxAvg=&limit=&after=: a
+// descending query of the movie table's avg index.
 func (s *Server) rangeMovies(c echo.Context) error {
-	q, err := parseRangeQuery(c)
+	q, err := parseRangeParams(c.Request().URL.RawQuery)
 	if err != nil {
 		return err
 	}
-	if s.opts.Querier == nil {
-		return errNoQuerier
+	t, spec, err := s.movieTable()
+	if err != nil {
+		return err
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	if s.opts.Router == nil {
-		page, err := s.opts.Querier.Range(ctx, q)
-		if err != nil {
-			return fmt.Errorf("range movies [%v, %v]: %w", q.MinAvg, q.MaxAvg, err)
-		}
-		return c.JSON(http.StatusOK, pageJSON(page))
-	}
-	fwd, err := s.checkForwarded(c)
+	res, err := s.runQuery(c, ctx, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q, movies: true})
 	if err != nil {
-		return err
+		return fmt.Errorf("range movies: %w", err)
 	}
-	if fwd {
-		// A peer asks for this instance's part of the answer.
-		page, covered, err := s.opts.Router.RangeLocal(ctx, q)
+	out := moviesPage{Movies: make([]movieJSON, 0, len(res.items)), Partial: len(res.missing) > 0, MissingPartitions: res.missing}
+	for _, it := range res.items {
+		m, err := movieOf(it)
 		if err != nil {
-			return fmt.Errorf("range movies [%v, %v]: %w", q.MinAvg, q.MaxAvg, err)
+			return fmt.Errorf("range movies: %w: %w", err, engine.ErrUnavailable)
 		}
-		c.Response().Header().Set(PartitionsHeader, formatPartitions(covered))
-		return c.JSON(http.StatusOK, pageJSON(page))
-	}
-	res, err := s.gatherRange(ctx, q)
-	if err != nil {
-		return fmt.Errorf("range movies [%v, %v]: %w", q.MinAvg, q.MaxAvg, err)
-	}
-	out := moviesPage{Movies: res.movies, Partial: len(res.missing) > 0, MissingPartitions: res.missing}
-	if out.Movies == nil {
-		out.Movies = []movieJSON{}
+		out.Movies = append(out.Movies, m)
 	}
 	if res.next != nil {
 		out.Next = encodeCursor(*res.next)
@@ -155,89 +167,53 @@ func (s *Server) rangeMovies(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// pageJSON renders a store page.
-func pageJSON(p engine.Page) moviesPage {
-	out := moviesPage{Movies: make([]movieJSON, 0, len(p.Movies))}
-	for _, m := range p.Movies {
-		out.Movies = append(out.Movies, toMovieJSON(m))
-	}
-	if p.Next != nil {
-		out.Next = encodeCursor(*p.Next)
-	}
-	return out
-}
-
-// parseRangeQuery reads and checks the query parameters of GET /movies.
-// Every error is a 400 naming the parameter.
-func parseRangeQuery(c echo.Context) (engine.RangeQuery, error) {
-	return parseRangeParams(c.Request().URL.RawQuery)
-}
-
-// parseRangeParams parses the raw query string of GET /movies. A query
-// string that is not valid percent-encoding is a 400, never ignored.
-func parseRangeParams(rawQuery string) (engine.RangeQuery, error) {
-	q := engine.RangeQuery{MinAvg: -math.MaxFloat64, MaxAvg: math.Inf(1), Limit: DefaultLimit}
-	params, perr := url.ParseQuery(rawQuery)
-	if perr != nil {
-		return q, badRequest("query string: not valid percent-encoded name=value pairs")
-	}
-	single := func(name string) (string, bool, error) {
-		vs, ok := params[name]
-		if !ok {
-			return "", false, nil
-		}
-		if len(vs) > 1 {
-			return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
-		}
-		return vs[0], true, nil
-	}
-	bound := func(name string, dst *float64) error {
-		raw, ok, err := single(name)
-		if err != nil || !ok {
-			return err
-		}
-		v, perr := strconv.ParseFloat(raw, 64)
-		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-			return badRequest("parameter %s: %s is not a finite number", name, quoteInput(raw))
-		}
-		*dst = v
-		return nil
-	}
-	if err := bound("minAvg", &q.MinAvg); err != nil {
-		return q, err
-	}
-	if err := bound("maxAvg", &q.MaxAvg); err != nil {
-		return q, err
-	}
-	if q.MinAvg > q.MaxAvg {
-		return q, badRequest("parameters minAvg and maxAvg: minAvg %v is above maxAvg %v", q.MinAvg, q.MaxAvg)
-	}
-
-	raw, ok, err := single("limit")
+// parseRangeParams parses the raw query string of GET /movies into a
+// query of the movie table's avg index, in descending order:
+//
+//	minAvg, maxAvg  inclusive bounds of the average (finite numbers)
+//	limit           page size, 1 to MaxLimit (DefaultLimit)
+//	after           the next cursor of the previous page (empty: none)
+//
+// Other parameters are ignored. Unlike on GET /tables/{table}, an empty
+// bound or limit is not absent but a 400. Every error is a 400 naming the
+// parameter.
+func parseRangeParams(rawQuery string) (engine.IndexQuery, error) {
+	q := engine.IndexQuery{Index: movies.Spec.Indexes[0].Name, Desc: true, Limit: DefaultLimit}
+	params, err := parseParams(rawQuery)
 	if err != nil {
 		return q, err
 	}
-	if ok {
-		n, perr := strconv.Atoi(raw)
-		switch {
-		case perr != nil:
-			return q, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
-		case n < 1 || n > MaxLimit:
-			return q, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
+	for _, b := range []struct {
+		name string
+		dst  *engine.IndexValue
+		has  *bool
+	}{{"minAvg", &q.Min, &q.HasMin}, {"maxAvg", &q.Max, &q.HasMax}} {
+		raw, ok, err := params.get(b.name)
+		if err == nil && ok {
+			*b.dst, err = parseIndexValue(b.name, raw, engine.IndexNumber)
+			*b.has = err == nil
 		}
-		q.Limit = n
+		if err != nil {
+			return q, err
+		}
 	}
-
-	raw, ok, err = single("after")
+	if q.HasMin && q.HasMax && q.Min.Num > q.Max.Num {
+		return q, badRequest("parameters minAvg and maxAvg: minAvg %v is above maxAvg %v", q.Min.Num, q.Max.Num)
+	}
+	raw, ok, err := params.get("limit")
+	if err == nil && ok {
+		q.Limit, err = parseLimit(raw)
+	}
 	if err != nil {
 		return q, err
 	}
-	if ok && raw != "" {
-		cur, cerr := decodeCursor(raw)
-		if cerr != nil {
-			return q, badRequest("parameter after: not a cursor returned by this API (use the \"next\" value as is)")
-		}
-		q.After = &cur
+	if raw, _, err = params.get("after"); err != nil || raw == "" {
+		return q, err
 	}
+	cur, err := decodeCursor(raw)
+	if err != nil {
+		return q, badRequest("parameter after: not a cursor returned by this API (use the \"next\" value as is)")
+	}
+	q.After = &cur
 	return q, nil
 }

@@ -11,11 +11,12 @@ import (
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/movies"
 )
 
 func TestGetMovie(t *testing.T) {
 	fq := newFake(mv(362, 2, 18), mv(7, 3, 25), mv(-4, 1, 2.5), mv(math.MaxInt64, 1, 10))
-	h := New(Options{Querier: fq}).Handler()
+	h := New(Options{Tables: []Table{fq}}).Handler()
 	tests := []struct {
 		id   string
 		want movieJSON
@@ -39,7 +40,7 @@ func TestGetMovie(t *testing.T) {
 }
 
 func TestGetMovieErrors(t *testing.T) {
-	h := New(Options{Querier: newFake(mv(362, 2, 18))}).Handler()
+	h := New(Options{Tables: []Table{newFake(mv(362, 2, 18))}}).Handler()
 	tests := []struct {
 		name, target string
 		status       int
@@ -69,7 +70,7 @@ func TestRangeMovies(t *testing.T) {
 		mv(5, 3, 12),   // 4
 		mv(6, 2, 17.5), // 8.75
 	)
-	h := New(Options{Querier: fq}).Handler()
+	h := New(Options{Tables: []Table{fq}}).Handler()
 	tests := []struct {
 		name, query string
 		wantIDs     []int64
@@ -97,7 +98,12 @@ func TestRangeMovies(t *testing.T) {
 			var ids []int64
 			for _, m := range page.Movies {
 				ids = append(ids, m.MovieID)
-				want, _ := fq.Get(t.Context(), m.MovieID)
+				var want movieStats
+				for _, fm := range fq.movies {
+					if fm.MovieID == m.MovieID {
+						want = fm
+					}
+				}
 				if m.Rating != want.Avg() || m.Count != want.Count {
 					t.Errorf("movie %d = %+v, want rating %v count %d", m.MovieID, m, want.Avg(), want.Count)
 				}
@@ -114,26 +120,26 @@ func TestRangeMovies(t *testing.T) {
 
 func TestRangeDefaults(t *testing.T) {
 	fq := newFake()
-	h := New(Options{Querier: fq}).Handler()
+	h := New(Options{Tables: []Table{fq}}).Handler()
 	if rec := get(t, h, "/movies"); rec.Code != http.StatusOK {
 		t.Fatalf("status = %d, want 200 (body %q)", rec.Code, rec.Body.String())
 	}
-	q := fq.lastRange(t)
-	if q.Limit != DefaultLimit || !math.IsInf(q.MaxAvg, 1) || q.MinAvg > -1e300 || q.After != nil {
-		t.Errorf("default query = %+v, want limit %d, no bounds, no cursor", q, DefaultLimit)
+	q := fq.lastQuery(t)
+	if q.Index != "avg" || !q.Desc || q.Limit != DefaultLimit || q.HasMin || q.HasMax || q.After != nil {
+		t.Errorf("default query = %+v, want avg descending, limit %d, no bounds, no cursor", q, DefaultLimit)
 	}
 	if rec := get(t, h, fmt.Sprintf("/movies?limit=%d&minAvg=1e-3&maxAvg=7", MaxLimit)); rec.Code != http.StatusOK {
 		t.Fatalf("limit %d: status = %d, want 200 (body %q)", MaxLimit, rec.Code, rec.Body.String())
 	}
-	if q := fq.lastRange(t); q.Limit != MaxLimit || q.MinAvg != 1e-3 || q.MaxAvg != 7 {
+	if q := fq.lastQuery(t); q.Limit != MaxLimit || !q.HasMin || q.Min.Num != 1e-3 || !q.HasMax || q.Max.Num != 7 {
 		t.Errorf("query = %+v, want limit %d, bounds [0.001, 7]", q, MaxLimit)
 	}
 }
 
 func TestRangeBadRequests(t *testing.T) {
 	fq := newFake(mv(1, 1, 9), mv(2, 1, 8))
-	h := New(Options{Querier: fq}).Handler()
-	valid := encodeCursor(engine.Cursor{Avg: 9, MovieID: 1})
+	h := New(Options{Tables: []Table{fq}}).Handler()
+	valid := encodeCursor(indexCursorOf(mv(1, 1, 9)))
 	flipped := []byte(valid)
 	flipped[5] ^= 1 // still base64url, wrong checksum
 	tests := []struct {
@@ -161,14 +167,14 @@ func TestRangeBadRequests(t *testing.T) {
 		{"after extended", "after=" + valid + "A", "after"},
 		{"after padded", "after=" + url.QueryEscape(valid+"="), "after"},
 		{"after std base64", "after=" + url.QueryEscape(strings.NewReplacer("-", "+", "_", "/").Replace(valid)) + "%2B", "after"},
-		{"after NaN avg", "after=" + encodeCursor(engine.Cursor{Avg: math.NaN(), MovieID: 1}), "after"},
-		{"after Inf avg", "after=" + encodeCursor(engine.Cursor{Avg: math.Inf(1), MovieID: 1}), "after"},
+		{"after NaN avg", "after=" + encodeCursor(engine.IndexCursor{Value: engine.Num(math.NaN()), Key: movies.Key(1)}), "after"},
+		{"after Inf avg", "after=" + encodeCursor(engine.IndexCursor{Value: engine.Num(math.Inf(1)), Key: movies.Key(1)}), "after"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			before := fq.rangeCount()
+			before := fq.queryCount()
 			wantJSONError(t, get(t, h, "/movies?"+tc.query), http.StatusBadRequest, tc.param)
-			if fq.rangeCount() != before {
+			if fq.queryCount() != before {
 				t.Errorf("a bad request reached the store")
 			}
 		})
@@ -178,7 +184,7 @@ func TestRangeBadRequests(t *testing.T) {
 // TestPagingVisitsEverythingOnce pages through movies with many tied
 // averages and checks each one in range comes exactly once, in order.
 func TestPagingVisitsEverythingOnce(t *testing.T) {
-	var ms []engine.MovieStats
+	var ms []movieStats
 	for id := int64(1); id <= 97; id++ {
 		// Averages 0, 0.5, ..., 10 with ties; some ids negative.
 		sum := float64((id*7)%21) / 2
@@ -189,7 +195,7 @@ func TestPagingVisitsEverythingOnce(t *testing.T) {
 		ms = append(ms, mv(mid, 1, sum))
 	}
 	fq := newFake(ms...)
-	h := New(Options{Querier: fq}).Handler()
+	h := New(Options{Tables: []Table{fq}}).Handler()
 
 	for _, tc := range []struct {
 		minAvg string
@@ -251,32 +257,35 @@ func mustFloat(t *testing.T, s string) float64 {
 
 func TestStoreErrors(t *testing.T) {
 	tests := []struct {
-		name      string
-		fq        *fakeQuerier
-		status    int
-		retry     string
-		parts     []string
-		logged    string
-		noLeakOf  string
-		noQuerier bool
+		name     string
+		err      error
+		panics   bool
+		status   int
+		retry    string
+		parts    []string
+		logged   string
+		noLeakOf string
+		noMovies bool
 	}{
-		{name: "unavailable", fq: &fakeQuerier{err: fmt.Errorf("redis: dial tcp: refused: %w", engine.ErrUnavailable)},
+		{name: "unavailable", err: fmt.Errorf("redis: dial tcp: refused: %w", engine.ErrUnavailable),
 			status: 503, retry: RetryAfterSeconds, parts: []string{"unavailable"}, logged: "dial tcp", noLeakOf: "dial tcp"},
-		{name: "corrupt store", fq: &fakeQuerier{err: fmt.Errorf("docstore /data: %w: sst 000009 checksum mismatch", engine.ErrCorrupt)},
+		{name: "corrupt store", err: fmt.Errorf("docstore /data: %w: sst 000009 checksum mismatch", engine.ErrCorrupt),
 			status: 503, retry: RetryAfterSeconds, parts: []string{"rebuilt"}, logged: "000009", noLeakOf: "000009"},
-		{name: "other error", fq: &fakeQuerier{err: fmt.Errorf("bbolt: page 7 corrupt")},
+		{name: "other error", err: fmt.Errorf("bbolt: page 7 corrupt"),
 			status: 500, parts: []string{"internal"}, logged: "page 7 corrupt", noLeakOf: "corrupt"},
-		{name: "panic", fq: &fakeQuerier{panics: true},
-			status: 500, parts: []string{"internal"}, logged: "fake querier exploded", noLeakOf: "exploded"},
-		{name: "no querier", noQuerier: true, status: 503, retry: RetryAfterSeconds, parts: []string{"unavailable"}},
+		{name: "panic", panics: true,
+			status: 500, parts: []string{"internal"}, logged: "fake movie table exploded", noLeakOf: "exploded"},
+		{name: "no movie table", noMovies: true, status: 503, retry: RetryAfterSeconds, parts: []string{"unavailable"}},
 	}
 	for _, tc := range tests {
 		for _, target := range []string{"/movies/1", "/movies?minAvg=1"} {
 			t.Run(tc.name+" "+target, func(t *testing.T) {
 				var logs testkit.SyncBuffer
-				opts := Options{Querier: tc.fq, Logger: logs.Logger()}
-				if tc.noQuerier {
-					opts.Querier = nil
+				f := newFake()
+				f.err, f.panics = tc.err, tc.panics
+				opts := Options{Tables: []Table{f}, Logger: logs.Logger()}
+				if tc.noMovies {
+					opts.Tables = nil
 				}
 				rec := get(t, New(opts).Handler(), target)
 				body := wantJSONError(t, rec, tc.status, tc.parts...)
@@ -295,9 +304,10 @@ func TestStoreErrors(t *testing.T) {
 }
 
 func TestQueryTimeout(t *testing.T) {
-	fq := &fakeQuerier{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	fq := newFake()
+	fq.entered, fq.release = make(chan struct{}, 1), make(chan struct{})
 	defer close(fq.release)
-	h := New(Options{Querier: fq, QueryTimeout: 20 * time.Millisecond}).Handler()
+	h := New(Options{Tables: []Table{fq}, QueryTimeout: 20 * time.Millisecond}).Handler()
 	rec := get(t, h, "/movies/1")
 	wantJSONError(t, rec, http.StatusServiceUnavailable, "timed out")
 	if got := rec.Header().Get("Retry-After"); got != RetryAfterSeconds {

@@ -1,113 +1,55 @@
 package web
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/keepstate/keepstate/engine"
 )
 
 const testSecret = "test-peer-secret-0123456789"
 
-// fakeRouter is a Router over a fixed ownership: partitions are owned by
-// addresses, and local holds the partitions RUNNING here.
-type fakeRouter struct {
-	n     int32
-	self  string
-	local *fakeQuerier // this instance's store (all partitions)
-
-	mu     sync.Mutex
-	owners map[int32]string // partition -> owner address (self included)
-	// lapsed makes Owner refuse this instance's own partitions, as the
-	// engine does while its read lease has lapsed.
-	lapsed atomic.Bool
-}
-
-func (r *fakeRouter) setOwners(o map[int32]string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.owners = o
-}
-
-func (r *fakeRouter) ownerMap() map[int32]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.owners
-}
-
-func (r *fakeRouter) part(id int64) int32 {
-	return engine.PartitionFor(engine.Int64Keys.Append(nil, id), r.n)
-}
-
-func (r *fakeRouter) Owner(ctx context.Context, id int64) (string, bool, error) {
-	addr, ok := r.ownerMap()[r.part(id)]
-	if !ok {
-		return "", false, fmt.Errorf("no owner: %w", engine.ErrUnavailable)
-	}
-	if addr == r.self && r.lapsed.Load() {
-		return "", false, fmt.Errorf("partition %d: %w", r.part(id), engine.ErrLeaseLapsed)
-	}
-	return addr, addr == r.self, nil
-}
-
-func (r *fakeRouter) Membership(ctx context.Context) (engine.Membership, error) {
-	return engine.Membership{Partitions: r.n, Self: r.self, Owners: r.ownerMap(), Taken: time.Now()}, nil
-}
-
-func (r *fakeRouter) RangeLocal(ctx context.Context, q engine.RangeQuery) (engine.Page, []int32, error) {
-	var covered []int32
-	mine := map[int32]bool{}
-	for p, a := range r.ownerMap() {
-		if a == r.self {
-			covered = append(covered, p)
-			mine[p] = true
-		}
-	}
-	sort.Slice(covered, func(i, j int) bool { return covered[i] < covered[j] })
-	inner := q
-	inner.Limit = 1 << 20
-	page, err := r.local.Range(ctx, inner)
+// routedFake returns a movie table of n partitions with the given
+// ownership, answered here for the partitions of 127.0.0.1:1.
+func routedFake(t *testing.T, n int32, owners map[int32]string, ms ...movieStats) *movieFake {
+	t.Helper()
+	f, err := newMovieFake(n, ms)
 	if err != nil {
-		return engine.Page{}, nil, err
+		t.Fatal(err)
 	}
-	var out engine.Page
-	for _, m := range page.Movies {
-		if !mine[r.part(m.MovieID)] {
-			continue
-		}
-		out.Movies = append(out.Movies, m)
-		if len(out.Movies) == q.Limit {
-			c := cursorOf(m)
-			out.Next = &c
-			break
-		}
-	}
-	return out, covered, nil
+	f.setOwners("127.0.0.1:1", owners)
+	return f
+}
+
+func toMovieJSON(m movieStats) movieJSON {
+	return movieJSON{MovieID: m.MovieID, Rating: m.Avg(), Count: m.Count}
 }
 
 // node is one instance of a test cluster: a Server on a real socket.
 type node struct {
 	addr   string
-	router *fakeRouter
+	movies *movieFake
 	hits   atomic.Int64
+}
+
+// owner returns the owner of movie id as nd sees it.
+func (nd *node) owner(id int64) string {
+	_, owners := nd.movies.ownership()
+	return owners[nd.movies.part(id)]
 }
 
 // cluster starts one Server per address in addrs over a 6-partition
 // ownership (partition p owned by addrs[p%len(addrs)]), every instance
 // holding every movie in its store (as stale copies would), so that an
 // answer from a wrong partition shows.
-func cluster(t *testing.T, secret string, movies []engine.MovieStats, n int) []*node {
+func cluster(t *testing.T, secret string, movies []movieStats, n int) []*node {
 	t.Helper()
 	lns := make([]net.Listener, n)
 	nodes := make([]*node, n)
@@ -124,8 +66,13 @@ func cluster(t *testing.T, secret string, movies []engine.MovieStats, n int) []*
 		owners[p] = nodes[int(p)%n].addr
 	}
 	for i, nd := range nodes {
-		nd.router = &fakeRouter{n: 6, self: nd.addr, owners: owners, local: newFake(movies...)}
-		s := New(Options{Querier: nd.router.local, Router: nd.router, PeerSecret: []byte(secret)})
+		f, err := newMovieFake(6, movies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.setOwners(nd.addr, owners)
+		nd.movies = f
+		s := New(Options{Tables: []Table{f}, PeerSecret: []byte(secret)})
 		h := s.Handler()
 		counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			nd.hits.Add(1)
@@ -138,8 +85,8 @@ func cluster(t *testing.T, secret string, movies []engine.MovieStats, n int) []*
 	return nodes
 }
 
-func someMovies(n int) []engine.MovieStats {
-	out := make([]engine.MovieStats, n)
+func someMovies(n int) []movieStats {
+	out := make([]movieStats, n)
 	for i := range out {
 		id := int64(i + 1)
 		out[i] = mv(id, id, float64(id*(id%10)))
@@ -193,9 +140,9 @@ func TestForwardedHeaderIsAuthenticated(t *testing.T) {
 	movies := someMovies(30)
 	nodes := cluster(t, testSecret, movies, 2)
 	a, b := nodes[0], nodes[1]
-	var foreign engine.MovieStats // a movie owned by b
+	var foreign movieStats // a movie owned by b
 	for _, m := range movies {
-		if a.router.ownerMap()[a.router.part(m.MovieID)] == b.addr {
+		if a.owner(m.MovieID) == b.addr {
 			foreign = m
 			break
 		}
@@ -235,7 +182,7 @@ func TestForwardedHeaderIsAuthenticated(t *testing.T) {
 	// A signed request for the instance's own partition is answered.
 	own := movies[0]
 	for _, m := range movies {
-		if b.router.ownerMap()[b.router.part(m.MovieID)] == b.addr {
+		if b.owner(m.MovieID) == b.addr {
 			own = m
 			break
 		}
@@ -249,7 +196,7 @@ func TestForwardedHeaderIsAuthenticated(t *testing.T) {
 	// Instances that do not share the secret cannot route to each other.
 	mixed := cluster(t, "", movies, 2)
 	code, _, body := getJSON(t, fmt.Sprintf("http://%s/movies/%d", mixed[0].addr, foreign.MovieID), nil)
-	if mixed[0].router.ownerMap()[mixed[0].router.part(foreign.MovieID)] != mixed[0].addr && code != http.StatusServiceUnavailable {
+	if mixed[0].owner(foreign.MovieID) != mixed[0].addr && code != http.StatusServiceUnavailable {
 		t.Errorf("routing without a shared secret = %d %s, want 503", code, body)
 	}
 }
@@ -263,14 +210,14 @@ func TestLapsedLeaseAnswers503(t *testing.T) {
 	movies := someMovies(30)
 	nodes := cluster(t, testSecret, movies, 2)
 	a, b := nodes[0], nodes[1]
-	var own engine.MovieStats // a movie of a's partitions
+	var own movieStats // a movie of a's partitions
 	for _, m := range movies {
-		if a.router.ownerMap()[a.router.part(m.MovieID)] == a.addr {
+		if a.owner(m.MovieID) == a.addr {
 			own = m
 			break
 		}
 	}
-	a.router.lapsed.Store(true)
+	a.movies.lapsed.Store(true)
 	target := fmt.Sprintf("http://%s/movies/%d", a.addr, own.MovieID)
 	req := httptest.NewRequest(http.MethodGet, target, nil)
 	newPeerAuth([]byte(testSecret)).sign(req, time.Now())
@@ -301,7 +248,7 @@ func TestLapsedLeaseAnswers503(t *testing.T) {
 			}
 		})
 	}
-	a.router.lapsed.Store(false)
+	a.movies.lapsed.Store(false)
 	if code, _, body := getJSON(t, target, nil); code != http.StatusOK {
 		t.Errorf("lease renewed: got %d %s, want 200", code, body)
 	}
@@ -319,8 +266,8 @@ func TestMaliciousPeerAddress(t *testing.T) {
 	host := strings.TrimPrefix(admin.URL, "http://")
 	for _, evil := range []string{host + "/internal/admin?x=", "user@" + host, "http://" + host, host + "#x"} {
 		t.Run(evil, func(t *testing.T) {
-			r := &fakeRouter{n: 1, self: "127.0.0.1:1", owners: map[int32]string{0: evil}, local: newFake()}
-			s := New(Options{Querier: r.local, Router: r, PeerSecret: []byte(testSecret)})
+			f := routedFake(t, 1, map[int32]string{0: evil})
+			s := New(Options{Tables: []Table{f}, PeerSecret: []byte(testSecret)})
 			rec := get(t, s.Handler(), "/movies/9223372036854775807")
 			wantJSONError(t, rec, http.StatusServiceUnavailable)
 			if strings.Contains(rec.Body.String(), "internal admin") {
@@ -337,56 +284,73 @@ func TestMaliciousPeerAddress(t *testing.T) {
 	}
 }
 
+// movieDocJSON is a document of the movie table as a peer sends it.
+func movieDocJSON(id int64, partition int32, count int64, sum, avg float64, extra string) string {
+	return fmt.Sprintf(`{"table":"movies","key":"%d","partition":%d,"version":1,"value":{"count":%d,"sum":%v},"index":{"avg":%v}%s}`,
+		id, partition, count, sum, avg, extra)
+}
+
 // TestPeerAnswersAreValidated: a peer's answer is checked, never passed
-// through: wrong movie, extra fields, movies outside the query or outside
-// its partitions, oversized pages and redirects are refused.
+// through: wrong movie, extra fields, movies that are not movies, movies
+// outside the query or outside its partitions, redirects and other
+// bodies are refused.
 func TestPeerAnswersAreValidated(t *testing.T) {
-	answers := map[string]func(w http.ResponseWriter, r *http.Request){
-		"wrong movie": func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprint(w, `{"movieId":1,"rating":5,"count":1}`)
-		},
-		"extra field": func(w http.ResponseWriter, r *http.Request) {
-			fmt.Fprintf(w, `{"movieId":%s,"rating":5,"count":1,"x":"<script>"}`, strings.TrimPrefix(r.URL.Path, "/movies/"))
-		},
-		"redirect": func(w http.ResponseWriter, r *http.Request) {
-			http.Redirect(w, r, "http://127.0.0.1:1/internal", http.StatusFound)
-		},
-		"not json": func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "<html>") },
+	answers := map[string]string{
+		"wrong movie":   movieDocJSON(1, 0, 1, 5, 5, ""),
+		"extra field":   movieDocJSON(77, 0, 1, 5, 5, `,"x":"<script>"`),
+		"zero count":    movieDocJSON(77, 0, 0, 0, 5, ""),
+		"no count":      `{"table":"movies","key":"77","partition":0,"version":1,"value":{"sum":5},"index":{"avg":5}}`,
+		"another table": strings.Replace(movieDocJSON(77, 0, 1, 5, 5, ""), `"movies"`, `"ratings"`, 1),
+		"movie answer":  `{"movieId":77,"rating":5,"count":1}`,
+		"not json":      "<html>",
 	}
-	for name, h := range answers {
+	for name, body := range answers {
 		t.Run(name, func(t *testing.T) {
-			peer := httptest.NewServer(http.HandlerFunc(h))
+			peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, body) }))
 			defer peer.Close()
-			addr := strings.TrimPrefix(peer.URL, "http://")
-			r := &fakeRouter{n: 1, self: "127.0.0.1:1", owners: map[int32]string{0: addr}, local: newFake()}
-			s := New(Options{Querier: r.local, Router: r, PeerSecret: []byte(testSecret)})
-			rec := get(t, s.Handler(), "/movies/77")
-			wantJSONError(t, rec, http.StatusServiceUnavailable)
+			f := routedFake(t, 1, map[int32]string{0: strings.TrimPrefix(peer.URL, "http://")})
+			s := New(Options{Tables: []Table{f}, PeerSecret: []byte(testSecret)})
+			wantJSONError(t, get(t, s.Handler(), "/movies/77"), http.StatusServiceUnavailable)
 		})
 	}
+	t.Run("redirect", func(t *testing.T) {
+		peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://127.0.0.1:1/internal", http.StatusFound)
+		}))
+		defer peer.Close()
+		f := routedFake(t, 1, map[int32]string{0: strings.TrimPrefix(peer.URL, "http://")})
+		s := New(Options{Tables: []Table{f}, PeerSecret: []byte(testSecret)})
+		wantJSONError(t, get(t, s.Handler(), "/movies/77"), http.StatusServiceUnavailable)
+	})
 
 	// Range answers: a peer that lies costs its partitions, reported missing.
+	f := routedFake(t, 2, nil)
+	var local int64 = 1 // a movie of partition 0 (the local one)
+	for f.part(local) != 0 {
+		local++
+	}
+	var remote int64 = 1 // a movie of partition 1 (the peer's)
+	for f.part(remote) != 1 {
+		remote++
+	}
+	page := func(items ...string) string {
+		return `{"table":"movies","index":"avg","items":[` + strings.Join(items, ",") + `],"next":""}`
+	}
 	rangeAnswers := map[string]string{
-		"movie outside the bounds":   `{"movies":[{"movieId":5,"rating":1,"count":1}],"next":""}`,
-		"movie of another partition": `{"movies":[{"movieId":%d,"rating":9,"count":1}],"next":""}`,
-		"unknown field":              `{"movies":[],"next":"","admin":true}`,
-		"zero count":                 `{"movies":[{"movieId":5,"rating":9,"count":0}],"next":""}`,
+		"movie outside the bounds":   page(movieDocJSON(remote, 1, 1, 1, 1, "")),
+		"movie of another partition": page(movieDocJSON(local, 1, 1, 9, 9, "")),
+		"unknown field":              `{"table":"movies","index":"avg","items":[],"next":"","admin":true}`,
+		"zero count":                 page(movieDocJSON(remote, 1, 0, 0, 9, "")),
 	}
 	for name, body := range rangeAnswers {
 		t.Run(name, func(t *testing.T) {
-			r := &fakeRouter{n: 2, self: "127.0.0.1:1", local: newFake()}
-			// A movie of partition 0 (the local one).
-			var local int64 = 1
-			for r.part(local) != 0 {
-				local++
-			}
 			peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 				w.Header().Set(PartitionsHeader, "1")
-				fmt.Fprintf(w, body, local)
+				fmt.Fprint(w, body)
 			}))
 			defer peer.Close()
-			r.setOwners(map[int32]string{0: r.self, 1: strings.TrimPrefix(peer.URL, "http://")})
-			s := New(Options{Querier: r.local, Router: r, PeerSecret: []byte(testSecret)})
+			f := routedFake(t, 2, map[int32]string{0: "127.0.0.1:1", 1: strings.TrimPrefix(peer.URL, "http://")})
+			s := New(Options{Tables: []Table{f}, PeerSecret: []byte(testSecret)})
 			rec := get(t, s.Handler(), "/movies?minAvg=8")
 			page := decode[moviesPage](t, rec)
 			if rec.Code != http.StatusOK || !page.Partial || fmt.Sprint(page.MissingPartitions) != "[1]" || len(page.Movies) != 0 {
@@ -411,13 +375,14 @@ func TestRangeIsPartialWhenAnOwnerIsDown(t *testing.T) {
 	deadAddr := dead.Addr().String()
 	dead.Close()
 	owners := map[int32]string{}
-	for p, addr := range a.router.ownerMap() {
+	_, current := a.movies.ownership()
+	for p, addr := range current {
 		owners[p] = addr
 		if addr == nodes[2].addr {
 			owners[p] = deadAddr
 		}
 	}
-	a.router.setOwners(owners)
+	a.movies.setOwners(a.addr, owners)
 	before := nodes[2].hits.Load()
 
 	got := map[int64]bool{}
@@ -445,7 +410,7 @@ func TestRangeIsPartialWhenAnOwnerIsDown(t *testing.T) {
 		after = page.Next
 	}
 	for _, m := range movies {
-		p := a.router.part(m.MovieID)
+		p := a.movies.part(m.MovieID)
 		if want := p%3 != 2; got[m.MovieID] != want {
 			t.Errorf("movie %d (partition %d): returned=%v, want %v", m.MovieID, p, got[m.MovieID], want)
 		}
@@ -462,5 +427,39 @@ func TestRangeIsPartialWhenAnOwnerIsDown(t *testing.T) {
 	}
 	if strings.Contains(string(body), "partial") {
 		t.Errorf("a complete answer mentions partial: %s", body)
+	}
+}
+
+// TestMovieTableOrderAcrossInstances: the movie table merged across
+// instances keeps its stores' order, ties by the key's bytes (negative ids
+// after the others), whole and page by page.
+func TestMovieTableOrderAcrossInstances(t *testing.T) {
+	ms := clusterMovies()
+	var want []string
+	for _, m := range ms {
+		want = append(want, strconv.FormatInt(m.MovieID, 10))
+	}
+	for _, nd := range movieCluster(t, testSecret, ms, 2) {
+		for _, limit := range []int{1000, 3} {
+			var got []string
+			after := ""
+			for range len(ms) + 1 {
+				target := fmt.Sprintf("http://%s/tables/movies?index=avg&order=desc&limit=%d&after=%s", nd.addr, limit, after)
+				code, _, body := getJSON(t, target, nil)
+				var page pageOut
+				if code != http.StatusOK || json.Unmarshal(body, &page) != nil || page.Partial {
+					t.Fatalf("GET %s = %d %s", target, code, body)
+				}
+				for _, it := range page.Items {
+					got = append(got, it.Key)
+				}
+				if after = page.Next; after == "" {
+					break
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("instance %s, limit %d: keys %v, want %v", nd.addr, limit, got, want)
+			}
+		}
 	}
 }

@@ -27,12 +27,9 @@ const (
 	DefaultMaxHeaderBytes    = 16 << 10
 )
 
-// Options configures a Server. Only Querier is needed to answer queries;
-// every other field has a usable zero value.
+// Options configures a Server. Every field has a usable zero value; the
+// tables to serve are in Tables.
 type Options struct {
-	// Querier answers the movie queries. When nil, the movie routes answer
-	// 503 (store unavailable).
-	Querier engine.Querier
 	// Ready reports readiness for /readyz and the dashboard: nil means
 	// ready, an error is the reason it is not. A nil func means always ready.
 	// It is called concurrently from request goroutines.
@@ -40,12 +37,10 @@ type Options struct {
 	// Stats returns the engine counters for /metrics and /api/stats. A nil
 	// func reports zeros. It is called concurrently from request goroutines.
 	Stats func() engine.Stats
-	// Router, when set, routes GET /movies/{id} to the instance owning the
-	// movie and merges GET /movies across all instances; leave it nil for a
-	// store every instance shares (Redis).
-	Router Router
 	// Tables are the jobs' tables served under /tables (see Table); names
-	// must be distinct (the routes serve the first of a name).
+	// must be distinct (the routes serve the first of a name). The movie
+	// job's table (movies.Spec) is served at /movies too; without it
+	// the movie routes answer 503 (store unavailable).
 	Tables []Table
 	// Logger receives request errors and server events; nil discards them.
 	Logger *slog.Logger

@@ -15,7 +15,7 @@ import (
 func TestServeGracefulShutdown(t *testing.T) {
 	fq := newFake(mv(362, 2, 18))
 	fq.entered, fq.release = make(chan struct{}, 1), make(chan struct{})
-	s := New(Options{Querier: fq})
+	s := New(Options{Tables: []Table{fq}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

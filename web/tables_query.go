@@ -14,6 +14,32 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
+// Paging limits of GET /tables/{table} and GET /movies. A limit above
+// MaxLimit is refused with 400 rather than silently clamped, so a client
+// never mistakes a short page for the whole answer.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 1000
+)
+
+// maxEchoedInput bounds how much of a client's bad input an error message
+// quotes: at most this many bytes of the quoted (escaped) form.
+const maxEchoedInput = 48
+
+// quoteInput returns s quoted as by %q, cut so that the quoted form has at
+// most maxEchoedInput bytes (followed by "..." when cut), so that an error
+// never echoes input of unbounded size, however it escapes.
+func quoteInput(s string) string {
+	for n := min(len(s), maxEchoedInput); ; n-- {
+		if q := strconv.Quote(s[:n]); len(q) <= maxEchoedInput || n == 0 {
+			if n < len(s) {
+				q += "..."
+			}
+			return q
+		}
+	}
+}
+
 // parseTableQuery parses the raw query string of GET /tables/{table} for
 // a table of spec:
 //
@@ -31,19 +57,13 @@ import (
 // and kind with the query.
 func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuery, pos int, kind engine.IndexKind, err error) {
 	q = engine.IndexQuery{Limit: DefaultLimit}
-	params, perr := url.ParseQuery(rawQuery)
-	if perr != nil {
-		return q, 0, 0, badRequest("query string: not valid percent-encoded name=value pairs")
+	params, err := parseParams(rawQuery)
+	if err != nil {
+		return q, 0, 0, err
 	}
 	single := func(name string) (string, bool, error) {
-		vs := params[name]
-		if len(vs) > 1 {
-			return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
-		}
-		if len(vs) == 0 || vs[0] == "" {
-			return "", false, nil
-		}
-		return vs[0], true, nil
+		raw, ok, err := params.get(name)
+		return raw, ok && raw != "", err
 	}
 
 	raw, ok, err := single("index")
@@ -107,14 +127,9 @@ func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuer
 		return q, 0, 0, err
 	}
 	if ok {
-		n, perr := strconv.Atoi(raw)
-		switch {
-		case perr != nil:
-			return q, 0, 0, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
-		case n < 1 || n > MaxLimit:
-			return q, 0, 0, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
+		if q.Limit, err = parseLimit(raw); err != nil {
+			return q, 0, 0, err
 		}
-		q.Limit = n
 	}
 
 	raw, ok, err = single("after")
@@ -129,6 +144,44 @@ func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuer
 		q.After = &cur
 	}
 	return q, pos, kind, nil
+}
+
+// queryParams are the parameters of a query string.
+type queryParams url.Values
+
+// parseParams parses a raw query string; one that is not valid
+// percent-encoding is a 400, never ignored.
+func parseParams(rawQuery string) (queryParams, error) {
+	params, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, badRequest("query string: not valid percent-encoded name=value pairs")
+	}
+	return queryParams(params), nil
+}
+
+// get returns the value of the parameter name and whether it was given;
+// a parameter given more than once is a 400.
+func (p queryParams) get(name string) (string, bool, error) {
+	vs := p[name]
+	if len(vs) > 1 {
+		return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
+	}
+	if len(vs) == 0 {
+		return "", false, nil
+	}
+	return vs[0], true, nil
+}
+
+// parseLimit parses the parameter limit: 1 to MaxLimit.
+func parseLimit(raw string) (int, error) {
+	n, err := strconv.Atoi(raw)
+	switch {
+	case err != nil:
+		return 0, badRequest("parameter limit: %s is not an integer", quoteInput(raw))
+	case n < 1 || n > MaxLimit:
+		return 0, badRequest("parameter limit: %d is out of range, want 1 to %d", n, MaxLimit)
+	}
+	return n, nil
 }
 
 // indexNames lists the declared indexes of spec for error messages.

@@ -19,6 +19,11 @@ import (
 // values, far more than a page of movies.
 const maxTablePeerBody = 16 << 20
 
+// queryContext returns the request context bounded by QueryTimeout.
+func (s *Server) queryContext(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
+}
+
 // getTableDoc answers GET /tables/{table}/{key}.
 func (s *Server) getTableDoc(c echo.Context) error {
 	name, rawKey, ok := tableKeyPath(c.Request().URL.EscapedPath())
@@ -36,65 +41,69 @@ func (s *Server) getTableDoc(c echo.Context) error {
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	if !t.Shared() {
-		if handled, err := s.routeTableGet(c, ctx, t, spec, key); handled {
-			return err
-		}
-	}
-	d, err := t.Get(ctx, key)
+	it, err := s.findDoc(c, ctx, t, spec, key)
 	if errors.Is(err, engine.ErrNotFound) {
 		return notFound("key %s not found in table %s", quoteInput(t.FormatKey(key)), spec.Name)
 	}
 	if err != nil {
-		return fmt.Errorf("get %s key %s: %w", spec.Name, quoteInput(t.FormatKey(key)), err)
-	}
-	out, err := docJSON(t, spec, d)
-	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, it.doc)
 }
 
-// routeTableGet answers GET /tables/{table}/{key} from the instance where
-// the key's partition runs when that is another one; handled is false when
-// t should answer here. As for movies, a forwarded request is never routed
-// again and a peer's answer is checked and re-encoded.
-func (s *Server) routeTableGet(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (handled bool, err error) {
-	fwd, err := s.checkForwarded(c)
-	if err != nil {
-		return true, err
-	}
+// findDoc returns the document of key in t, read here or, on a store
+// local to each instance, from the instance where the key's partition
+// runs. A forwarded request is never routed again and a peer's answer is
+// checked and re-encoded, never passed through. A key without a document
+// is an error wrapping engine.ErrNotFound.
+func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	shown := t.FormatKey(key)
-	addr, local, err := t.Owner(ctx, key)
+	if !t.Shared() {
+		fwd, err := s.checkForwarded(c)
+		if err != nil {
+			return tableItem{}, err
+		}
+		addr, local, err := t.Owner(ctx, key)
+		if err != nil {
+			return tableItem{}, fmt.Errorf("route %s key %s: %w", spec.Name, quoteInput(shown), err)
+		}
+		if !local {
+			if fwd {
+				return tableItem{}, fmt.Errorf("%s key %s: %w", spec.Name, quoteInput(shown), errNotForwardable)
+			}
+			return s.peerDoc(ctx, addr, t, spec, shown)
+		}
+	}
+	d, err := t.Get(ctx, key)
 	if err != nil {
-		return true, fmt.Errorf("route %s key %s: %w", spec.Name, quoteInput(shown), err)
+		return tableItem{}, fmt.Errorf("get %s key %s: %w", spec.Name, quoteInput(shown), err)
 	}
-	if local {
-		return false, nil
-	}
-	if fwd {
-		return true, fmt.Errorf("%s key %s: %w", spec.Name, quoteInput(shown), errNotForwardable)
-	}
+	return localItem(t, spec, -1, d)
+}
+
+// peerDoc asks the instance at addr for the document of the key shown
+// and checks its answer.
+func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string) (tableItem, error) {
 	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
 	code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, nil)
 	if err != nil {
-		return true, err
+		return tableItem{}, err
 	}
 	switch code {
 	case http.StatusOK:
 		var pd peerDocJSON
 		if err := decodeStrict(body, &pd); err != nil {
-			return true, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
+			return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 		}
 		it, err := peerItem(t, spec, -1, pd)
-		if err != nil || it.doc.Key != shown {
-			return true, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
+		if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
+			return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 		}
-		return true, c.JSON(http.StatusOK, it.doc)
+		return it, nil
 	case http.StatusNotFound:
-		return true, notFound("key %s not found in table %s", quoteInput(shown), spec.Name)
+		return tableItem{}, fmt.Errorf("instance %s: %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
 	default:
-		return true, fmt.Errorf("instance %s answered %d for %s key %s: %w", addr, code, spec.Name, quoteInput(shown), engine.ErrUnavailable)
+		return tableItem{}, fmt.Errorf("instance %s answered %d for %s key %s: %w", addr, code, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 	}
 }
 
@@ -110,48 +119,78 @@ func (s *Server) queryTable(c echo.Context) error {
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	local := t.Shared()
+	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q, movies: isMovieTable(t, spec)}
+	res, err := s.runQuery(c, ctx, tq)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, tablePage(tq, res))
+}
+
+// tableQuery is one index query on one table.
+type tableQuery struct {
+	t    Table
+	spec engine.TableSpec
+	pos  int // the queried index's position in spec.Indexes
+	kind engine.IndexKind
+	q    engine.IndexQuery
+	// movies is set on the movie table (see isMovieTable), whose documents
+	// must be movies.
+	movies bool
+}
+
+// before reports whether a comes before b in the query's order.
+func (tq tableQuery) before(a, b engine.IndexCursor) bool {
+	return tq.spec.Before(a, b, tq.kind, tq.q.Desc)
+}
+
+// runQuery answers tq: from this instance alone on a shared store or for
+// a peer's forwarded request (whose answer then lists the partitions it
+// covers in PartitionsHeader), else merged across the instances owning
+// the table's partitions.
+func (s *Server) runQuery(c echo.Context, ctx context.Context, tq tableQuery) (tableResult, error) {
+	local := tq.t.Shared()
 	if !local {
 		fwd, err := s.checkForwarded(c)
 		if err != nil {
-			return err
+			return tableResult{}, err
 		}
 		local = fwd // a peer asks for this instance's part of the answer
 	}
-	if local {
-		page, covered, err := t.QueryLocal(ctx, q)
+	if !local {
+		res, err := s.gatherTable(ctx, tq)
 		if err != nil {
-			return fmt.Errorf("query %s by %s: %w", spec.Name, q.Index, err)
+			return tableResult{}, fmt.Errorf("query %s by %s: %w", tq.spec.Name, tq.q.Index, err)
 		}
-		res := tableResult{items: make([]tableItem, 0, len(page.Docs)), next: page.Next}
-		for _, d := range page.Docs {
-			it, err := localItem(t, spec, pos, d)
-			if err != nil {
-				return err
-			}
-			res.items = append(res.items, it)
-		}
-		if !t.Shared() {
-			c.Response().Header().Set(PartitionsHeader, formatPartitions(covered))
-		}
-		return c.JSON(http.StatusOK, tablePage(spec, kind, q, res))
+		return res, nil
 	}
-	res, err := s.gatherTable(ctx, t, spec, pos, kind, q)
+	page, covered, err := tq.t.QueryLocal(ctx, tq.q)
 	if err != nil {
-		return fmt.Errorf("query %s by %s: %w", spec.Name, q.Index, err)
+		return tableResult{}, fmt.Errorf("query %s by %s: %w", tq.spec.Name, tq.q.Index, err)
 	}
-	return c.JSON(http.StatusOK, tablePage(spec, kind, q, res))
+	res := tableResult{items: make([]tableItem, 0, len(page.Docs)), next: page.Next}
+	for _, d := range page.Docs {
+		it, err := localItem(tq.t, tq.spec, tq.pos, d)
+		if err != nil {
+			return tableResult{}, err
+		}
+		res.items = append(res.items, it)
+	}
+	if !tq.t.Shared() {
+		c.Response().Header().Set(PartitionsHeader, formatPartitions(covered))
+	}
+	return res, nil
 }
 
 // tablePage renders a (merged) result.
-func tablePage(spec engine.TableSpec, kind engine.IndexKind, q engine.IndexQuery, res tableResult) tablePageJSON {
-	out := tablePageJSON{Table: spec.Name, Index: q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
+func tablePage(tq tableQuery, res tableResult) tablePageJSON {
+	out := tablePageJSON{Table: tq.spec.Name, Index: tq.q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
 		Partial: len(res.missing) > 0, MissingPartitions: res.missing}
 	for _, it := range res.items {
 		out.Items = append(out.Items, it.doc)
 	}
 	if res.next != nil {
-		out.Next = encodeTableCursor(spec.Name, q.Index, kind, *res.next)
+		out.Next = encodeTableCursor(tq.spec.Name, tq.q.Index, tq.kind, *res.next)
 	}
 	return out
 }
@@ -164,13 +203,17 @@ type tableItem struct {
 }
 
 // localItem renders a document of this instance; pos is the queried
-// index.
+// index (-1 for none).
 func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem, error) {
 	doc, err := docJSON(t, spec, d)
 	if err != nil {
 		return tableItem{}, err
 	}
-	return tableItem{doc: doc, cur: engine.IndexCursor{Value: d.Index[pos], Key: d.Key}}, nil
+	it := tableItem{doc: doc, cur: engine.IndexCursor{Key: d.Key}}
+	if pos >= 0 {
+		it.cur.Value = d.Index[pos]
+	}
+	return it, nil
 }
 
 // peerDocJSON is one document as a peer sends it.
@@ -253,22 +296,22 @@ type tableResult struct {
 	missing []int32 // partitions no live instance answered for
 }
 
-// gatherTable merges this instance's page of t with the pages of the
-// instances owning the other partitions of t's job (see gather), ordered
-// by spec.Before: an instance that does not answer costs its partitions,
-// reported missing.
-func (s *Server) gatherTable(ctx context.Context, t Table, spec engine.TableSpec, pos int, kind engine.IndexKind, q engine.IndexQuery) (tableResult, error) {
-	local, covered, err := t.QueryLocal(ctx, q)
+// gatherTable merges this instance's page with the pages of the
+// instances owning the other partitions of the table's job (see gather),
+// in the query's order: an instance that does not answer costs its
+// partitions, reported missing.
+func (s *Server) gatherTable(ctx context.Context, tq tableQuery) (tableResult, error) {
+	local, covered, err := tq.t.QueryLocal(ctx, tq.q)
 	if err != nil {
 		return tableResult{}, err
 	}
-	mem, err := t.Membership(ctx)
+	mem, err := tq.t.Membership(ctx)
 	if err != nil {
 		return tableResult{}, err
 	}
 	mine := make([]tableItem, 0, len(local.Docs))
 	for _, d := range local.Docs {
-		it, err := localItem(t, spec, pos, d)
+		it, err := localItem(tq.t, tq.spec, tq.pos, d)
 		if err != nil {
 			return tableResult{}, err
 		}
@@ -278,13 +321,13 @@ func (s *Server) gatherTable(ctx context.Context, t Table, spec engine.TableSpec
 		mem:   mem,
 		local: peerPage[tableItem]{items: mine, more: local.Next != nil, covered: covered},
 		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
-			return s.tableQueryPeer(ctx, addr, t, spec, pos, kind, q, mem.Partitions)
+			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions)
 		},
 		partition: func(it tableItem) int32 { return it.doc.Partition },
-		less:      func(a, b tableItem) bool { return spec.Before(a.cur, b.cur, kind, q.Desc) },
-		limit:     q.Limit,
+		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
+		limit:     tq.q.Limit,
 		warn: func(addr string, err error) {
-			s.log.Warn("table query: instance did not answer, its partitions are reported missing", "table", spec.Name, "peer", addr, "err", err)
+			s.log.Warn("table query: instance did not answer, its partitions are reported missing", "table", tq.spec.Name, "peer", addr, "err", err)
 		},
 	})
 	if err != nil {
@@ -298,11 +341,13 @@ func (s *Server) gatherTable(ctx context.Context, t Table, spec engine.TableSpec
 	return res, nil
 }
 
-// tableQueryPeer asks one peer for q and checks its answer: a strict JSON
-// page of at most q.Limit valid documents of t, each inside the query,
-// after its cursor, and in a partition the peer says it covered.
-func (s *Server) tableQueryPeer(ctx context.Context, addr string, t Table, spec engine.TableSpec, pos int, kind engine.IndexKind, q engine.IndexQuery, n int32) (peerPage[tableItem], error) {
-	code, hdr, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name), tableQueryValues(spec.Name, kind, q))
+// tableQueryPeer asks one peer for tq and checks its answer: a strict JSON
+// page of at most tq.q.Limit valid documents of the table, each inside the
+// query, after its cursor, and in its key's partition, one the peer says
+// it covered.
+func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery, n int32) (peerPage[tableItem], error) {
+	t, spec, q := tq.t, tq.spec, tq.q
+	code, hdr, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name), tableQueryValues(spec.Name, tq.kind, q))
 	if err != nil {
 		return peerPage[tableItem]{}, err
 	}
@@ -323,9 +368,10 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, t Table, spec 
 	}
 	items := make([]tableItem, 0, len(page.Items))
 	for _, pd := range page.Items {
-		it, err := peerItem(t, spec, pos, pd)
-		if err != nil || !in[it.doc.Partition] || !q.InRange(it.cur.Value, kind) ||
-			(q.After != nil && !spec.Before(*q.After, it.cur, kind, q.Desc)) {
+		it, err := peerItem(t, spec, tq.pos, pd)
+		if err != nil || (tq.movies && !validMovie(it)) || !in[it.doc.Partition] || engine.PartitionFor(it.cur.Key, n) != it.doc.Partition ||
+			!q.InRange(it.cur.Value, tq.kind) ||
+			(q.After != nil && !tq.before(*q.After, it.cur)) {
 			return peerPage[tableItem]{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
 		}
 		items = append(items, it)

@@ -366,12 +366,13 @@ func TestTablePeerAnswersAreValidated(t *testing.T) {
 	})
 
 	queries := map[string]string{
-		"outside the bounds":    `{"table":"customers","index":"total","items":[` + peerDoc(k1, 1, 5, "") + `]}`,
-		"partition not covered": `{"table":"customers","index":"total","items":[` + peerDoc(k0, 0, 9, "") + `]}`,
-		"unknown field":         `{"table":"customers","index":"total","items":[],"admin":true}`,
-		"partial":               `{"table":"customers","index":"total","items":[],"partial":true}`,
-		"wrong index":           `{"table":"customers","index":"tier","items":[]}`,
-		"bad document":          `{"table":"customers","index":"total","items":[` + peerDoc(k1, 1, 9, `,"x":1`) + `]}`,
+		"outside the bounds":       `{"table":"customers","index":"total","items":[` + peerDoc(k1, 1, 5, "") + `]}`,
+		"partition not covered":    `{"table":"customers","index":"total","items":[` + peerDoc(k0, 0, 9, "") + `]}`,
+		"key of another partition": `{"table":"customers","index":"total","items":[` + peerDoc(k0, 1, 9, "") + `]}`,
+		"unknown field":            `{"table":"customers","index":"total","items":[],"admin":true}`,
+		"partial":                  `{"table":"customers","index":"total","items":[],"partial":true}`,
+		"wrong index":              `{"table":"customers","index":"tier","items":[]}`,
+		"bad document":             `{"table":"customers","index":"total","items":[` + peerDoc(k1, 1, 9, `,"x":1`) + `]}`,
 	}
 	for name, body := range queries {
 		t.Run("query/"+name, func(t *testing.T) {

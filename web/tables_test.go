@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // docOut is one document as a client decodes it.
@@ -302,7 +303,7 @@ func TestQueryTableBadParams(t *testing.T) {
 		{"repeated", "/tables/customers?index=total&limit=1&limit=2", 400, []string{"parameter limit", "2 times"}},
 		{"repeated index", "/tables/customers?index=total&index=tier", 400, []string{"parameter index", "2 times"}},
 		{"garbage cursor", "/tables/customers?index=total&after=garbage", 400, []string{"parameter after"}},
-		{"movie cursor", "/tables/customers?index=total&after=" + encodeCursor(engine.Cursor{Avg: 1, MovieID: 2}), 400, []string{"parameter after"}},
+		{"movie cursor", "/tables/customers?index=total&after=" + encodeCursor(engine.IndexCursor{Value: engine.Num(1), Key: movies.Key(2)}), 400, []string{"parameter after"}},
 		{"cursor of another index", "/tables/customers?index=total&after=" + tierCur, 400, []string{"parameter after"}},
 		{"cursor of another table", "/tables/customers?index=total&after=" + scoreCur, 400, []string{"parameter after"}},
 		{"edited cursor", "/tables/customers?index=total&after=" + editCursor(totalCur), 400, []string{"parameter after"}},

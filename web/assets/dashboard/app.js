@@ -2,7 +2,9 @@
 // (GET movies?minAvg=..&limit=20), looks movies up by id (also on load
 // with /?movie=<id>), lists the jobs' tables (GET tables) and runs a query
 // on one of them (GET tables/<name>?index=..; on load the first table's
-// first index, or /?table=<name>&index=..&min=..&max=..&order=..&limit=..).
+// first index in descending order, which every table answers (the movie
+// table answers only that order), or
+// /?table=<name>&index=..&min=..&max=..&order=..&limit=..).
 // URLs are relative so the page works behind a path-prefix proxy. Data is
 // only ever written with textContent.
 "use strict";

@@ -1,0 +1,102 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// errNotForwardable answers a signed forwarded request for a key this
+// instance does not run: it is never routed a second time.
+var errNotForwardable = fmt.Errorf("partition not running on this instance: %w", engine.ErrUnavailable)
+
+// checkForwarded reports whether the request was forwarded by a peer; a
+// ForwardedHeader without a valid signature is a 401.
+func (s *Server) checkForwarded(c echo.Context) (bool, error) {
+	present, valid := s.auth.forwarded(c.Request(), time.Now())
+	if present && !valid {
+		return false, &statusError{status: http.StatusUnauthorized,
+			msg: ForwardedHeader + " is reserved for requests between keepstate instances and its signature is not valid"}
+	}
+	return present, nil
+}
+
+// signedGet sends a signed GET of target (on the peer at addr, already
+// validated) and returns status, headers and a body of at most limit
+// bytes. Every error wraps engine.ErrUnavailable.
+func (s *Server) signedGet(ctx context.Context, addr, target string, limit int) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	s.auth.sign(req, time.Now())
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: %v: %w", addr, err, engine.ErrUnavailable)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: %v: %w", addr, err, engine.ErrUnavailable)
+	}
+	if len(body) > limit {
+		return 0, nil, nil, fmt.Errorf("instance %s: answer larger than %d bytes: %w", addr, limit, engine.ErrUnavailable)
+	}
+	return resp.StatusCode, resp.Header, body, nil
+}
+
+// decodeStrict parses one JSON value into v, refusing unknown fields and
+// trailing data.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// parsePartitions reads PartitionsHeader: distinct partitions in [0, n).
+func parsePartitions(h string, n int32) ([]int32, bool) {
+	if h == "" {
+		return nil, true
+	}
+	parts := strings.Split(h, ",")
+	if len(parts) > int(n) {
+		return nil, false
+	}
+	seen := map[int32]bool{}
+	out := make([]int32, 0, len(parts))
+	for _, p := range parts {
+		v, err := strconv.ParseInt(p, 10, 32)
+		if err != nil || v < 0 || int32(v) >= n || seen[int32(v)] {
+			return nil, false
+		}
+		seen[int32(v)] = true
+		out = append(out, int32(v))
+	}
+	return out, true
+}
+
+// formatPartitions renders partitions for PartitionsHeader.
+func formatPartitions(ps []int32) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
+}
