@@ -207,3 +207,32 @@ func TestMigrateAgainOverTable(t *testing.T) {
 	}
 	checkOrders(t, s, want.Orders)
 }
+
+// TestMigrateRefusesOtherMoviesTable opens the fixture, which holds a
+// table "movies" with other indexes, with the migration on: Open fails
+// with ErrMigration (and engine.ErrInvalid, the table's own refusal) and
+// writes nothing; the movie layout is still there.
+func TestMigrateRefusesOtherMoviesTable(t *testing.T) {
+	dir, _ := loadFixture(t)
+	s, err := Open(dir, WithFsync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustTable(t, s, engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "average", Kind: engine.IndexNumber}}})
+	before := rawKeys(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = openMigrating(t, dir, nil)
+	if !errors.Is(err, ErrMigration) || !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("Open = %v; want ErrMigration and ErrInvalid", err)
+	}
+	s, err = Open(dir, WithFsync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := rawKeys(t, s); !reflect.DeepEqual(got, before) {
+		t.Fatalf("the refused migration changed the store: %d keys, %d before", len(got), len(before))
+	}
+}
