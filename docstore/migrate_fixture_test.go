@@ -3,6 +3,7 @@ package docstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -301,7 +302,7 @@ func TestMigrateMeasure(t *testing.T) {
 	}
 	for _, id := range []int64{1, int64(n / 2), int64(n)} {
 		want := fixtureMovie(id, 1)
-		doc, err := tb.Get(context.Background(), engine.EncodeMovieKey(id))
+		doc, err := tb.Get(context.Background(), binary.BigEndian.AppendUint64(nil, uint64(id)))
 		if err != nil || doc.Version != want.Version || doc.Partition != want.Partition {
 			t.Fatalf("movie %d after the migration = %+v, %v; want %+v", id, doc, err, want)
 		}
