@@ -39,6 +39,11 @@
 // Clover collection per table plus index entries, members keys, epochs and
 // checkpoints of their own (see table_layout.go).
 //
+// With WithMovieMigration, Open moves the movies into the table "movies"
+// (the movie job's table: avg index, ties ascending) and deletes the
+// movie layout's keys, keeping checkpoints and claim epochs, crash-safe
+// and resumable (see migrate.go).
+//
 // The directory is locked (flock) while a Store is open: a second process
 // fails with ErrLocked, naming the directory and the holder's pid, within
 // the lock timeout instead of waiting forever.

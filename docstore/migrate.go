@@ -48,9 +48,11 @@ import (
 // left alone, so a second Open does nothing.
 //
 // The migration reads the movie documents with a decoder of its own
-// (oldMovie) and names the movie layout's keys itself (old* below), so it
-// keeps working once the movie layout's code is gone; it writes with the
-// table code (tableWriter).
+// (decodeOldMovie, on mpReader, the msgpack reader table documents use
+// too) and names the movie layout's keys itself (old* below), so it keeps
+// working once the movie layout's code is gone; it writes with the table
+// code (tableWriter). At 1M movies it takes about 12 s (7.6 s of CPU) on
+// 2 cores (TestMigrateMeasure).
 
 // movieTableSpec is the spec of the table the movies move into: the movie
 // job's table.
@@ -99,8 +101,10 @@ var ErrMigration = errors.New("docstore: movie migration failed")
 // layout into the table "movies" (see migrate.go), for a program that
 // serves the movie job from Store.OpenTable with the spec
 // {Name: "movies", Indexes: [avg number], TiesAscending: true} instead of
-// the movie Store methods, which see an empty store afterwards. Off by
-// default.
+// the movie Store methods, which see an empty store afterwards: a program
+// that still uses them must leave it off, or every start would empty them
+// and restore the movies from the changelog. Off by default. Open holds
+// the directory while it migrates (about 12 s per million movies).
 func WithMovieMigration(on bool) Option { return func(o *options) { o.movieMigration = on } }
 
 // migrateOnOpen runs the migration when o asks for it. A checksum failure
