@@ -2,7 +2,11 @@ package redisstore
 
 import (
 	"crypto/tls"
+	"fmt"
 	"log/slog"
+	"strings"
+
+	"github.com/keepstate/keepstate/engine"
 )
 
 // DefaultPrefix is the key prefix used without WithPrefix.
@@ -20,6 +24,7 @@ type options struct {
 	streamMax int64
 	logger    *slog.Logger
 	tls       *tls.Config
+	streams   map[string]TableStream // by table name
 }
 
 func defaultOptions() options {
@@ -54,6 +59,61 @@ func WithLogger(l *slog.Logger) Option {
 // trusted.
 func WithTLSConfig(c *tls.Config) Option {
 	return func(o *options) { o.tls = c }
+}
+
+// TableStream is the change stream of a table: one stream entry per
+// document an Apply writes, added in the same MULTI/EXEC as the batch (so a
+// reader of the stream never sees a write that did not happen, nor misses
+// one that did), in the batch's order. Documents a replayed batch skips
+// add no entry.
+type TableStream struct {
+	// Key is the stream's key under the store's prefix: "changes" is the
+	// key "<prefix>changes". It must not start with "t:" (the tables'
+	// namespace).
+	Key string
+	// MaxLen is the approximate length the stream is trimmed to on every
+	// entry (XADD MAXLEN ~ MaxLen); MaxLen <= 0 turns the stream off.
+	MaxLen int64
+	// Fields returns the field-value pairs of the entry of a written
+	// document (strings, numbers or byte slices, as XADD takes them). It
+	// must not keep or modify the document, and must not be nil.
+	Fields func(engine.Doc) []any
+}
+
+// WithTableStream makes every Apply of the table named table add an entry
+// to the stream st (see TableStream); the last call for a table wins. For
+// example the movie job's table keeps writing the entries of the movie
+// layout's <prefix>rating-averages-stream with
+//
+//	WithTableStream("movies", TableStream{Key: "rating-averages-stream",
+//		MaxLen: DefaultStreamMaxLen, Fields: movieFields})
+//
+// where movieFields returns "movieId", the id, "avg", the average and
+// "count", the count, formatted as decimal strings. Table.Reset deletes
+// the stream with the table's documents.
+func WithTableStream(table string, st TableStream) Option {
+	return func(o *options) {
+		if o.streams == nil {
+			o.streams = make(map[string]TableStream)
+		}
+		o.streams[table] = st
+	}
+}
+
+// validate checks the table streams: each needs a key outside the tables'
+// namespace and a Fields function.
+func (o options) validate() error {
+	for name, st := range o.streams {
+		switch {
+		case st.MaxLen <= 0:
+		case st.Key == "" || strings.HasPrefix(st.Key, tablesNamespace):
+			return fmt.Errorf("redisstore: stream of table %s: key %q is empty or in the tables' namespace %q: %w",
+				name, st.Key, tablesNamespace, engine.ErrInvalid)
+		case st.Fields == nil:
+			return fmt.Errorf("redisstore: stream of table %s: no Fields function: %w", name, engine.ErrInvalid)
+		}
+	}
+	return nil
 }
 
 func (o options) log() *slog.Logger {

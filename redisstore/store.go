@@ -46,6 +46,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	ropts, where, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err

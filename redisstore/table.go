@@ -70,6 +70,9 @@ type table struct {
 	fields []string // the hash fields read back into a Doc, in order
 	kinds  string   // one letter per index, "n" or "s", for the scripts
 	idx    []string // the index sorted sets, in declaration order
+
+	stream    *TableStream // nil without a stream (WithTableStream)
+	streamKey string
 }
 
 // tiesSuffix ends the stored spec of a TiesAscending table.
@@ -150,6 +153,9 @@ func newTable(s *Store, spec engine.TableSpec) *table {
 		t.specV += tiesSuffix
 	}
 	t.kinds = kinds.String()
+	if st, ok := s.opts.streams[spec.Name]; ok && st.MaxLen > 0 {
+		t.stream, t.streamKey = &st, s.keys.prefix+st.Key
+	}
 	return t
 }
 

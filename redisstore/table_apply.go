@@ -52,10 +52,12 @@ return n
 var tableDropScript = redis.NewScript(tableDropLua)
 
 // Apply writes b atomically: every document's hash, its index members and
-// partition membership, and the checkpoint — or nothing. It is an
-// optimistic transaction (runBatch): WATCH, a pipelined read of every
-// document's stored version and index values, the checks in Go, then
-// MULTI/EXEC of the writes in the documents' order. It returns an error
+// partition membership, the checkpoint and, when the table has a stream
+// (WithTableStream), one stream entry per written document — or nothing.
+// It is an optimistic transaction (runBatch): WATCH, a pipelined read of
+// every document's stored version and index values, the checks in Go, then
+// MULTI/EXEC of the writes: one ZREM and one ZADD per index and one SADD
+// for the whole batch, and one HSET per written key. It returns an error
 // wrapping engine.ErrInvalid (checked before anything is sent) when a
 // document fails Doc.Validate or belongs to another partition than b;
 // engine.ErrFenced when b.Epoch is not the partition's claimed epoch (a
@@ -84,6 +86,8 @@ type tableWrite struct {
 func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 	p := b.Partition
 	docs := make([]tableWrite, len(b.Docs))
+	ni := len(t.spec.Indexes)
+	index := make([]string, len(b.Docs)*ni) // one block for every document's index values
 	for i, d := range b.Docs {
 		if err := d.Validate(t.spec); err != nil {
 			return nil, fmt.Errorf("redisstore: apply partition %d: %w", p, err)
@@ -94,7 +98,7 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 		}
 		w := tableWrite{hk: t.keys.doc(d.Key), key: string(d.Key), version: formatInt(d.Version), v: d.Version,
 			sources: encodeSources(d.Sources), value: string(d.Value), hasSources: d.Sources != nil, hasValue: d.Value != nil,
-			index: make([]string, len(t.spec.Indexes))}
+			index: index[i*ni : (i+1)*ni : (i+1)*ni]}
 		for j, ix := range t.spec.Indexes {
 			w.index[j] = storedIndex(d.Index[j], ix.Kind)
 		}
@@ -107,7 +111,9 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 	for _, k := range t.idx {
 		tx.typed = append(tx.typed, typedKey{k, "zset"})
 	}
-	ni := len(t.spec.Indexes)
+	if t.stream != nil {
+		tx.typed = append(tx.typed, typedKey{t.streamKey, "stream"})
+	}
 	fields := make([]string, 0, 1+ni)
 	fields = append(fields, fieldVersion)
 	for j := range ni {
@@ -130,29 +136,19 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 		}
 	}
 	tx.plan = func() (func(context.Context, redis.Pipeliner), error) {
-		type stored struct {
-			version int64
-			exists  bool
-			index   []any // the stored index values (string, or nil when absent)
-		}
-		state := make(map[string]*stored, len(reads))
-		for hk, cmd := range reads {
-			vals := cmd.Val()
-			v, ok, err := storedVersion(vals[0], hk)
-			if err != nil {
-				return nil, err
-			}
-			state[hk] = &stored{version: v, exists: ok, index: vals[1:]}
-		}
-		// Check every document before the first write, then plan the writes
-		// in order: a document written twice moves its index members twice.
+		// Check every document before the first write. A key written
+		// twice is written once, with its last document: only the final
+		// state of a key reaches Redis (its stream entries excepted).
 		apply := make([]int, 0, len(docs))
-		seen := make(map[string]int64, len(docs))
+		last := make(map[string]int, len(docs)) // hash key -> last applied document
 		for i, d := range docs {
-			prev, ok := seen[d.hk]
-			if !ok {
-				st := state[d.hk]
-				prev, ok = st.version, st.exists
+			var prev int64
+			var ok bool
+			var err error
+			if j, seen := last[d.hk]; seen {
+				prev, ok = docs[j].v, true
+			} else if prev, ok, err = storedVersion(reads[d.hk].Val()[0], d.hk); err != nil {
+				return nil, err
 			}
 			if ok && d.v <= prev {
 				if !b.Replay {
@@ -164,25 +160,51 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 				continue
 			}
 			apply = append(apply, i)
-			seen[d.hk] = d.v
+			last[d.hk] = i
 		}
 		t.s.log.Debug("batch checked", "table", t.spec.Name, "partition", p, "checkpoint", b.Checkpoint,
 			"apply", len(apply), "skip", len(docs)-len(apply))
 		part := formatInt(int64(p))
 		return func(ctx context.Context, pipe redis.Pipeliner) {
+			if len(apply) == 0 {
+				return
+			}
+			// The index members: a stored member that is not the final one
+			// goes, a final one that was not stored comes (an unchanged
+			// value keeps its member).
+			for j := range ni {
+				var gone []any
+				var add []redis.Z
+				for _, i := range apply {
+					d := &docs[i]
+					if last[d.hk] != i {
+						continue
+					}
+					o, had := reads[d.hk].Val()[1+j].(string)
+					if had && o == d.index[j] {
+						continue
+					}
+					if had {
+						gone = append(gone, o+sep[j]+d.key)
+					}
+					add = append(add, redis.Z{Member: d.index[j] + sep[j] + d.key})
+				}
+				if len(gone) > 0 {
+					pipe.ZRem(ctx, t.idx[j], gone...)
+				}
+				if len(add) > 0 {
+					pipe.ZAdd(ctx, t.idx[j], add...)
+				}
+			}
+			keys := make([]any, 0, len(last))
 			for _, i := range apply {
 				d := &docs[i]
-				old := state[d.hk].index
-				h := make([]any, 0, 4+2*ni+4)
+				if last[d.hk] != i {
+					continue
+				}
+				h := make([]any, 0, 2*(fixedFields+ni))
 				h = append(h, fieldPartition, part, fieldVersion, d.version)
 				for j, nv := range d.index {
-					if o, had := old[j].(string); !had || o != nv { // an unchanged value keeps its member
-						if had {
-							pipe.ZRem(ctx, t.idx[j], o+sep[j]+d.key)
-						}
-						pipe.ZAdd(ctx, t.idx[j], redis.Z{Member: nv + sep[j] + d.key})
-					}
-					old[j] = nv
 					h = append(h, fields[1+j], nv)
 				}
 				var gone []string
@@ -200,7 +222,14 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 				if len(gone) > 0 {
 					pipe.HDel(ctx, d.hk, gone...)
 				}
-				pipe.SAdd(ctx, members, d.key)
+				keys = append(keys, d.key)
+			}
+			pipe.SAdd(ctx, members, keys...)
+			if st := t.stream; st != nil {
+				for _, i := range apply {
+					pipe.XAdd(ctx, &redis.XAddArgs{Stream: t.streamKey, MaxLen: st.MaxLen, Approx: true,
+						Values: st.Fields(b.Docs[i])})
+				}
 			}
 		}, nil
 	}

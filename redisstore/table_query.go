@@ -256,7 +256,8 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 // Reset deletes every document, index and checkpoint of the table with
 // SCAN and UNLINK of its keys (never KEYS), keeping its partitions' epochs
 // (so an old writer that is still alive stays fenced) and its spec (the
-// table stays open). Writes running concurrently may survive it. Other
+// table stays open), and the table's stream (WithTableStream), if any.
+// Writes running concurrently may survive it. Other
 // tables and the movie layout are untouched. Safe for concurrent use.
 func (t *table) Reset(ctx context.Context) error {
 	keep := func(key string) bool { return key == t.keys.spec() || t.keys.isEpoch(key) }
@@ -278,6 +279,13 @@ func (t *table) Reset(ctx context.Context) error {
 			break
 		}
 		cursor = next
+	}
+	if t.stream != nil {
+		n, err := t.s.client.Unlink(ctx, t.streamKey).Result()
+		if err != nil {
+			return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
+		}
+		deleted += int(n)
 	}
 	t.s.log.Info("table reset", "table", t.spec.Name, "keys", deleted)
 	return nil
