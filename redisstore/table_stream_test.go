@@ -178,4 +178,3 @@ func TestTableStreamOptions(t *testing.T) {
 		})
 	}
 }
-
