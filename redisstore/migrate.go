@@ -16,7 +16,7 @@ package redisstore
 //     each chunk is moved by one atomic script: per movie, when its hash
 //     still holds the version read, the table document is written (unless
 //     the table holds a newer one), indexed and added to its partition's
-//     members, and the hash, its by-avg member and its old membership go.
+//     members, and the hash goes.
 //  3. The old members sets and the by-avg set are deleted, and the marker
 //     K migrated records that the prefix holds no movie layout any more.
 //
@@ -93,7 +93,7 @@ func (k legacyKeys) partitionOf(key string) (int32, bool) {
 }
 
 // legacyFields are the movie hash fields the migration reads, in order.
-var legacyFields = []string{"id", "count", "sum", "partition", "version", "sources", "rank"}
+var legacyFields = []string{"id", "count", "sum", "partition", "version", "sources"}
 
 // migrateMetaLua moves one partition's epoch, checkpoint and batch token.
 // KEYS: 1..3 old epoch, checkpoint, token; 4..6 the table's. Reply: 1.
@@ -112,30 +112,32 @@ return 1
 `
 
 // migrateMoviesLua moves a chunk of movies, each when its hash still holds
-// the version read. KEYS: 1 by-avg, 2 the table's avg index.
-// ARGV: per movie, 12 values: movie key, version, rank, old members set,
-// id, table document key, table members set, raw key, partition, sources
-// ("" for none), value, index field. Reply: movies moved.
+// the version read: the table document is written unless the table holds
+// a newer one, and the movie's hash goes. (Its by-avg member and old
+// membership stay until step 3 deletes those sets whole: nothing reads
+// them any more, and removing a million members one by one would double
+// the migration's time.) KEYS: 1 the table's avg index. ARGV: per movie,
+// 9 values: movie key, version, table document key, table members set,
+// raw key, partition, sources ("" for none), value, index field. Reply:
+// movies moved.
 const migrateMoviesLua = `
 local n = 0
-for i = 1, #ARGV, 12 do
-  local mk, ver, rank, omk, id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local dk, tmk, key, p, src, val, idx = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8], ARGV[i + 9], ARGV[i + 10], ARGV[i + 11]
+for i = 1, #ARGV, 9 do
+  local mk, ver, dk, tmk, key = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local p, src, val, idx = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
   if redis.call('HGET', mk, 'version') == ver then
-    local cur = redis.call('HMGET', dk, 'v', '0')
-    if not cur[1] or tonumber(cur[1]) < tonumber(ver) then
-      if cur[2] then redis.call('ZREM', KEYS[2], cur[2] .. key) end
+    local cur = redis.call('HGET', dk, 'v')
+    if not cur or tonumber(cur) < tonumber(ver) then
+      if cur then redis.call('ZREM', KEYS[1], redis.call('HGET', dk, '0') .. key) end
       if src == '' then
-        redis.call('HDEL', dk, 's')
+        if cur then redis.call('HDEL', dk, 's') end
         redis.call('HSET', dk, 'p', p, 'v', ver, 'd', val, '0', idx)
       else
         redis.call('HSET', dk, 'p', p, 'v', ver, 's', src, 'd', val, '0', idx)
       end
-      redis.call('ZADD', KEYS[2], 0, idx .. key)
+      redis.call('ZADD', KEYS[1], 0, idx .. key)
       redis.call('SADD', tmk, key)
     end
-    if rank ~= '' then redis.call('ZREM', KEYS[1], rank) end
-    redis.call('SREM', omk, id)
     redis.call('DEL', mk)
     n = n + 1
   end
@@ -341,7 +343,7 @@ func (m *migration) moveChunk(ctx context.Context, mks []string) (int, error) {
 	if err != nil {
 		return 0, wrap("migrate movie layout: read movies", err)
 	}
-	args := make([]any, 0, 12*len(mks))
+	args := make([]any, 0, 9*len(mks))
 	for i, c := range cmds {
 		mv, ok, err := decodeLegacy(c.Val())
 		if err != nil {
@@ -357,14 +359,13 @@ func (m *migration) moveChunk(ctx context.Context, mks []string) (int, error) {
 		if mv.count != 0 {
 			avg = mv.sum / float64(mv.count)
 		}
-		args = append(args, mks[i], mv.version, mv.rank, m.old.partition(mv.partition, "members"), formatInt(mv.id),
-			m.t.keys.doc(key), m.t.keys.members(mv.partition), string(key), formatInt(int64(mv.partition)),
-			mv.sources, string(val), storedIndex(engine.Num(avg), engine.IndexNumber))
+		args = append(args, mks[i], mv.version, m.t.keys.doc(key), m.t.keys.members(mv.partition), string(key),
+			formatInt(int64(mv.partition)), mv.sources, string(val), storedIndex(engine.Num(avg), engine.IndexNumber))
 	}
 	if len(args) == 0 {
 		return 0, nil
 	}
-	n, err := migrateMoviesScript.Run(ctx, m.s.client, []string{m.old.byAvg(), m.t.idx[0]}, args...).Int()
+	n, err := migrateMoviesScript.Run(ctx, m.s.client, []string{m.t.idx[0]}, args...).Int()
 	if err != nil {
 		return 0, wrap("migrate movie layout: move movies", err)
 	}
@@ -419,11 +420,11 @@ func (m *migration) step(ctx context.Context, what string) error {
 // legacyMovie is a movie hash of the movie layout, with the values the
 // table document keeps as strings as they were stored.
 type legacyMovie struct {
-	id, count     int64
-	sum           float64
-	partition     int32
-	version       string
-	sources, rank string
+	id, count int64
+	sum       float64
+	partition int32
+	version   string
+	sources   string
 }
 
 // decodeLegacy parses the legacyFields of a movie hash; ok is false when
@@ -458,6 +459,6 @@ func decodeLegacy(vals []any) (mv legacyMovie, ok bool, err error) {
 	if err != nil {
 		return mv, false, err
 	}
-	mv.version, mv.sources, mv.rank = str[4], encodeSources(src), str[6]
+	mv.version, mv.sources = str[4], encodeSources(src)
 	return mv, true, nil
 }
