@@ -42,10 +42,12 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 )
 
 // MovieTableName is the table the movie layout migrates into.
@@ -58,6 +60,7 @@ const (
 	migrateLockTTL = 30 * time.Second
 	migratePoll    = 100 * time.Millisecond
 	migrateChunk   = 1000
+	migrateWorkers = 2
 )
 
 // errLockLost marks a migration whose lock expired and was taken by
@@ -181,8 +184,10 @@ type migration struct {
 	token string
 	ttl   time.Duration
 	chunk int
-	moved int
 	parts int
+
+	mu    sync.Mutex // serialises step and guards moved
+	moved int
 }
 
 // migrateMovies converts the movie layout under the store's prefix into t
@@ -313,15 +318,8 @@ func (m *migration) partitions(ctx context.Context) error {
 // none unless something wrote movies meanwhile).
 func (m *migration) movies(ctx context.Context) error {
 	const maxPasses = 4
-	pattern := keys{prefix: m.old.movies()}.pattern()
 	for range maxPasses {
-		found := 0
-		err := m.scan(ctx, pattern, func(page []string) error {
-			found += len(page)
-			n, err := m.moveChunk(ctx, page)
-			m.moved += n
-			return err
-		})
+		found, err := m.pass(ctx)
 		if err != nil || found == 0 {
 			return err
 		}
@@ -330,9 +328,41 @@ func (m *migration) movies(ctx context.Context) error {
 		m.old.movies(), maxPasses)
 }
 
-// moveChunk reads the movies of mks and moves them with one script; it
-// returns how many moved.
-func (m *migration) moveChunk(ctx context.Context, mks []string) (int, error) {
+// pass scans the movie hashes once, moving the pages on migrateWorkers
+// connections at once (so that the client's work on one chunk overlaps
+// Redis's on another), and returns how many it found.
+func (m *migration) pass(ctx context.Context) (int, error) {
+	g, gctx := errgroup.WithContext(ctx)
+	pages := make(chan []string, migrateWorkers)
+	found := 0
+	g.Go(func() error {
+		defer close(pages)
+		return m.scan(gctx, keys{prefix: m.old.movies()}.pattern(), func(page []string) error {
+			found += len(page)
+			select {
+			case pages <- page:
+				return nil
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		})
+	})
+	for range migrateWorkers {
+		g.Go(func() error {
+			for page := range pages {
+				if err := m.moveChunk(gctx, page); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return found, err
+}
+
+// moveChunk reads the movies of mks and moves them with one script.
+func (m *migration) moveChunk(ctx context.Context, mks []string) error {
 	cmds := make([]*redis.SliceCmd, len(mks))
 	_, err := m.s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, mk := range mks {
@@ -341,13 +371,13 @@ func (m *migration) moveChunk(ctx context.Context, mks []string) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, wrap("migrate movie layout: read movies", err)
+		return wrap("migrate movie layout: read movies", err)
 	}
 	args := make([]any, 0, 9*len(mks))
 	for i, c := range cmds {
 		mv, ok, err := decodeLegacy(c.Val())
 		if err != nil {
-			return 0, fmt.Errorf("redisstore: migrate movie layout: %s: %w", mks[i], err)
+			return fmt.Errorf("redisstore: migrate movie layout: %s: %w", mks[i], err)
 		}
 		if !ok {
 			continue // moved since the scan
@@ -363,13 +393,16 @@ func (m *migration) moveChunk(ctx context.Context, mks []string) (int, error) {
 			formatInt(int64(mv.partition)), mv.sources, string(val), storedIndex(engine.Num(avg), engine.IndexNumber))
 	}
 	if len(args) == 0 {
-		return 0, nil
+		return nil
 	}
 	n, err := migrateMoviesScript.Run(ctx, m.s.client, []string{m.t.idx[0]}, args...).Int()
 	if err != nil {
-		return 0, wrap("migrate movie layout: move movies", err)
+		return wrap("migrate movie layout: move movies", err)
 	}
-	return n, m.step(ctx, "movies")
+	m.mu.Lock()
+	m.moved += n
+	m.mu.Unlock()
+	return m.step(ctx, "movies")
 }
 
 // finish is step 3.
@@ -402,8 +435,11 @@ func (m *migration) finish(ctx context.Context) error {
 }
 
 // step renews the lock after a step, failing when another instance took
-// it over (which then completes the migration), and runs the test hook.
+// it over (which then completes the migration), and runs the test hook;
+// one step at a time.
 func (m *migration) step(ctx context.Context, what string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	ok, err := migrateRenewScript.Run(ctx, m.s.client, []string{m.lock}, m.token, m.ttl.Milliseconds()).Int()
 	if err != nil {
 		return wrap("migrate movie layout: renew lock", err)
