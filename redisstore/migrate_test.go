@@ -309,3 +309,41 @@ func TestMigrateNothing(t *testing.T) {
 		t.Errorf("by-avg gone after opening another table, want it kept")
 	}
 }
+
+// TestMigrateCorrupt opens the movie table on a movie layout with a movie
+// it cannot read: OpenTable fails naming the key, releases its lock, and
+// leaves the table unmarked so that a later open tries again.
+func TestMigrateCorrupt(t *testing.T) {
+	for _, bc := range []struct {
+		name  string
+		field string
+		value string
+	}{
+		{"count", "count", "many"},
+		{"sum", "sum", "1.2.3"},
+		{"partition", "partition", "99999999999"},
+		{"version", "version", ""},
+		{"sources", "sources", "0-1"},
+	} {
+		t.Run(bc.name, func(t *testing.T) {
+			r := testkit.StartRedis(t)
+			s, exp := loadFixture(t, r)
+			ctx := ctxT(t)
+			mk := exp.Prefix + "movie:" + strconv.FormatInt(exp.Movies[10].ID, 10)
+			if err := s.client.HSet(ctx, mk, bc.field, bc.value).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.OpenTable(ctx, movieTableSpec)
+			if !errors.Is(err, errCorrupt) {
+				t.Fatalf("OpenTable = %v, want errCorrupt", err)
+			}
+			if !bytes.Contains([]byte(err.Error()), []byte(mk)) {
+				t.Errorf("error %q does not name %s", err, mk)
+			}
+			tk := s.keys.table(MovieTableName)
+			if got := s.client.Exists(ctx, tk.migrating(), tk.migrated()).Val(); got != 0 {
+				t.Errorf("%d of the lock and marker exist after a failed migration, want 0", got)
+			}
+		})
+	}
+}

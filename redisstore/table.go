@@ -13,6 +13,8 @@ package redisstore
 //	K p:<p>:checkpoint         string: next changelog offset of p
 //	K p:<p>:epoch              string: fencing epoch of p (INCR by Claim)
 //	K p:<p>:batch              string: token of the last batch applied to p
+//	K migrated, K migrating    strings: the movie table's migration marker and lock
+//	                           (see migrate.go)
 //
 // Document keys are hex in key names (arbitrary bytes cannot break the
 // layout or a SCAN pattern) and raw in set and sorted set members. A hash
