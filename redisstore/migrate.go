@@ -219,11 +219,11 @@ func (m *migration) run(ctx context.Context) error {
 	if err := m.finish(ctx); err != nil {
 		return err
 	}
-	level := "movie layout migrated"
+	msg := "movie layout migrated"
 	if m.moved == 0 && m.parts == 0 {
-		level = "no movie layout to migrate"
+		msg = "no movie layout to migrate"
 	}
-	m.s.log.Info(level, "table", m.t.spec.Name, "movies", m.moved, "partitions", m.parts,
+	m.s.log.Info(msg, "table", m.t.spec.Name, "movies", m.moved, "partitions", m.parts,
 		"took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
