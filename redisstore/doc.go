@@ -28,6 +28,13 @@
 // keys they derive from the prefix, so the store needs a standalone Redis
 // (or one where all keys live on one node), not a Redis Cluster.
 //
+// Tables (OpenTable) live under "<prefix>t:<table>:" (see table.go). A
+// table may have a change stream (WithTableStream), written in the same
+// MULTI/EXEC as its batches. Opening the table "movies" with the movie
+// job's spec migrates the layout above into it, once (see migrate.go);
+// the movie job's stream option keeps <prefix>rating-averages-stream and
+// its fields.
+//
 // Transport errors (connection refused or reset, timeouts, a loading or
 // read-only server) are wrapped with engine.ErrUnavailable; the go-redis
 // client reconnects by itself, so the store works again once Redis is back

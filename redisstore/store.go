@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"time"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/redact"
@@ -26,6 +27,13 @@ type Store struct {
 	// beforeExec, when set (by tests), runs between an Apply attempt's
 	// checks and its EXEC.
 	beforeExec func()
+	// migrateHook, when set (by tests), runs after each step of a
+	// migration of the movie layout; an error stops the migration there.
+	// migrateTTL and migrateChunk, when positive, replace the lock's
+	// lifetime and the movies moved per script.
+	migrateHook  func(step string) error
+	migrateTTL   time.Duration
+	migrateChunk int
 }
 
 var (

@@ -13,6 +13,8 @@ package redisstore
 //	K p:<p>:checkpoint         string: next changelog offset of p
 //	K p:<p>:epoch              string: fencing epoch of p (INCR by Claim)
 //	K p:<p>:batch              string: token of the last batch applied to p
+//	K migrated, K migrating    strings: the movie table's migration marker and lock
+//	                           (see migrate.go)
 //
 // Document keys are hex in key names (arbitrary bytes cannot break the
 // layout or a SCAN pattern) and raw in set and sorted set members. A hash
@@ -114,7 +116,12 @@ var (
 // OpenTable opens the table of spec, creating it when new: the spec is
 // stored in Redis, and opening the same name again with other indexes (or
 // the same ones in another order, or another TiesAscending) fails with an
-// error wrapping engine.ErrInvalid that names both. Tables share the store's client and are closed with it. Safe for
+// error wrapping engine.ErrInvalid that names both. Opening the table
+// "movies" with one number index and TiesAscending (the movie job's
+// table) first migrates the movie layout found under the store's prefix
+// into it (see migrate.go): the first such open of a database written by
+// an older build takes about as long as the migration, and waits for
+// another instance that is migrating. Tables share the store's client and are closed with it. Safe for
 // concurrent use.
 func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
@@ -127,6 +134,11 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 	}
 	if err := t.sameSpec(stored); err != nil {
 		return nil, err
+	}
+	if isMovieSpec(spec) {
+		if err := s.migrateMovies(ctx, t); err != nil {
+			return nil, err
+		}
 	}
 	s.log.Debug("table open", "table", spec.Name, "indexes", t.specV)
 	return t, nil

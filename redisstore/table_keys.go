@@ -40,6 +40,11 @@ func (k keys) isTableEpoch(key string) bool {
 
 func (k tableKeys) spec() string { return k.base + "spec" }
 
+// migrated marks a table that the movie layout was migrated into (or
+// found absent); migrating is the lock of the instance migrating it.
+func (k tableKeys) migrated() string  { return k.base + "migrated" }
+func (k tableKeys) migrating() string { return k.base + "migrating" }
+
 // docPrefix is followed by the hex of a document key.
 func (k tableKeys) docPrefix() string { return k.base + "d:" }
 

@@ -253,14 +253,17 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 	return nil
 }
 
-// Reset deletes every document, index and checkpoint of the table with
-// SCAN and UNLINK of its keys (never KEYS), keeping its partitions' epochs
-// (so an old writer that is still alive stays fenced) and its spec (the
-// table stays open), and the table's stream (WithTableStream), if any.
-// Writes running concurrently may survive it. Other
-// tables and the movie layout are untouched. Safe for concurrent use.
+// Reset deletes every document, index and checkpoint of the table, and
+// its stream (WithTableStream) if it has one, with SCAN and UNLINK of its
+// keys (never KEYS). It keeps its partitions' epochs (so an old writer
+// that is still alive stays fenced), its spec (the table stays open) and
+// its migration marker (see migrate.go). Writes running concurrently may
+// survive it. Other tables and the movie layout are untouched. Safe for
+// concurrent use.
 func (t *table) Reset(ctx context.Context) error {
-	keep := func(key string) bool { return key == t.keys.spec() || t.keys.isEpoch(key) }
+	keep := func(key string) bool {
+		return key == t.keys.spec() || key == t.keys.migrated() || t.keys.isEpoch(key)
+	}
 	var cursor uint64
 	deleted := 0
 	for {

@@ -1,0 +1,421 @@
+package redisstore
+
+// Migration of the movie layout (see doc.go) into the table "movies".
+//
+// Opening the table "movies" with the movie job's spec (one number index,
+// ties ascending) converts, under the same prefix, whatever the movie
+// layout left there, before the table serves anything:
+//
+//  1. Each partition's epoch, checkpoint and batch token move to the
+//     table's keys, in one atomic script per partition: the table's epoch
+//     becomes the larger of the two (so the next claim returns an epoch
+//     above every one claimed before), the checkpoint and token are copied
+//     unless the table has its own. The old keys go, so a writer still
+//     holding an old epoch is refused (its epoch no longer matches).
+//  2. The movie hashes are read in chunks (SCAN of <prefix>movie:*) and
+//     each chunk is moved by one atomic script: per movie, when its hash
+//     still holds the version read, the table document is written (unless
+//     the table holds a newer one), indexed and added to its partition's
+//     members, and the hash goes.
+//  3. The old members sets and the by-avg set are deleted, and the marker
+//     K migrated records that the prefix holds no movie layout any more.
+//
+// Every step is atomic and idempotent, so a crash anywhere leaves a state
+// that the next open completes. One instance migrates at a time, holding
+// the lock K migrating (a random token, renewed after every chunk); the
+// others poll until the marker appears, or take the lock over once it
+// expires and carry on. Two instances running the steps at once (a lock
+// that expired under a stalled one) still agree: a movie is moved by
+// exactly one script. The stream <prefix>rating-averages-stream is left
+// as it is: the table's stream (WithTableStream) continues it.
+//
+// A writer of the old build that claims a partition again after step 1
+// writes the movie layout again, which nothing migrates: stop every
+// instance of the old build before the first open.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// MovieTableName is the table the movie layout migrates into.
+const MovieTableName = "movies"
+
+// Defaults of the migration: the lock's lifetime (renewed after every
+// chunk), how often a waiting instance looks for the marker, and the
+// movies moved per script.
+const (
+	migrateLockTTL = 30 * time.Second
+	migratePoll    = 100 * time.Millisecond
+	migrateChunk   = 1000
+	migrateWorkers = 2
+)
+
+// errLockLost marks a migration whose lock expired and was taken by
+// another instance; the other instance completes it while this one waits.
+var errLockLost = errors.New("migration lock lost")
+
+// migrateMetaLua moves one partition's epoch, checkpoint and batch token.
+// KEYS: 1..3 old epoch, checkpoint, token; 4..6 the table's. Reply: 1.
+const migrateMetaLua = `
+local e = redis.call('GET', KEYS[1])
+if e then
+  local cur = redis.call('GET', KEYS[4])
+  if not cur or tonumber(cur) < tonumber(e) then redis.call('SET', KEYS[4], e) end
+end
+for i = 2, 3 do
+  local v = redis.call('GET', KEYS[i])
+  if v and redis.call('EXISTS', KEYS[i + 3]) == 0 then redis.call('SET', KEYS[i + 3], v) end
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 1
+`
+
+// migrateMoviesLua moves a chunk of movies, each when its hash still holds
+// the version read: the table document is written unless the table holds
+// a newer one, and the movie's hash goes. (Its by-avg member and old
+// membership stay until step 3 deletes those sets whole: nothing reads
+// them any more, and removing a million members one by one would double
+// the migration's time.) KEYS: 1 the table's avg index. ARGV: per movie,
+// 9 values: movie key, version, table document key, table members set,
+// raw key, partition, sources ("" for none), value, index field. Reply:
+// movies moved.
+const migrateMoviesLua = `
+local n = 0
+for i = 1, #ARGV, 9 do
+  local mk, ver, dk, tmk, key = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local p, src, val, idx = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
+  if redis.call('HGET', mk, 'version') == ver then
+    local cur = redis.call('HGET', dk, 'v')
+    if not cur or tonumber(cur) < tonumber(ver) then
+      if cur then redis.call('ZREM', KEYS[1], redis.call('HGET', dk, '0') .. key) end
+      if src == '' then
+        if cur then redis.call('HDEL', dk, 's') end
+        redis.call('HSET', dk, 'p', p, 'v', ver, 'd', val, '0', idx)
+      else
+        redis.call('HSET', dk, 'p', p, 'v', ver, 's', src, 'd', val, '0', idx)
+      end
+      redis.call('ZADD', KEYS[1], 0, idx .. key)
+      redis.call('SADD', tmk, key)
+    end
+    redis.call('DEL', mk)
+    n = n + 1
+  end
+end
+return n
+`
+
+// Lock scripts: renew the lock unless another instance holds it (taking
+// it again when it expired), release it only while holding it.
+// KEYS: 1 lock. ARGV: 1 token, 2 lifetime in ms (renew).
+const (
+	migrateRenewLua = `
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`
+	migrateReleaseLua = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
+)
+
+var (
+	migrateMetaScript    = redis.NewScript(migrateMetaLua)
+	migrateMoviesScript  = redis.NewScript(migrateMoviesLua)
+	migrateRenewScript   = redis.NewScript(migrateRenewLua)
+	migrateReleaseScript = redis.NewScript(migrateReleaseLua)
+)
+
+// isMovieSpec reports whether spec is the movie job's table, the one the
+// movie layout migrates into.
+func isMovieSpec(spec engine.TableSpec) bool {
+	return spec.Name == MovieTableName && spec.TiesAscending &&
+		len(spec.Indexes) == 1 && spec.Indexes[0].Kind == engine.IndexNumber
+}
+
+// migration is one run of the migration into t.
+type migration struct {
+	s     *Store
+	t     *table
+	old   legacyKeys
+	lock  string
+	token string
+	ttl   time.Duration
+	chunk int
+	parts int
+
+	mu    sync.Mutex // serialises step and guards moved
+	moved int
+}
+
+// migrateMovies converts the movie layout under the store's prefix into t
+// (see the top of this file) unless the marker says it is done, waiting
+// for another instance that is migrating (or that took the migration
+// over). It returns when the marker is set, or with an error.
+func (s *Store) migrateMovies(ctx context.Context, t *table) error {
+	m := &migration{s: s, t: t, old: legacyKeys{prefix: s.keys.prefix}, lock: t.keys.migrating(),
+		ttl: migrateLockTTL, chunk: migrateChunk}
+	if s.migrateTTL > 0 {
+		m.ttl = s.migrateTTL
+	}
+	if s.migrateChunk > 0 {
+		m.chunk = s.migrateChunk
+	}
+	waiting := false
+	for {
+		n, err := s.client.Exists(ctx, t.keys.migrated()).Result()
+		if err != nil {
+			return wrap("migrate movie layout", err)
+		}
+		if n == 1 {
+			return nil
+		}
+		m.token = rand.Text()
+		got, err := s.client.SetNX(ctx, m.lock, m.token, m.ttl).Result()
+		if err != nil {
+			return wrap("migrate movie layout", err)
+		}
+		if got {
+			err := m.run(ctx)
+			// A background context: release the lock even when ctx ended.
+			if rerr := migrateReleaseScript.Run(context.WithoutCancel(ctx), s.client, []string{m.lock}, m.token).Err(); rerr != nil && err == nil {
+				err = wrap("migrate movie layout: release lock", rerr)
+			}
+			if !errors.Is(err, errLockLost) {
+				return err
+			}
+			s.log.Warn("another instance took the movie layout migration over", "lock", m.lock)
+		}
+		if !waiting {
+			s.log.Info("waiting for another instance to migrate the movie layout", "lock", m.lock)
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redisstore: migrate movie layout: waiting for %s: %w", m.lock, ctx.Err())
+		case <-time.After(migratePoll):
+		}
+	}
+}
+
+// run performs the three steps while holding the lock.
+func (m *migration) run(ctx context.Context) error {
+	start := time.Now()
+	if err := m.partitions(ctx); err != nil {
+		return err
+	}
+	if err := m.movies(ctx); err != nil {
+		return err
+	}
+	if err := m.finish(ctx); err != nil {
+		return err
+	}
+	msg := "movie layout migrated"
+	if m.moved == 0 && m.parts == 0 {
+		msg = "no movie layout to migrate"
+	}
+	m.s.log.Info(msg, "table", m.t.spec.Name, "movies", m.moved, "partitions", m.parts,
+		"took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// scan calls fn with each page of the keys matching pattern.
+func (m *migration) scan(ctx context.Context, pattern string, fn func([]string) error) error {
+	var cursor uint64
+	for {
+		page, next, err := m.s.client.Scan(ctx, cursor, pattern, int64(m.chunk)).Result()
+		if err != nil {
+			return wrap("migrate movie layout: scan", err)
+		}
+		if len(page) > 0 {
+			if err := fn(page); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// partitions is step 1.
+func (m *migration) partitions(ctx context.Context) error {
+	seen := make(map[int32]bool)
+	var parts []int32
+	err := m.scan(ctx, keys{prefix: m.old.parts()}.pattern(), func(page []string) error {
+		for _, k := range page {
+			if p, ok := m.old.partitionOf(k); ok && !seen[p] {
+				seen[p] = true
+				parts = append(parts, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		tk := m.t.keys
+		err := migrateMetaScript.Run(ctx, m.s.client, []string{
+			m.old.partition(p, "epoch"), m.old.partition(p, "checkpoint"), m.old.partition(p, "batch"),
+			tk.epoch(p), tk.checkpoint(p), tk.batch(p)}).Err()
+		if err != nil {
+			return wrap(fmt.Sprintf("migrate movie layout: partition %d", p), err)
+		}
+		if err := m.step(ctx, "partition"); err != nil {
+			return err
+		}
+	}
+	m.parts = len(parts)
+	return nil
+}
+
+// movies is step 2: SCAN passes until one finds no movie left (SCAN
+// returns every key that exists for the whole pass, so a second pass finds
+// none unless something wrote movies meanwhile).
+func (m *migration) movies(ctx context.Context) error {
+	const maxPasses = 4
+	for range maxPasses {
+		found, err := m.pass(ctx)
+		if err != nil || found == 0 {
+			return err
+		}
+	}
+	return fmt.Errorf("redisstore: migrate movie layout: movies keep appearing under %s after %d passes (is an instance of the old build still writing?)",
+		m.old.movies(), maxPasses)
+}
+
+// pass scans the movie hashes once, moving the pages on migrateWorkers
+// connections at once (so that the client's work on one chunk overlaps
+// Redis's on another), and returns how many it found.
+func (m *migration) pass(ctx context.Context) (int, error) {
+	g, gctx := errgroup.WithContext(ctx)
+	pages := make(chan []string, migrateWorkers)
+	found := 0
+	g.Go(func() error {
+		defer close(pages)
+		return m.scan(gctx, keys{prefix: m.old.movies()}.pattern(), func(page []string) error {
+			found += len(page)
+			select {
+			case pages <- page:
+				return nil
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		})
+	})
+	for range migrateWorkers {
+		g.Go(func() error {
+			for page := range pages {
+				if err := m.moveChunk(gctx, page); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return found, err
+}
+
+// moveChunk reads the movies of mks and moves them with one script.
+func (m *migration) moveChunk(ctx context.Context, mks []string) error {
+	cmds := make([]*redis.SliceCmd, len(mks))
+	_, err := m.s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, mk := range mks {
+			cmds[i] = pipe.HMGet(ctx, mk, legacyFields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return wrap("migrate movie layout: read movies", err)
+	}
+	args := make([]any, 0, 9*len(mks))
+	for i, c := range cmds {
+		mv, ok, err := decodeLegacy(c.Val())
+		if err != nil {
+			return fmt.Errorf("redisstore: migrate movie layout: %s: %w", mks[i], err)
+		}
+		if !ok {
+			continue // moved since the scan
+		}
+		key := binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(mv.id))
+		val := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(mv.count))
+		val = binary.BigEndian.AppendUint64(val, math.Float64bits(mv.sum))
+		avg := 0.0
+		if mv.count != 0 {
+			avg = mv.sum / float64(mv.count)
+		}
+		args = append(args, mks[i], mv.version, m.t.keys.doc(key), m.t.keys.members(mv.partition), string(key),
+			formatInt(int64(mv.partition)), mv.sources, string(val), storedIndex(engine.Num(avg), engine.IndexNumber))
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	n, err := migrateMoviesScript.Run(ctx, m.s.client, []string{m.t.idx[0]}, args...).Int()
+	if err != nil {
+		return wrap("migrate movie layout: move movies", err)
+	}
+	m.mu.Lock()
+	m.moved += n
+	m.mu.Unlock()
+	return m.step(ctx, "movies")
+}
+
+// finish is step 3.
+func (m *migration) finish(ctx context.Context) error {
+	err := m.scan(ctx, keys{prefix: m.old.parts()}.pattern(), func(page []string) error {
+		var gone []string
+		for _, k := range page {
+			if _, ok := m.old.partitionOf(k); ok {
+				gone = append(gone, k)
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		return m.s.client.Unlink(ctx, gone...).Err()
+	})
+	if err != nil {
+		return wrap("migrate movie layout: delete members sets", err)
+	}
+	if err := m.s.client.Unlink(ctx, m.old.byAvg()).Err(); err != nil {
+		return wrap("migrate movie layout: delete by-avg", err)
+	}
+	if err := m.step(ctx, "finish"); err != nil {
+		return err
+	}
+	if err := m.s.client.Set(ctx, m.t.keys.migrated(), "1", 0).Err(); err != nil {
+		return wrap("migrate movie layout: mark done", err)
+	}
+	return nil
+}
+
+// step renews the lock after a step, failing when another instance took
+// it over (which then completes the migration), and runs the test hook;
+// one step at a time.
+func (m *migration) step(ctx context.Context, what string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ok, err := migrateRenewScript.Run(ctx, m.s.client, []string{m.lock}, m.token, m.ttl.Milliseconds()).Int()
+	if err != nil {
+		return wrap("migrate movie layout: renew lock", err)
+	}
+	if ok != 1 {
+		return fmt.Errorf("redisstore: migrate movie layout: %s expired and was taken: %w", m.lock, errLockLost)
+	}
+	if m.s.migrateHook != nil {
+		return m.s.migrateHook(what)
+	}
+	return nil
+}
