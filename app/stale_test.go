@@ -10,6 +10,7 @@ import (
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/movies"
 	"github.com/keepstate/keepstate/redisstore"
 )
 
@@ -81,13 +82,17 @@ func TestStaleCopiesAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	tb, err := s.OpenTable(context.Background(), movies.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	isMoved := map[int32]bool{}
 	for _, p := range moved {
 		isMoved[p] = true
 	}
 	for p := int32(0); p < 3; p++ {
 		n := 0
-		if err := s.ScanPartition(context.Background(), p, func(engine.MovieStats) error { n++; return nil }); err != nil {
+		if err := tb.(engine.TableScanner).ScanPartition(context.Background(), p, func(engine.Doc) error { n++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if isMoved[p] && n != 0 {

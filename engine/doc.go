@@ -12,7 +12,7 @@
 //
 // keepstate's flagship job (package movies) is written on the same API.
 //
-// The package defines the contracts it needs (Table, Tables, Store and
+// The package defines the contracts it needs (Table, Tables and
 // their optional abilities, Kafka); store implementations live in other
 // packages and import engine, never the reverse. engine imports no Clover,
 // Redis or HTTP code.

@@ -221,7 +221,7 @@ func (d Doc) Clone() Doc {
 
 // DocBatch is one atomic write of a table's partition: the documents
 // changed by a commit interval and the changelog checkpoint that covers
-// them. It is Batch for tables.
+// them.
 type DocBatch struct {
 	// Partition is the repartition/changelog partition written.
 	Partition int32
@@ -328,11 +328,12 @@ type DocPage struct {
 	Next *IndexCursor
 }
 
-// Table keeps one job's aggregates and per-partition checkpoints. It is the
-// table form of Store: the same protocol (Claim, Checkpoint, Load, Apply,
-// DropPartition) on opaque documents, plus key lookups and index queries.
-// Implementations must be safe for concurrent use; readers never see a
-// partly applied batch.
+// Table keeps one job's aggregates and per-partition checkpoints: the
+// engine's protocol (Claim, Checkpoint, Load, Apply, DropPartition) on
+// opaque documents, plus key lookups and index queries. It is the one
+// store contract: every store implements it (see Tables) and runs
+// engine/storetest. Implementations must be safe for concurrent use;
+// readers never see a partly applied batch.
 type Table interface {
 	// Spec returns the table's spec.
 	Spec() TableSpec
@@ -345,10 +346,18 @@ type Table interface {
 	// Load returns the stored documents of keys, by string(key); keys
 	// without a document are absent from the map (not an error).
 	Load(ctx context.Context, keys [][]byte) (map[string]Doc, error)
-	// Apply writes b atomically with the rules of Store.Apply: ErrFenced
-	// for a stale epoch or (unless b.Replay) a version not newer than the
-	// stored one, ErrInvalid (nothing written) when a document fails
-	// Doc.Validate.
+	// Apply writes b atomically: all documents, their index entries and
+	// the checkpoint, or nothing. It returns ErrFenced if b.Epoch is not
+	// the partition's current claimed epoch (older: another writer claimed
+	// it since; newer or no claim at all: the table lost its state since
+	// the claim), or (unless b.Replay) if a document's Version is not newer
+	// than the stored one; ErrInvalid (nothing written) if a document fails
+	// Doc.Validate. A batch without documents only moves the checkpoint
+	// and confirms the claim. Every later read sees an applied batch. A
+	// live batch is durable when Apply returns; a replay batch may be held
+	// in memory and made durable with later ones (a bulk load), so a crash
+	// may undo replay batches together with their checkpoint, and the next
+	// restore repeats them.
 	Apply(ctx context.Context, b DocBatch) error
 	// DropPartition deletes every document, index entry and the checkpoint
 	// of partition p.

@@ -1,6 +1,6 @@
-// Package memstore is an in-memory engine.Store and engine.Tables: maps
-// under locks, scanned and sorted on every range or index query. It keeps nothing across processes, so a
-// restart restores every partition from the changelog.
+// Package memstore is an in-memory engine.Tables: maps under locks,
+// scanned and sorted on every index query. It keeps nothing across
+// processes, so a restart restores every partition from the changelog.
 //
 // It exists for tests and examples: the engine's broker-free unit tests
 // run against it, and the conformance suite (engine/storetest) runs

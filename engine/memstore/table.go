@@ -17,12 +17,6 @@ var (
 	_ engine.TableResetter = (*table)(nil)
 )
 
-// tableSet is the tables of one Store, by name.
-type tableSet struct {
-	mu     sync.Mutex
-	tables map[string]*table
-}
-
 func (s *Store) tableSet() *tableSet {
 	s.tables.mu.Lock()
 	defer s.tables.mu.Unlock()

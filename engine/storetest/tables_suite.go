@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -293,4 +295,13 @@ func showKeys(docs []engine.Doc) []string {
 		out[i] = showKey(d.Key)
 	}
 	return out
+}
+
+// ctx returns a context bounded by a deadline so that a hanging store fails
+// the test instead of blocking it forever.
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
 }
