@@ -10,7 +10,8 @@
 // (Kafka transactions plus fencing tokens in the store; see
 // docs/design.md).
 //
-// keepstate's flagship job (package movies) is written on the same API.
+// keepstate's flagship job, a running average per key, is written on the
+// same API in its own package.
 //
 // The package defines the contracts it needs (Table, Tables and
 // their optional abilities, Kafka); store implementations live in other

@@ -29,7 +29,7 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	eventually(t, "movie stored", r.storeHas(totals([]rating{{movie, 7}})))
 	eventually(t, "partition 0 running", owns(r.e, 0))
 	ctx := context.Background()
-	if _, local, err := r.e.Owner(ctx, movie); err != nil || !local {
+	if _, local, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie)); err != nil || !local {
 		t.Fatalf("Owner with the lease running: local %v, %v; want local", local, err)
 	}
 
@@ -42,7 +42,7 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	})
 	q := r.e.View()
 	eventually(t, "lease lapsed", func() error {
-		_, local, err := r.e.Owner(ctx, movie)
+		_, local, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie))
 		if !errors.Is(err, engine.ErrLeaseLapsed) {
 			return fmt.Errorf("Owner: local %v, %v; want ErrLeaseLapsed", local, err)
 		}
@@ -66,7 +66,7 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	}
 	c.SetFault(nil)
 	eventually(t, "lease renewed", func() error {
-		if _, local, err := r.e.Owner(ctx, movie); err != nil || !local {
+		if _, local, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie)); err != nil || !local {
 			return fmt.Errorf("Owner: local %v, %v; want local", local, err)
 		}
 		return r.e.Ready()
@@ -86,7 +86,7 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 		if n := countFailed(c, kafkatest.OpHeartbeat, sarama.ErrNotCoordinatorForConsumer); n < 3 {
 			return fmt.Errorf("%d heartbeats refused by a moved coordinator, want 3", n)
 		}
-		_, _, err := r.e.Owner(ctx, movie)
+		_, _, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie))
 		return err
 	})
 }

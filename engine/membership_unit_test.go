@@ -80,10 +80,10 @@ func TestUnitTwoInstances(t *testing.T) {
 		}
 		return nil
 	})
-	if addr, local, err := a.e.Owner(ctx, m0[0]); err != nil || !local || addr != cfg.AdvertiseAddr {
+	if addr, local, err := a.e.Owner(ctx, engine.Int64Keys.Append(nil, m0[0])); err != nil || !local || addr != cfg.AdvertiseAddr {
 		t.Errorf("Owner of a local movie: got %q, %v, %v; want %q, local", addr, local, err, cfg.AdvertiseAddr)
 	}
-	if addr, local, err := a.e.Owner(ctx, m1[0]); err != nil || local || addr != cfgB.AdvertiseAddr {
+	if addr, local, err := a.e.Owner(ctx, engine.Int64Keys.Append(nil, m1[0])); err != nil || local || addr != cfgB.AdvertiseAddr {
 		t.Errorf("Owner of a remote movie: got %q, %v, %v; want %q, remote", addr, local, err, cfgB.AdvertiseAddr)
 	}
 	q := a.e.View()

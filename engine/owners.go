@@ -48,19 +48,14 @@ type owners struct {
 // invalidate forgets the snapshot (after a rebalance).
 func (o *owners) invalidate() { o.snap.Store(nil) }
 
-// Owner returns where movieID can be answered: local=true when its
-// partition is RUNNING on this instance (or in hand-over, see
-// handover.go), else the address (a validated bare
-// host:port) of the member that owns it. It returns an error wrapping
-// ErrUnavailable when the partition is assigned here but still RESTORING,
-// or while nobody usable owns it (rebalancing, or an owner advertising an
-// invalid address). Safe for concurrent use; it never blocks longer than
-// ctx or describeTimeout.
-func (r *Router) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
-	return r.OwnerOf(ctx, Int64Keys.Append(nil, movieID))
-}
-
-// OwnerOf is Owner for a record key of any job. While this instance's
+// OwnerOf returns where the record key key can be answered: local=true
+// when its partition is RUNNING on this instance (or in hand-over, see
+// handover.go), else the address (a validated bare host:port) of the
+// member that owns it. It returns an error wrapping ErrUnavailable when
+// the partition is assigned here but still RESTORING, or while nobody
+// usable owns it (rebalancing, or an owner advertising an invalid
+// address). Safe for concurrent use; it never blocks longer than ctx or
+// describeTimeout. While this instance's
 // read lease has lapsed (see lease.go) it answers none of its partitions
 // itself: it routes the key to the owner the group names now, or returns
 // an error wrapping ErrLeaseLapsed when that is still this instance.

@@ -52,7 +52,7 @@ func TestMembershipDoesNotWaitBehindAHungBroker(t *testing.T) {
 	}
 
 	start := time.Now()
-	if _, isLocal, err := r.Owner(context.Background(), local); err != nil || !isLocal {
+	if _, isLocal, err := r.OwnerOf(context.Background(), int64Key(local)); err != nil || !isLocal {
 		t.Fatalf("Owner(local movie) = local %v, %v", isLocal, err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {

@@ -55,9 +55,9 @@ func (r *Router) adminClient() sarama.ClusterAdmin {
 	return r.admin
 }
 
-// Owner returns where movieID is answered; see Router.Owner.
-func (e *Engine) Owner(ctx context.Context, movieID int64) (addr string, local bool, err error) {
-	return e.route.Owner(ctx, movieID)
+// Owner returns where the record key is answered; see Router.OwnerOf.
+func (e *Engine) Owner(ctx context.Context, key []byte) (addr string, local bool, err error) {
+	return e.route.OwnerOf(ctx, key)
 }
 
 // Membership returns the group's ownership snapshot; see Router.Membership.

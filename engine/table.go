@@ -59,10 +59,9 @@ type TableSpec struct {
 	// Doc.Index.
 	Indexes []IndexSpec
 	// TiesAscending, when set, orders documents with equal index values by
-	// key ascending in descending queries too (the movie table's
-	// historical order: average descending, then movie id ascending). By
-	// default a descending query is the exact reverse of an ascending one.
-	// Only adapters of existing layouts set it.
+	// key ascending in descending queries too (a leaderboard's order:
+	// highest value first, ties by key). By default a descending query is
+	// the exact reverse of an ascending one.
 	TiesAscending bool
 }
 
