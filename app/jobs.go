@@ -22,8 +22,9 @@ type Job struct {
 }
 
 // Movies is keepstate's movie job (movies.Job): Avro ratings from
-// --input-topic, averages to --output-topic, its state in the movie
-// layout of the store, served at /movies and /tables/movies.
+// --input-topic, averages to --output-topic, its state in the table
+// movies, served at /tables/movies and, as a view of that table, at
+// /movies.
 func Movies() Job { return Job{movies: true} }
 
 // NewJob returns j as a Job reading input and, when j has an Output
