@@ -163,8 +163,7 @@ func TestMigrateMovieLayout(t *testing.T) {
 		}
 	}
 	// An old writer with the last epoch of the movie layout is refused.
-	m := movieTableDoc(engine.MovieStats{MovieID: exp.Movies[0].ID, Partition: exp.Movies[0].Partition,
-		Count: 1, Sum: 1, Version: 1 << 40, Sources: map[int32]int64{0: 1}})
+	m := movieDoc(exp.Movies[0].ID, exp.Movies[0].Partition, 1, 1, 1<<40)
 	err := tb.Apply(ctx, engine.DocBatch{Partition: m.Partition, Epoch: exp.Epochs[m.Partition], Docs: []engine.Doc{m}, Checkpoint: 1 << 40})
 	if !errors.Is(err, engine.ErrFenced) {
 		t.Errorf("Apply with an epoch of the movie layout = %v, want ErrFenced", err)
