@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,7 +129,7 @@ func checkMigrated(t *testing.T, s *Store, tb *table, exp fixtureExpect) {
 	}
 	iter := s.client.Scan(ctx, 0, s.keys.pattern(), 1000).Iterator()
 	for iter.Next(ctx) {
-		if k := iter.Val(); !s.keys.isTableKey(k) && k != exp.StreamKey {
+		if k := iter.Val(); !strings.HasPrefix(k, s.keys.prefix+tablesNamespace) && k != exp.StreamKey {
 			t.Errorf("key %s of the movie layout left", k)
 		}
 	}
