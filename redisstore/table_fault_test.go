@@ -5,7 +5,9 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
@@ -352,4 +354,61 @@ func TestTableReadOnlyServerIsUnavailable(t *testing.T) {
 		t.Fatalf("Apply once the server takes writes again: %v", err)
 	}
 	wantKeys(t, tb, engine.IndexQuery{Index: "total", Desc: true, Limit: 5}, "b", "a")
+}
+
+func TestTableLoadingServerIsUnavailable(t *testing.T) {
+	// A server that restarts loads its snapshot before it serves anything
+	// and answers LOADING meanwhile (slowed down per key here so that the
+	// test sees it): the table is unavailable, not empty nor fenced, and
+	// serves the data loaded, claim included, once the load is done.
+	r := testkit.StartRedis(t, testkit.WithRedisPersistence(testkit.RedisRDB),
+		testkit.WithRedisArgs("--key-load-delay", "200", "--loading-process-events-interval-bytes", "1024"))
+	_, tb := openOrders(t, r)
+	const n = 10000
+	docs := make([]engine.Doc, 0, batchSize)
+	for i := range n {
+		docs = append(docs, odoc("k"+strconv.Itoa(i), 0, 1, float64(i), "x"))
+		if len(docs) == batchSize {
+			tapply(t, tb, 0, int64(i), docs...)
+			docs = docs[:0]
+		}
+	}
+	epoch, err := tb.Claim(ctxT(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stop(); err != nil { // saves the snapshot
+		t.Fatalf("stop redis-server: %v", err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- r.Start() }()
+	var loading error
+	testkit.Eventually(t, 30*time.Second, "a reply of a loading server", func() error {
+		_, err := tb.Get(ctxT(t), []byte("k1"))
+		switch {
+		case err == nil:
+			return nil // loaded already: checked below
+		case strings.Contains(err.Error(), "LOADING"):
+			loading = err
+			return nil
+		}
+		return err
+	})
+	if loading == nil {
+		t.Fatal("the server never answered LOADING; the load was too fast to see")
+	}
+	if !errors.Is(loading, engine.ErrUnavailable) || errors.Is(loading, engine.ErrNotFound) {
+		t.Errorf("Get from a loading server = %v; want ErrUnavailable", loading)
+	}
+	if err := <-started; err != nil {
+		t.Fatalf("restart redis-server: %v", err)
+	}
+	if d, err := tb.Get(ctxT(t), []byte("k1")); err != nil || d.Version != 1 {
+		t.Fatalf("Get once loaded = %+v, %v; want version 1", d, err)
+	}
+	if err := tb.Apply(ctxT(t), engine.DocBatch{Partition: 0, Epoch: epoch, Checkpoint: n + 1,
+		Docs: []engine.Doc{odoc("k1", 0, 2, -1, "y")}}); err != nil {
+		t.Fatalf("Apply with the epoch claimed before the restart: %v", err)
+	}
+	wantKeys(t, tb, engine.IndexQuery{Index: "total", Limit: 1}, "k1")
 }
