@@ -1,42 +1,84 @@
-// Package redisstore is an engine.Store on a Redis server (go-redis v9),
-// shared by every keepstate instance.
+// Package redisstore keeps engine tables (engine.Tables) on a Redis server
+// (go-redis v9), shared by every keepstate instance: Open connects,
+// OpenTable opens (or creates) a table, Close closes the connection pool
+// and with it every table.
 //
-// Key layout, all under a prefix (WithPrefix, default "keepstate:"):
+// # Key layout
+//
+// Every key lives under a prefix (WithPrefix, default "keepstate:"); a
+// table's keys under "<prefix>t:<table>:" (K below), each table with its
+// own epochs and checkpoints:
+//
+//	K spec                     string: "1|<index>:<kind>,..." — the declared indexes, in
+//	                           order, then ";ties-ascending" when the spec sets TiesAscending
+//	K d:<hex of key>           hash: p (partition) v (version) s (sources "p:o,p:o")
+//	                           d (value bytes) and 0..7 (the index values)
+//	K i:<index>                sorted set, every score 0, members (value bytes)+key
+//	K p:<p>:members            set of the raw keys of partition p's documents
+//	K p:<p>:checkpoint         string: next changelog offset of p
+//	K p:<p>:epoch              string: fencing epoch of p (INCR by Claim)
+//	K p:<p>:batch              string: token of the last batch applied to p
+//	K migrated, K migrating    strings: the movie table's migration marker and lock
+//	<prefix><stream key>       stream: a table's change stream (WithTableStream)
+//
+// Document keys are hex in key names and raw in set and sorted set
+// members. An index is one sorted set ordered by member bytes (ZRANGE
+// BYLEX): 8 order-preserving bytes of a number, or a string and 0x00,
+// then the document key; a page of a query is one range and its hash
+// reads in one read-only script (see table.go).
+//
+// # Writes
+//
+// A batch is applied by one optimistic transaction: WATCH on the
+// partition's epoch, checkpoint and batch token, a pipelined read of the
+// stored versions and index values, the epoch and version checks in Go,
+// then MULTI/EXEC of the hashes, the index members, the partition set, the
+// checkpoint, the batch token and the stream entries. Readers never see a
+// part of a batch, a refused batch writes nothing, and a claim of the
+// partition between the read and EXEC makes EXEC write nothing. (A Lua
+// script did the same for 1.5× the server CPU.) Claim and DropPartition
+// are scripts. The scripts and transactions name keys they derive from
+// the prefix, so the store needs a standalone Redis (or one where all keys
+// live on one node), not a Redis Cluster.
+//
+// # Change stream
+//
+// WithTableStream gives a table a stream, <prefix><Key>, that receives
+// one entry per document an Apply writes, in the batch's order and in the
+// same MULTI/EXEC (so a reader never sees a write that did not happen, nor
+// misses one that did), trimmed to about MaxLen entries. The movie job's
+// table writes <prefix>rating-averages-stream with the fields movieId, avg
+// and count.
+//
+// # Migration of the movie layout
+//
+// Earlier versions kept the movie job's aggregates in a layout of their
+// own under the same prefix:
 //
 //	<prefix>movie:<id>                   hash: id count sum avg partition version sources rank
-//	<prefix>by-avg                       sorted set, all scores 0, ordered by member (see below)
+//	<prefix>by-avg                       sorted set of the movies by average
 //	<prefix>partition:<p>:members        set of the movie ids of partition p
 //	<prefix>partition:<p>:checkpoint     string: next changelog offset of p
-//	<prefix>partition:<p>:epoch          string: fencing epoch of p (INCR by Claim)
+//	<prefix>partition:<p>:epoch          string: fencing epoch of p
 //	<prefix>partition:<p>:batch          string: token of the last applied batch of p
 //	<prefix>rating-averages-stream       stream: movieId avg count of every new average
 //
-// The by-avg members are "<16 hex: avg, descending><16 hex: id, ascending>:<id>",
-// fixed width, so the lexicographic order of the set (ZRANGEBYLEX) is exactly
-// average descending then movie id ascending, and a cursor is an exclusive
-// lexicographic bound. sources is "p:o,p:o" sorted by partition.
+// OpenTable of the table "movies" with the movie job's spec (one number
+// index, ties ascending) converts whatever that layout left into the table
+// before returning, once per prefix: epochs, checkpoints and batch tokens
+// move to the table's partitions (so a writer of the old layout is
+// fenced), every movie becomes a document (key: the id as 8 bytes
+// big-endian; value: the count and the sum's bits, 8 bytes big-endian
+// each; index: the average), the old keys go, and the marker K migrated
+// records it. The stream is kept: the table's stream continues it. The
+// migration is atomic per step and resumable, and one instance runs it
+// while the others wait (see migrate.go). Every instance of the old
+// version must be stopped first.
 //
-// A batch (of movies or of a table) is applied by one optimistic
-// transaction: WATCH on the partition's epoch, checkpoint and batch token,
-// a pipelined read of the stored versions (and ranks or index values), the
-// epoch and version checks in Go, then MULTI/EXEC of the hashes, the sorted
-// sets, the partition set, the checkpoint and the stream entries. Readers
-// never see a part of a batch, a refused batch writes nothing, and a claim
-// or drop of the partition between the read and EXEC makes EXEC write
-// nothing. (A Lua script did the same for 1.5× the server CPU.) Range
-// queries run as a read-only script. The scripts and transactions name
-// keys they derive from the prefix, so the store needs a standalone Redis
-// (or one where all keys live on one node), not a Redis Cluster.
-//
-// Tables (OpenTable) live under "<prefix>t:<table>:" (see table.go). A
-// table may have a change stream (WithTableStream), written in the same
-// MULTI/EXEC as its batches. Opening the table "movies" with the movie
-// job's spec migrates the layout above into it, once (see migrate.go);
-// the movie job's stream option keeps <prefix>rating-averages-stream and
-// its fields.
+// # Errors
 //
 // Transport errors (connection refused or reset, timeouts, a loading or
-// read-only server) are wrapped with engine.ErrUnavailable; the go-redis
-// client reconnects by itself, so the store works again once Redis is back
-// without being reopened.
+// read-only server, one out of memory) are wrapped with
+// engine.ErrUnavailable; the go-redis client reconnects by itself, so the
+// store works again once Redis is back without being reopened.
 package redisstore

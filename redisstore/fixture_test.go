@@ -141,8 +141,10 @@ type fixtureExpect struct {
 	Batches     map[int32]string `json:"batches"`
 }
 
-// The movie layout fixture: a dump of every key a store of the movie
-// layout wrote (TestWriteMovieLayoutFixture), and what it holds.
+// The movie layout fixture: a dump of every key the movie layout's own
+// store (deleted since; its writer is fixture_gen_test.go in the history)
+// wrote, and what it holds. It is data from that version, not to be
+// regenerated.
 const (
 	fixtureDump       = "testdata/movie-layout.jsonl.gz"
 	fixtureExpectPath = "testdata/movie-layout.expect.json"

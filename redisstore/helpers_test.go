@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -37,24 +36,6 @@ func openStore(t testing.TB, r *testkit.Redis, opts ...Option) *Store {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// movie builds a valid document of partition p.
-func movie(id int64, p int32, count int64, sum float64, version int64) engine.MovieStats {
-	return engine.MovieStats{MovieID: id, Partition: p, Count: count, Sum: sum, Version: version,
-		Sources: map[int32]int64{0: version}}
-}
-
-// apply claims p and applies docs with checkpoint next, failing on error.
-func apply(t testing.TB, s *Store, p int32, next int64, docs ...engine.MovieStats) {
-	t.Helper()
-	e, err := s.Claim(ctxT(t), p)
-	if err != nil {
-		t.Fatalf("Claim(%d): %v", p, err)
-	}
-	if err := s.Apply(ctxT(t), engine.Batch{Partition: p, Epoch: e, Docs: docs, Checkpoint: next}); err != nil {
-		t.Fatalf("Apply(partition %d, %d docs): %v", p, len(docs), err)
-	}
 }
 
 // redisCmd runs a raw command against r, bypassing the store.

@@ -1,6 +1,7 @@
 package redisstore
 
-// Migration of the movie layout (see doc.go) into the table "movies".
+// Migration of the movie layout (its keys are in doc.go) into the table
+// "movies".
 //
 // Opening the table "movies" with the movie job's spec (one number index,
 // ties ascending) converts, under the same prefix, whatever the movie

@@ -8,8 +8,7 @@ import (
 
 // The movie layout as the migration (migrate.go) reads it.
 
-// legacyKeys are the key names of the movie layout, kept apart from the
-// layout's own code so that the migration outlives it.
+// legacyKeys are the key names of the movie layout (see doc.go).
 type legacyKeys struct{ prefix string }
 
 func (k legacyKeys) movies() string { return k.prefix + "movie:" }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -128,7 +129,7 @@ func checkMigrated(t *testing.T, s *Store, tb *table, exp fixtureExpect) {
 	}
 	iter := s.client.Scan(ctx, 0, s.keys.pattern(), 1000).Iterator()
 	for iter.Next(ctx) {
-		if k := iter.Val(); !s.keys.isTableKey(k) && k != exp.StreamKey {
+		if k := iter.Val(); !strings.HasPrefix(k, s.keys.prefix+tablesNamespace) && k != exp.StreamKey {
 			t.Errorf("key %s of the movie layout left", k)
 		}
 	}
@@ -163,8 +164,7 @@ func TestMigrateMovieLayout(t *testing.T) {
 		}
 	}
 	// An old writer with the last epoch of the movie layout is refused.
-	m := movieTableDoc(engine.MovieStats{MovieID: exp.Movies[0].ID, Partition: exp.Movies[0].Partition,
-		Count: 1, Sum: 1, Version: 1 << 40, Sources: map[int32]int64{0: 1}})
+	m := movieDoc(exp.Movies[0].ID, exp.Movies[0].Partition, 1, 1, 1<<40)
 	err := tb.Apply(ctx, engine.DocBatch{Partition: m.Partition, Epoch: exp.Epochs[m.Partition], Docs: []engine.Doc{m}, Checkpoint: 1 << 40})
 	if !errors.Is(err, engine.ErrFenced) {
 		t.Errorf("Apply with an epoch of the movie layout = %v, want ErrFenced", err)

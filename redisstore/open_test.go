@@ -121,10 +121,11 @@ func TestOpenURLForms(t *testing.T) {
 				t.Fatalf("Open(%s): %v", tc.url, err)
 			}
 			defer s.Close()
-			apply(t, s, 0, 1, movie(1, 0, 1, 5, 1))
+			tb := openTable(t, s, orderSpec)
+			tapply(t, tb, 0, 1, odoc("a", 0, 1, 5, "x"))
 			for db := range 6 {
 				got, err := testkit.RedisDo(r.Addr(), 2*time.Second, []string{"AUTH", "pw0"},
-					[]string{"SELECT", strconv.Itoa(db)}, []string{"EXISTS", prefix + "movie:1"})
+					[]string{"SELECT", strconv.Itoa(db)}, []string{"EXISTS", tb.keys.doc([]byte("a"))})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -133,7 +134,7 @@ func TestOpenURLForms(t *testing.T) {
 					want = "1"
 				}
 				if got[2] != want {
-					t.Errorf("EXISTS movie:1 in db %d = %s, want %s", db, got[2], want)
+					t.Errorf("EXISTS of the document in db %d = %s, want %s", db, got[2], want)
 				}
 			}
 		})
@@ -240,10 +241,11 @@ func TestOpenTLS(t *testing.T) {
 				t.Fatalf("Open(%s): %v", tc.url, err)
 			}
 			defer s.Close()
-			apply(t, s, 0, 1, movie(1, 0, 2, 17, 1))
-			got, err := s.Get(ctxT(t), 1)
-			if err != nil || got.Sum != 17 {
-				t.Fatalf("Get over TLS = %+v, %v; want sum 17", got, err)
+			tb := openTable(t, s, orderSpec)
+			tapply(t, tb, 0, 1, odoc("a", 0, 1, 17, "x"))
+			got, err := tb.Get(ctxT(t), []byte("a"))
+			if err != nil || got.Index[0].Num != 17 {
+				t.Fatalf("Get over TLS = %+v, %v; want total 17", got, err)
 			}
 		})
 	}

@@ -12,23 +12,23 @@ import (
 // DefaultPrefix is the key prefix used without WithPrefix.
 const DefaultPrefix = "keepstate:"
 
-// DefaultStreamMaxLen is the approximate length the averages stream is
-// trimmed to without WithStreamMaxLen.
+// DefaultStreamMaxLen is a TableStream.MaxLen for a change stream that
+// keeps about the last 100,000 entries: the movie job's stream trims to it
+// unless configured otherwise.
 const DefaultStreamMaxLen = 100000
 
 // Option configures Open.
 type Option func(*options)
 
 type options struct {
-	prefix    string
-	streamMax int64
-	logger    *slog.Logger
-	tls       *tls.Config
-	streams   map[string]TableStream // by table name
+	prefix  string
+	logger  *slog.Logger
+	tls     *tls.Config
+	streams map[string]TableStream // by table name
 }
 
 func defaultOptions() options {
-	return options{prefix: DefaultPrefix, streamMax: DefaultStreamMaxLen}
+	return options{prefix: DefaultPrefix}
 }
 
 // WithPrefix puts every key of the store under prefix (for example the
@@ -40,12 +40,6 @@ func WithPrefix(prefix string) Option {
 			o.prefix = prefix
 		}
 	}
-}
-
-// WithStreamMaxLen sets the approximate maximum length (XADD MAXLEN ~ n) of
-// the <prefix>rating-averages-stream stream; n <= 0 disables the stream.
-func WithStreamMaxLen(n int64) Option {
-	return func(o *options) { o.streamMax = n }
 }
 
 // WithLogger sets the logger; nil discards logs.
@@ -82,15 +76,13 @@ type TableStream struct {
 
 // WithTableStream makes every Apply of the table named table add an entry
 // to the stream st (see TableStream); the last call for a table wins. For
-// example the movie job's table keeps writing the entries of the movie
-// layout's <prefix>rating-averages-stream with
+// example the movie job's table writes <prefix>rating-averages-stream,
+// the stream of averages the movie layout wrote, with
 //
-//	WithTableStream("movies", TableStream{Key: "rating-averages-stream",
-//		MaxLen: DefaultStreamMaxLen, Fields: movieFields})
+//	WithTableStream(movies.Name, TableStream{Key: movies.StreamKey,
+//		MaxLen: DefaultStreamMaxLen, Fields: movies.StreamFields})
 //
-// where movieFields returns "movieId", the id, "avg", the average and
-// "count", the count, formatted as decimal strings. Table.Reset deletes
-// the stream with the table's documents.
+// Table.Reset deletes the stream with the table's documents.
 func WithTableStream(table string, st TableStream) Option {
 	return func(o *options) {
 		if o.streams == nil {

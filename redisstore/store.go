@@ -13,10 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Store is an engine.Store on Redis. It is safe for concurrent use by
-// multiple goroutines (go-redis pools its connections). Not-found behaviour:
-// Get returns engine.ErrNotFound, Load leaves missing ids out, Checkpoint
-// reports ok=false.
+// Store is a Redis database holding tables (engine.Tables; see OpenTable).
+// It is safe for concurrent use by multiple goroutines (go-redis pools its
+// connections).
 type Store struct {
 	client *redis.Client
 	keys   keys
@@ -35,12 +34,6 @@ type Store struct {
 	migrateTTL   time.Duration
 	migrateChunk int
 }
-
-var (
-	_ engine.Store            = (*Store)(nil)
-	_ engine.PartitionScanner = (*Store)(nil)
-	_ engine.Resetter         = (*Store)(nil)
-)
 
 // Open connects to the Redis server at rawURL (redis://[user:password@]host:port/db,
 // rediss:// for TLS, go-redis query options such as ?dial_timeout=2s) and
@@ -85,7 +78,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("redisstore: cannot reach redis at %s (%s): %w: %w", where, hint, engine.ErrUnavailable, err)
 	}
-	s.log.Debug("redis store open", "prefix", o.prefix, "stream_maxlen", o.streamMax)
+	s.log.Debug("redis store open", "prefix", o.prefix, "table_streams", len(o.streams))
 	return s, nil
 }
 

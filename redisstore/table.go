@@ -1,20 +1,7 @@
 package redisstore
 
-// Tables (engine.Tables) live beside the movie layout, each under its own
-// prefix "<prefix>t:<table>:" (K below), with its own epochs and
-// checkpoints:
-//
-//	K spec                     string: "1|<index>:<kind>,..." — the declared indexes, in
-//	                           order, then ";ties-ascending" when the spec sets TiesAscending
-//	K d:<hex of key>           hash: p (partition) v (version) s (sources "p:o,p:o")
-//	                           d (value bytes) and 0..7 (the index values, see below)
-//	K i:<index>                sorted set, every score 0, members memberPrefix(value)+key
-//	K p:<p>:members            set of the raw keys of partition p's documents
-//	K p:<p>:checkpoint         string: next changelog offset of p
-//	K p:<p>:epoch              string: fencing epoch of p (INCR by Claim)
-//	K p:<p>:batch              string: token of the last batch applied to p
-//	K migrated, K migrating    strings: the movie table's migration marker and lock
-//	                           (see migrate.go)
+// A table lives under "<prefix>t:<table>:" (K; the key layout is in
+// doc.go).
 //
 // Document keys are hex in key names (arbitrary bytes cannot break the
 // layout or a SCAN pattern) and raw in set and sorted set members. A hash

@@ -24,20 +24,6 @@ func (k keys) table(name string) tableKeys {
 	return tableKeys{base: k.prefix + tablesNamespace + name + ":"}
 }
 
-// isTableKey reports whether key belongs to a table (of any name).
-func (k keys) isTableKey(key string) bool { return strings.HasPrefix(key, k.prefix+tablesNamespace) }
-
-// isTableEpoch reports whether key is the epoch key of a table's partition
-// ("<prefix>t:<table>:p:<p>:epoch"; an index may be called "epoch" too).
-func (k keys) isTableEpoch(key string) bool {
-	rest, ok := strings.CutPrefix(key, k.prefix+tablesNamespace)
-	if !ok {
-		return false
-	}
-	_, rest, ok = strings.Cut(rest, ":") // the table name has no ':'
-	return ok && strings.HasPrefix(rest, "p:") && strings.HasSuffix(rest, ":epoch")
-}
-
 func (k tableKeys) spec() string { return k.base + "spec" }
 
 // migrated marks a table that the movie layout was migrated into (or

@@ -192,6 +192,9 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 	return page, nil
 }
 
+// scanChunk is the SSCAN/SCAN page size and the pipelined read size.
+const scanChunk = 1000
+
 // ScanPartition calls fn for each document of partition p in unspecified
 // order, stopping at the first error fn returns, which it returns as is.
 // It walks the partition's members set (SSCAN, documents read in pipelined
@@ -258,8 +261,7 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 // keys (never KEYS). It keeps its partitions' epochs (so an old writer
 // that is still alive stays fenced), its spec (the table stays open) and
 // its migration marker (see migrate.go). Writes running concurrently may
-// survive it. Other tables and the movie layout are untouched. Safe for
-// concurrent use.
+// survive it. Other tables are untouched. Safe for concurrent use.
 func (t *table) Reset(ctx context.Context) error {
 	keep := func(key string) bool {
 		return key == t.keys.spec() || key == t.keys.migrated() || t.keys.isEpoch(key)

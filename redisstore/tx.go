@@ -36,8 +36,8 @@ func (e *fencedError) Unwrap() error { return engine.ErrFenced }
 type typedKey struct{ key, typ string }
 
 // batchTx is one batch of one partition, written atomically by an
-// optimistic transaction (runBatch). The movie and table applies fill in
-// the documents' part: read queues the reads of the stored documents, plan
+// optimistic transaction (runBatch). The table's Apply fills in the
+// documents' part: read queues the reads of the stored documents, plan
 // checks what they found (a *fencedError refuses the batch) and returns
 // the writes. Both are called once per attempt, read before plan.
 type batchTx struct {
