@@ -190,11 +190,14 @@ type tableWriteOp struct {
 	blind bool
 	size  int
 	sync  bool // durable on return
-	// cache is the write cache of the table whose documents the batch
-	// changes (nil when it changes none): that table's bulk load ends
-	// (its buffer written out) first, and its Loads stop answering from the cache
-	// until the batch is in it (tableCaches.serve).
+	// cache is the write cache of the table the batch writes (nil for
+	// its epochs alone): that table's buffered bulk load is written out
+	// first, and its Loads stop answering from the cache until the batch
+	// is in it (tableCaches.serve).
 	cache *tableCache
+	// endBulk ends the table's bulk load (a write of its documents that
+	// is not one: tableBulk).
+	endBulk bool
 }
 
 // tableWrite runs fn with one write batch, under the store's write lock
@@ -218,9 +221,12 @@ func (s *Store) tableWriteLocked(ctx context.Context, op tableWriteOp, fn func(b
 		return err
 	}
 	if op.cache != nil {
-		// The table's buffered bulk load goes first; any other write to
-		// the table ends the load.
-		if err := s.endTableBulk(op.cache); err != nil {
+		// The table's buffered bulk load goes first.
+		end := s.materializeTable
+		if op.endBulk {
+			end = s.endTableBulk
+		}
+		if err := end(op.cache); err != nil {
 			return err
 		}
 	}

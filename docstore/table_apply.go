@@ -41,7 +41,7 @@ func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 		}
 		return nil
 	}
-	op := tableWriteOp{blind: true, sync: t.s.sync && !b.Replay, size: tableBatchSize(b), cache: t.cache}
+	op := tableWriteOp{blind: true, sync: t.s.sync && !b.Replay, size: tableBatchSize(b), cache: t.cache, endBulk: len(b.Docs) > 0}
 	err := t.s.tableWrite(ctx, op, func(kb kvBatch) (func(), error) {
 		if err := t.checkClaim(kb, b.Partition, b.Epoch); err != nil {
 			return nil, err
@@ -227,7 +227,7 @@ func (t *table) memberKeys(r kvReader, p int32) ([][]byte, error) {
 // stays fenced.
 func (t *table) DropPartition(ctx context.Context, p int32) error {
 	var n int
-	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache}, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache, endBulk: true}, func(b kvBatch) (func(), error) {
 		keys, err := t.memberKeys(b, p)
 		if err != nil {
 			return nil, err
@@ -284,7 +284,7 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 // one batch (range deletions); its spec and claim epochs survive, so an
 // old writer stays fenced. Other tables and the movies are untouched.
 func (t *table) Reset(ctx context.Context) error {
-	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache}, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache, endBulk: true}, func(b kvBatch) (func(), error) {
 		for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
 			if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
 				return nil, err

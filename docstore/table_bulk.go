@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"time"
@@ -54,7 +55,7 @@ func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints)
 // ordinary path (which ends the load).
 func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool, err error) {
 	s := t.s
-	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.noIngest || s.priors.max == 0 || len(b.Docs) == 0 {
+	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.noIngest || s.priors.max == 0 {
 		return false, nil
 	}
 	if err := s.acquire(ctx); err != nil {
@@ -71,8 +72,14 @@ func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool,
 	if err := t.checkClaim(snap, b.Partition, b.Epoch); err != nil {
 		return true, s.corrupt(err)
 	}
-	on, err := t.bulkFor(snap, b.Partition)
-	if err != nil || !on {
+	if len(b.Docs) == 0 {
+		// A checkpoint alone (a partition's restore ends past its last
+		// transaction marker): buffered behind the partition's batches
+		// when the load covers it, else written as any batch.
+		if !t.cache.bulk.on || !t.cache.bulk.parts[b.Partition] {
+			return false, nil
+		}
+	} else if on, err := t.bulkFor(snap, b.Partition); err != nil || !on {
 		return err != nil, s.corrupt(err)
 	}
 	t.buffer(b)
@@ -151,10 +158,11 @@ func (t *table) afterBuffer() error {
 		}
 		return s.startTableIngest(tc)
 	}
+	idle := cmp.Or(s.tcache.idle, ingestIdle)
 	if tc.bulk.timer == nil {
-		tc.bulk.timer = time.AfterFunc(ingestIdle, func() { s.materializeTableIdle(tc) })
+		tc.bulk.timer = time.AfterFunc(idle, func() { s.materializeTableIdle(tc) })
 	} else {
-		tc.bulk.timer.Reset(ingestIdle)
+		tc.bulk.timer.Reset(idle)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"sync"
+	"time"
 	"sync/atomic"
 
 	"github.com/keepstate/keepstate/engine"
@@ -38,6 +39,9 @@ type tableCaches struct {
 	// bulkMax is the most entries while a table's cache is pinned (see
 	// limitOf).
 	bulkMax int
+	// idle is how long a bulk-load buffer waits for the next batch
+	// before it is written out; zero means ingestIdle (tests set more).
+	idle time.Duration
 }
 
 // tableCache is one table's write cache and the state of its bulk load.
