@@ -44,7 +44,7 @@ type tableBulk struct {
 	// docs and checkpoints are the buffer: batches not written out yet.
 	docs        map[string]engine.Doc
 	checkpoints map[int32]int64
-	timer       *time.Timer      // writes the buffer out after ingestIdle
+	timer       *time.Timer     // writes the buffer out after ingestIdle
 	job         *tableIngestJob // the buffer being ingested, or nil
 }
 

@@ -2,8 +2,8 @@ package docstore
 
 import (
 	"sync"
-	"time"
 	"sync/atomic"
+	"time"
 
 	"github.com/keepstate/keepstate/engine"
 )
