@@ -41,11 +41,16 @@ type tableBulk struct {
 	on    bool
 	t     *table // a handle of the table (its spec and layout)
 	parts map[int32]bool
-	// docs and checkpoints are the buffer: batches not written out yet.
-	docs        map[string]engine.Doc
+	// docs and checkpoints are the buffer: batches not written out yet
+	// (docs in the order of their batches, a key maybe more than once).
+	docs        []engine.Doc
 	checkpoints map[int32]int64
 	timer       *time.Timer     // writes the buffer out after ingestIdle
 	job         *tableIngestJob // the buffer being ingested, or nil
+	// overflow is set when the full cache refused a document the load
+	// wrote: the cache no longer knows every document, so the next
+	// buffer reads what it does not hold, and the load ends (bulkFor).
+	overflow bool
 }
 
 func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints) == 0 }
@@ -118,29 +123,17 @@ func (t *table) bulkFor(r kvReader, p int32) (bool, error) {
 	return true, nil
 }
 
-// buffer takes b's documents (the newest version of each key) and
-// checkpoint onto the bulk-load buffer. A document not newer than what an
-// earlier buffer wrote is skipped, as a replay skips it; one of the buffer
-// being ingested is not in the cache yet: startTableIngest skips it then.
-// The caller holds wmu.
+// buffer takes b's documents and checkpoint onto the bulk-load buffer.
+// The buffer appends (a map of a quarter million documents cost more than
+// the restore's writes); the ingestion keeps the newest version of each
+// key and skips what an earlier buffer wrote newer (tableIngestJob.
+// entries). The caller holds wmu.
 func (t *table) buffer(b engine.DocBatch) {
 	bulk := &t.cache.bulk
-	if bulk.docs == nil {
-		bulk.docs = map[string]engine.Doc{}
+	if bulk.checkpoints == nil {
 		bulk.checkpoints = map[int32]int64{}
 	}
-	for _, d := range b.Docs {
-		cur, have := bulk.docs[string(d.Key)]
-		if !have {
-			if p, ok := t.cache.m[string(d.Key)]; ok && p.exists && d.Version <= p.version {
-				continue
-			}
-		}
-		if have && d.Version <= cur.Version {
-			continue
-		}
-		bulk.docs[string(d.Key)] = d // kept as is: see Apply
-	}
+	bulk.docs = append(bulk.docs, b.Docs...) // kept as is: see Apply
 	bulk.checkpoints[b.Partition] = b.Checkpoint
 	t.cache.buffered.Store(true)
 }

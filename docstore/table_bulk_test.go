@@ -91,12 +91,15 @@ func TestTableBulkLoadMatchesReadingPath(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		opts        []Option
+		bulkMax     int // the pinned cache's bound, when set
 		wantIngests bool
+		wantReads   bool
 	}{
-		{"bulk, several ingestions", []Option{withIngestChunk(50)}, true},
-		{"bulk, one ingestion", nil, true},
-		{"reading path", []Option{withoutBulkLoad()}, false},
-		{"no ingestion", []Option{withoutIngest()}, false},
+		{"bulk, several ingestions", []Option{withIngestChunk(50)}, 0, true, false},
+		{"bulk, one ingestion", nil, 0, true, false},
+		{"bulk, the cache overflows", []Option{withIngestChunk(50), WithWriteCache(100)}, 120, true, true},
+		{"reading path", []Option{withoutBulkLoad()}, 0, false, false},
+		{"no ingestion", []Option{withoutIngest()}, 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -104,15 +107,17 @@ func TestTableBulkLoadMatchesReadingPath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if tc.bulkMax > 0 {
+				s.priors.bulkMax = tc.bulkMax
+			}
 			tb := mustTable(t, s, ordersSpec)
 			replayTable(t, tb, log)
-			reads := s.counts.writeReads.Load()
 			wantCheckpoints(t, tb, 3, 40) // writes the buffer out
 			if n := s.counts.ingests.Load(); (n > 0) != tc.wantIngests {
 				t.Errorf("%d ingestions; want some: %v", n, tc.wantIngests)
 			}
-			if tc.wantIngests && reads != 0 {
-				t.Errorf("the bulk load read %d documents; want 0", reads)
+			if reads := s.counts.writeReads.Load(); (reads > 0) != tc.wantReads {
+				t.Errorf("the restore read %d documents; want some: %v", reads, tc.wantReads)
 			}
 			wantTableDocs(t, s, tb, want)
 			if err := s.Close(); err != nil {
@@ -179,14 +184,14 @@ func TestTableBulkLoadEndsOnOtherWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.wmu.Lock()
-			on, buffered := tb.cache.bulk.on, len(tb.cache.bulk.docs)
+			on, buffered := tb.cache.bulk.on, len(newestByKey(tb.cache.bulk.docs))
 			s.wmu.Unlock()
 			if !on || buffered != 2 {
 				t.Fatalf("after a replay into an empty table: bulk load %v, %d buffered; want on, 2", on, buffered)
 			}
 			tc.write(t, tb)
 			s.wmu.Lock()
-			on, buffered = tb.cache.bulk.on, len(tb.cache.bulk.docs)
+			on, buffered = tb.cache.bulk.on, len(newestByKey(tb.cache.bulk.docs))
 			s.wmu.Unlock()
 			if on != tc.stayOn || (!on && buffered != 0) {
 				t.Errorf("after the write: bulk load %v, %d buffered; want on %v, none buffered when off", on, buffered, tc.stayOn)

@@ -126,6 +126,9 @@ func (c *tableCaches) put(tc *tableCache, key string, p tablePrior, limit int) {
 		}
 		if c.n >= lim {
 			tc.removals.removed([]string{key})
+			if tc.pinned {
+				tc.bulk.overflow = true // the load no longer knows every document
+			}
 			return
 		}
 	}

@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -15,7 +16,7 @@ import (
 // background as ingested files (see tableBulk and kvIngester).
 type tableIngestJob struct {
 	t           *table
-	docs        map[string]engine.Doc
+	docs        []engine.Doc // a key maybe more than once
 	checkpoints map[int32]int64
 	// olds holds the cache's entries, taken when the job started, of the
 	// keys an earlier buffer wrote (their index entries and members keys
@@ -40,9 +41,17 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 	bulk := &tc.bulk
 	job := &tableIngestJob{t: bulk.t, docs: bulk.docs, checkpoints: bulk.checkpoints,
 		olds: map[string]tablePrior{}, done: make(chan struct{})}
-	for k := range job.docs {
-		if p, ok := tc.m[k]; ok && p.exists {
-			job.olds[k] = p
+	var unknown [][]byte
+	for _, d := range job.docs {
+		if p, ok := tc.m[string(d.Key)]; ok && p.exists {
+			job.olds[string(d.Key)] = p
+		} else if bulk.overflow {
+			unknown = append(unknown, d.Key)
+		}
+	}
+	if len(unknown) > 0 {
+		if err := job.readOlds(s, unknown); err != nil {
+			return err
 		}
 	}
 	bulk.docs, bulk.checkpoints = nil, nil
@@ -53,6 +62,24 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 		job.err = s.runTableIngest(job)
 	}()
 	return nil
+}
+
+// readOlds reads into olds the stored documents of keys (the cache
+// overflowed: it may not hold them), from the committed state, which holds
+// every earlier buffer. The caller holds wmu.
+func (job *tableIngestJob) readOlds(s *Store, keys [][]byte) error {
+	keys = sortedKeys(keys)
+	snap := s.kv.snapshot()
+	defer snap.release()
+	return job.t.readDocs(snap, keys, func(i int, raw []byte) error {
+		s.counts.writeReads.Add(1)
+		d, err := decodeTableDoc(raw, job.t.spec, true)
+		if err != nil {
+			return err
+		}
+		job.olds[string(keys[i])] = headPrior(job.t.spec, d.Version, d.Partition, d.Index)
+		return nil
+	})
 }
 
 // runTableIngest writes job's documents and checkpoints out as ingested
@@ -95,15 +122,10 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 	defer tc.end() // begun by startTableIngest
 	if job.err != nil {
 		bulk := &tc.bulk
-		if bulk.docs == nil {
-			bulk.docs = map[string]engine.Doc{}
+		if bulk.checkpoints == nil {
 			bulk.checkpoints = map[int32]int64{}
 		}
-		for k, d := range job.docs {
-			if cur, ok := bulk.docs[k]; !ok || cur.Version < d.Version {
-				bulk.docs[k] = d
-			}
-		}
+		bulk.docs = append(job.docs, bulk.docs...) // the newest version of a key wins wherever it is
 		for p, cp := range job.checkpoints {
 			if _, ok := bulk.checkpoints[p]; !ok {
 				bulk.checkpoints[p] = cp
@@ -127,8 +149,8 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 	t := job.t
 	l, spec := t.l, t.spec
-	keys := slices.Sorted(maps.Keys(job.docs)) // key order is document key order (hex _ids)
-	n := len(keys)
+	order := newestByKey(job.docs) // key order is document key order (hex _ids)
+	n := len(order)
 	docs := make([]kvEntry, 0, n)
 	index := make([]kvEntry, 0, n*len(spec.Indexes))
 	members := make([]kvEntry, 0, n)
@@ -137,8 +159,9 @@ func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 	var arena []byte
 	cut := func(start int) []byte { return arena[start:len(arena):len(arena)] }
 	var vals []byte // index values of the document at hand
-	for _, k := range keys {
-		d := job.docs[k]
+	for _, i := range order {
+		d := job.docs[i]
+		k := string(d.Key)
 		old, exists := job.olds[k]
 		if exists && d.Version <= old.version {
 			continue
@@ -198,9 +221,8 @@ func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 		docs = append(docs, kvEntry{key: key, value: cut(start)})
 		job.written = append(job.written, cached{k, docPrior(spec, d)})
 	}
-	byKey := func(a, b kvEntry) int { return bytes.Compare(a.key, b.key) }
-	slices.SortFunc(index, byKey)
-	slices.SortFunc(members, byKey)
+	sortEntries(index, len(l.prefix)+1)
+	sortEntries(members, len(l.prefix)+1)
 	var small []kvEntry
 	for _, p := range slices.Sorted(maps.Keys(job.checkpoints)) {
 		small = append(small, kvEntry{key: l.partKey(tabCheckpoint, p), value: int64Value(job.checkpoints[p])})
@@ -214,6 +236,66 @@ func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 		runs = append(runs, []kvEntry{{key: slices.Clone(l.collKey), value: sized}})
 	}
 	return orderRuns(runs)
+}
+
+// newestByKey returns the positions in docs of the newest version of each
+// key, in key order.
+func newestByKey(docs []engine.Doc) []int32 {
+	type item struct {
+		head uint64 // the key's first 8 bytes, zero-padded: most comparisons end there
+		i    int32
+	}
+	items := make([]item, len(docs))
+	for i, d := range docs {
+		items[i] = item{head: head8(d.Key), i: int32(i)}
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		if c := cmp.Compare(a.head, b.head); c != 0 {
+			return c
+		}
+		da, db := &docs[a.i], &docs[b.i]
+		return cmp.Or(bytes.Compare(da.Key, db.Key), cmp.Compare(db.Version, da.Version)) // newest first
+	})
+	out := make([]int32, 0, len(items))
+	for j, it := range items {
+		if j > 0 && bytes.Equal(docs[it.i].Key, docs[items[j-1].i].Key) {
+			continue
+		}
+		out = append(out, it.i)
+	}
+	return out
+}
+
+// head8 returns the first 8 bytes of b as a big-endian number, zero-padded.
+func head8(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b)
+	}
+	var buf [8]byte
+	copy(buf[:], b)
+	return binary.BigEndian.Uint64(buf[:])
+}
+
+// sortEntries sorts entries by key; their keys share their first skip
+// bytes (a key family's prefix), so most comparisons are of the next 8.
+func sortEntries(entries []kvEntry, skip int) {
+	type item struct {
+		head uint64
+		e    kvEntry
+	}
+	items := make([]item, len(entries))
+	for i, e := range entries {
+		items[i] = item{head: head8(e.key[min(skip, len(e.key)):]), e: e}
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		if c := cmp.Compare(a.head, b.head); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.e.key, b.e.key)
+	})
+	for i, it := range items {
+		entries[i] = it.e
+	}
 }
 
 // orderRuns drops the empty runs and orders the others by their first
