@@ -277,19 +277,24 @@ func head8(b []byte) uint64 {
 }
 
 // sortEntries sorts entries by key; their keys share their first skip
-// bytes (a key family's prefix), so most comparisons are of the next 8.
+// bytes (a key family's prefix), so most comparisons are decided by the
+// next 16, compared as two numbers.
 func sortEntries(entries []kvEntry, skip int) {
 	type item struct {
-		head uint64
-		e    kvEntry
+		h1, h2 uint64
+		e      kvEntry
 	}
 	items := make([]item, len(entries))
 	for i, e := range entries {
-		items[i] = item{head: head8(e.key[min(skip, len(e.key)):]), e: e}
+		rest := e.key[min(skip, len(e.key)):]
+		items[i] = item{h1: head8(rest), h2: head8(rest[min(8, len(rest)):]), e: e}
 	}
 	slices.SortFunc(items, func(a, b item) int {
-		if c := cmp.Compare(a.head, b.head); c != 0 {
-			return c
+		if a.h1 != b.h1 {
+			return cmp.Compare(a.h1, b.h1)
+		}
+		if a.h2 != b.h2 {
+			return cmp.Compare(a.h2, b.h2)
 		}
 		return bytes.Compare(a.e.key, b.e.key)
 	})
