@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // benchDocs is the size of the benchmark stores; KEEPSTATE_BENCH_DOCS
@@ -65,6 +66,28 @@ func restore(ctx context.Context, s *Store, n int) error {
 	})
 }
 
+// restoreTable replays restoreLog(n) into a table of the movie job's
+// spec (claiming each partition first), as the movie job's documents
+// (movieTableDoc).
+func restoreTable(ctx context.Context, tb engine.Table, n int) error {
+	epochs := map[int32]int64{}
+	return restoreLog(n, func(b engine.Batch) error {
+		if _, ok := epochs[b.Partition]; !ok {
+			e, err := tb.Claim(ctx, b.Partition)
+			if err != nil {
+				return err
+			}
+			epochs[b.Partition] = e
+		}
+		docs := make([]engine.Doc, len(b.Docs))
+		for i, m := range b.Docs {
+			docs[i] = movieTableDoc(m.MovieID, b.Partition, m.Version, m.Count, m.Sum)
+		}
+		return tb.Apply(ctx, engine.DocBatch{Partition: b.Partition, Epoch: epochs[b.Partition], Docs: docs,
+			Checkpoint: b.Checkpoint, Replay: true})
+	})
+}
+
 // diskBytes returns the bytes the files under dir occupy on disk.
 func diskBytes(dir string) int64 {
 	var blocks int64
@@ -85,21 +108,25 @@ func diskBytes(dir string) int64 {
 // benchDocs movies (replay batches of 5000, fsync on) into an empty store,
 // then on that store key lookups, top-100 queries and 1000-document
 // uniform batches (fsync on), and the disk used. The variants batches
-// (bulk loads through write batches instead of ingested files) and
-// readpath (no bulk load: every replay batch reads before it writes)
-// measure the restore alone, each in a store of its own:
+// (bulk loads through write batches instead of ingested files), readpath
+// (no bulk load: every replay batch reads before it writes) and table
+// (the same documents restored into a table of the movie job's spec,
+// movies.Spec, as movieTableDoc) measure the restore alone, each in
+// a store of its own:
 //
 //	go test -run '^$' -bench BenchmarkEngines -benchtime 1x -timeout 30m ./docstore
 func BenchmarkEngines(b *testing.B) {
 	n := benchDocs()
 	ctx := context.Background()
 	engines := []struct {
-		name string
-		opts []Option
+		name  string
+		opts  []Option
+		table bool
 	}{
-		{"pebble", nil},
-		{"batches", []Option{withoutIngest()}},
-		{"readpath", []Option{withoutBulkLoad()}},
+		{"pebble", nil, false},
+		{"table", nil, true},
+		{"batches", []Option{withoutIngest()}, false},
+		{"readpath", []Option{withoutBulkLoad()}, false},
 	}
 	for _, eng := range engines {
 		dir := filepath.Join(b.TempDir(), eng.name)
@@ -115,11 +142,18 @@ func BenchmarkEngines(b *testing.B) {
 				_ = os.RemoveAll(dir)
 				s := open(b)
 				start, cpu0 := time.Now(), cpuTime()
-				if err := restore(ctx, s, n); err != nil {
+				// A read writes out what the bulk load still buffers.
+				checkpoint := s.Checkpoint
+				if eng.table {
+					tb := mustTable(b, s, movies.Spec)
+					if err := restoreTable(ctx, tb, n); err != nil {
+						b.Fatal(err)
+					}
+					checkpoint = tb.Checkpoint
+				} else if err := restore(ctx, s, n); err != nil {
 					b.Fatal(err)
 				}
-				// A read writes out what the bulk load still buffers.
-				if _, ok, err := s.Checkpoint(ctx, 2); err != nil || !ok {
+				if _, ok, err := checkpoint(ctx, 2); err != nil || !ok {
 					b.Fatalf("checkpoint after the restore: %v, %v", ok, err)
 				}
 				took, cpu := time.Since(start), cpuTime()-cpu0
@@ -131,7 +165,7 @@ func BenchmarkEngines(b *testing.B) {
 				b.ReportMetric(float64(diskBytes(dir))/(1<<20), "disk-MiB")
 			}
 		})
-		if eng.name == "readpath" || eng.name == "batches" {
+		if eng.name != "pebble" {
 			continue
 		}
 		b.Run(eng.name+"/get", func(b *testing.B) {

@@ -65,17 +65,10 @@ func BenchmarkUniformCycle(b *testing.B) {
 	b.Run("table", func(b *testing.B) {
 		s, n := cycleStore(b)
 		tb := mustTable(b, s, movies.Spec)
-		epochs := claimCycle(b, func(p int32) (int64, error) { return tb.Claim(ctx, p) })
-		err := restoreLog(n, func(bt engine.Batch) error {
-			docs := make([]engine.Doc, len(bt.Docs))
-			for i, m := range bt.Docs {
-				docs[i] = movieTableDoc(m.MovieID, bt.Partition, m.Version, m.Count, m.Sum)
-			}
-			return tb.Apply(ctx, engine.DocBatch{Partition: bt.Partition, Epoch: epochs[bt.Partition], Docs: docs, Checkpoint: bt.Checkpoint, Replay: true})
-		})
-		if err != nil {
+		if err := restoreTable(ctx, tb, n); err != nil { // claims each partition
 			b.Fatal(err)
 		}
+		epochs := claimCycle(b, func(p int32) (int64, error) { return tb.Claim(ctx, p) })
 		var got map[string]engine.Doc
 		load := func(_ int32, ids []int64) error {
 			keys := make([][]byte, len(ids))

@@ -377,6 +377,7 @@ func (s *Store) Close() error {
 			// Lost with the process: the next start restores those partitions.
 			s.log.Warn("docstore bulk load not written at close; its partitions will be restored again", "err", err)
 		}
+		s.materializeTables()
 	}
 	s.wmu.Unlock()
 	// No flush on a full disk: Pebble cannot survive a failed write;

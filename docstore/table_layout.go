@@ -144,3 +144,10 @@ func (l tableLayout) indexEntry(buf []byte, pos int, v engine.IndexValue, k engi
 	buf = appendIndexValue(buf, v, k)
 	return append(buf, key...)
 }
+
+// rawIndexEntry appends the key of an entry in the index at pos to buf,
+// from the value's encoding (appendIndexValue).
+func (l tableLayout) rawIndexEntry(buf []byte, pos int, value, key []byte) []byte {
+	buf = append(append(append(buf, l.prefix...), tabIndex), byte(pos))
+	return append(append(buf, value...), key...)
+}
