@@ -72,7 +72,7 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 		return nil, fmt.Errorf("open table %s: %w", spec.Name, err)
 	}
 	s.wmu.Lock()
-	tc, fresh := s.tcache.open(spec.Name, s.priors.bulkMax)
+	tc, fresh := s.tcache.open(spec.Name, s.bulkMax)
 	s.wmu.Unlock()
 	t.cache = tc
 	if !found {

@@ -132,7 +132,7 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 		}
 		i = j
 	}
-	after = func() { t.s.tcache.putAll(cache, learned, t.s.priors.max) }
+	after = func() { t.s.tcache.putAll(cache, learned, t.s.cacheMax) }
 	return after, t.addSize(b, w.fresh)
 }
 

@@ -60,7 +60,7 @@ func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints)
 // ordinary path (which ends the load).
 func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool, err error) {
 	s := t.s
-	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.noIngest || s.priors.max == 0 {
+	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.noIngest || s.cacheMax == 0 {
 		return false, nil
 	}
 	if err := s.acquire(ctx); err != nil {
@@ -97,7 +97,7 @@ func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool,
 func (t *table) bulkFor(r kvReader, p int32) (bool, error) {
 	s, tc := t.s, t.cache
 	bulk := &tc.bulk
-	if bulk.on && s.tcache.full(tc, s.priors.max) {
+	if bulk.on && s.tcache.full(tc, s.cacheMax) {
 		return false, s.endTableBulk(tc)
 	}
 	if bulk.on && bulk.parts[p] {
@@ -223,7 +223,7 @@ func (s *Store) endTableBulk(tc *tableCache) error {
 	}
 	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", len(tc.m))
 	tc.bulk = tableBulk{}
-	s.tcache.unpin(tc, s.priors.max)
+	s.tcache.unpin(tc, s.cacheMax)
 	return nil
 }
 

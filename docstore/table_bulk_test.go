@@ -108,7 +108,7 @@ func TestTableBulkLoadMatchesReadingPath(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.bulkMax > 0 {
-				s.priors.bulkMax = tc.bulkMax
+				s.bulkMax = tc.bulkMax
 			}
 			tb := mustTable(t, s, ordersSpec)
 			replayTable(t, tb, log)
@@ -219,7 +219,6 @@ func TestTableBulkLoadEndsOnOtherWrites(t *testing.T) {
 func crash(t *testing.T, s *Store) {
 	t.Helper()
 	s.stopping.Store(true)
-	<-s.warmed
 	s.wmu.Lock()
 	caches := slices.Collect(maps.Values(s.tcache.byName))
 	s.wmu.Unlock()

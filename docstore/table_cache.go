@@ -306,7 +306,7 @@ type cached struct {
 // (Store.underWriteLock).
 func (t *table) learn(before uint64, keys [][]byte, found map[string]engine.Doc) {
 	s := t.s
-	if s.priors.max == 0 || len(keys) == 0 {
+	if s.cacheMax == 0 || len(keys) == 0 {
 		return
 	}
 	entries := make([]cached, 0, len(keys))
@@ -317,5 +317,5 @@ func (t *table) learn(before uint64, keys [][]byte, found map[string]engine.Doc)
 		}
 		entries = append(entries, cached{string(k), p})
 	}
-	s.underWriteLock(func() { s.tcache.learn(t.cache, before, entries, s.priors.max) })
+	s.underWriteLock(func() { s.tcache.learn(t.cache, before, entries, s.cacheMax) })
 }

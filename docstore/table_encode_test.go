@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +58,7 @@ func encodeWithMsgpack(spec engine.TableSpec, doc engine.Doc) ([]byte, error) {
 			}
 		}
 	}
-	return buf.Bytes(), firstErr(errs...)
+	return buf.Bytes(), errors.Join(errs...)
 }
 
 // TestTableEncoderMatchesMsgpack checks that tableEncoder writes, byte for

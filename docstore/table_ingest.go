@@ -134,7 +134,7 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 		tc.buffered.Store(true)
 		return job.err
 	}
-	s.tcache.putAll(tc, job.written, s.priors.max)
+	s.tcache.putAll(tc, job.written, s.cacheMax)
 	return nil
 }
 

@@ -18,7 +18,7 @@ import (
 func (t *table) warm() {
 	s, tc := t.s, t.cache
 	defer close(tc.warmed)
-	limit := s.priors.max
+	limit := s.cacheMax
 	if limit == 0 {
 		return
 	}
