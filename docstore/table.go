@@ -151,9 +151,8 @@ func (t *table) create(b kvBatch) error {
 	return b.set(t.l.family(tabSpec), raw)
 }
 
-// tableRead runs fn on a snapshot of the committed state. Tables do not
-// wait for a movie bulk load to be written out (it holds no table key);
-// a table's own buffered bulk load is written out by table.read.
+// tableRead runs fn on a snapshot of the committed state, without writing
+// out a buffered bulk load (table.read does, for its table).
 func (s *Store) tableRead(ctx context.Context, fn func(r kvReader) error) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
@@ -373,8 +372,8 @@ func sortedKeys(keys [][]byte) [][]byte {
 // readDocs calls fn with the stored document of each of keys (sorted,
 // without repeats) that has one, and its position in keys. Fewer than
 // seekLoadMin keys are point reads; more are seeks of one iterator, in
-// order (document keys sort like keys: hex _ids), as Store.loadSorted
-// reads movies. raw is valid until fn returns.
+// order (document keys sort like keys: hex _ids; see seekLoadMin). raw is
+// valid until fn returns.
 func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) error) (err error) {
 	if len(keys) == 0 {
 		return nil

@@ -282,7 +282,7 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 
 // Reset deletes every document, index entry and checkpoint of the table in
 // one batch (range deletions); its spec and claim epochs survive, so an
-// old writer stays fenced. Other tables and the movies are untouched.
+// old writer stays fenced. Other tables are untouched.
 func (t *table) Reset(ctx context.Context) error {
 	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache, endBulk: true}, func(b kvBatch) (func(), error) {
 		for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {

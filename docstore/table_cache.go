@@ -8,7 +8,7 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// tableCaches is the write cache of tables, the table form of priorCache:
+// tableCaches is the write cache of tables:
 // for keys a table has read or written, what the next write of the key
 // needs and, for small documents, what Load returns (tablePrior), so that
 // Apply writes those keys without reading their documents (an LSM read is
@@ -18,8 +18,8 @@ import (
 // batch commits (or an ingestion lands), Load adds only what it read for
 // keys not removed since its snapshot (learn), warm-up only what it read
 // while nothing left the cache, and a drop or reset removes its table's.
-// All tables together hold at most limit entries (WithWriteCache, the
-// movies' bound, counted apart from them); once full, a new key evicts an
+// All tables together hold at most limit entries (WithWriteCache); once
+// full, a new key evicts an
 // eighth of its table's entries. A table's bulk load pins its cache
 // (pin): nothing is evicted while it lasts, and the caches may hold up to
 // the bulk bound (WithBulkMemory) until it ends.
@@ -31,7 +31,7 @@ import (
 // so every change of a table's documents (a commit, an ingestion) runs
 // between that table's begin and end, which make its seq odd while it
 // lasts, and serve answers only when seq was even before the Load's
-// snapshot and still is (a sequence lock, as priorCache's).
+// snapshot and still is (a sequence lock).
 type tableCaches struct {
 	mu     sync.RWMutex
 	byName map[string]*tableCache
