@@ -107,10 +107,8 @@ func diskBytes(dir string) int64 {
 // benchDocs movies (replay batches of 5000) into an empty table of the
 // movie job's spec (movies.Spec), then on that table key lookups, top-100
 // queries and 1000-document uniform batches (fsync on), and the disk
-// used. The variants batches (bulk loads through write batches instead of
-// ingested files) and readpath (no bulk load: every replay batch reads
-// before it writes) measure the restore alone, each in a store of its
-// own:
+// used. The variant readpath (no bulk load: every replay batch reads
+// before it writes) measures the restore alone, in a store of its own:
 //
 //	go test -run '^$' -bench BenchmarkEngines -benchtime 1x -timeout 30m ./docstore
 func BenchmarkEngines(b *testing.B) {
@@ -121,7 +119,6 @@ func BenchmarkEngines(b *testing.B) {
 		opts []Option
 	}{
 		{"table", nil},
-		{"batches", []Option{withoutIngest()}},
 		{"readpath", []Option{withoutBulkLoad()}},
 	}
 	for _, eng := range engines {

@@ -193,9 +193,9 @@ func WithDiskReserve(bytes int64) Option {
 // the store): the reference for the equivalence test and benchmarks.
 func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
 
-// withoutIngest makes bulk loads write through ordinary write batches
-// instead of ingested files: the reference for the equivalence test and
-// benchmarks.
+// withoutIngest turns ingestion off: a table's bulk load only ever writes
+// ingested files, so replay batches then take the reading path, as with
+// withoutBulkLoad.
 func withoutIngest() Option { return func(o *options) { o.noIngest = true } }
 
 // withIngestChunk sets how many documents a bulk load buffers before it

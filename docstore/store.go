@@ -15,13 +15,12 @@ import (
 // Close); writes are serialized and readers see only committed batches,
 // each from one snapshot.
 type Store struct {
-	dir    string
-	kv     kv
-	lock   *dirLock
-	sync   bool
-	noBulk bool // withoutBulkLoad
-	// noIngest makes bulk loads go through write batches (withoutIngest).
-	noIngest bool
+	dir      string
+	kv       kv
+	lock     *dirLock
+	sync     bool
+	noBulk   bool // withoutBulkLoad
+	noIngest bool // withoutIngest
 	guard    diskGuard
 	log      *slog.Logger
 	counts   *readCounts
