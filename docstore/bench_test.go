@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // benchDocs is the size of the benchmark stores; KEEPSTATE_BENCH_DOCS
@@ -25,21 +27,40 @@ func benchDocs() int {
 	return 1_000_000
 }
 
+// benchMovie is movie id at version as the movie job stores it in a
+// table (movieTableDoc), with a count and an average drawn from a hash of
+// both (averages on a 0.05 grid in [0, 10]).
+func benchMovie(id int64, p int32, version int64) engine.Doc {
+	h := uint64(id)*0x9E3779B97F4A7C15 + uint64(version)*0xBF58476D1CE4E5B9
+	h ^= h >> 31
+	count := int64(h%20) + 1
+	avg := float64((h>>8)%201) / 20
+	return movieTableDoc(id, p, version, count, avg*float64(count))
+}
+
+// movieTableDoc is a movie as the movie job stores it in a table: a
+// 16-byte value (count, sum) and its average as the one index value.
+func movieTableDoc(id int64, p int32, version, count int64, sum float64) engine.Doc {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(count))
+	v = binary.BigEndian.AppendUint64(v, math.Float64bits(sum))
+	return engine.Doc{Key: movies.Key(id), Partition: p, Version: version,
+		Sources: map[int32]int64{p: version}, Value: v, Index: []engine.IndexValue{engine.Num(sum / float64(count))}}
+}
+
 // restoreLog calls fn with the replay batches of a full restore of movies
 // 1..n over 3 partitions: 5000 documents each (engine/restore.go), one
-// partition after another, version 1 of every movie.
-func restoreLog(n int, fn func(engine.Batch) error) error {
+// partition after another, version 1 of every movie (benchMovie); movie
+// id is in partition (id-1)%3.
+func restoreLog(n int, fn func(engine.DocBatch) error) error {
 	const parts, size = 3, 5000
 	for p := range int32(parts) {
-		var docs []engine.MovieStats
+		var docs []engine.Doc
 		var cp int64
 		for id := int64(p) + 1; id <= int64(n); id += parts {
-			m := syntheticMovie(id, 1)
-			m.Partition = p
-			docs = append(docs, m)
+			docs = append(docs, benchMovie(id, p, 1))
 			cp++
 			if len(docs) == size || id+parts > int64(n) {
-				if err := fn(engine.Batch{Partition: p, Docs: docs, Checkpoint: cp, Replay: true}); err != nil {
+				if err := fn(engine.DocBatch{Partition: p, Docs: docs, Checkpoint: cp, Replay: true}); err != nil {
 					return err
 				}
 				docs = nil
@@ -49,19 +70,20 @@ func restoreLog(n int, fn func(engine.Batch) error) error {
 	return nil
 }
 
-// restore replays restoreLog(n) into s (claiming each partition first).
-func restore(ctx context.Context, s *Store, n int) error {
+// restoreTable replays restoreLog(n) into tb, a table of the movie job's
+// spec (claiming each partition first).
+func restoreTable(ctx context.Context, tb engine.Table, n int) error {
 	epochs := map[int32]int64{}
-	return restoreLog(n, func(b engine.Batch) error {
+	return restoreLog(n, func(b engine.DocBatch) error {
 		if _, ok := epochs[b.Partition]; !ok {
-			e, err := s.Claim(ctx, b.Partition)
+			e, err := tb.Claim(ctx, b.Partition)
 			if err != nil {
 				return err
 			}
 			epochs[b.Partition] = e
 		}
 		b.Epoch = epochs[b.Partition]
-		return s.Apply(ctx, b)
+		return tb.Apply(ctx, b)
 	})
 }
 
@@ -82,12 +104,11 @@ func diskBytes(dir string) int64 {
 }
 
 // BenchmarkEngines measures the store on Pebble: a full restore of
-// benchDocs movies (replay batches of 5000, fsync on) into an empty store,
-// then on that store key lookups, top-100 queries and 1000-document
-// uniform batches (fsync on), and the disk used. The variants batches
-// (bulk loads through write batches instead of ingested files) and
-// readpath (no bulk load: every replay batch reads before it writes)
-// measure the restore alone, each in a store of its own:
+// benchDocs movies (replay batches of 5000) into an empty table of the
+// movie job's spec (movies.Spec), then on that table key lookups, top-100
+// queries and 1000-document uniform batches (fsync on), and the disk
+// used. The variant readpath (no bulk load: every replay batch reads
+// before it writes) measures the restore alone, in a store of its own:
 //
 //	go test -run '^$' -bench BenchmarkEngines -benchtime 1x -timeout 30m ./docstore
 func BenchmarkEngines(b *testing.B) {
@@ -97,29 +118,28 @@ func BenchmarkEngines(b *testing.B) {
 		name string
 		opts []Option
 	}{
-		{"pebble", nil},
-		{"batches", []Option{withoutIngest()}},
+		{"table", nil},
 		{"readpath", []Option{withoutBulkLoad()}},
 	}
 	for _, eng := range engines {
 		dir := filepath.Join(b.TempDir(), eng.name)
-		open := func(b *testing.B) *Store {
+		open := func(b *testing.B) (*Store, engine.Table) {
 			s, err := Open(dir, eng.opts...)
 			if err != nil {
 				b.Fatal(err)
 			}
-			return s
+			return s, mustTable(b, s, movies.Spec)
 		}
 		b.Run(eng.name+"/restore", func(b *testing.B) {
 			for b.Loop() {
 				_ = os.RemoveAll(dir)
-				s := open(b)
+				s, tb := open(b)
 				start, cpu0 := time.Now(), cpuTime()
-				if err := restore(ctx, s, n); err != nil {
+				if err := restoreTable(ctx, tb, n); err != nil {
 					b.Fatal(err)
 				}
 				// A read writes out what the bulk load still buffers.
-				if _, ok, err := s.Checkpoint(ctx, 2); err != nil || !ok {
+				if _, ok, err := tb.Checkpoint(ctx, 2); err != nil || !ok {
 					b.Fatalf("checkpoint after the restore: %v, %v", ok, err)
 				}
 				took, cpu := time.Since(start), cpuTime()-cpu0
@@ -131,17 +151,17 @@ func BenchmarkEngines(b *testing.B) {
 				b.ReportMetric(float64(diskBytes(dir))/(1<<20), "disk-MiB")
 			}
 		})
-		if eng.name == "readpath" || eng.name == "batches" {
+		if eng.name != "table" {
 			continue
 		}
 		b.Run(eng.name+"/get", func(b *testing.B) {
-			s := open(b)
+			s, tb := open(b)
 			defer s.Close()
 			r := rand.New(rand.NewPCG(1, 1))
 			var lat []time.Duration
 			for b.Loop() {
 				t0 := time.Now()
-				if _, err := s.Get(ctx, 1+r.Int64N(int64(n))); err != nil {
+				if _, err := tb.Get(ctx, movies.Key(1+r.Int64N(int64(n)))); err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(t0))
@@ -149,24 +169,24 @@ func BenchmarkEngines(b *testing.B) {
 			reportLatency(b, lat, "µs", time.Microsecond)
 		})
 		b.Run(eng.name+"/top100-minAvg8", func(b *testing.B) {
-			s := open(b)
+			s, tb := open(b)
 			defer s.Close()
-			q := engine.RangeQuery{MinAvg: 8, MaxAvg: math.Inf(1), Limit: 100}
+			q := engine.IndexQuery{Index: "avg", Min: engine.Num(8), HasMin: true, Desc: true, Limit: 100}
 			var lat []time.Duration
 			for b.Loop() {
 				t0 := time.Now()
-				page, err := s.Range(ctx, q)
-				if err != nil || len(page.Movies) != 100 {
-					b.Fatalf("range = %d movies, %v", len(page.Movies), err)
+				page, err := tb.Query(ctx, q)
+				if err != nil || len(page.Docs) != 100 {
+					b.Fatalf("query = %d documents, %v", len(page.Docs), err)
 				}
 				lat = append(lat, time.Since(t0))
 			}
 			reportLatency(b, lat, "ms", time.Millisecond)
 		})
 		b.Run(eng.name+"/apply-1000", func(b *testing.B) {
-			s := open(b)
+			s, tb := open(b)
 			defer s.Close()
-			epoch, err := s.Claim(ctx, 0)
+			epoch, err := tb.Claim(ctx, 0)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -179,21 +199,18 @@ func BenchmarkEngines(b *testing.B) {
 				b.StopTimer()
 				version++
 				seen := map[int64]bool{}
-				batch := make([]engine.MovieStats, 0, 1000)
+				batch := make([]engine.Doc, 0, 1000)
 				for len(batch) < 1000 {
-					id := 3 * (1 + r.Int64N(int64(n/3)-1)) // partition 0's ids: multiples of 3, stored as id-2
-					id -= 2
+					id := 3*r.Int64N(int64(n/3)) + 1 // partition 0's ids (restoreLog)
 					if seen[id] {
 						continue
 					}
 					seen[id] = true
-					m := syntheticMovie(id, version)
-					m.Partition = 0
-					batch = append(batch, m)
+					batch = append(batch, benchMovie(id, 0, version))
 				}
 				b.StartTimer()
 				t0 := time.Now()
-				if err := s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: batch, Checkpoint: int64(n)}); err != nil {
+				if err := tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: batch, Checkpoint: int64(n)}); err != nil {
 					b.Fatal(err)
 				}
 				busy += time.Since(t0)

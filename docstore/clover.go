@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/keepstate/keepstate/internal/moviedoc"
 	"github.com/ostafen/clover/v2/store"
 )
 
@@ -15,7 +14,7 @@ import (
 // other keys visited by a cursor (index entries). Tests use them to prove
 // that a query is served by the index.
 type readCounts struct {
-	writeReads atomic.Int64 // documents read by Apply (docWriter.stored)
+	writeReads atomic.Int64 // documents read by Apply (table.writeDocs) and ingestions
 	ingests    atomic.Int64 // bulk-load buffers written out as ingested files
 	docGets    atomic.Int64
 	docScans   atomic.Int64
@@ -25,13 +24,16 @@ type readCounts struct {
 // docsRead returns how many documents were read, by key or by scan.
 func (c *readCounts) docsRead() int64 { return c.docGets.Load() + c.docScans.Load() }
 
-// docKeyPrefix is Clover's key prefix of the movies collection's documents
-// (Clover's getDocumentKey).
-var docKeyPrefix = []byte("c:" + collection + ";d:")
-
-// docKey returns Clover's key of a movie's document.
-func docKey(movie int64) []byte {
-	return moviedoc.AppendDocID(slices.Clip(docKeyPrefix), movie)
+// isDocKey reports whether k (a Clover key) is a document's:
+// "c:<collection>;d:<_id>" (Clover's getDocumentKey; collection names hold
+// no ';'), not an index entry's or metadata.
+func isDocKey(k []byte) bool {
+	rest, ok := bytes.CutPrefix(k, []byte("c:"))
+	if !ok {
+		return false
+	}
+	i := bytes.IndexByte(rest, ';')
+	return i >= 0 && bytes.HasPrefix(rest[i+1:], []byte("d:"))
 }
 
 // cloverStore is a Clover store.Store bound to one kv read view or write
@@ -70,7 +72,7 @@ func (t *cloverTx) Set(key, value []byte) error {
 }
 
 func (t *cloverTx) Get(key []byte) ([]byte, error) {
-	if bytes.HasPrefix(key, docKeyPrefix) {
+	if isDocKey(key) {
 		t.s.counts.docGets.Add(1)
 	}
 	v, err := t.s.r.get(nsKey(nsClover, key))
@@ -113,7 +115,7 @@ func (c *cloverCursor) count() {
 	if !c.it.valid() {
 		return
 	}
-	if bytes.HasPrefix(c.it.key()[1:], docKeyPrefix) {
+	if isDocKey(c.it.key()[1:]) {
 		c.counts.docScans.Add(1)
 	} else {
 		c.counts.indexSteps.Add(1)

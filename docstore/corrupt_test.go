@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,95 +16,84 @@ import (
 // TestCorruptFileIsErrCorrupt damages the largest table file of a closed
 // store (4 KiB of garbage in its middle, as a bad disk or a bad copy
 // would) and reopens it. Open succeeds (Pebble checks blocks as it reads
-// them), the write cache's warm-up reads the damaged block without
+// them), the table's write-cache warm-up reads the damaged block without
 // stopping the process (Pebble's default on corruption is to call its
-// logger's Fatalf), and every read either answers the stored movie or
-// fails with ErrCorrupt naming the directory: never a wrong document.
-// (Once the warm-up or a read meets the damage, the store is condemned
-// and every read fails.)
+// logger's Fatalf), and every read (Get, then a query paging through an
+// index) either answers the stored document or fails with ErrCorrupt
+// naming the directory: never a wrong document, never a shorter list.
+// (The damage lands in documents or in index entries; once the warm-up or
+// a read meets it, the store is condemned and every read fails.)
 func TestCorruptFileIsErrCorrupt(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir, WithFsync(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
 	const n = 20000
-	fill(t, s, n, 2000)
-	want := map[int64]int64{}
-	for id := int64(1); id <= n; id++ {
-		m, err := s.Get(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[id] = m.Count
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := filledDir(t, n, 2000)
 	biggest, size := testkit.DamageStore(t, dir)
 
-	s, err = Open(dir, WithFsync(false))
+	s, err := Open(dir, WithFsync(false))
 	if err != nil {
 		t.Fatalf("Open of a store with a damaged table file: %v; want it open (blocks are checked as they are read)", err)
 	}
 	defer s.Close()
-	<-s.Warmed() // the warm-up read the damaged block, and the process is still here
+	tb := mustTable(t, s, ordersSpec)
+	<-tb.cache.warmed // the warm-up read the damaged block, and the process is still here
 	corrupt := 0
-	for id := int64(1); id <= n; id++ {
-		m, err := s.Get(context.Background(), id)
+	keys := make([][]byte, 0, n)
+	for i := range n {
+		want := filledDoc(i)
+		keys = append(keys, want.Key)
+		got, err := tb.Get(ctx, want.Key)
 		switch {
 		case errors.Is(err, ErrCorrupt):
 			if !strings.Contains(err.Error(), dir) {
-				t.Fatalf("Get(%d): %v; want the error to name the directory %s", id, err, dir)
+				t.Fatalf("Get(%q): %v; want the error to name the directory %s", want.Key, err, dir)
 			}
 			corrupt++
 		case err != nil:
-			t.Fatalf("Get(%d): %v; want the movie or ErrCorrupt", id, err)
-		case m.Count != want[id]:
-			t.Fatalf("Get(%d) = count %d; want %d: a damaged store answered a wrong document", id, m.Count, want[id])
+			t.Fatalf("Get(%q): %v; want the document or ErrCorrupt", want.Key, err)
+		case !sameTableDoc(got, want):
+			t.Fatalf("Get(%q) = %+v; want %+v: a damaged store answered a wrong document", want.Key, got, want)
 		}
 	}
-	if corrupt == 0 {
-		t.Fatalf("no read failed: the damage at offset %d of %s was not where documents are (the test did not inject what it claims)", size/3, biggest)
-	}
-	ids := make([]int64, 0, n)
-	for id := int64(1); id <= n; id++ {
-		ids = append(ids, id)
-	}
-	if _, err := s.Load(context.Background(), ids); !errors.Is(err, ErrCorrupt) {
-		t.Errorf("Load of every movie: %v; want ErrCorrupt", err)
-	}
-	// A range query pages through the rank index and reads the documents
-	// through Clover: it fails or answers every movie right, never a
-	// shorter list as if the damaged ones did not exist.
-	q := engine.RangeQuery{MinAvg: 0, MaxAvg: math.Inf(1), Limit: 1000}
-	listed, rangeErr := 0, error(nil)
+	// A query pages through the index entries and reads the documents: it
+	// fails or answers every document right, never a shorter list as if
+	// the damaged ones did not exist.
+	q := engine.IndexQuery{Index: "total", Limit: 1000}
+	listed, queryErr := 0, error(nil)
 	for {
-		page, err := s.Range(context.Background(), q)
+		page, err := tb.Query(ctx, q)
 		if err != nil {
-			rangeErr = err
+			queryErr = err
 			break
 		}
-		for _, m := range page.Movies {
-			if m.Count != want[m.MovieID] {
-				t.Fatalf("Range: movie %d count %d; want %d", m.MovieID, m.Count, want[m.MovieID])
+		for _, d := range page.Docs {
+			var i int
+			if _, err := fmt.Sscanf(string(d.Key), "cust-%d", &i); err != nil || !sameTableDoc(d, filledDoc(i)) {
+				t.Fatalf("Query: %+v; want %+v", d, filledDoc(i))
 			}
 		}
-		listed += len(page.Movies)
+		listed += len(page.Docs)
 		if page.Next == nil {
 			break
 		}
 		q.After = page.Next
 	}
-	if rangeErr == nil && listed != n {
-		t.Errorf("Range listed %d movies and no error; want all %d or an error", listed, n)
+	switch {
+	case queryErr == nil && listed != n:
+		t.Errorf("Query listed %d documents and no error; want all %d or an error", listed, n)
+	case queryErr != nil && !errors.Is(queryErr, ErrCorrupt):
+		t.Fatalf("Query: %v; want the documents or ErrCorrupt", queryErr)
+	case queryErr == nil && corrupt == 0:
+		t.Fatalf("no read failed: the damage at offset %d of %s was not where documents or index entries are (the test did not inject what it claims)", size/3, biggest)
 	}
-	t.Logf("%d of %d movies unreadable after 4 KiB of damage in %s; a full range query: %d listed, %v", corrupt, n, filepath.Base(biggest), listed, rangeErr)
+	if _, err := tb.Load(ctx, keys); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Load of every document: %v; want ErrCorrupt", err)
+	}
+	t.Logf("%d of %d documents unreadable after 4 KiB of damage in %s; a full query: %d listed, %v", corrupt, n, filepath.Base(biggest), listed, queryErr)
 }
 
 // TestCorruptStoreCondemnedAndRebuilt checks what follows the first
 // corruption a store meets: every later call fails with ErrCorrupt (the
-// movies it answered before included: nothing it holds is trusted), the
+// documents it answered before included: nothing it holds is trusted), the
 // marker survives the process, an Open without WithRebuildCorrupt refuses
 // the store and leaves its files, and an Open with it wipes the store and
 // opens it empty and writable, once.
@@ -119,15 +107,23 @@ func TestCorruptStoreCondemnedAndRebuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-s.Warmed()
-	first := int64(0)
-	for id := int64(1); id <= n && first == 0; id++ {
-		if _, err := s.Get(ctx, id); errors.Is(err, ErrCorrupt) {
-			first = id
-		}
+	tb := mustTable(t, s, ordersSpec)
+	<-tb.cache.warmed
+	met := false
+	for i := 0; i < n && !met; i++ {
+		_, err := tb.Get(ctx, filledDoc(i).Key)
+		met = errors.Is(err, ErrCorrupt)
 	}
-	if first == 0 {
-		t.Fatal("no Get met the damage")
+	for q := (engine.IndexQuery{Index: "total", Limit: 1000}); !met; {
+		page, err := tb.Query(ctx, q)
+		met = errors.Is(err, ErrCorrupt)
+		if err != nil || page.Next == nil {
+			break
+		}
+		q.After = page.Next
+	}
+	if !met {
+		t.Fatal("no Get nor query met the damage")
 	}
 	select {
 	case <-s.Condemned():
@@ -137,18 +133,21 @@ func TestCorruptStoreCondemnedAndRebuilt(t *testing.T) {
 	if err := s.CondemnedErr(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("CondemnedErr() = %v; want ErrCorrupt", err)
 	}
-	for _, id := range []int64{1, n / 2, n} {
-		if _, err := s.Get(ctx, id); !errors.Is(err, ErrCorrupt) {
-			t.Errorf("Get(%d) after the store met corruption: %v; want ErrCorrupt", id, err)
+	for _, i := range []int{0, n / 2, n - 1} {
+		if _, err := tb.Get(ctx, filledDoc(i).Key); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("Get(%d) after the store met corruption: %v; want ErrCorrupt", i, err)
 		}
 	}
-	epoch, err := s.Claim(ctx, 0)
+	epoch, err := tb.Claim(ctx, 0)
 	if !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Claim after the store met corruption: %v; want ErrCorrupt", err)
 	}
-	err = s.Apply(ctx, engine.Batch{Partition: 0, Epoch: epoch, Docs: []engine.MovieStats{syntheticMovie(1, 2)}, Checkpoint: n + 1})
+	err = tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: []engine.Doc{filledDoc(1)}, Checkpoint: n + 1})
 	if !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Apply after the store met corruption: %v; want ErrCorrupt", err)
+	}
+	if _, err := s.OpenTable(ctx, ordersSpec); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("OpenTable after the store met corruption: %v; want ErrCorrupt", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close of a condemned store: %v", err)
@@ -171,13 +170,14 @@ func TestCorruptStoreCondemnedAndRebuilt(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, corruptMarker)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("marker after the rebuild: %v; want it gone", err)
 	}
-	if _, ok, err := s.Checkpoint(ctx, 0); err != nil || ok {
+	tb = mustTable(t, s, ordersSpec)
+	if _, ok, err := tb.Checkpoint(ctx, 0); err != nil || ok {
 		t.Errorf("Checkpoint(0) of the rebuilt store = ok %v, %v; want none (an empty store, restored from the changelog)", ok, err)
 	}
-	if _, err := s.Get(ctx, 1); !errors.Is(err, engine.ErrNotFound) {
-		t.Errorf("Get(1) of the rebuilt store: %v; want ErrNotFound", err)
+	if _, err := tb.Get(ctx, filledDoc(1).Key); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("Get of the rebuilt store: %v; want ErrNotFound", err)
 	}
-	fill(t, s, 100, 100)
+	fillTable(t, tb, 100, 100)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +186,10 @@ func TestCorruptStoreCondemnedAndRebuilt(t *testing.T) {
 		t.Fatalf("reopen of the rebuilt store: %v", err)
 	}
 	defer s.Close()
-	want := syntheticMovie(100, 1)
-	if m, err := s.Get(ctx, 100); err != nil || m.Count != want.Count || m.Sum != want.Sum {
-		t.Errorf("Get(100) after reopening the rebuilt store = %+v, %v; want %+v", m, err, want)
+	tb = mustTable(t, s, ordersSpec)
+	want := orderDoc(99, 0, 1)
+	if got, err := tb.Get(ctx, want.Key); err != nil || !sameTableDoc(got, want) {
+		t.Errorf("Get(%q) after reopening the rebuilt store = %+v, %v; want %+v", want.Key, got, err, want)
 	}
 }
 
@@ -213,7 +214,7 @@ func TestCorruptMarkerWithoutStore(t *testing.T) {
 				t.Fatalf("Open: %v; want an empty store", err)
 			}
 			defer s.Close()
-			fill(t, s, 10, 10)
+			fillTable(t, mustTable(t, s, ordersSpec), 10, 10)
 			select {
 			case <-s.Condemned():
 				t.Fatalf("a rebuilt store is condemned: %v", s.CondemnedErr())
@@ -257,15 +258,24 @@ func TestCorruptManifestOnOpen(t *testing.T) {
 				t.Fatalf("Open with rebuild: %v; want an empty store", err)
 			}
 			defer s.Close()
-			if _, err := s.Get(context.Background(), 1); !errors.Is(err, engine.ErrNotFound) {
-				t.Errorf("Get(1) of the rebuilt store: %v; want ErrNotFound", err)
+			tb := mustTable(t, s, ordersSpec)
+			if _, err := tb.Get(context.Background(), filledDoc(1).Key); !errors.Is(err, engine.ErrNotFound) {
+				t.Errorf("Get of the rebuilt store: %v; want ErrNotFound", err)
 			}
 		})
 	}
 }
 
-// filledDir returns the directory of a closed store holding movies 1..n,
-// written in batches of batch.
+// filledDoc is order i at version 1 with a value of about 600 bytes, so
+// that documents fill most of a store's files (damage lands there).
+func filledDoc(i int) engine.Doc {
+	d := orderDoc(i, 0, 1)
+	d.Value = fmt.Appendf(d.Value, "%0550d", i)
+	return d
+}
+
+// filledDir returns the directory of a closed store whose table orders
+// holds filledDoc 0..n-1 in partition 0, written in batches of batch.
 func filledDir(t *testing.T, n, batch int) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -273,7 +283,21 @@ func filledDir(t *testing.T, n, batch int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fill(t, s, n, batch)
+	tb := mustTable(t, s, ordersSpec)
+	ctx := context.Background()
+	epoch, err := tb.Claim(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := 0; start < n; start += batch {
+		var docs []engine.Doc
+		for i := start; i < min(start+batch, n); i++ {
+			docs = append(docs, filledDoc(i))
+		}
+		if err := tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: int64(start + len(docs))}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

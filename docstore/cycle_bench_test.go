@@ -17,10 +17,8 @@ import (
 // 1M-movie run: on a restored store of benchDocs movies, rounds of 1000
 // random movies per partition, each loaded (Load, as the engine does for
 // movies its cache dropped) and written back one rating later (Apply,
-// fsync on). "movies" runs it on the movie store, "table" on a table with
-// the movie job's spec (movies.Spec): the tables' layout, a smaller
-// Clover document and 26-byte index entries of our own instead of Clover's
-// 93-byte rank entries. cpu-µs/update includes the engine's background
+// fsync on), on a table with the movie job's spec (movies.Spec).
+// cpu-µs/update includes the engine's background
 // compactions; written-B/update is what Pebble flushed and compacted per
 // update (its write amplification); query-µs is a 100-movie range query
 // on the tree the rounds left; -v logs Pebble's metrics. Numbers in
@@ -29,53 +27,13 @@ import (
 //	go test -run '^$' -bench BenchmarkUniformCycle -benchtime 130x ./docstore
 func BenchmarkUniformCycle(b *testing.B) {
 	ctx := context.Background()
-	b.Run("movies", func(b *testing.B) {
-		s, n := cycleStore(b)
-		if err := restore(ctx, s, n); err != nil { // claims each partition
-			b.Fatal(err)
-		}
-		epochs := claimCycle(b, func(p int32) (int64, error) { return s.Claim(ctx, p) })
-		var got map[int64]engine.MovieStats
-		load := func(_ int32, ids []int64) error {
-			var err error
-			got, err = s.Load(ctx, ids)
-			if err == nil && len(got) != len(ids) {
-				err = fmt.Errorf("load: %d of %d", len(got), len(ids))
-			}
-			return err
-		}
-		apply := func(p int32, ids []int64, r *rand.Rand, checkpoint int64) error {
-			docs := make([]engine.MovieStats, 0, len(ids))
-			for _, id := range ids {
-				m := got[id]
-				m.Version++
-				m.Count++
-				m.Sum += float64(1 + r.IntN(10))
-				m.Sources = map[int32]int64{p: m.Version}
-				docs = append(docs, m)
-			}
-			return s.Apply(ctx, engine.Batch{Partition: p, Epoch: epochs[p], Docs: docs, Checkpoint: checkpoint})
-		}
-		query := func(lo, hi float64) (int, error) {
-			page, err := s.Range(ctx, engine.RangeQuery{MinAvg: lo, MaxAvg: hi, Limit: cycleQueryLimit})
-			return len(page.Movies), err
-		}
-		runUniformCycle(b, s, n, load, apply, query)
-	})
 	b.Run("table", func(b *testing.B) {
 		s, n := cycleStore(b)
 		tb := mustTable(b, s, movies.Spec)
-		epochs := claimCycle(b, func(p int32) (int64, error) { return tb.Claim(ctx, p) })
-		err := restoreLog(n, func(bt engine.Batch) error {
-			docs := make([]engine.Doc, len(bt.Docs))
-			for i, m := range bt.Docs {
-				docs[i] = movieTableDoc(m.MovieID, bt.Partition, m.Version, m.Count, m.Sum)
-			}
-			return tb.Apply(ctx, engine.DocBatch{Partition: bt.Partition, Epoch: epochs[bt.Partition], Docs: docs, Checkpoint: bt.Checkpoint, Replay: true})
-		})
-		if err != nil {
+		if err := restoreTable(ctx, tb, n); err != nil { // claims each partition
 			b.Fatal(err)
 		}
+		epochs := claimCycle(b, func(p int32) (int64, error) { return tb.Claim(ctx, p) })
 		var got map[string]engine.Doc
 		load := func(_ int32, ids []int64) error {
 			keys := make([][]byte, len(ids))
@@ -131,15 +89,6 @@ func claimCycle(b *testing.B, claim func(p int32) (int64, error)) map[int32]int6
 		epochs[p] = e
 	}
 	return epochs
-}
-
-// movieTableDoc is a movie as the movie job stores it in a table: a
-// 16-byte value (count, sum) and its average as the one index value.
-func movieTableDoc(id int64, p int32, version, count int64, sum float64) engine.Doc {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(count))
-	v = binary.BigEndian.AppendUint64(v, math.Float64bits(sum))
-	return engine.Doc{Key: movies.Key(id), Partition: p, Version: version,
-		Sources: map[int32]int64{p: version}, Value: v, Index: []engine.IndexValue{engine.Num(sum / float64(count))}}
 }
 
 // cycleQueries and cycleQueryLimit shape the queries that end a

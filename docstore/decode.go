@@ -3,69 +3,11 @@ package docstore
 import (
 	"encoding/binary"
 	"math"
-
-	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/internal/moviedoc"
 )
 
-// decodeMovie reads a movie document in the layout docEncoder writes (a
-// msgpack map of string keys to integers, floats, strings and one nested
-// map of partition strings to offsets) straight into a MovieStats,
-// without building Clover's map[string]interface{} first: that decoding
-// was a third of the cost of reading a document. ok is false for anything
-// it does not know (an unknown field or type, a missing field, a
-// truncated document); the caller then decodes with Clover, so a read
-// never depends on this fast path. It is pure and allocates only the
-// Sources map.
-func decodeMovie(b []byte) (m engine.MovieStats, ok bool) {
-	r := mpReader{b: b}
-	n, ok := r.mapLen()
-	if !ok {
-		return m, false
-	}
-	const need = 1<<5 - 1 // movieId, partition, count, sum, version
-	seen := 0
-	for range n {
-		key, ok := r.str()
-		if !ok {
-			return m, false
-		}
-		switch string(key) {
-		case moviedoc.FieldMovie:
-			m.MovieID, ok = r.int()
-			seen |= 1
-		case moviedoc.FieldPartition:
-			var p int64
-			p, ok = r.int()
-			ok = ok && p >= 0 && p <= math.MaxInt32
-			m.Partition = int32(p)
-			seen |= 2
-		case moviedoc.FieldCount:
-			m.Count, ok = r.int()
-			seen |= 4
-		case moviedoc.FieldVersion:
-			m.Version, ok = r.int()
-			seen |= 8
-		case moviedoc.FieldSum:
-			m.Sum, ok = r.float()
-			seen |= 16
-		case moviedoc.FieldAvg:
-			_, ok = r.float()
-		case moviedoc.FieldID, fieldRank:
-			_, ok = r.str()
-		case moviedoc.FieldSources:
-			m.Sources, ok = r.sources()
-		default:
-			return m, false
-		}
-		if !ok {
-			return m, false
-		}
-	}
-	return m, seen == need && r.done()
-}
-
-// mpReader reads the few msgpack formats a movie document uses.
+// mpReader reads the few msgpack formats stored documents use: table
+// documents (decodeTableDoc) and the movie layout's (decodeOldMovie). Its
+// methods report false for anything else or a truncated input.
 type mpReader struct {
 	b []byte
 	i int
@@ -202,8 +144,8 @@ func (r *mpReader) float() (float64, bool) {
 	return float64(v), ok
 }
 
-// sources reads the partition → offset map; nil when it is empty, as
-// moviedoc.FromDocument returns it.
+// sources reads the partition → offset map (decimal partition strings);
+// nil when it is empty.
 func (r *mpReader) sources() (map[int32]int64, bool) {
 	n, ok := r.mapLen()
 	if !ok {

@@ -24,24 +24,24 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("Open on a small volume: %v", err)
 	}
 	defer func() { s.Close() }()
-	epoch, err := s.Claim(ctx, 0)
+	tb := mustTable(t, s, ordersSpec)
+	epoch, err := tb.Claim(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const perBatch = 200
-	batch := func(k int64) engine.Batch {
-		docs := make([]engine.MovieStats, perBatch)
+	batch := func(k int64) engine.DocBatch {
+		docs := make([]engine.Doc, perBatch)
 		for i := range docs {
-			id := k*perBatch + int64(i)
-			docs[i] = engine.MovieStats{MovieID: id, Count: k, Sum: float64(k * 7), Version: k}
+			docs[i] = orderDoc(int(k)*perBatch+i, 0, k)
 		}
-		return engine.Batch{Epoch: epoch, Docs: docs, Checkpoint: k}
+		return engine.DocBatch{Epoch: epoch, Docs: docs, Checkpoint: k}
 	}
 
 	var full int64
 	var applyErr error
 	for k := int64(1); k <= 10000 && full == 0; k++ {
-		if applyErr = s.Apply(ctx, batch(k)); applyErr != nil {
+		if applyErr = tb.Apply(ctx, batch(k)); applyErr != nil {
 			full = k
 		}
 	}
@@ -58,31 +58,31 @@ func TestDiskFull(t *testing.T) {
 
 	check := func(wantNext int64) {
 		t.Helper()
-		next, ok, err := s.Checkpoint(ctx, 0)
+		next, ok, err := tb.Checkpoint(ctx, 0)
 		if err != nil || !ok || next != wantNext {
 			t.Fatalf("checkpoint = %d, %v, %v; want %d", next, ok, err, wantNext)
 		}
 		last := batch(wantNext).Docs[perBatch-1]
-		if got, err := s.Get(ctx, last.MovieID); err != nil || got.Count != last.Count {
-			t.Fatalf("movie %d of the last whole batch: %+v, %v; want count %d", last.MovieID, got, err, last.Count)
+		if got, err := tb.Get(ctx, last.Key); err != nil || !sameTableDoc(got, last) {
+			t.Fatalf("key %q of the last whole batch: %+v, %v; want %+v", last.Key, got, err, last)
 		}
-		if _, err := s.Get(ctx, (wantNext+1)*perBatch); !errors.Is(err, engine.ErrNotFound) {
-			t.Fatalf("movie of the batch after it: %v; want ErrNotFound", err)
+		if _, err := tb.Get(ctx, batch(wantNext + 1).Docs[0].Key); !errors.Is(err, engine.ErrNotFound) {
+			t.Fatalf("key of the batch after it: %v; want ErrNotFound", err)
 		}
-		if err := checkIndexAgrees(s); err != nil {
-			t.Fatalf("index after checkpoint %d: %v", wantNext, err)
+		if _, err := rawTableState(s, tb); err != nil {
+			t.Fatalf("keys after checkpoint %d: %v", wantNext, err)
 		}
 	}
 	check(full - 1)
 
 	// Still full: a retry fails the same way and changes nothing.
-	if err := s.Apply(ctx, batch(full)); !errors.Is(err, engine.ErrUnavailable) {
+	if err := tb.Apply(ctx, batch(full)); !errors.Is(err, engine.ErrUnavailable) {
 		t.Fatalf("retry on the full volume = %v; want ErrUnavailable", err)
 	}
 	check(full - 1)
 
 	vol.Resize(t, DefaultDiskReserve+128<<20)
-	if err := s.Apply(ctx, batch(full)); err != nil {
+	if err := tb.Apply(ctx, batch(full)); err != nil {
 		t.Fatalf("Apply after growing the volume: %v", err)
 	}
 	check(full)
@@ -93,5 +93,6 @@ func TestDiskFull(t *testing.T) {
 	if s, err = Open(vol.Dir); err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
+	tb = mustTable(t, s, ordersSpec)
 	check(full)
 }

@@ -52,10 +52,11 @@ func TestHalfCreatedStore(t *testing.T) {
 			}
 			defer s.Close()
 			ctx := context.Background()
-			if _, err := s.Claim(ctx, 0); err != nil {
+			tb := mustTable(t, s, ordersSpec)
+			if _, err := tb.Claim(ctx, 0); err != nil {
 				t.Fatalf("Claim on the remade store: %v", err)
 			}
-			if _, ok, err := s.Checkpoint(ctx, 0); err != nil || ok {
+			if _, ok, err := tb.Checkpoint(ctx, 0); err != nil || ok {
 				t.Errorf("Checkpoint(0) = ok %v, err %v; want none in a new store", ok, err)
 			}
 		})

@@ -12,46 +12,45 @@ import (
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // restoreParts is how many partitions the bulk-load crash test restores,
 // round robin, as a restore of several partitions interleaves them.
 const restoreParts = 3
 
-// restoreBatch is batch k of partition p of the bulk-load crash test:
-// 100 movies of a pool of 1000 per partition, each at version k, so that
-// later batches rewrite movies written by earlier ones (and their rank
-// entries move) and add new ones.
-func restoreBatch(p int32, k int64) []engine.MovieStats {
-	docs := make([]engine.MovieStats, 100)
+// restoreBatch is batch k of partition p of the bulk-load crash test, in
+// a table of the movie job's spec: 100 movies of a pool of 1000 per
+// partition, each at version k, so that later batches rewrite movies
+// written by earlier ones (and their index entries move) and add new ones.
+func restoreBatch(p int32, k int64) []engine.Doc {
+	docs := make([]engine.Doc, 100)
 	for j := range docs {
 		id := int64(p)*100_000 + (k*37+int64(j)*11)%1000
-		m := syntheticMovie(id, k)
-		m.Partition = p
-		docs[j] = m
+		docs[j] = benchMovie(id, p, k)
 	}
 	return docs
 }
 
-// restoreState is what partition p holds after its batches 1..c.
-func restoreState(p int32, c int64) map[int64]engine.MovieStats {
-	out := map[int64]engine.MovieStats{}
+// restoreState is what partition p holds after its batches 1..c, by key.
+func restoreState(p int32, c int64) map[string]engine.Doc {
+	out := map[string]engine.Doc{}
 	for k := int64(1); k <= c; k++ {
-		for _, m := range restoreBatch(p, k) {
-			out[m.MovieID] = m
+		for _, d := range restoreBatch(p, k) {
+			out[string(d.Key)] = d
 		}
 	}
 	return out
 }
 
 // runRestoreHelper is the child of TestCrashDuringBulkLoad: it claims the
-// partitions of an empty store and replays batches into them round robin
+// partitions of an empty table and replays batches into them round robin
 // for ever. Every 4 rounds it reads a checkpoint, which writes the
 // buffered load out, and reports the round as durable.
-func runRestoreHelper(ctx context.Context, s *Store, fail func(string, ...any)) {
+func runRestoreHelper(ctx context.Context, tb engine.Table, fail func(string, ...any)) {
 	epochs := make([]int64, restoreParts)
 	for p := range int32(restoreParts) {
-		e, err := s.Claim(ctx, p)
+		e, err := tb.Claim(ctx, p)
 		if err != nil {
 			fail("claim: %v", err)
 		}
@@ -60,14 +59,14 @@ func runRestoreHelper(ctx context.Context, s *Store, fail func(string, ...any)) 
 	for k := int64(1); ; k++ {
 		fmt.Printf("begin %d\n", k)
 		for p := range int32(restoreParts) {
-			b := engine.Batch{Partition: p, Epoch: epochs[p], Docs: restoreBatch(p, k), Checkpoint: k, Replay: true}
-			if err := s.Apply(ctx, b); err != nil {
+			b := engine.DocBatch{Partition: p, Epoch: epochs[p], Docs: restoreBatch(p, k), Checkpoint: k, Replay: true}
+			if err := tb.Apply(ctx, b); err != nil {
 				fail("apply %d: %v", k, err)
 			}
 		}
 		if k%4 == 0 {
 			fmt.Printf("writing %d\n", k)
-			if _, _, err := s.Checkpoint(ctx, 0); err != nil {
+			if _, _, err := tb.Checkpoint(ctx, 0); err != nil {
 				fail("checkpoint: %v", err)
 			}
 			fmt.Printf("durable %d\n", k)
@@ -76,11 +75,12 @@ func runRestoreHelper(ctx context.Context, s *Store, fail func(string, ...any)) 
 }
 
 // TestCrashDuringBulkLoad kills a child restoring three partitions into an
-// empty store (the buffered, ingested bulk-load path) with SIGKILL at
+// empty table (the buffered, ingested bulk-load path) with SIGKILL at
 // random moments, each time in a new directory. After each kill every
 // partition must hold exactly its batches up to its checkpoint (no
 // checkpoint: no document), at least the rounds reported durable and at
-// most the rounds begun, with the rank index agreeing with a scan.
+// most the rounds begun, with index entries and members keys agreeing
+// with the documents.
 func TestCrashDuringBulkLoad(t *testing.T) {
 	const kills = 10
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
@@ -144,17 +144,20 @@ func TestCrashDuringBulkLoad(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reopen after kill %d: %v", i, err)
 		}
+		tb := mustTable(t, s, movies.Spec)
 		var found []int64
+		var all []engine.Doc
 		for p := range int32(restoreParts) {
-			c := checkRestoredPartition(t, s, p, durable, begun)
+			c := checkRestoredPartition(t, tb, p, durable, begun)
 			found = append(found, c)
 			if c < begun {
 				partial++
 			}
+			for _, d := range restoreState(p, c) {
+				all = append(all, d)
+			}
 		}
-		if err := checkIndexAgrees(s); err != nil {
-			t.Fatalf("kill %d: %v", i, err)
-		}
+		wantTableDocs(t, s, tb, all)
 		t.Logf("kill %d: during a write-out %v; rounds durable %d, begun %d; partitions hold rounds %v", i, last == "writing", durable, begun, found)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
@@ -171,10 +174,10 @@ func TestCrashDuringBulkLoad(t *testing.T) {
 
 // checkRestoredPartition checks partition p after a kill and returns its
 // checkpoint (0: none).
-func checkRestoredPartition(t *testing.T, s *Store, p int32, durable, begun int64) int64 {
+func checkRestoredPartition(t *testing.T, tb engine.Table, p int32, durable, begun int64) int64 {
 	t.Helper()
 	ctx := context.Background()
-	c, ok, err := s.Checkpoint(ctx, p)
+	c, ok, err := tb.Checkpoint(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,20 +188,20 @@ func checkRestoredPartition(t *testing.T, s *Store, p int32, durable, begun int6
 		t.Fatalf("partition %d: checkpoint %d (present %v); want between the durable round %d and the begun round %d", p, c, ok, durable, begun)
 	}
 	want := restoreState(p, c)
-	pool := make([]int64, 1000)
+	pool := make([][]byte, 1000)
 	for j := range pool {
-		pool[j] = int64(p)*100_000 + int64(j)
+		pool[j] = movies.Key(int64(p)*100_000 + int64(j))
 	}
-	got, err := s.Load(ctx, pool)
+	got, err := tb.Load(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != len(want) {
 		t.Fatalf("partition %d at checkpoint %d holds %d movies; want %d", p, c, len(got), len(want))
 	}
-	for id, w := range want {
-		if g := got[id]; g.Version != w.Version || g.Count != w.Count || g.Sum != w.Sum {
-			t.Fatalf("partition %d at checkpoint %d: movie %d is %+v; want %+v", p, c, id, g, w)
+	for k, w := range want {
+		if g := got[k]; !sameTableDoc(g, w) {
+			t.Fatalf("partition %d at checkpoint %d: key %x is %+v; want %+v", p, c, k, g, w)
 		}
 	}
 	return c
@@ -206,20 +209,22 @@ func checkRestoredPartition(t *testing.T, s *Store, p int32, durable, begun int6
 
 // TestBulkLoadWrittenOutWhenIdle checks that a buffered bulk load is
 // written out by itself once no bulk batch follows (the engine does not
-// say when a restore ends), without any other call on the store.
+// say when a restore ends), without any other call on the table: one
+// ingestion (the reading path ingests nothing) and nothing buffered.
 func TestBulkLoadWrittenOutWhenIdle(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
-	epoch, err := s.Claim(ctx, 1)
+	tb := mustTable(t, s, movies.Spec)
+	epoch, err := tb.Claim(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, engine.Batch{Partition: 1, Epoch: epoch, Docs: restoreBatch(1, 1), Checkpoint: 1, Replay: true}); err != nil {
+	if err := tb.Apply(ctx, engine.DocBatch{Partition: 1, Epoch: epoch, Docs: restoreBatch(1, 1), Checkpoint: 1, Replay: true}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 5*time.Second, "buffered load written out", func() error {
-		if n, b := s.counts.ingests.Load(), s.buffered.Load(); n != 1 || b {
+		if n, b := s.counts.ingests.Load(), tb.cache.buffered.Load(); n != 1 || b {
 			return fmt.Errorf("%d ingests, still buffered %v", n, b)
 		}
 		return nil

@@ -6,14 +6,13 @@ import (
 )
 
 // The store keeps everything in one ordered key space of the log-structured
-// engine, split by a one-byte namespace prefix.
+// engine, split by a one-byte namespace prefix. 'b', 'e' and 'm' held the
+// movie layout's checkpoints, epochs and members: only the migration
+// (migrate.go) reads them, and nothing else may use them.
 const (
-	nsMeta        byte = 'a' // format marker
-	nsCheckpoints byte = 'b' // partition -> next changelog offset
-	nsEpochs      byte = 'e' // partition -> last claimed epoch
-	nsMembers     byte = 'm' // partition, movie -> ordered average (for DropPartition)
-	nsTables      byte = 't' // tables' specs, epochs, checkpoints, members, index entries (table_layout.go)
-	nsClover      byte = 'z' // Clover's own keys (documents, index entries, metadata)
+	nsMeta   byte = 'a' // format marker, migration record
+	nsTables byte = 't' // tables' specs, epochs, checkpoints, members, index entries (table_layout.go)
+	nsClover byte = 'z' // Clover's own keys (documents, metadata)
 )
 
 // kv is the ordered key-value engine under the store: Pebble in
@@ -107,11 +106,6 @@ func nsKey(ns byte, key []byte) []byte {
 
 // nsUpper returns the first key after namespace ns.
 func nsUpper(ns byte) []byte { return []byte{ns + 1} }
-
-// partitionKey returns the key of partition p under namespace ns.
-func partitionKey(ns byte, p int32) []byte {
-	return binary.BigEndian.AppendUint32([]byte{ns}, uint32(p))
-}
 
 // prefixUpper returns the smallest key greater than every key with prefix.
 func prefixUpper(prefix []byte) []byte {

@@ -8,7 +8,7 @@ import (
 // TestMemoryReportsPebble checks Store.Memory: the configured block cache
 // and memtable sizes, at least the one memtable being written (Pebble's
 // first ones are smaller than the configured size), a block
-// cache that holds what a read of stored movies brought in, and zero once
+// cache that holds what a read of stored documents brought in, and zero once
 // the store is closed.
 func TestMemoryReportsPebble(t *testing.T) {
 	const cacheSize, memtable = 8 << 20, 4 << 20
@@ -17,12 +17,16 @@ func TestMemoryReportsPebble(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-s.Warmed()
-	ids := make([]int64, 2000)
-	for i := range ids {
-		ids[i] = int64(i + 1)
+	tb := mustTable(t, s, ordersSpec)
+	<-tb.cache.warmed
+	keys := make([][]byte, 2000)
+	for i := range keys {
+		keys[i] = orderDoc(i, 0, 1).Key
 	}
-	if _, err := s.Load(context.Background(), ids); err != nil {
+	s.wmu.Lock()
+	s.tcache.clear(tb.cache) // Load reads the store
+	s.wmu.Unlock()
+	if _, err := tb.Load(context.Background(), keys); err != nil {
 		t.Fatal(err)
 	}
 	m := s.Memory()
@@ -33,7 +37,7 @@ func TestMemoryReportsPebble(t *testing.T) {
 		t.Errorf("Memory() memtables: %d holding %d bytes; want at least 1, each of at most %d bytes", m.MemtableCount, m.Memtables, memtable)
 	}
 	if m.BlockCache <= 0 || m.BlockCache > m.BlockCacheMax {
-		t.Errorf("Memory().BlockCache = %d after reading 2000 stored movies; want in (0, %d]", m.BlockCache, m.BlockCacheMax)
+		t.Errorf("Memory().BlockCache = %d after reading 2000 stored documents; want in (0, %d]", m.BlockCache, m.BlockCacheMax)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -14,9 +14,7 @@ import (
 )
 
 // The movie migration moves the movie job's state from the movie layout
-// (one Clover document per movie in the "movies" collection, its rank
-// index, members keys, and checkpoints and claim epochs in namespaces of
-// their own; see doc.go) into the table "movies" (movieTableSpec, the
+// of earlier versions into the table "movies" (movieTableSpec, the
 // layout of table_layout.go), without replaying the changelog: every
 // movie becomes the document the movie job's table holds (Doc.Key the
 // 8-byte big-endian id, Doc.Value count and sum bits, 16 bytes big-endian,
@@ -25,8 +23,17 @@ import (
 // returns an epoch above every epoch claimed on the movie layout (an old
 // writer stays fenced).
 //
-// It runs inside Open (WithMovieMigration), before the Store exists, so
-// nothing else reads or writes meanwhile. It is crash-safe and
+// The movie layout held one Clover document per movie in the "movies"
+// collection (_id a UUID whose first 16 hex digits are the movie id
+// offset by the sign bit; fields movieId, partition, count, sum, avg,
+// version, sources, rank), Clover's index entries on rank, and, outside
+// Clover, one key per partition for checkpoints ('b') and claim epochs
+// ('e') and one members key per movie ('m', partition then movie id).
+//
+// It runs inside every Open that finds the movie layout, before the Store
+// exists, so nothing else reads or writes meanwhile (Open holds the
+// directory while it migrates: about 12 s per million movies). It is
+// crash-safe and
 // idempotent, in three steps, each a batch that records how far it got
 // under migrationKey:
 //
@@ -40,7 +47,8 @@ import (
 //     layout's key order, each batch recording the last key copied and
 //     the count so far.
 //  3. finish (synced): set the collection size, delete every key of the
-//     movie layout (range deletions) and the record.
+//     movie layout (range deletions, and the movies collection's
+//     metadata) and the record.
 //
 // A crash before step 1 commits leaves the movie layout alone; after it,
 // the next Open finds the record and resumes the copy after the last key
@@ -51,14 +59,14 @@ import (
 // (decodeOldMovie, on mpReader, the msgpack reader table documents use
 // too) and names the movie layout's keys itself (old* below), so it keeps
 // working once the movie layout's code is gone; it writes with the table
-// code (tableWriter). At 1M movies it takes about 12 s (7.6 s of CPU) on
+// code (tableWriter). At 1M movies it took 11.7 s (7.6 s of CPU) on
 // 2 cores (TestMigrateMeasure).
 
 // movieTableSpec is the spec of the table the movies move into: the movie
 // job's table.
 var movieTableSpec = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}, TiesAscending: true}
 
-// Keys of the movie layout (see doc.go and kv.go).
+// Keys of the movie layout (namespaces of kv.go no longer used otherwise).
 const (
 	oldCheckpoints byte = 'b' // partition -> next changelog offset
 	oldEpochs      byte = 'e' // partition -> last claimed epoch
@@ -77,7 +85,8 @@ var (
 )
 
 // oldRanges are the key ranges of the movie layout. The collection's
-// metadata is not one: an empty store holds it too.
+// metadata is not one: an empty store of the movie layout holds it, and
+// holds nothing to migrate (finish deletes it with the rest).
 func oldRanges() [][2][]byte {
 	return [][2][]byte{
 		{oldClover, prefixUpper(oldClover)},
@@ -97,22 +106,10 @@ var migrateBatchDocs = 8192
 // step.
 var ErrMigration = errors.New("docstore: movie migration failed")
 
-// WithMovieMigration sets whether Open moves the movies from the movie
-// layout into the table "movies" (see migrate.go), for a program that
-// serves the movie job from Store.OpenTable with the spec
-// {Name: "movies", Indexes: [avg number], TiesAscending: true} instead of
-// the movie Store methods, which see an empty store afterwards: a program
-// that still uses them must leave it off, or every start would empty them
-// and restore the movies from the changelog. Off by default. Open holds
-// the directory while it migrates (about 12 s per million movies).
-func WithMovieMigration(on bool) Option { return func(o *options) { o.movieMigration = on } }
-
-// migrateOnOpen runs the migration when o asks for it. A checksum failure
-// is ErrCorrupt, as in the rest of open.
-func migrateOnOpen(db kv, o options, log *slog.Logger) error {
-	if !o.movieMigration {
-		return nil
-	}
+// migrateOnOpen runs the migration when db holds the movie layout (or a
+// migration under way). A checksum failure is ErrCorrupt, as in the rest
+// of open.
+func migrateOnOpen(db kv, log *slog.Logger) error {
 	err := movieMigration{db: db, log: log, batch: migrateBatchDocs}.run()
 	if err != nil && pebble.IsCorruptionError(err) {
 		return fmt.Errorf("%w: a file failed its checksum: %w", ErrCorrupt, err)
@@ -342,14 +339,8 @@ func (m movieMigration) finish(st migrationState) error {
 			return err
 		}
 	}
-	raw, err := b.get(oldCollKey)
-	if err != nil {
+	if err := b.del(oldCollKey); err != nil { // a new store has no movies collection
 		return err
-	}
-	if raw != nil { // kept, empty, as a new store has it
-		if err := setCollectionSize(b, oldCollKey, 0); err != nil {
-			return err
-		}
 	}
 	if err := b.del(migrationKey); err != nil {
 		return err

@@ -18,8 +18,8 @@ import (
 
 // TestMigrateEpochsAlone migrates a movie layout that holds claims and
 // nothing else (partitions claimed, never written), and a store with no
-// movie layout at all (created without the migration): the first gets
-// the table with its epochs, the second no table.
+// movie layout at all (a new one): the first gets the table with its
+// epochs, the second no table.
 func TestMigrateEpochsAlone(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -130,8 +130,8 @@ func TestDecodeOldMovie(t *testing.T) {
 }
 
 // TestMigrateKeepsRefusingOldStore opens a data directory holding only a
-// store from before Pebble with the migration on: it is still refused
-// with ErrOldStore, naming `keepstate reset`.
+// store from before Pebble: the migration does not change that it is
+// refused with ErrOldStore, naming `keepstate reset`.
 func TestMigrateKeepsRefusingOldStore(t *testing.T) {
 	dir := t.TempDir()
 	writeV1Store(t, dir)
@@ -142,10 +142,10 @@ func TestMigrateKeepsRefusingOldStore(t *testing.T) {
 }
 
 // TestMigrateAgainOverTable migrates the fixture, then finds the movie
-// layout written again (a program without the migration ran on the
-// directory and restored the movies from the changelog): the next
-// migrating Open rebuilds the table from the movie layout, the newer
-// state, keeping the higher epoch of each partition.
+// layout written again (a version from before the migration ran on the
+// directory and restored the movies from the changelog): the next Open
+// rebuilds the table from the movie layout, the newer state, keeping the
+// higher epoch of each partition.
 func TestMigrateAgainOverTable(t *testing.T) {
 	ctx := context.Background()
 	dir, want := loadFixture(t)
@@ -208,31 +208,36 @@ func TestMigrateAgainOverTable(t *testing.T) {
 	checkOrders(t, s, want.Orders)
 }
 
-// TestMigrateRefusesOtherMoviesTable opens the fixture, which holds a
-// table "movies" with other indexes, with the migration on: Open fails
-// with ErrMigration (and engine.ErrInvalid, the table's own refusal) and
-// writes nothing; the movie layout is still there.
+// TestMigrateRefusesOtherMoviesTable opens the fixture after adding a
+// table "movies" with other indexes: Open fails with ErrMigration (and
+// engine.ErrInvalid, the table's own refusal) and writes nothing; the
+// movie layout is still there, and the next Open refuses it the same way.
 func TestMigrateRefusesOtherMoviesTable(t *testing.T) {
 	dir, _ := loadFixture(t)
-	s, err := Open(dir, WithFsync(false))
-	if err != nil {
+	db := openRawKV(t, dir)
+	other := &table{spec: engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "average", Kind: engine.IndexNumber}}},
+		l: newTableLayout("movies")}
+	b := db.batch()
+	if err := other.create(b); err != nil {
 		t.Fatal(err)
 	}
-	mustTable(t, s, engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "average", Kind: engine.IndexNumber}}})
-	before := rawKeys(t, s)
-	if err := s.Close(); err != nil {
+	if err := b.commit(true); err != nil {
 		t.Fatal(err)
 	}
-	_, err = openMigrating(t, dir, nil)
-	if !errors.Is(err, ErrMigration) || !errors.Is(err, engine.ErrInvalid) {
-		t.Fatalf("Open = %v; want ErrMigration and ErrInvalid", err)
-	}
-	s, err = Open(dir, WithFsync(false))
-	if err != nil {
+	b.release()
+	before := kvKeys(t, db)
+	if err := db.close(false); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	if got := rawKeys(t, s); !reflect.DeepEqual(got, before) {
+	for range 2 {
+		_, err := openMigrating(t, dir, nil)
+		if !errors.Is(err, ErrMigration) || !errors.Is(err, engine.ErrInvalid) {
+			t.Fatalf("Open = %v; want ErrMigration and ErrInvalid", err)
+		}
+	}
+	db = openRawKV(t, dir)
+	defer db.close(false)
+	if got := kvKeys(t, db); !reflect.DeepEqual(got, before) {
 		t.Fatalf("the refused migration changed the store: %d keys, %d before", len(got), len(before))
 	}
 }

@@ -121,8 +121,25 @@ func copyDir(src, dst string) error {
 // prefixes (all of them without prefixes).
 func rawKeys(t testing.TB, s *Store, prefixes ...[]byte) map[string]string {
 	t.Helper()
+	return kvKeys(t, s.kv, prefixes...)
+}
+
+// openRawKV opens the Pebble database of dir without a Store (no
+// migration, no lock); the caller closes it.
+func openRawKV(t testing.TB, dir string) kv {
+	t.Helper()
+	db, err := openPebble(filepath.Join(dir, storeDir), defaults(), slog.New(slog.DiscardHandler), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// kvKeys is rawKeys of a kv.
+func kvKeys(t testing.TB, db kv, prefixes ...[]byte) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	snap := s.kv.snapshot()
+	snap := db.snapshot()
 	defer snap.release()
 	it, err := snap.iter(nil, nil, false)
 	if err != nil {
@@ -157,22 +174,19 @@ func hasOldKeys(t testing.TB, s *Store) bool {
 	return has || len(rawKeys(t, s, migrationKey)) > 0
 }
 
-// openMigrating opens dir with the migration on, its log in logs.
+// openMigrating opens dir (which migrates what it holds of the movie
+// layout), its log in logs.
 func openMigrating(t testing.TB, dir string, logs *bytes.Buffer, opts ...Option) (*Store, error) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	if logs != nil {
 		log = slog.New(slog.NewTextHandler(logs, nil))
 	}
-	s, err := Open(dir, append([]Option{WithFsync(false), WithMovieMigration(true), WithLogger(log)}, opts...)...)
-	if err == nil {
-		<-s.Warmed()
-	}
-	return s, err
+	return Open(dir, append([]Option{WithFsync(false), WithLogger(log)}, opts...)...)
 }
 
-// TestMigrateFixture opens the fixture without the migration (the movie
-// layout stays) and with it: every movie is a document of the table
+// TestMigrateFixture reads the fixture's keys (the movie layout) and opens
+// it: every movie is a document of the table
 // "movies", exact, found by Get, Load and the avg queries in both orders;
 // each partition keeps its checkpoint, and a Claim returns an epoch above
 // the last claimed on the movie layout; the orders table is untouched key
@@ -182,21 +196,18 @@ func TestMigrateFixture(t *testing.T) {
 	ctx := context.Background()
 	dir, want := loadFixture(t)
 
-	plain, err := Open(dir, WithFsync(false))
-	if err != nil {
-		t.Fatal(err)
+	plain := openRawKV(t, dir)
+	if has, err := (movieMigration{db: plain}).hasOldLayout(); err != nil || !has {
+		t.Fatalf("the fixture holds no key of the movie layout (%v)", err)
 	}
-	if !hasOldKeys(t, plain) {
-		t.Fatal("the fixture holds no key of the movie layout")
-	}
-	if got := rawKeys(t, plain, moviesTable().l.family(tabSpec)); len(got) != 0 {
+	if got := kvKeys(t, plain, moviesTable().l.family(tabSpec)); len(got) != 0 {
 		t.Fatalf("the fixture holds a table movies before the migration: %q", got)
 	}
-	orders := rawKeys(t, plain, ordersKeys...)
+	orders := kvKeys(t, plain, ordersKeys...)
 	if len(orders) < len(want.Orders.Docs) {
 		t.Fatalf("the fixture holds %d keys of the orders table; want at least %d", len(orders), len(want.Orders.Docs))
 	}
-	if err := plain.Close(); err != nil {
+	if err := plain.close(false); err != nil {
 		t.Fatal(err)
 	}
 

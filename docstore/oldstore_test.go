@@ -143,7 +143,7 @@ func TestOpenLeavesOldStoreBesideStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, 2); err != nil {
+	if _, err := mustTable(t, s, ordersSpec).Claim(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -161,7 +161,7 @@ func TestOpenLeavesOldStoreBesideStore(t *testing.T) {
 		t.Fatalf("Open of a store beside a keepstate.db: %v", err)
 	}
 	defer s.Close()
-	if e, err := s.Claim(ctx, 2); err != nil || e != 2 {
+	if e, err := mustTable(t, s, ordersSpec).Claim(ctx, 2); err != nil || e != 2 {
 		t.Errorf("second Claim of partition 2 = %d, %v; want 2, nil (the Pebble store's epochs)", e, err)
 	}
 	got, err := os.ReadFile(oldPath)

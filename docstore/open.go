@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/ostafen/clover/v2"
-	"github.com/ostafen/clover/v2/index"
 )
 
 // storeDir is the Pebble database inside the data directory.
@@ -25,11 +23,13 @@ const dbFileV1 = "keepstate.db"
 // formatVersion is the marker that tells a keepstate store from anything
 // else. v1 was the bbolt file dbFileV1, which Open does not read. v2 stores
 // kept each movie's average and version in its members key, rewritten by
-// every update; v3 writes the key only when a movie is new or moves
-// partition and reads the average from the document (memberMark). Open
+// every update; v3 writes the key only when a document is new or moves
+// partition and reads the rest from the document (memberMark). Open
 // upgrades a v2 store by rewriting the marker (what v2 wrote there is
 // still true, and v3 ignores it); the new marker keeps a v2 binary, which
-// would trust the members values, from opening the store again.
+// would trust the members values, from opening the store again. Stores of
+// either version may hold the movie layout, which Open migrates into a
+// table (migrate.go).
 const formatVersion = "keepstate-docstore v3 (clover on pebble)"
 
 // formatVersionV2 is the marker of v2 stores (see formatVersion).
@@ -72,7 +72,6 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	s, err := openChecked(dir, found, o, log)
 	if err == nil {
 		if err = lock.record(); err != nil {
-			close(s.warmed)
 			_ = s.kv.close(true)
 			err = fmt.Errorf("open docstore %s: %w", dir, err)
 		}
@@ -82,10 +81,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.lock = lock
-	go s.warm()
 	log.Info("docstore opened", "dir", dir, "created", !found.store, "fsync", o.fsync,
 		"cache_bytes", o.cacheBytes, "memtable_bytes", o.memtableBytes,
-		"bulk_cache_movies", s.priors.bulkMax, "ingest_chunk_movies", s.ingestChunk, "took", time.Since(start))
+		"bulk_cache_docs", s.bulkMax, "ingest_chunk_docs", s.ingestChunk, "took", time.Since(start))
 	return s, nil
 }
 
@@ -165,13 +163,13 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		}
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
-	if err := migrateOnOpen(db, o, log); err != nil {
+	if err := migrateOnOpen(db, log); err != nil {
 		_ = db.close(false)
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
 	bulkMax, ingestChunk := o.bulkLimits()
 	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
-		priors: newPriorCache(o.writeCache, bulkMax), warmed: make(chan struct{}), condemnedCh: make(chan struct{}),
+		cacheMax: o.writeCache, bulkMax: bulkMax, condemnedCh: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
 	if o.corruptSink != nil {
 		o.corruptSink.s.Store(s)
@@ -285,8 +283,8 @@ func syncDir(dir string) error {
 }
 
 // initialize checks the format marker of an existing store (upgrading a
-// v2 marker, see formatVersion), or sets up an empty one (marker,
-// collection and its index, in one synced batch). It refuses, without
+// v2 marker, see formatVersion), or writes the marker of an empty one
+// (synced; tables create their own collections). It refuses, without
 // writing, a Pebble database holding other data or another marker.
 func initialize(db kv) error {
 	snap := db.snapshot()
@@ -318,9 +316,6 @@ func initialize(db kv) error {
 	if err := b.set(formatKey, []byte(formatVersion)); err != nil {
 		return err
 	}
-	if err := createData(b); err != nil {
-		return err
-	}
 	return b.commit(true)
 }
 
@@ -334,35 +329,11 @@ func isEmpty(r kvReader) (bool, error) {
 	return !found, it.close()
 }
 
-// createData creates the Clover collection with its rank index (created
-// while the collection is empty) in b.
-func createData(b kvBatch) error {
-	cdb, err := clover.OpenWithStore(&cloverStore{r: b, w: b, counts: &readCounts{}})
-	if err != nil {
-		return err
-	}
-	if err := cdb.CreateCollection(collection); err != nil {
-		return fmt.Errorf("create collection: %w", err)
-	}
-	if err := cdb.CreateIndex(collection, fieldRank); err != nil {
-		return fmt.Errorf("create index %s: %w", fieldRank, err)
-	}
-	infos, err := cdb.ListIndexes(collection)
-	if err != nil {
-		return err
-	}
-	if len(infos) != 1 || infos[0].Type != index.IndexSingleField {
-		return fmt.Errorf("create index %s: clover lists %+v", fieldRank, infos)
-	}
-	return nil
-}
-
 // Close flushes and closes the engine and releases the directory. It is
 // not safe to call concurrently with other methods; calling it twice
 // returns nil.
 func (s *Store) Close() error {
 	s.stopping.Store(true)
-	<-s.warmed
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Swap(true) {
@@ -373,10 +344,7 @@ func (s *Store) Close() error {
 	sound := s.CondemnedErr() == nil
 	s.wmu.Lock()
 	if sound {
-		if err := s.materialize(); err != nil {
-			// Lost with the process: the next start restores those partitions.
-			s.log.Warn("docstore bulk load not written at close; its partitions will be restored again", "err", err)
-		}
+		s.materializeTables()
 	}
 	s.wmu.Unlock()
 	// No flush on a full disk: Pebble cannot survive a failed write;

@@ -44,19 +44,28 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// TestOpenCreatesDirectoryAndPersists opens a missing directory: the new
+// store holds its format marker and nothing else (no collection: tables
+// create theirs), and a table's document, checkpoint and epoch survive a
+// reopen.
 func TestOpenCreatesDirectoryAndPersists(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b", "data")
 	s, err := Open(dir)
 	if err != nil {
 		t.Fatalf("Open(%s) of a missing directory: %v", dir, err)
 	}
+	if got, want := rawKeys(t, s), map[string]string{string(formatKey): formatVersion}; !maps.Equal(got, want) {
+		t.Fatalf("a new store holds %q; want only %q", got, want)
+	}
 	ctx := context.Background()
-	e, err := s.Claim(ctx, 2)
+	tb := mustTable(t, s, movieTableSpec)
+	e, err := tb.Claim(ctx, 2)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	want := engine.MovieStats{MovieID: 362, Partition: 2, Count: 2, Sum: 18, Version: 4, Sources: map[int32]int64{1: 9}}
-	if err := s.Apply(ctx, engine.Batch{Partition: 2, Epoch: e, Docs: []engine.MovieStats{want}, Checkpoint: 5}); err != nil {
+	want := engine.Doc{Key: []byte{0, 0, 0, 0, 0, 0, 1, 0x6a}, Partition: 2, Version: 4, Sources: map[int32]int64{1: 9},
+		Value: []byte("count 2, sum 18"), Index: []engine.IndexValue{engine.Num(9)}}
+	if err := tb.Apply(ctx, engine.DocBatch{Partition: 2, Epoch: e, Docs: []engine.Doc{want}, Checkpoint: 5}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -71,14 +80,15 @@ func TestOpenCreatesDirectoryAndPersists(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer s.Close()
-	got, err := s.Get(ctx, 362)
-	if err != nil || got.Count != 2 || got.Sum != 18 || got.Version != 4 || got.Sources[1] != 9 {
+	tb = mustTable(t, s, movieTableSpec)
+	got, err := tb.Get(ctx, want.Key)
+	if err != nil || !sameTableDoc(got, want) {
 		t.Fatalf("Get after reopen = %+v, %v; want %+v", got, err, want)
 	}
-	if next, ok, err := s.Checkpoint(ctx, 2); err != nil || !ok || next != 5 {
+	if next, ok, err := tb.Checkpoint(ctx, 2); err != nil || !ok || next != 5 {
 		t.Fatalf("Checkpoint after reopen = %d, %v, %v; want 5, true", next, ok, err)
 	}
-	if e2, err := s.Claim(ctx, 2); err != nil || e2 <= e {
+	if e2, err := tb.Claim(ctx, 2); err != nil || e2 <= e {
 		t.Fatalf("Claim after reopen = %d, %v; want > %d", e2, err, e)
 	}
 }
@@ -171,19 +181,35 @@ func TestOpenLockedDirectoryFailsFast(t *testing.T) {
 	third.Close()
 }
 
+// TestClosedStoreIsUnavailable checks that every call on a closed store,
+// and on its tables, fails with ErrUnavailable, and that a second Close
+// does nothing.
 func TestClosedStoreIsUnavailable(t *testing.T) {
+	ctx := context.Background()
 	s := openTemp(t)
+	tb := mustTable(t, s, ordersSpec)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close = %v; want nil", err)
 	}
-	if _, err := s.Get(context.Background(), 1); !errors.Is(err, engine.ErrUnavailable) {
-		t.Fatalf("Get after Close = %v; want ErrUnavailable", err)
-	}
-	if _, err := s.Claim(context.Background(), 0); !errors.Is(err, engine.ErrUnavailable) {
-		t.Fatalf("Claim after Close = %v; want ErrUnavailable", err)
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"OpenTable", func() error { _, err := s.OpenTable(ctx, ordersSpec); return err }},
+		{"Get", func() error { _, err := tb.Get(ctx, []byte("k")); return err }},
+		{"Load", func() error { _, err := tb.Load(ctx, [][]byte{[]byte("k")}); return err }},
+		{"Claim", func() error { _, err := tb.Claim(ctx, 0); return err }},
+		{"Checkpoint", func() error { _, _, err := tb.Checkpoint(ctx, 0); return err }},
+		{"Apply", func() error { return tb.Apply(ctx, engine.DocBatch{Epoch: 1}) }},
+		{"Query", func() error { _, err := tb.Query(ctx, engine.IndexQuery{Index: "total", Limit: 1}); return err }},
+		{"DropPartition", func() error { return tb.DropPartition(ctx, 0) }},
+	} {
+		if err := tc.call(); !errors.Is(err, engine.ErrUnavailable) {
+			t.Errorf("%s after Close = %v; want ErrUnavailable", tc.name, err)
+		}
 	}
 }
 

@@ -18,8 +18,9 @@ const (
 	// beyond it): the store's memtables take at most MaxMemtables times
 	// the memtable size. Measured at 1M movies: three are common.
 	MaxMemtables = 4
-	// DefaultWriteCache is the default number of movies the write cache
-	// remembers (see WithWriteCache): about 27 MiB when full.
+	// DefaultWriteCache is the default number of documents the write
+	// cache remembers (see WithWriteCache): about 36 MiB when full of the
+	// movie job's documents.
 	DefaultWriteCache = 250_000
 )
 
@@ -45,8 +46,6 @@ type options struct {
 	// openKV opens the engine; nil means Pebble. Tests set another one to
 	// compare engines under the same store.
 	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
-
-	movieMigration bool // WithMovieMigration (migrate.go)
 }
 
 func defaults() options {
@@ -64,7 +63,8 @@ func defaults() options {
 func WithRebuildCorrupt(on bool) Option { return func(o *options) { o.rebuild = on } }
 
 // WithFsync sets whether every batch is flushed to disk (fsync of the
-// write-ahead log) before Apply returns. It is on by default.
+// write-ahead log) before a table's Apply returns (replay batches excepted,
+// see table.Apply). It is on by default.
 //
 // Risk when off: Apply returns once the batch is in the operating system's
 // page cache. A process crash (kill -9, panic, OOM kill) still loses
@@ -111,30 +111,32 @@ func WithMemtableSize(bytes int64) Option {
 	}
 }
 
-// WithWriteCache sets how many movies the write cache remembers (default
-// DefaultWriteCache; 0 turns it off). For each movie the store has read or
-// written (or found absent) it keeps the version, count, sum, partition
-// and source offset (about 110 bytes with the map), so that Apply writes
-// that movie without reading it first, and Load returns it without
-// searching the store. When full it forgets movies at random: it serves the movies the
-// engine works on, which Load has just read. A restore into an empty
-// store (the bulk load) keeps every movie it writes, up to 2M or this
-// limit if larger, and shrinks back when it ends. Negative means the
+// WithWriteCache sets how many documents the write cache of the store's
+// tables remembers, all tables together (default DefaultWriteCache; 0
+// turns it off). For each key a table has read or written (or found
+// absent) it keeps what the next write needs (version, partition, index
+// values) and, for small documents, the rest (about 150 bytes for a movie
+// job's document, with the map), so that Apply writes that key without
+// reading it first, and Load returns it without searching the store
+// (tableCaches). When full it forgets documents at random: it serves the
+// keys the engine works on, which Load has just read. A restore into an
+// empty table (the bulk load) keeps every document it writes, up to 2M or
+// this limit if larger, and shrinks back when it ends. Negative means the
 // default.
-func WithWriteCache(movies int) Option {
+func WithWriteCache(docs int) Option {
 	return func(o *options) {
-		if movies >= 0 {
-			o.writeCache = movies
+		if docs >= 0 {
+			o.writeCache = docs
 		}
 	}
 }
 
 // WithBulkMemory bounds the Go heap, in bytes, that a restore into an
-// empty store (the bulk load) uses for its write cache and its buffer of
-// documents not yet written out: it then keeps at most as many movies as
-// half of it holds (about 115 bytes each) instead of 2M, and writes out a
-// buffer whose two halves (one written while the next fills) hold the
-// other half (about 325 bytes per movie) instead of 250k movies. A bulk
+// empty table (the bulk load) uses for its write cache and its buffer of
+// documents not yet written out: it then keeps at most as many documents
+// as half of it holds (about 115 bytes each) instead of 2M, and writes out
+// a buffer whose two halves (one written while the next fills) hold the
+// other half (about 325 bytes per document) instead of 250k. A bulk
 // load whose cache fills ends, and the rest of the restore reads before
 // it writes, as any batch does: slower, not wrong. Zero or negative means
 // no bound (the defaults). Set it from the process's memory limit, so a
@@ -145,22 +147,29 @@ func WithBulkMemory(bytes int64) Option {
 	}
 }
 
-// Sizes the bulk load's structures take per movie in Go's heap, measured
-// with Go 1.26 (a map's table doubles, so these are upper ends).
+// Sizes the bulk load's structures take per document in Go's heap,
+// measured with Go 1.26 on the movie job's documents (a map's table
+// doubles, so these are upper ends).
 const (
-	priorEntryBytes    = 115 // one movie in the write cache (prior: 40 bytes, and the map)
-	bufferedMovieBytes = 325 // one movie in the load buffer, sources included
-	minIngestChunk     = 10_000
+	cacheEntryBytes  = 115 // one document in the write cache, with the map
+	bufferedDocBytes = 325 // one document in the load buffer, sources included
+	minIngestChunk   = 10_000
 )
 
-// bulkLimits returns the most movies the pinned write cache holds and the
-// load buffer's size that starts an ingestion.
+// defaultBulkMax is the most documents the write cache holds while a bulk
+// load pins it (unless WithWriteCache asks for more, or WithBulkMemory
+// for less): a restore of up to this many documents into an empty table
+// reads nothing.
+const defaultBulkMax = 2_000_000
+
+// bulkLimits returns the most documents the pinned write cache holds and
+// the load buffer's size that starts an ingestion.
 func (o options) bulkLimits() (bulkMax, ingestChunk int) {
 	bulkMax, ingestChunk = defaultBulkMax, o.ingestChunk
 	if o.bulkMemory > 0 {
 		half := o.bulkMemory / 2
-		bulkMax = int(min(half/priorEntryBytes, defaultBulkMax))
-		ingestChunk = int(max(min(half/(2*bufferedMovieBytes), int64(ingestChunk)), minIngestChunk))
+		bulkMax = int(min(half/cacheEntryBytes, defaultBulkMax))
+		ingestChunk = int(max(min(half/(2*bufferedDocBytes), int64(ingestChunk)), minIngestChunk))
 	}
 	return max(bulkMax, o.writeCache), ingestChunk
 }
@@ -184,11 +193,11 @@ func WithDiskReserve(bytes int64) Option {
 // the store): the reference for the equivalence test and benchmarks.
 func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
 
-// withoutIngest makes bulk loads write through ordinary write batches
-// instead of ingested files: the reference for the equivalence test and
-// benchmarks.
+// withoutIngest turns ingestion off: a table's bulk load only ever writes
+// ingested files, so replay batches then take the reading path, as with
+// withoutBulkLoad.
 func withoutIngest() Option { return func(o *options) { o.noIngest = true } }
 
-// withIngestChunk sets how many movies a bulk load buffers before it
+// withIngestChunk sets how many documents a bulk load buffers before it
 // hands them to a background ingestion (tests use small chunks).
 func withIngestChunk(n int) Option { return func(o *options) { o.ingestChunk = n } }

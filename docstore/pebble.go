@@ -55,7 +55,7 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 		CompactionConcurrencyRange: func() (int, int) { return 1, 1 },
 	}
 	// No tombstone-density compactions. Every update that changes a
-	// movie's average deletes its old rank entry, so the rank index's
+	// document's index value deletes its old index entry, so an index's
 	// blocks are always dense with deletions, and Pebble's default
 	// threshold (a tenth of a file's blocks) picked a quarter to two
 	// thirds of all compactions to rewrite them: a quarter to a third of

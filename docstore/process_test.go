@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/movies"
 )
 
 // Child processes: the test binary re-executed with -test.run=TestHelperProcess
@@ -29,15 +29,15 @@ const (
 // crashMovies is how many movies every crash-test batch rewrites.
 const crashMovies = 300
 
-// crashBatch is batch k of the crash test: every movie gets count k,
+// crashBatch is batch k of the crash test, into a table of the movie
+// job's spec (movies.Spec): every movie of partition 0 gets count k,
 // version k and an average that depends on k, so index entries move.
-func crashBatch(k int64) []engine.MovieStats {
-	docs := make([]engine.MovieStats, crashMovies)
+func crashBatch(k int64) []engine.Doc {
+	docs := make([]engine.Doc, crashMovies)
 	for i := range docs {
 		id := int64(i + 1)
 		avg := float64((id*7+k*13)%41) / 4 // 0..10, ties included
-		docs[i] = engine.MovieStats{MovieID: id, Partition: int32(id % 3), Count: k, Sum: avg * float64(k),
-			Version: k, Sources: map[int32]int64{0: k}}
+		docs[i] = movieTableDoc(id, 0, k, k, avg*float64(k))
 	}
 	return docs
 }
@@ -62,6 +62,10 @@ func TestHelperProcess(t *testing.T) {
 	if err != nil {
 		fail("open: %v", err)
 	}
+	tb, err := s.OpenTable(ctx, movies.Spec)
+	if err != nil {
+		fail("open table: %v", err)
+	}
 	switch mode {
 	case "open":
 		fmt.Println("opened")
@@ -73,20 +77,20 @@ func TestHelperProcess(t *testing.T) {
 		s.Close()
 		os.Exit(0)
 	case "restore":
-		runRestoreHelper(ctx, s, fail)
+		runRestoreHelper(ctx, tb, fail)
 	case "write":
-		epoch, err := s.Claim(ctx, 0)
+		epoch, err := tb.Claim(ctx, 0)
 		if err != nil {
 			fail("claim: %v", err)
 		}
-		next, _, err := s.Checkpoint(ctx, 0)
+		next, _, err := tb.Checkpoint(ctx, 0)
 		if err != nil {
 			fail("checkpoint: %v", err)
 		}
 		for k := next + 1; ; k++ {
-			b := engine.Batch{Partition: 0, Epoch: epoch, Docs: crashBatch(k), Checkpoint: k}
+			b := engine.DocBatch{Partition: 0, Epoch: epoch, Docs: crashBatch(k), Checkpoint: k}
 			fmt.Printf("begin %d\n", k)
-			if err := s.Apply(ctx, b); err != nil {
+			if err := tb.Apply(ctx, b); err != nil {
 				fail("apply %d: %v", k, err)
 			}
 			fmt.Printf("applied %d\n", k)
@@ -122,8 +126,8 @@ func helper(t *testing.T, mode, dir string) (*exec.Cmd, *bufio.Scanner, io.Write
 
 // TestCrashDuringBatches kills a writing child with SIGKILL at random
 // moments and checks after each kill that every batch is all there with
-// its checkpoint or not there at all, and that the index agrees with a scan
-// of the documents.
+// its checkpoint or not there at all, index entries and members keys
+// included.
 func TestCrashDuringBatches(t *testing.T) {
 	const kills = 12
 	dir := t.TempDir()
@@ -197,83 +201,17 @@ func TestCrashDuringBatches(t *testing.T) {
 }
 
 // checkCrashState verifies the invariants of the crash test and returns the
-// checkpoint.
+// checkpoint: the table holds exactly the batch of its checkpoint, and
+// its keys agree (wantTableDocs).
 func checkCrashState(t *testing.T, s *Store) int64 {
 	t.Helper()
-	ctx := context.Background()
-	next, ok, err := s.Checkpoint(ctx, 0)
+	tb := mustTable(t, s, movies.Spec)
+	next, ok, err := tb.Checkpoint(context.Background(), 0)
 	if err != nil || !ok {
 		t.Fatalf("checkpoint = %d, %v, %v; want one", next, ok, err)
 	}
-	ids := make([]int64, crashMovies)
-	for i := range ids {
-		ids[i] = int64(i + 1)
-	}
-	docs, err := s.Load(ctx, ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := crashBatch(next)
-	if len(docs) != crashMovies {
-		t.Fatalf("checkpoint %d but %d of %d movies stored", next, len(docs), crashMovies)
-	}
-	for _, w := range want {
-		g := docs[w.MovieID]
-		if g.Count != w.Count || g.Version != w.Version || g.Sum != w.Sum || g.Partition != w.Partition {
-			t.Fatalf("checkpoint %d but movie %d is %+v; want %+v (partial batch)", next, w.MovieID, g, w)
-		}
-	}
-	if err := checkIndexAgrees(s); err != nil {
-		t.Fatalf("after checkpoint %d: %v", next, err)
-	}
+	wantTableDocs(t, s, tb, crashBatch(next))
 	return next
-}
-
-// checkIndexAgrees compares the rank index with a scan of the documents:
-// one index entry per document and none left over, the collection size
-// Clover records, and range pages (served by the index) in exactly the
-// order the documents' own averages give.
-func checkIndexAgrees(s *Store) error {
-	ctx := context.Background()
-	scan, err := scanTop(s, math.Inf(-1), -1)
-	if err != nil {
-		return fmt.Errorf("scan: %w", err)
-	}
-	raw, err := s.rawCounts()
-	if err != nil {
-		return err
-	}
-	if raw.docs != len(scan) || raw.rankEntries != len(scan) || raw.size != len(scan) || raw.members != len(scan) {
-		return fmt.Errorf("%d documents scanned, %d stored, %d rank entries, %d members, collection size %d; want all equal",
-			len(scan), raw.docs, raw.rankEntries, raw.members, raw.size)
-	}
-	for id := range raw.rankIDs {
-		if !raw.docIDs[id] {
-			return fmt.Errorf("rank entry for %s has no document", id)
-		}
-	}
-	var paged []engine.MovieStats
-	q := engine.RangeQuery{MinAvg: math.Inf(-1), MaxAvg: math.Inf(1), Limit: 37}
-	for {
-		page, err := s.Range(ctx, q)
-		if err != nil {
-			return err
-		}
-		paged = append(paged, page.Movies...)
-		if page.Next == nil {
-			break
-		}
-		q.After = page.Next
-	}
-	if len(paged) != len(scan) {
-		return fmt.Errorf("range pages returned %d movies; scan %d", len(paged), len(scan))
-	}
-	for i := range scan { // scanTop sorts by avg desc, movieId asc from the documents themselves
-		if paged[i].MovieID != scan[i].MovieID || paged[i].Count != scan[i].Count {
-			return fmt.Errorf("position %d: index says movie %d, scan says movie %d", i, paged[i].MovieID, scan[i].MovieID)
-		}
-	}
-	return nil
 }
 
 // TestSecondProcessFailsFast runs a child that holds the data dir and a

@@ -1,61 +1,48 @@
 package docstore
 
 import (
-	"bytes"
-	"context"
 	"testing"
-
-	"github.com/ostafen/clover/v2"
 )
 
-// rawState is what the engine holds, counted key by key.
-type rawState struct {
-	docs, rankEntries, members, size int
-	docIDs, rankIDs                  map[string]bool
-}
-
-// rawCounts reads Clover's keys directly (documents, rank index entries,
-// collection metadata) and the members keys.
-func (s *Store) rawCounts() (rawState, error) {
-	st := rawState{docIDs: map[string]bool{}, rankIDs: map[string]bool{}}
-	rankPrefix := []byte("c:" + collection + ";i:" + fieldRank + ";")
-	err := s.view(context.Background(), func(r kvReader, _ *clover.DB) error {
-		it, err := r.iter(nil, nil, false)
-		if err != nil {
-			return err
-		}
-		defer it.close()
-		for ok := it.seek(nil); ok; ok = it.next() {
-			k := it.key()
-			switch {
-			case k[0] == nsMembers:
-				st.members++
-			case k[0] != nsClover:
-			case bytes.HasPrefix(k[1:], docKeyPrefix):
-				st.docs++
-				st.docIDs[string(k[1+len(docKeyPrefix):])] = true
-			case bytes.HasPrefix(k[1:], rankPrefix):
-				st.rankEntries++
-				st.rankIDs[string(k[len(k)-36:])] = true
+// TestRawTableStateSeesEveryKind guards rawTableState itself, on which
+// the fault tests rely: after one write it counts one of each kind, and a
+// missing index entry, members key or document makes it fail.
+func TestRawTableStateSeesEveryKind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  func(tb *table) []byte // deleted before the check; nil: none
+	}{
+		{"whole", nil},
+		{"an index entry missing", func(tb *table) []byte {
+			d := orderDoc(1, 0, 1)
+			return tb.l.indexEntry(nil, 1, d.Index[1], ordersSpec.Indexes[1].Kind, d.Key)
+		}},
+		{"a members key missing", func(tb *table) []byte { return tb.l.memberKey(0, orderDoc(2, 0, 1).Key) }},
+		{"a document missing", func(tb *table) []byte { return tb.l.docKey(nil, orderDoc(0, 0, 1).Key) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTemp(t, WithFsync(false))
+			defer s.Close()
+			tb := mustTable(t, s, ordersSpec)
+			fillTable(t, tb, 3, 10)
+			if tc.key == nil {
+				st, err := rawTableState(s, tb)
+				if err != nil || st.docs != 3 || st.members != 3 || st.size != 3 || st.entries[0] != 3 || st.entries[1] != 3 {
+					t.Fatalf("rawTableState = %+v, %v; want 3 of each", st, err)
+				}
+				return
 			}
-		}
-		st.size, err = collectionSize(r)
-		return err
-	})
-	return st, err
-}
-
-// TestRawCountsSeeEveryKind guards rawCounts itself: after one write it
-// must count one of each kind, or checkIndexAgrees proves nothing.
-func TestRawCountsSeeEveryKind(t *testing.T) {
-	s := openTemp(t, WithFsync(false))
-	defer s.Close()
-	fill(t, s, 3, 10)
-	st, err := s.rawCounts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.docs != 3 || st.rankEntries != 3 || st.members != 3 || st.size != 3 {
-		t.Fatalf("raw counts %+v; want 3 of each", st)
+			b := s.kv.batch()
+			defer b.release()
+			if err := b.del(tc.key(tb)); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.commit(false); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := rawTableState(s, tb); err == nil {
+				t.Fatalf("rawTableState = %+v, nil; want an error", st)
+			}
+		})
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// removalLog is what a write cache (priorCache for the movies, a
-// tableCache per table) tells a Load about the entries that left it: how
+// removalLog is what a write cache (a tableCache per table) tells a Load
+// about the entries that left it: how
 // many times entries left (count, read without the cache's lock before the
 // Load's snapshot) and which keys the last maxRemovalLog removals took
 // out. The cache holds every key written since any snapshot unless its
@@ -30,9 +30,9 @@ type removal[K cmp.Ordered] struct {
 // maxRemovalLog is how many removals a removalLog remembers: a Load whose
 // snapshot is older than all of them learns nothing. Loads last
 // milliseconds, and a full cache evicts an eighth of itself at a time, so
-// a few suffice. At the movies' default size an eviction logs about 31k
-// ids and a drop all of its partition's (8 bytes each: 2.7 MB for 333k),
-// held until eight more removals push them out.
+// a few suffice. At the default size an eviction logs about 31k keys
+// (a drop logs none: it removes all), held until eight more removals push
+// them out.
 const maxRemovalLog = 8
 
 // count is the number of removals so far; safe without wmu.

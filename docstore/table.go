@@ -56,7 +56,7 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 		return t.sameSpec(raw)
 	})
 	if err == nil && !found {
-		err = s.tableWrite(ctx, false, s.sync, 0, func(b kvBatch) (func(), error) {
+		err = s.tableWrite(ctx, tableWriteOp{sync: s.sync}, func(b kvBatch) (func(), error) {
 			raw, err := b.get(specKey)
 			if err != nil {
 				return nil, err
@@ -72,10 +72,14 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 		return nil, fmt.Errorf("open table %s: %w", spec.Name, err)
 	}
 	s.wmu.Lock()
-	t.cache = s.tcache.of(spec.Name)
+	tc, fresh := s.tcache.open(spec.Name, s.bulkMax)
 	s.wmu.Unlock()
+	t.cache = tc
 	if !found {
 		s.log.Info("docstore table created", "table", spec.Name, "indexes", specString(spec.Indexes))
+	}
+	if fresh {
+		go t.warm() // the first handle of the table in this store
 	}
 	return t, nil
 }
@@ -147,8 +151,8 @@ func (t *table) create(b kvBatch) error {
 	return b.set(t.l.family(tabSpec), raw)
 }
 
-// tableRead runs fn on a snapshot of the committed state. Tables do not
-// wait for a movie bulk load to be written out (it holds no table key).
+// tableRead runs fn on a snapshot of the committed state, without writing
+// out a buffered bulk load (table.read does, for its table).
 func (s *Store) tableRead(ctx context.Context, fn func(r kvReader) error) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
@@ -159,17 +163,52 @@ func (s *Store) tableRead(ctx context.Context, fn func(r kvReader) error) error 
 	return s.corrupt(fn(snap))
 }
 
+// read runs fn on a snapshot of the committed state that holds every
+// batch Apply accepted (a buffered bulk load is written out first); seq
+// is the table cache's sequence number read just before the snapshot
+// (tableCaches.serve).
+func (t *table) read(ctx context.Context, fn func(r kvReader, seq uint64) error) error {
+	s := t.s
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	if err := s.corrupt(t.flushBuffered()); err != nil {
+		return err
+	}
+	seq := t.cache.seq.Load()
+	snap := s.kv.snapshot()
+	defer snap.release()
+	return s.corrupt(fn(snap, seq))
+}
+
+// tableWriteOp says how tableWrite writes its batch.
+type tableWriteOp struct {
+	// blind batches (kv.writeBatch, of size bytes expected) read only the
+	// committed state, for fn that never reads what it wrote.
+	blind bool
+	size  int
+	sync  bool // durable on return
+	// cache is the write cache of the table the batch writes (nil for
+	// its epochs alone): that table's buffered bulk load is written out
+	// first, and its Loads stop answering from the cache until the batch
+	// is in it (tableCaches.serve).
+	cache *tableCache
+	// endBulk ends the table's bulk load (a write of its documents that
+	// is not one: tableBulk).
+	endBulk bool
+}
+
 // tableWrite runs fn with one write batch, under the store's write lock
-// and disk guard, and commits it when fn returns nil (durable on return
-// when sync is set); after, when fn returns one, runs once the batch is
-// committed, still under the write lock. A blind batch (kv.writeBatch)
-// reads only the committed state, for fn that never reads what it wrote.
-func (s *Store) tableWrite(ctx context.Context, blind, sync bool, size int, fn func(b kvBatch) (after func(), err error)) error {
-	return s.corrupt(s.tableWriteLocked(ctx, blind, sync, size, fn))
+// and disk guard, and commits it when fn returns nil; after, when fn
+// returns one, runs once the batch is committed, still under the write
+// lock.
+func (s *Store) tableWrite(ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error)) error {
+	return s.corrupt(s.tableWriteLocked(ctx, op, fn))
 }
 
 // tableWriteLocked is tableWrite without the corruption check.
-func (s *Store) tableWriteLocked(ctx context.Context, blind, sync bool, size int, fn func(b kvBatch) (after func(), err error)) error {
+func (s *Store) tableWriteLocked(ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error)) error {
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -180,9 +219,19 @@ func (s *Store) tableWriteLocked(ctx context.Context, blind, sync bool, size int
 	if err := s.guard.check(); err != nil {
 		return err
 	}
+	if op.cache != nil {
+		// The table's buffered bulk load goes first.
+		end := s.materializeTable
+		if op.endBulk {
+			end = s.endTableBulk
+		}
+		if err := end(op.cache); err != nil {
+			return err
+		}
+	}
 	var b kvBatch
-	if blind {
-		b = s.kv.writeBatch(size)
+	if op.blind {
+		b = s.kv.writeBatch(op.size)
 	} else {
 		b = s.kv.batch()
 	}
@@ -191,7 +240,11 @@ func (s *Store) tableWriteLocked(ctx context.Context, blind, sync bool, size int
 	if err != nil {
 		return err
 	}
-	if err := b.commit(sync); err != nil {
+	if op.cache != nil {
+		op.cache.begin()
+		defer op.cache.end()
+	}
+	if err := b.commit(op.sync); err != nil {
 		s.tcache.clearAll() // the batch may have been written after all
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -213,7 +266,7 @@ func (t *table) Spec() engine.TableSpec {
 func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	key := t.l.partKey(tabEpochs, p)
 	var epoch int64
-	err := t.s.tableWrite(ctx, true, t.s.sync, 0, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync}, func(b kvBatch) (func(), error) {
 		last, _, err := getInt64(b, key)
 		if err != nil {
 			return nil, err
@@ -243,7 +296,7 @@ func (t *table) checkClaim(r kvReader, p int32, epoch int64) error {
 
 // Checkpoint returns the next changelog offset to read for partition p.
 func (t *table) Checkpoint(ctx context.Context, p int32) (next int64, ok bool, err error) {
-	err = t.s.tableRead(ctx, func(r kvReader) error {
+	err = t.read(ctx, func(r kvReader, _ uint64) error {
 		next, ok, err = getInt64(r, t.l.partKey(tabCheckpoint, p))
 		return err
 	})
@@ -256,7 +309,7 @@ func (t *table) Checkpoint(ctx context.Context, p int32) (next int64, ok bool, e
 // Get returns the document of key (one key read), or ErrNotFound.
 func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
 	var doc engine.Doc
-	err := t.s.tableRead(ctx, func(r kvReader) error {
+	err := t.read(ctx, func(r kvReader, _ uint64) error {
 		t.s.counts.docGets.Add(1)
 		raw, err := r.get(t.l.docKey(nil, key))
 		if err != nil {
@@ -282,15 +335,18 @@ func keyString(key []byte) string {
 	return fmt.Sprintf("%q", key)
 }
 
-// Load returns the stored documents of keys by string(key), all from one
-// snapshot (see readDocs). What it read goes to the write cache (learn),
-// so that the Apply that writes those keys next reads nothing.
+// Load returns the stored documents of keys by string(key), all as of one
+// committed state: the write cache answers for the keys it holds whole
+// (tableCaches.serve), the others are read from one snapshot (see
+// readDocs). What it read goes to the write cache (learn), so that the
+// Apply that writes those keys next reads nothing.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	before := t.cache.removals.count() // before the snapshot (learn)
 	out := make(map[string]engine.Doc, len(keys))
-	sorted := sortedKeys(keys)
-	err := t.s.tableRead(ctx, func(r kvReader) error {
-		return t.readDocs(r, sorted, func(_ int, raw []byte) error {
+	var read [][]byte
+	err := t.read(ctx, func(r kvReader, seq uint64) error {
+		read = t.s.tcache.serve(t.cache, t.spec, seq, sortedKeys(keys), out)
+		return t.readDocs(r, read, func(_ int, raw []byte) error {
 			doc, err := decodeTableDoc(raw, t.spec, false)
 			if err == nil {
 				out[string(doc.Key)] = doc
@@ -301,7 +357,7 @@ func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc,
 	if err != nil {
 		return nil, fmt.Errorf("table %s: load %d keys: %w", t.spec.Name, len(keys), err)
 	}
-	t.learn(before, sorted, out)
+	t.learn(before, read, out)
 	return out, nil
 }
 
@@ -316,8 +372,8 @@ func sortedKeys(keys [][]byte) [][]byte {
 // readDocs calls fn with the stored document of each of keys (sorted,
 // without repeats) that has one, and its position in keys. Fewer than
 // seekLoadMin keys are point reads; more are seeks of one iterator, in
-// order (document keys sort like keys: hex _ids), as Store.loadSorted
-// reads movies. raw is valid until fn returns.
+// order (document keys sort like keys: hex _ids; see seekLoadMin). raw is
+// valid until fn returns.
 func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) error) (err error) {
 	if len(keys) == 0 {
 		return nil

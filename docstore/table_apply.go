@@ -20,7 +20,11 @@ import (
 // a document that fails Doc.Validate or belongs to another partition is
 // ErrInvalid and nothing is written; see engine.Table for the version
 // rules. It reads the stored document of each key the write cache
-// (tableCaches) does not hold.
+// (tableCaches) does not hold. A replay batch into an empty table takes
+// the bulk-load path instead (tableBulk): it reads nothing, and it is
+// durable once its buffer is written out rather than on return; Apply
+// keeps its documents (not copies) until then, so the caller must not
+// change a replay batch's documents after passing them.
 func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 	for _, doc := range b.Docs {
 		if err := doc.Validate(t.spec); err != nil {
@@ -31,7 +35,14 @@ func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 				t.spec.Name, b.Partition, keyString(doc.Key), doc.Partition, engine.ErrInvalid)
 		}
 	}
-	err := t.s.tableWrite(ctx, true, t.s.sync && !b.Replay, tableBatchSize(b), func(kb kvBatch) (func(), error) {
+	if handled, err := t.applyBulk(ctx, b); handled {
+		if err != nil {
+			return fmt.Errorf("table %s: apply partition %d (%d docs): %w", t.spec.Name, b.Partition, len(b.Docs), err)
+		}
+		return nil
+	}
+	op := tableWriteOp{blind: true, sync: t.s.sync && !b.Replay, size: tableBatchSize(b), cache: t.cache, endBulk: len(b.Docs) > 0}
+	err := t.s.tableWrite(ctx, op, func(kb kvBatch) (func(), error) {
 		if err := t.checkClaim(kb, b.Partition, b.Epoch); err != nil {
 			return nil, err
 		}
@@ -45,16 +56,6 @@ func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 		return fmt.Errorf("table %s: apply partition %d (%d docs): %w", t.spec.Name, b.Partition, len(b.Docs), err)
 	}
 	return nil
-}
-
-// tablePrior is what a write needs of a key's stored document: its
-// version (the version rule), partition (its members key) and index
-// values (its index entries, removed when they change).
-type tablePrior struct {
-	exists  bool
-	version int64
-	part    int32
-	index   []engine.IndexValue
 }
 
 // writeDocs writes docs into b (a blind batch) as if one by one: a
@@ -94,7 +95,7 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 		if err != nil {
 			return err
 		}
-		priors[at[j]] = tablePrior{exists: true, version: d.Version, part: d.Partition, index: d.Index}
+		priors[at[j]] = headPrior(t.spec, d.Version, d.Partition, d.Index)
 		return nil
 	})
 	if err != nil {
@@ -125,17 +126,13 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 				return nil, err
 			}
 			d := docs[last]
-			learned = append(learned, cached{string(d.Key), tablePrior{exists: true, version: d.Version, part: d.Partition, index: slices.Clone(d.Index)}})
+			learned = append(learned, cached{string(d.Key), docPrior(t.spec, d)})
 		case old.exists:
 			learned = append(learned, cached{string(keys[k]), old})
 		}
 		i = j
 	}
-	after = func() {
-		for _, e := range learned {
-			t.s.tcache.put(cache, e.key, e.p, t.s.priors.max)
-		}
-	}
+	after = func() { t.s.tcache.putAll(cache, learned, t.s.cacheMax) }
 	return after, t.addSize(b, w.fresh)
 }
 
@@ -152,10 +149,13 @@ type tableWriter struct {
 // put writes doc over old. It never reads.
 func (w *tableWriter) put(doc engine.Doc, old tablePrior) error {
 	l, spec := w.t.l, w.t.spec
+	olds := old.indexData()
 	for pos, ix := range spec.Indexes {
 		w.scratch = l.indexEntry(w.scratch[:0], pos, doc.Index[pos], ix.Kind, doc.Key)
 		if old.exists {
-			w.old = l.indexEntry(w.old[:0], pos, old.index[pos], ix.Kind, doc.Key)
+			var v []byte
+			v, olds = nextIndexValue(olds, ix.Kind)
+			w.old = l.rawIndexEntry(w.old[:0], pos, v, doc.Key)
 			if bytes.Equal(w.old, w.scratch) {
 				continue // the entry is there already
 			}
@@ -227,7 +227,7 @@ func (t *table) memberKeys(r kvReader, p int32) ([][]byte, error) {
 // stays fenced.
 func (t *table) DropPartition(ctx context.Context, p int32) error {
 	var n int
-	err := t.s.tableWrite(ctx, true, t.s.sync, 0, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache, endBulk: true}, func(b kvBatch) (func(), error) {
 		keys, err := t.memberKeys(b, p)
 		if err != nil {
 			return nil, err
@@ -282,9 +282,9 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 
 // Reset deletes every document, index entry and checkpoint of the table in
 // one batch (range deletions); its spec and claim epochs survive, so an
-// old writer stays fenced. Other tables and the movies are untouched.
+// old writer stays fenced. Other tables are untouched.
 func (t *table) Reset(ctx context.Context) error {
-	err := t.s.tableWrite(ctx, true, t.s.sync, 0, func(b kvBatch) (func(), error) {
+	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache, endBulk: true}, func(b kvBatch) (func(), error) {
 		for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
 			if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
 				return nil, err
@@ -315,7 +315,7 @@ func (t *table) Reset(ctx context.Context) error {
 // stops at the first error of fn and returns it.
 func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
 	var members [][]byte
-	err := t.s.tableRead(ctx, func(r kvReader) error {
+	err := t.read(ctx, func(r kvReader, _ uint64) error {
 		var err error
 		members, err = t.memberKeys(r, p)
 		return err

@@ -1,30 +1,51 @@
 package docstore
 
 import (
-	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/keepstate/keepstate/engine"
 )
 
-// tableCaches is the write cache of tables, the table form of priorCache:
+// tableCaches is the write cache of tables:
 // for keys a table has read or written, what the next write of the key
-// needs (tablePrior: whether it exists, its version, partition and index
-// values), so that Apply writes those keys without reading their
-// documents (an LSM read is a search through levels; the write is an
-// append). One tableCache per table name, shared by every handle of the
-// table. It mirrors the committed state: entries change only after a
-// batch commits, Load adds only what it read for keys not removed since
-// its snapshot (learn), and a drop or reset removes its table's. All
-// tables together hold at most limit entries (WithWriteCache, the movies'
-// bound, counted apart from them); once full, a new key evicts an eighth
-// of its table's entries. Guarded by Store.wmu, but for each table's
-// removal count.
+// needs and, for small documents, what Load returns (tablePrior), so that
+// Apply writes those keys without reading their documents (an LSM read is
+// a search through levels; the write is an append) and Load answers them
+// without a read. One tableCache per table name, shared by every handle of
+// the table. It mirrors the committed state: entries change only after a
+// batch commits (or an ingestion lands), Load adds only what it read for
+// keys not removed since its snapshot (learn), warm-up only what it read
+// while nothing left the cache, and a drop or reset removes its table's.
+// All tables together hold at most limit entries (WithWriteCache); once
+// full, a new key evicts an
+// eighth of its table's entries. A table's bulk load pins its cache
+// (pin): nothing is evicted while it lasts, and the caches may hold up to
+// the bulk bound (WithBulkMemory) until it ends.
+//
+// Concurrency: every change holds Store.wmu and mu; readers hold either
+// (writes read under wmu; Load reads under mu's read lock, so that it
+// never waits for a write's commit). A Load must see whole batches, and
+// a batch is visible in the store before its entries are in the cache:
+// so every change of a table's documents (a commit, an ingestion) runs
+// between that table's begin and end, which make its seq odd while it
+// lasts, and serve answers only when seq was even before the Load's
+// snapshot and still is (a sequence lock).
 type tableCaches struct {
+	mu     sync.RWMutex
 	byName map[string]*tableCache
 	n      int
+	// bulkMax is the most entries while a table's cache is pinned (see
+	// limitOf).
+	bulkMax int
+	// idle is how long a bulk-load buffer waits for the next batch
+	// before it is written out; zero means ingestIdle (tests set more).
+	idle time.Duration
 }
 
-// tableCache is one table's write cache.
+// tableCache is one table's write cache and the state of its bulk load.
+// Its entries are guarded as tableCaches says; bulk by Store.wmu.
 type tableCache struct {
 	m map[string]tablePrior
 	// removals counts the times entries left m or a written key found no
@@ -32,34 +53,82 @@ type tableCache struct {
 	// keys the last ones took out: its count is read without wmu by Load
 	// before its snapshot, for learn.
 	removals removalLog[string]
+	seq      atomic.Uint64 // odd while the table's documents change (begin, end)
+	pinned   bool          // a bulk load runs: no eviction
+	bulk     tableBulk     // table_bulk.go
+	// buffered is set while bulk holds batches not written out: reads of
+	// the table write them out first.
+	buffered atomic.Bool
+	warmed   chan struct{} // closed when warm-up has ended (table_warm.go)
 }
 
 // of returns the cache of table name, creating it.
 func (c *tableCaches) of(name string) *tableCache {
+	tc, _ := c.open(name, c.bulkMax)
+	return tc
+}
+
+// open returns the cache of table name and whether it is new; bulkMax is
+// the store's bulk bound (see limitOf). The caller holds wmu.
+func (c *tableCaches) open(name string, bulkMax int) (*tableCache, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bulkMax = bulkMax
 	if c.byName == nil {
 		c.byName = map[string]*tableCache{}
 	}
 	tc := c.byName[name]
 	if tc == nil {
-		tc = &tableCache{m: map[string]tablePrior{}}
+		tc = &tableCache{m: map[string]tablePrior{}, warmed: make(chan struct{})}
 		c.byName[name] = tc
+		return tc, true
 	}
-	return tc
+	return tc, false
 }
 
-// put records p for key in tc (after a commit wrote it). When the caches
-// are full it first evicts an eighth of tc; when that makes no room (other
+// limitOf is the most entries the caches may hold when one is added to
+// tc: limit, or the bulk bound while tc is pinned.
+func (c *tableCaches) limitOf(tc *tableCache, limit int) int {
+	if tc.pinned && limit > 0 {
+		return max(limit, c.bulkMax)
+	}
+	return limit
+}
+
+// full reports whether tc can take no new key.
+func (c *tableCaches) full(tc *tableCache, limit int) bool { return c.n >= c.limitOf(tc, limit) }
+
+// putAll records entries in tc (after a commit wrote them), as put does.
+func (c *tableCaches) putAll(tc *tableCache, entries []cached, limit int) {
+	if len(entries) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range entries {
+		c.put(tc, e.key, e.p, limit)
+	}
+}
+
+// put records p for key in tc. When the caches are full it first evicts
+// an eighth of tc (not when pinned); when that makes no room (other
 // tables hold the entries) key stays out, logged as removed, so that no
-// Load from before the write can add its older state.
+// Load from before the write can add its older state. The caller holds
+// mu.
 func (c *tableCaches) put(tc *tableCache, key string, p tablePrior, limit int) {
 	if _, ok := tc.m[key]; ok {
 		tc.m[key] = p
 		return
 	}
-	if c.n >= limit {
-		c.evict(tc, limit/8)
-		if c.n >= limit {
+	if lim := c.limitOf(tc, limit); c.n >= lim {
+		if !tc.pinned {
+			c.evict(tc, limit/8)
+		}
+		if c.n >= lim {
 			tc.removals.removed([]string{key})
+			if tc.pinned {
+				tc.bulk.overflow = true // the load no longer knows every document
+			}
 			return
 		}
 	}
@@ -68,7 +137,7 @@ func (c *tableCaches) put(tc *tableCache, key string, p tablePrior, limit int) {
 }
 
 // evict removes at least one and up to n entries of tc, in the map's
-// (random) order.
+// (random) order. The caller holds mu.
 func (c *tableCaches) evict(tc *tableCache, n int) {
 	keys := make([]string, 0, min(max(n, 1), len(tc.m)))
 	for k := range tc.m {
@@ -89,12 +158,14 @@ func (c *tableCaches) evict(tc *tableCache, n int) {
 // key tc does not hold, and did not remove since the snapshot, was not
 // written since, and what the snapshot says of it is current. Nothing is
 // learned when the log no longer reaches back to the snapshot or tc was
-// emptied since. The keys are chosen before an eviction makes room for
-// them.
+// emptied since, nor while tc is pinned (its bulk load put everything
+// there). The keys are chosen before an eviction makes room for them.
 func (c *tableCaches) learn(tc *tableCache, before uint64, entries []cached, limit int) {
-	if limit == 0 {
+	if limit == 0 || tc.pinned {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	since, ok := tc.removals.since(before)
 	if !ok {
 		return
@@ -121,6 +192,8 @@ func (c *tableCaches) learn(tc *tableCache, before uint64, entries []cached, lim
 // as of every key, which refuses what Loads in flight read: a drop is
 // rare, and naming its keys would copy every one of them.
 func (c *tableCaches) forget(tc *tableCache, keys [][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, k := range keys {
 		if _, ok := tc.m[string(k)]; ok {
 			delete(tc.m, string(k))
@@ -132,17 +205,92 @@ func (c *tableCaches) forget(tc *tableCache, keys [][]byte) {
 
 // clear empties tc.
 func (c *tableCaches) clear(tc *tableCache) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clearLocked(tc)
+}
+
+func (c *tableCaches) clearLocked(tc *tableCache) {
 	c.n -= len(tc.m)
-	clear(tc.m)
+	tc.m = map[string]tablePrior{} // a Go map keeps its memory after deletes
 	tc.removals.removedAll()
 }
 
 // clearAll empties every table's cache (a commit that failed may have
 // been written after all).
 func (c *tableCaches) clearAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, tc := range c.byName {
-		c.clear(tc)
+		c.clearLocked(tc)
 	}
+}
+
+// pin empties tc and stops its eviction, for a bulk load.
+func (c *tableCaches) pin(tc *tableCache) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clearLocked(tc)
+	tc.pinned = true
+}
+
+// unpin ends tc's pin; when the caches hold more than limit, tc keeps what
+// fits in a new map.
+func (c *tableCaches) unpin(tc *tableCache, limit int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tc.pinned = false
+	if c.n <= limit {
+		return
+	}
+	others := c.n - len(tc.m)
+	room := max(limit-others, 0)
+	kept := make(map[string]tablePrior, room)
+	for k, p := range tc.m {
+		if len(kept) == room {
+			break
+		}
+		kept[k] = p
+	}
+	tc.m = kept
+	c.n = others + len(kept)
+	tc.removals.removedAll()
+}
+
+// begin marks the start of a change of tc's table's documents that the
+// cache learns only once it is visible (a commit, then its after; an
+// ingestion, then its await): tc stops answering Loads until end. Every
+// begin has one end. The caller holds wmu.
+func (tc *tableCache) begin() { tc.seq.Add(1) }
+
+// end marks the end of the change begin started, once the cache holds its
+// result (or was emptied).
+func (tc *tableCache) end() { tc.seq.Add(1) }
+
+// serve puts into out the documents of keys (sorted, no repeats) that tc
+// can rebuild (whole entries) and returns the other keys, in order, for
+// the caller to read from its snapshot; a key tc knows to be absent is
+// neither. seq is what tc.seq held before the caller's snapshot: if a
+// change was under way then, or has begun since, the cache may be behind
+// or ahead of the snapshot, and serve answers nothing (returns keys). It
+// holds mu's read lock, never wmu.
+func (c *tableCaches) serve(tc *tableCache, spec engine.TableSpec, seq uint64, keys [][]byte, out map[string]engine.Doc) (rest [][]byte) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(tc.m) == 0 || seq%2 != 0 || tc.seq.Load() != seq {
+		return keys
+	}
+	for _, k := range keys {
+		p, ok := tc.m[string(k)]
+		switch {
+		case ok && !p.exists:
+		case ok && p.whole:
+			out[string(k)] = p.doc(spec, string(k))
+		default:
+			rest = append(rest, k)
+		}
+	}
+	return rest
 }
 
 // cached is a key's state after a batch, for the write cache.
@@ -151,22 +299,23 @@ type cached struct {
 	p   tablePrior
 }
 
-// learn adds what a Load read (found, by key; absent keys as absent) to
-// the table's write cache; before is the caches' removal count read before
-// the Load's snapshot (tableCaches.learn says why that makes the read safe
-// to keep). It never waits for wmu (Store.underWriteLock).
+// learn adds what a Load read from the store (keys, found by key; absent
+// keys as absent) to the table's write cache; before is the cache's
+// removal count read before the Load's snapshot (tableCaches.learn says
+// why that makes the read safe to keep). It never waits for wmu
+// (Store.underWriteLock).
 func (t *table) learn(before uint64, keys [][]byte, found map[string]engine.Doc) {
 	s := t.s
-	if s.priors.max == 0 {
+	if s.cacheMax == 0 || len(keys) == 0 {
 		return
 	}
 	entries := make([]cached, 0, len(keys))
 	for _, k := range keys {
 		p := tablePrior{}
 		if d, ok := found[string(k)]; ok {
-			p = tablePrior{exists: true, version: d.Version, part: d.Partition, index: slices.Clone(d.Index)}
+			p = docPrior(t.spec, d)
 		}
 		entries = append(entries, cached{string(k), p})
 	}
-	s.underWriteLock(func() { s.tcache.learn(t.cache, before, entries, s.priors.max) })
+	s.underWriteLock(func() { s.tcache.learn(t.cache, before, entries, s.cacheMax) })
 }

@@ -7,10 +7,9 @@ import (
 	"math"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/internal/moviedoc"
 )
 
-// Tables (engine.Tables) share the movie store's database, its write lock,
+// Tables (engine.Tables) share the store's database, its write lock,
 // fsync option and disk guard.
 //
 // Each table is a Clover collection, "t_<name>", whose documents Clover
@@ -33,7 +32,7 @@ import (
 //
 // Partitions are 4 bytes big-endian, index positions one byte (the
 // declaration order, fixed by the persisted spec). An index entry's value
-// is order-preserving: a number is moviedoc.OrderedFloat (8 bytes, -0 as
+// is order-preserving: a number is orderedFloat (8 bytes, -0 as
 // +0), a string its bytes and a 0x00 terminator (strings hold no 0x00, so
 // a string sorts before every longer string it prefixes, whatever bytes
 // the key after it holds). The key ends the entry, so entries sort by
@@ -46,6 +45,13 @@ import (
 // new or moved document, the collection size and the checkpoint in one
 // batch; a drop lists a partition's documents from its members keys and
 // names their index entries from the documents.
+
+// memberMark is the value of every members key: nothing. The key alone
+// says that a document belongs to a partition; its index values and
+// version are read from the document, so an update that keeps the
+// partition does not rewrite the key. Members keys of format v2 stores
+// held more, which v3 ignores (see formatVersion).
+var memberMark = []byte{}
 
 // Key families inside a table's prefix.
 const (
@@ -109,12 +115,28 @@ func docID(key []byte) string { return hex.EncodeToString(key) }
 // a string. Stored values hold no 0x00 (engine.Doc.Validate).
 func appendIndexValue(buf []byte, v engine.IndexValue, k engine.IndexKind) []byte {
 	if k == engine.IndexNumber {
-		return binary.BigEndian.AppendUint64(buf, moviedoc.OrderedFloat(v.Num))
+		return binary.BigEndian.AppendUint64(buf, orderedFloat(v.Num))
 	}
 	return append(append(buf, v.Str...), 0)
 }
 
-// orderedFloatValue inverts moviedoc.OrderedFloat.
+// signBit is a float64's (and an int64's) sign bit.
+const signBit = 1 << 63
+
+// orderedFloat maps a non-NaN float to a uint64 with the same order
+// (-0 and +0 map to the same value).
+func orderedFloat(f float64) uint64 {
+	if f == 0 {
+		f = 0 // -0 -> +0
+	}
+	bits := math.Float64bits(f)
+	if bits&signBit != 0 {
+		return ^bits
+	}
+	return bits | signBit
+}
+
+// orderedFloatValue inverts orderedFloat.
 func orderedFloatValue(u uint64) float64 {
 	if u&signBit != 0 {
 		return math.Float64frombits(u &^ signBit)
@@ -143,4 +165,11 @@ func (l tableLayout) indexEntry(buf []byte, pos int, v engine.IndexValue, k engi
 	buf = append(append(append(buf, l.prefix...), tabIndex), byte(pos))
 	buf = appendIndexValue(buf, v, k)
 	return append(buf, key...)
+}
+
+// rawIndexEntry appends the key of an entry in the index at pos to buf,
+// from the value's encoding (appendIndexValue).
+func (l tableLayout) rawIndexEntry(buf []byte, pos int, value, key []byte) []byte {
+	buf = append(append(append(buf, l.prefix...), tabIndex), byte(pos))
+	return append(append(buf, value...), key...)
 }

@@ -30,7 +30,7 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 		return engine.DocPage{}, nil
 	}
 	var page engine.DocPage
-	err = t.s.tableRead(ctx, func(r kvReader) error {
+	err = t.read(ctx, func(r kvReader, _ uint64) error {
 		walk := t.walkIndex
 		if tiesAsc {
 			walk = t.walkTiesAscending

@@ -1,0 +1,274 @@
+package docstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// tableBulk is the state of a table's bulk load: a restore into an empty
+// table, the path that makes a full restore fast. It starts with the
+// first replay batch into an empty partition of a table that holds no
+// documents, and covers every partition of the table that starts the same
+// way while it lasts. While it is on, the table's write cache is pinned
+// and holds every document of the table the load wrote, so a key the
+// cache does not know is new: its batches read nothing. The batches are
+// not written through the memtable: they are buffered (the newest version
+// of each key and the partitions' checkpoints) and written out as sorted
+// files that Pebble ingests (table_ingest.go), each key once.
+//
+// The buffer is written out before anything reads the table (table.read)
+// or writes it otherwise (tableWriteLocked), in the background when it
+// holds Store.ingestChunk documents (while the next batches buffer), when
+// no bulk batch has arrived for ingestIdle, and on Close. So every read
+// sees every batch Apply accepted, as without the buffer. What changes is
+// durability: a bulk batch is durable once the buffer holding it is
+// written out, not when Apply returns. A crash before then leaves the
+// partition as it was before those batches (the checkpoint and documents
+// of the last buffer written out, or none), so the next start restores
+// the rest again; nothing the engine committed to Kafka depends on a
+// restore's batches.
+//
+// The first write of any other kind to the table (a live batch, a replay
+// into a partition that was not empty, a drop, a reset), or a full cache,
+// ends the load; later batches read what the cache does not hold. A crash
+// ends it too: the reopened store reads. It is used only on an engine that
+// ingests (kvIngester: Pebble). Guarded by Store.wmu.
+type tableBulk struct {
+	on    bool
+	t     *table // a handle of the table (its spec and layout)
+	parts map[int32]bool
+	// docs and checkpoints are the buffer: batches not written out yet
+	// (docs in the order of their batches, a key maybe more than once).
+	docs        []engine.Doc
+	checkpoints map[int32]int64
+	timer       *time.Timer     // writes the buffer out after ingestIdle
+	job         *tableIngestJob // the buffer being ingested, or nil
+	// overflow is set when the full cache refused a document the load
+	// wrote: the cache no longer knows every document, so the next
+	// buffer reads what it does not hold, and the load ends (bulkFor).
+	overflow bool
+}
+
+func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints) == 0 }
+
+// applyBulk is Apply's bulk-load path: it buffers b when the table is in
+// (or can start) a bulk load; handled is false when b must take the
+// ordinary path (which ends the load).
+func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool, err error) {
+	s := t.s
+	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.noIngest || s.cacheMax == 0 {
+		return false, nil
+	}
+	if err := s.acquire(ctx); err != nil {
+		return true, err
+	}
+	defer s.mu.RUnlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.guard.check(); err != nil {
+		return true, err
+	}
+	snap := s.kv.snapshot()
+	defer snap.release()
+	if err := t.checkClaim(snap, b.Partition, b.Epoch); err != nil {
+		return true, s.corrupt(err)
+	}
+	if len(b.Docs) == 0 {
+		// A checkpoint alone (a partition's restore ends past its last
+		// transaction marker): buffered behind the partition's batches
+		// when the load covers it, else written as any batch.
+		if !t.cache.bulk.on || !t.cache.bulk.parts[b.Partition] {
+			return false, nil
+		}
+	} else if on, err := t.bulkFor(snap, b.Partition); err != nil || !on {
+		return err != nil, s.corrupt(err)
+	}
+	t.buffer(b)
+	return true, s.corrupt(t.afterBuffer())
+}
+
+// bulkFor reports whether a replay batch of partition p can take the
+// bulk-load path, starting a load when p and the table are empty. The
+// caller holds wmu; r is a snapshot taken under it.
+func (t *table) bulkFor(r kvReader, p int32) (bool, error) {
+	s, tc := t.s, t.cache
+	bulk := &tc.bulk
+	if bulk.on && s.tcache.full(tc, s.cacheMax) {
+		return false, s.endTableBulk(tc)
+	}
+	if bulk.on && bulk.parts[p] {
+		return true, nil
+	}
+	empty, err := t.partitionEmpty(r, p)
+	if err != nil || !empty {
+		if err == nil {
+			err = s.endTableBulk(tc)
+		}
+		return false, err
+	}
+	if !bulk.on {
+		size, err := t.size(r)
+		if err != nil || size != 0 {
+			return false, err
+		}
+		s.tcache.pin(tc) // holds nothing of an empty table; no eviction while the load lasts
+		*bulk = tableBulk{on: true, t: t, parts: map[int32]bool{}}
+		s.log.Info("docstore table bulk load started", "table", t.spec.Name, "partition", p)
+	}
+	bulk.parts[p] = true
+	return true, nil
+}
+
+// buffer takes b's documents and checkpoint onto the bulk-load buffer.
+// The buffer appends (a map of a quarter million documents cost more than
+// the restore's writes); the ingestion keeps the newest version of each
+// key and skips what an earlier buffer wrote newer (tableIngestJob.
+// entries). The caller holds wmu.
+func (t *table) buffer(b engine.DocBatch) {
+	bulk := &t.cache.bulk
+	if bulk.checkpoints == nil {
+		bulk.checkpoints = map[int32]int64{}
+	}
+	bulk.docs = append(bulk.docs, b.Docs...) // kept as is: see Apply
+	bulk.checkpoints[b.Partition] = b.Checkpoint
+	t.cache.buffered.Store(true)
+}
+
+// afterBuffer hands a full buffer to a background ingestion, or (re)arms
+// the idle timer. The caller holds wmu.
+func (t *table) afterBuffer() error {
+	s, tc := t.s, t.cache
+	if len(tc.bulk.docs) >= s.ingestChunk {
+		// Written out in the background while the next chunk buffers; the
+		// chunk before it must have landed first (its documents are in
+		// the write cache only then).
+		if err := s.awaitTableIngest(tc); err != nil {
+			return err
+		}
+		return s.startTableIngest(tc)
+	}
+	idle := cmp.Or(s.tcache.idle, ingestIdle)
+	if tc.bulk.timer == nil {
+		tc.bulk.timer = time.AfterFunc(idle, func() { s.materializeTableIdle(tc) })
+	} else {
+		tc.bulk.timer.Reset(idle)
+	}
+	return nil
+}
+
+// materializeTableIdle writes tc's buffer out after a pause in bulk
+// batches.
+func (s *Store) materializeTableIdle(tc *tableCache) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.materializeTable(tc); err != nil {
+		s.log.Warn("docstore table bulk load not written yet; retried before the next operation", "err", err)
+	}
+}
+
+// flushBuffered writes the table's buffer out if it holds anything, for
+// an operation about to read the table. The caller holds the shared lock,
+// not wmu.
+func (t *table) flushBuffered() error {
+	if !t.cache.buffered.Load() {
+		return nil
+	}
+	t.s.wmu.Lock()
+	defer t.s.wmu.Unlock()
+	return t.s.materializeTable(t.cache)
+}
+
+// materializeTable writes tc's buffer out (after the ingestion in flight,
+// if any) and returns once everything buffered is in the store. On error
+// the buffer is kept, to be retried by the next operation. The caller
+// holds wmu and the shared lock.
+func (s *Store) materializeTable(tc *tableCache) error {
+	bulk := &tc.bulk
+	if bulk.timer != nil {
+		bulk.timer.Stop()
+	}
+	if err := s.awaitTableIngest(tc); err != nil {
+		return err
+	}
+	if !bulk.empty() {
+		if err := s.startTableIngest(tc); err != nil {
+			return err
+		}
+		if err := s.awaitTableIngest(tc); err != nil {
+			return err
+		}
+	}
+	tc.buffered.Store(false)
+	return nil
+}
+
+// endTableBulk ends tc's bulk load, if one is on, once its buffer is
+// written out; the cache is unpinned (shrunk back to its bound). The
+// caller holds wmu and the shared lock.
+func (s *Store) endTableBulk(tc *tableCache) error {
+	if !tc.bulk.on {
+		return nil
+	}
+	if err := s.materializeTable(tc); err != nil {
+		return err
+	}
+	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", len(tc.m))
+	tc.bulk = tableBulk{}
+	s.tcache.unpin(tc, s.cacheMax)
+	return nil
+}
+
+// materializeTables writes every table's buffer out (Close). The caller
+// holds wmu and the lock.
+func (s *Store) materializeTables() {
+	s.tcache.mu.RLock()
+	caches := make([]*tableCache, 0, len(s.tcache.byName))
+	for _, tc := range s.tcache.byName {
+		caches = append(caches, tc)
+	}
+	s.tcache.mu.RUnlock()
+	for _, tc := range caches {
+		if err := s.materializeTable(tc); err != nil {
+			// Lost with the process: the next start restores those partitions.
+			s.log.Warn("docstore table bulk load not written at close; its partitions will be restored again", "err", err)
+		}
+	}
+}
+
+// partitionEmpty reports whether partition p of the table has neither a
+// checkpoint nor a document.
+func (t *table) partitionEmpty(r kvReader, p int32) (bool, error) {
+	if v, err := r.get(t.l.partKey(tabCheckpoint, p)); err != nil || v != nil {
+		return false, err
+	}
+	prefix := t.l.partKey(tabMembers, p)
+	it, err := r.iter(prefix, prefixUpper(prefix), false)
+	if err != nil {
+		return false, err
+	}
+	found := it.seek(prefix)
+	return !found, it.close()
+}
+
+// size reads the table's document count from its Clover collection
+// metadata.
+func (t *table) size(r kvReader) (int, error) {
+	raw, err := r.get(t.l.collKey)
+	if err != nil {
+		return 0, err
+	}
+	var meta struct{ Size int }
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return 0, err
+	}
+	return meta.Size, nil
+}

@@ -1,0 +1,157 @@
+package docstore
+
+import (
+	"bytes"
+
+	"github.com/keepstate/keepstate/engine"
+)
+
+// maxCachedValue is the largest document value a write cache entry keeps
+// for Load (tableCaches.serve); a larger one is read from the store. The
+// movie job's values are 16 bytes.
+const maxCachedValue = 64
+
+// tablePrior is what the write cache holds of a key: what a write needs of
+// its stored document (whether it exists, its version for the version
+// rule, its partition for its members key, its index values for its index
+// entries, removed when they change) and, when whole, what Load needs
+// besides (its value and its sources): then Load rebuilds the document
+// from the entry instead of reading it. An entry is whole when it was made
+// from a whole document (a write, a Load, warm-up) whose value is at most
+// maxCachedValue bytes and whose sources hold at most one partition (the
+// movie job's: the aggregate task of partition p reads partition p); a
+// write that read only the head of a stored document (decodeTableDoc with
+// head set) makes an entry that is not. The value and the index values
+// share one allocation (data): a full cache holds a million entries, and
+// the garbage collector scans each pointer. 56 bytes and data (the movie
+// job's: 24), about 150 bytes with the map and its key. Entries are never
+// changed in place: a new state replaces the whole entry.
+type tablePrior struct {
+	version int64
+	srcOff  int64 // the one source's offset (src == srcOne)
+	part    int32
+	srcPart int32 // the one source's partition (src == srcOne)
+	vlen    int32 // the value's bytes at the head of data; -1 for a nil value
+	exists  bool
+	whole   bool // the value and the sources are kept: Load can rebuild the document
+	src     srcKind
+	// nilIndex records a nil Doc.Index (a table without indexes), which
+	// reads back as nil.
+	nilIndex bool
+	// data is the value (whole entries only), then each index value as
+	// its index entry encodes it (appendIndexValue).
+	data []byte
+}
+
+// srcKind tells nil sources from empty ones and from one entry, as the
+// stored document does.
+type srcKind uint8
+
+const (
+	srcNil srcKind = iota
+	srcEmpty
+	srcOne
+)
+
+// headPrior returns the entry of a stored document read for a write: no
+// value, no sources (not whole).
+func headPrior(spec engine.TableSpec, version int64, part int32, index []engine.IndexValue) tablePrior {
+	p := tablePrior{exists: true, version: version, part: part}
+	p.data = appendIndexValues(make([]byte, 0, indexBytes(spec, index)), spec, index)
+	return p
+}
+
+// docPrior returns the entry of d (valid for spec), whole when d is small
+// enough (see tablePrior); it copies what it keeps.
+func docPrior(spec engine.TableSpec, d engine.Doc) tablePrior {
+	p := tablePrior{exists: true, version: d.Version, part: d.Partition, nilIndex: d.Index == nil}
+	p.whole = len(d.Value) <= maxCachedValue && len(d.Sources) <= 1
+	if !p.whole {
+		p.data = appendIndexValues(make([]byte, 0, indexBytes(spec, d.Index)), spec, d.Index)
+		return p
+	}
+	switch {
+	case d.Sources == nil:
+		p.src = srcNil
+	case len(d.Sources) == 0:
+		p.src = srcEmpty
+	default:
+		p.src = srcOne
+		for part, off := range d.Sources {
+			p.srcPart, p.srcOff = part, off
+		}
+	}
+	p.vlen = int32(len(d.Value))
+	if d.Value == nil {
+		p.vlen = -1
+	}
+	p.data = append(make([]byte, 0, len(d.Value)+indexBytes(spec, d.Index)), d.Value...)
+	p.data = appendIndexValues(p.data, spec, d.Index)
+	return p
+}
+
+// indexBytes is the size of index's encoding.
+func indexBytes(spec engine.TableSpec, index []engine.IndexValue) int {
+	n := 0
+	for pos, ix := range spec.Indexes {
+		if ix.Kind == engine.IndexNumber {
+			n += 8
+		} else {
+			n += len(index[pos].Str) + 1
+		}
+	}
+	return n
+}
+
+// appendIndexValues appends the encoding of each of index to buf.
+func appendIndexValues(buf []byte, spec engine.TableSpec, index []engine.IndexValue) []byte {
+	for pos, ix := range spec.Indexes {
+		buf = appendIndexValue(buf, index[pos], ix.Kind)
+	}
+	return buf
+}
+
+// indexData returns the encoded index values of p.
+func (p tablePrior) indexData() []byte { return p.data[max(p.vlen, 0):] }
+
+// nextIndexValue splits the encoding of one index value of kind k off the
+// head of b (as appendIndexValue wrote it).
+func nextIndexValue(b []byte, k engine.IndexKind) (value, rest []byte) {
+	n := 8
+	if k != engine.IndexNumber {
+		n = bytes.IndexByte(b, 0) + 1
+	}
+	return b[:n:n], b[n:]
+}
+
+// indexValues decodes p's index values (nil when the document held nil).
+func (p tablePrior) indexValues(spec engine.TableSpec) []engine.IndexValue {
+	if p.nilIndex {
+		return nil
+	}
+	out := make([]engine.IndexValue, len(spec.Indexes))
+	b := p.indexData()
+	for pos, ix := range spec.Indexes {
+		out[pos], b, _ = splitIndexValue(b, ix.Kind)
+	}
+	return out
+}
+
+// doc rebuilds the document of key from a whole entry of a key that
+// exists (the caller checks both). Everything returned is the caller's.
+func (p tablePrior) doc(spec engine.TableSpec, key string) engine.Doc {
+	d := engine.Doc{Key: []byte(key), Partition: p.part, Version: p.version, Index: p.indexValues(spec)}
+	if p.vlen >= 0 {
+		d.Value = bytes.Clone(p.data[:p.vlen:p.vlen])
+		if d.Value == nil {
+			d.Value = []byte{}
+		}
+	}
+	switch p.src {
+	case srcEmpty:
+		d.Sources = map[int32]int64{}
+	case srcOne:
+		d.Sources = map[int32]int64{p.srcPart: p.srcOff}
+	}
+	return d
+}
