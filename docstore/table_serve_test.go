@@ -92,12 +92,14 @@ func TestTableLoadSeesWholeBatchesUnderConcurrentApply(t *testing.T) {
 			s := openTemp(t, WithFsync(false), WithWriteCache(tc.cache))
 			defer s.Close()
 			tb := mustTable(t, s, ordersSpec)
-			all := make([][]byte, keys)
+			all := make([][]byte, keys) // read by the Loads
+			for i := range all {
+				all[i] = orderDoc(i, 0, 1).Key
+			}
 			batch := func(v int64) []engine.Doc {
 				docs := make([]engine.Doc, keys)
 				for i := range docs {
 					docs[i] = orderDoc(i, 0, v)
-					all[i] = docs[i].Key
 				}
 				return docs
 			}
