@@ -118,7 +118,12 @@ func WithMemtableSize(bytes int64) Option {
 // engine works on, which Load has just read. A restore into an empty
 // store (the bulk load) keeps every movie it writes, up to 2M or this
 // limit if larger, and shrinks back when it ends. Negative means the
-// default.
+// default. Tables (OpenTable) have a write cache of their own with the
+// same bound over all of them, counted apart from the movies', which
+// answers Load too for documents of at most 64 bytes of value and one
+// source (about 150 bytes per key for the movie job's documents; larger
+// ones keep only what a write needs), and their bulk loads keep every
+// document the same way.
 func WithWriteCache(movies int) Option {
 	return func(o *options) {
 		if movies >= 0 {
