@@ -101,7 +101,7 @@ func TestStaleCopiesAreDropped(t *testing.T) {
 		if !isMoved[p] && n == 0 {
 			t.Errorf("partition %d stayed with a but a's store holds none of its documents", p)
 		}
-		if _, ok, err := s.Checkpoint(context.Background(), p); err != nil || ok == isMoved[p] {
+		if _, ok, err := tb.Checkpoint(context.Background(), p); err != nil || ok == isMoved[p] {
 			t.Errorf("partition %d (moved %v): checkpoint present = %v (%v)", p, isMoved[p], ok, err)
 		}
 	}
