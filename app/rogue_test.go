@@ -77,7 +77,7 @@ func TestRogueGroupMember(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	consumed := make(chan struct{})
 	h := &rogueHandler{claimed: make(chan []int32, 1)}
-	repartition := engine.Config{ApplicationID: c.ApplicationID}.Topics().Repartition
+	repartition := c.EngineConfig(nil).Topics().Repartition
 	go func() {
 		defer close(consumed)
 		for ctx.Err() == nil {
