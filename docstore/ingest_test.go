@@ -230,3 +230,42 @@ func TestBulkLoadWrittenOutWhenIdle(t *testing.T) {
 		return nil
 	})
 }
+
+// TestBulkLoadNeedsAnEmptyTable checks that a replay into an empty
+// partition of a table that already holds documents takes the reading
+// path (no bulk load: it would take the stored documents for new ones),
+// here moving a stored document into the partition.
+func TestBulkLoadNeedsAnEmptyTable(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t, WithFsync(false))
+	defer s.Close()
+	tb := mustTable(t, s, movies.Spec)
+	<-tb.cache.warmed // of the empty table: it adds nothing later
+	stored := restoreBatch(0, 1)
+	applyDocs(t, tb, 0, 1, stored...)
+	s.wmu.Lock()
+	s.tcache.clear(tb.cache) // Apply reads what the cache does not know
+	s.wmu.Unlock()
+	reads := s.counts.writeReads.Load()
+	epoch, err := tb.Claim(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := stored[0]
+	moved.Partition, moved.Version, moved.Sources = 1, 2, map[int32]int64{1: 2}
+	docs := append(restoreBatch(1, 1), moved)
+	if err := tb.Apply(ctx, engine.DocBatch{Partition: 1, Epoch: epoch, Docs: docs, Checkpoint: 1, Replay: true}); err != nil {
+		t.Fatal(err)
+	}
+	s.wmu.Lock()
+	on, buffered := tb.cache.bulk.on, tb.cache.buffered.Load()
+	s.wmu.Unlock()
+	if on || buffered {
+		t.Fatalf("replay into an empty partition of a table holding documents: bulk load %v, buffered %v; want neither", on, buffered)
+	}
+	if got := s.counts.writeReads.Load() - reads; got != 1 {
+		t.Errorf("the replay read %d stored documents; want 1 (the moved one)", got)
+	}
+	want := append(docs, stored[1:]...)
+	wantTableDocs(t, s, tb, want)
+}

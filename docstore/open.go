@@ -49,7 +49,10 @@ var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true, corruptM
 // another process holds dir for longer than the lock timeout, and with
 // ErrCorrupt when the store is damaged (found by an earlier run, or by
 // Pebble now) unless WithRebuildCorrupt is on, which wipes it and opens
-// it empty. The returned Store is safe for concurrent use.
+// it empty. A store holding the movie layout of earlier versions is
+// migrated into the table "movies" before Open returns (migrate.go; it
+// fails with ErrMigration when it cannot). The returned Store is safe for
+// concurrent use.
 func Open(dir string, opts ...Option) (*Store, error) {
 	o := defaults()
 	for _, opt := range opts {
