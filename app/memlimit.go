@@ -6,41 +6,38 @@ import (
 	"math"
 	"os"
 	"runtime/debug"
-	"sync/atomic"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
-	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/internal/malloc"
 )
 
 // minGoMemoryMiB is the least memory limit left for Go's heap that
 // applyMemoryLimit accepts: below it the collector would run all the time.
 const minGoMemoryMiB = 64
 
-// baseMiB is what the process holds besides Go's heap and the store's
-// caches: the binary's resident code, thread stacks and the C allocator's
-// own overhead (measured at 45–50 MiB).
+// baseMiB is what the process holds that Go's memory limit does not
+// count, mostly the binary's resident code and data ("the binary" in
+// docs/benchmarks.md, "Memory").
 const baseMiB = 48
 
 // headroomPercent is the share of the limit planMemory keeps free: Go's
-// limit is soft and the C allocator's holdings move, so a 1M-movie run
-// planned to the last MiB peaked 1–3 MiB over a 300 MiB limit (three runs;
-// docs/benchmarks.md).
+// limit is soft, and the heap overshoots it for a moment while the
+// collector catches up.
 const headroomPercent = 3
 
 // DefaultMemoryTargetMiB is the memory target of a process given no
-// --memory-limit-mib outside a container (issue 12 asks for 300 MiB at 1M
-// movies): the process plans its caches and collector for it, and the
-// memory governor raises it when the live heap needs more (elastic), so
-// it is never a cap.
+// --memory-limit-mib outside a container: the process plans its caches
+// and collector for it, and the memory governor raises it when the live
+// heap needs more (elastic), so it is never a cap.
 const DefaultMemoryTargetMiB = 300
 
-// memoryPlan is the soft memory limit a Config asks for.
+// memoryPlan is the soft memory limit a Config asks for. Everything the
+// process caches is in Go's heap, clover's block cache and memtables
+// included (Pebble allocates them there in a CGO_ENABLED=0 build), so Go
+// gets the limit less baseMiB and the headroom.
 type memoryPlan struct {
 	totalMiB int64  // the process's limit, 0 for none
 	goMiB    int64  // of it, Go's soft limit (GOMEMLIMIT)
-	offHeap  int64  // MiB held outside Go's heap: baseMiB and the store's caches
 	headroom int64  // MiB kept free (headroomPercent of totalMiB)
 	source   string // flag, container, default or none
 }
@@ -50,25 +47,20 @@ type memoryPlan struct {
 // limit the operator or the container set stays where it is.
 func (p memoryPlan) elastic() bool { return p.source == "default" }
 
-// setTotal makes totalMiB the limit: the headroom comes off it, and Go
-// gets what the headroom and offHeap leave.
+// setTotal makes totalMiB the limit: Go gets what baseMiB and the
+// headroom leave of it.
 func (p *memoryPlan) setTotal(totalMiB int64) {
 	p.totalMiB = totalMiB
 	p.headroom = totalMiB * headroomPercent / 100
-	p.goMiB = totalMiB - p.offHeap - p.headroom
+	p.goMiB = totalMiB - baseMiB - p.headroom
 }
 
 // planMemory works out the limit: --memory-limit-mib when positive, else
 // (0) 90% of containerMiB when there is a container limit, else (0) the
-// elastic DefaultMemoryTargetMiB. baseMiB and the headroom come off it,
-// and so do the clover store's block cache and its memtables
-// (docstore.MaxMemtables of them: counting two, a 1M-movie run under 300
-// MiB peaked at 323–334 MiB) when they live outside Go's heap (cgo
-// builds). It returns ErrConfig when a limit that was asked for leaves
-// Go's heap less than minGoMemoryMiB; the default target grows instead
-// (a large --store-cache-mib takes it along rather than refusing to
-// start).
-func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan, error) {
+// elastic DefaultMemoryTargetMiB; -1 makes none. It returns ErrConfig
+// when a limit that was asked for leaves Go's heap less than
+// minGoMemoryMiB.
+func planMemory(c Config, containerMiB int64) (memoryPlan, error) {
 	p := memoryPlan{source: "none"}
 	switch {
 	case c.MemoryLimitMiB > 0:
@@ -80,35 +72,22 @@ func planMemory(c Config, containerMiB int64, offHeapAllocator bool) (memoryPlan
 	default:
 		return p, nil
 	}
-	p.offHeap = baseMiB
-	if c.Store == StoreClover && offHeapAllocator {
-		p.offHeap += c.StoreCacheMiB + docstore.MaxMemtables*(docstore.DefaultMemtableSize>>20)
-	}
-	least := (p.offHeap+minGoMemoryMiB)*100/(100-headroomPercent) + 1
-	if p.elastic() {
-		p.totalMiB = max(p.totalMiB, least)
-	}
 	p.setTotal(p.totalMiB)
 	if p.goMiB < minGoMemoryMiB {
-		return p, fmt.Errorf("%w: --memory-limit-mib: %d MiB (%s) leaves %d MiB for Go's heap after the binary, the store's caches (%d MiB) and %d%% headroom; give at least %d MiB or lower --store-cache-mib",
-			ErrConfig, p.totalMiB, p.source, p.goMiB, p.offHeap, headroomPercent, least)
+		least := (baseMiB+minGoMemoryMiB)*100/(100-headroomPercent) + 1
+		return p, fmt.Errorf("%w: --memory-limit-mib: %d MiB (%s) leaves %d MiB for Go's heap after the binary (%d MiB) and %d%% headroom; give at least %d MiB",
+			ErrConfig, p.totalMiB, p.source, p.goMiB, baseMiB, headroomPercent, least)
 	}
 	return p, nil
 }
 
 // applyMemoryLimit sets Go's soft memory limit as planMemory says and
 // returns the limit in effect for Go's heap, in bytes (0 for none), and
-// the plan (totalMiB 0 when keepstate made none). An
-// explicit GOMEMLIMIT in the environment is the operator's choice and wins
-// over the automatic limit (not over the flag). It also tunes the C
-// allocator for the clover store (malloc.Tune). It changes process-wide
-// settings: call it once, before the store opens.
+// the plan (totalMiB 0 when keepstate made none). An explicit GOMEMLIMIT
+// in the environment is the operator's choice and wins over the automatic
+// limit (not over the flag). It changes a process-wide setting: call it
+// once, before the store opens.
 func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
-	if c.Store == StoreClover {
-		if err := malloc.Tune(); err != nil { // before Pebble's first C allocation
-			log.Warn("C allocator left untuned: the store may hold more memory than it uses", "err", err)
-		}
-	}
 	if c.MemoryLimitMiB == 0 && os.Getenv("GOMEMLIMIT") != "" {
 		limit := debug.SetMemoryLimit(-1)
 		log.Info("memory limit from GOMEMLIMIT", "go_limit_bytes", limit)
@@ -123,37 +102,14 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 			containerMiB = int64(b >> 20)
 		}
 	}
-	p, err := planMemory(c, containerMiB, malloc.OffHeap)
+	p, err := planMemory(c, containerMiB)
 	if err != nil || p.totalMiB == 0 {
 		return 0, p, err
 	}
 	debug.SetMemoryLimit(p.goMiB << 20)
-	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "elastic", p.elastic(), "go_mib", p.goMiB, "store_off_heap_mib", p.offHeap, "headroom_mib", p.headroom)
+	log.Info("memory limit", "source", p.source, "limit_mib", p.totalMiB, "elastic", p.elastic(), "go_mib", p.goMiB, "base_mib", baseMiB, "headroom_mib", p.headroom)
 	return p.goMiB << 20, p, nil
 }
-
-// valvePercent is the share of a memory limit at which the C allocator's
-// free pages are given back (malloc.Valve): high enough that a process
-// well under its limit never pays for it, low enough that the holes a
-// second of block-cache churn leaves (up to 35 MiB at 1M movies) fit
-// under the limit.
-const valvePercent = 90
-
-// trimValve returns the valve that keeps the C allocator's free pages
-// from pushing the process over the plan p (no Bound, which never runs,
-// when there is no plan or the store is not clover). The memory governor
-// moves its bound when it raises an elastic plan.
-func trimValve(c Config, p memoryPlan, log *slog.Logger) malloc.Valve {
-	if p.totalMiB == 0 || c.Store != StoreClover {
-		return malloc.Valve{}
-	}
-	bound := new(atomic.Int64)
-	bound.Store(valveBound(p.totalMiB))
-	return malloc.Valve{Bound: bound, Log: log}
-}
-
-// valveBound is the valve's bound, in bytes, under a limit of totalMiB.
-func valveBound(totalMiB int64) int64 { return totalMiB * valvePercent / 100 << 20 }
 
 // bulkMemory is the share of Go's memory limit (goLimit bytes, 0 for
 // none) the clover store's bulk load may use (docstore.WithBulkMemory):
@@ -183,14 +139,12 @@ const minAutoCacheBudgetDocs = 3000
 //
 // What the partitions hold between flushes (their changed and cached
 // documents, the records built for the next flush) is most of what a
-// 1M-movie uniform run keeps live. Under a 300 MiB limit with 10000 per
-// partition (live heap near Go's share, so the collector ran all the
-// time) a run spent a third more CPU and lost a third of its throughput;
-// with a third of 14880 per partition (three partitions) it did 23–27k
-// ratings/s instead of 16.5–19k, peaking at 301–308 MiB
-// (docs/benchmarks.md). The budget is shared, so a failover that moves
-// more partitions here shrinks each partition's share instead of
-// multiplying the memory.
+// 1M-movie uniform run keeps live: a budget that holds the live heap near
+// Go's share makes the collector run all the time, which costs more CPU
+// and throughput than the cache saves. The memory governor then moves an
+// automatic budget with the live heap. The budget is shared, so a
+// failover that moves more partitions here shrinks each partition's share
+// instead of multiplying the memory.
 func cacheBudgetDocs(budget, maxDocs int, goLimit int64, jobs int) int {
 	switch {
 	case budget > 0:

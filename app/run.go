@@ -14,7 +14,6 @@ import (
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/docstore"
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/internal/malloc"
 	"github.com/keepstate/keepstate/movies"
 	"github.com/keepstate/keepstate/redisstore"
 	"github.com/keepstate/keepstate/web"
@@ -146,13 +145,9 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
-	valveCtx, closeValve := context.WithCancel(ctx)
-	defer closeValve()
-	valve := trimValve(c, plan, log)
-	go valve.Run(valveCtx)
 	var gov *memoryGovernor
 	if plan.totalMiB > 0 {
-		gov = &memoryGovernor{plan: plan, goMiB: plan.goMiB, live: liveHeap, valve: valve.Bound, autoBudget: c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0, log: log}
+		gov = &memoryGovernor{plan: plan, live: liveHeap, autoBudget: c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0, log: log}
 	}
 	if c.CacheBudgetDocs == 0 {
 		c.CacheBudgetDocs = cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs))
@@ -256,9 +251,6 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	govDone := make(chan struct{})
 	if gov != nil {
 		g := *gov
-		if ds != nil && malloc.OffHeap {
-			g.memory = ds.Memory
-		}
 		for _, e := range engines {
 			g.engines = append(g.engines, e)
 		}
