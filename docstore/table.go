@@ -189,8 +189,8 @@ type tableWriteOp struct {
 	blind bool
 	size  int
 	sync  bool // durable on return
-	// cache is the write cache of the table the batch writes (nil for
-	// its epochs alone): that table's buffered bulk load is written out
+	// cache is the write cache of the table the batch writes (nil when
+	// the table is being created): that table's buffered bulk load is written out
 	// first, and its Loads stop answering from the cache until the batch
 	// is in it (tableCaches.serve).
 	cache *tableCache
@@ -266,7 +266,10 @@ func (t *table) Spec() engine.TableSpec {
 func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	key := t.l.partKey(tabEpochs, p)
 	var epoch int64
-	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync}, func(b kvBatch) (func(), error) {
+	// Like every write of the table, a claim comes after the batches its
+	// bulk load buffered (the load goes on).
+	op := tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache}
+	err := t.s.tableWrite(ctx, op, func(b kvBatch) (func(), error) {
 		last, _, err := getInt64(b, key)
 		if err != nil {
 			return nil, err

@@ -16,9 +16,13 @@ import (
 // way while it lasts. While it is on, the table's write cache is pinned
 // and holds every document of the table the load wrote, so a key the
 // cache does not know is new: its batches read nothing. The batches are
-// not written through the memtable: they are buffered (the newest version
-// of each key and the partitions' checkpoints) and written out as sorted
-// files that Pebble ingests (table_ingest.go), each key once.
+// not written through the memtable: they are buffered (their documents
+// and the partitions' checkpoints) and written out as sorted files that
+// Pebble ingests (table_ingest.go), the newest version of each key once.
+// The store keeps the batches' documents, not copies, until then (see
+// table.Apply). It is the table form of bulkLoad and loadBuffer, written
+// for any table spec so that it can serve the movie job's table when the
+// movie store goes.
 //
 // The buffer is written out before anything reads the table (table.read)
 // or writes it otherwise (tableWriteLocked), in the background when it
@@ -32,9 +36,10 @@ import (
 // the rest again; nothing the engine committed to Kafka depends on a
 // restore's batches.
 //
-// The first write of any other kind to the table (a live batch, a replay
-// into a partition that was not empty, a drop, a reset), or a full cache,
-// ends the load; later batches read what the cache does not hold. A crash
+// The first write of any other kind to the table (a batch of documents
+// that is not a replay, or replays into a partition that was not empty, a
+// drop, a reset), or a full cache, ends the load (a batch of a checkpoint
+// alone does not: a partition's restore ends with one); later batches read what the cache does not hold. A crash
 // ends it too: the reopened store reads. It is used only on an engine that
 // ingests (kvIngester: Pebble). Guarded by Store.wmu.
 type tableBulk struct {
@@ -57,7 +62,7 @@ func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints)
 
 // applyBulk is Apply's bulk-load path: it buffers b when the table is in
 // (or can start) a bulk load; handled is false when b must take the
-// ordinary path (which ends the load).
+// ordinary path (which ends the load when b holds documents).
 func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool, err error) {
 	s := t.s
 	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.noIngest || s.cacheMax == 0 {

@@ -140,12 +140,13 @@ func (p tablePrior) indexValues(spec engine.TableSpec) []engine.IndexValue {
 // doc rebuilds the document of key from a whole entry of a key that
 // exists (the caller checks both). Everything returned is the caller's.
 func (p tablePrior) doc(spec engine.TableSpec, key string) engine.Doc {
-	d := engine.Doc{Key: []byte(key), Partition: p.part, Version: p.version, Index: p.indexValues(spec)}
+	// The key and the value share one allocation.
+	buf := make([]byte, len(key)+max(int(p.vlen), 0))
+	n := copy(buf, key)
+	d := engine.Doc{Key: buf[:n:n], Partition: p.part, Version: p.version, Index: p.indexValues(spec)}
 	if p.vlen >= 0 {
-		d.Value = bytes.Clone(p.data[:p.vlen:p.vlen])
-		if d.Value == nil {
-			d.Value = []byte{}
-		}
+		d.Value = buf[n:]
+		copy(d.Value, p.data[:p.vlen])
 	}
 	switch p.src {
 	case srcEmpty:
