@@ -134,9 +134,9 @@ func WithWriteCache(docs int) Option {
 // WithBulkMemory bounds the Go heap, in bytes, that a restore into an
 // empty table (the bulk load) uses for its write cache and its buffer of
 // documents not yet written out: it then keeps at most as many documents
-// as half of it holds (about 115 bytes each) instead of 2M, and writes out
+// as half of it holds (about 210 bytes each) instead of 2M, and writes out
 // a buffer whose two halves (one written while the next fills) hold the
-// other half (about 325 bytes per document) instead of 250k. A bulk
+// other half (about 350 bytes per document) instead of 250k. A bulk
 // load whose cache fills ends, and the rest of the restore reads before
 // it writes, as any batch does: slower, not wrong. Zero or negative means
 // no bound (the defaults). Set it from the process's memory limit, so a
@@ -148,11 +148,11 @@ func WithBulkMemory(bytes int64) Option {
 }
 
 // Sizes the bulk load's structures take per document in Go's heap,
-// measured with Go 1.26 on the movie job's documents (a map's table
-// doubles, so these are upper ends).
+// measured with Go 1.26 on the movie job's documents (500k of each, after
+// a collection: a map's table doubles, so these are upper ends).
 const (
-	cacheEntryBytes  = 115 // one document in the write cache, with the map
-	bufferedDocBytes = 325 // one document in the load buffer, sources included
+	cacheEntryBytes  = 210 // one document in the write cache, with the map and its key
+	bufferedDocBytes = 350 // one document in the load buffer, its sources map included
 	minIngestChunk   = 10_000
 )
 
