@@ -113,9 +113,16 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 
 // bulkMemory is the share of Go's memory limit (goLimit bytes, 0 for
 // none) the clover store's bulk load may use (docstore.WithBulkMemory):
-// half; the other half is the engine's (fetch buffers, caches, batches).
-// 0 (no limit) leaves the bulk load its defaults.
-func bulkMemory(goLimit int64) int64 { return goLimit / 2 }
+// half of what Pebble's block cache (storeCache bytes, its memtables
+// inside) leaves, as Pebble allocates it in Go's heap; the other half is
+// the engine's (fetch buffers, caches, batches). 0 (no limit) leaves the
+// bulk load its defaults.
+func bulkMemory(goLimit, storeCache int64) int64 {
+	if goLimit <= 0 {
+		return 0
+	}
+	return max(goLimit-storeCache, goLimit/4) / 2
+}
 
 // defaultCacheBudgetDocs is --cache-budget-docs without a memory limit:
 // the engine's default.

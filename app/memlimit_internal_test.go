@@ -97,3 +97,24 @@ func TestCacheBudgetDocs(t *testing.T) {
 		t.Errorf("Default().EngineConfig().CacheBudgetDocs = %d; want the engine's default %d", got, def)
 	}
 }
+
+// TestBulkMemory: the bulk load gets half of what Go's share leaves after
+// Pebble's block cache (in Go's heap), never less than an eighth of the
+// share, and nothing is bounded without a limit.
+func TestBulkMemory(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		name           string
+		goLimit, cache int64
+		want           int64
+	}{
+		{"no limit", 0, 64 * mib, 0},
+		{"default target", 243 * mib, 64 * mib, (243 - 64) * mib / 2},
+		{"cache larger than the share", 100 * mib, 200 * mib, 100 * mib / 4 / 2},
+	}
+	for _, tt := range tests {
+		if got := bulkMemory(tt.goLimit, tt.cache); got != tt.want {
+			t.Errorf("%s: bulkMemory(%d, %d) = %d, want %d", tt.name, tt.goLimit, tt.cache, got, tt.want)
+		}
+	}
+}

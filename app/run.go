@@ -70,7 +70,7 @@ func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (
 	case StoreClover:
 		s, err := docstore.Open(c.DataDir, docstore.WithFsync(c.Fsync), docstore.WithLogger(log),
 			docstore.WithCacheSize(c.StoreCacheMiB<<20), docstore.WithWriteCache(c.StoreWriteCache),
-			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20), docstore.WithBulkMemory(bulkMemory(goLimit)),
+			docstore.WithDiskReserve(c.StoreDiskReserveMiB<<20), docstore.WithBulkMemory(bulkMemory(goLimit, c.StoreCacheMiB<<20)),
 			docstore.WithRebuildCorrupt(c.OnStoreCorrupt == CorruptRebuild))
 		if err != nil {
 			return nil, fmt.Errorf("open clover store in %s: %w", c.DataDir, err)

@@ -19,9 +19,9 @@ const (
 	// the memtable size. Measured at 1M movies: three are common.
 	MaxMemtables = 4
 	// DefaultWriteCache is the default number of documents the write
-	// cache remembers (see WithWriteCache): about 36 MiB when full of the
-	// movie job's documents.
-	DefaultWriteCache = 250_000
+	// cache remembers (see WithWriteCache): about 29 MiB when full of the
+	// movie job's documents (cacheEntryBytes each).
+	DefaultWriteCache = 140_000
 )
 
 // Option configures Open.
