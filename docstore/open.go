@@ -171,7 +171,7 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
 	}
 	bulkMax, ingestChunk := o.bulkLimits()
-	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, noIngest: o.noIngest, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
+	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
 		cacheMax: o.writeCache, bulkMax: bulkMax, condemnedCh: make(chan struct{}),
 		guard: diskGuard{dir: dir, reserve: uint64(o.diskReserve)}}
 	if o.corruptSink != nil {

@@ -34,7 +34,6 @@ type options struct {
 	cacheBytes    int64
 	memtableBytes int64
 	noBulk        bool // withoutBulkLoad
-	noIngest      bool // withoutIngest
 	ingestChunk   int  // withIngestChunk
 	writeCache    int
 	bulkMemory    int64 // WithBulkMemory
@@ -192,11 +191,6 @@ func WithDiskReserve(bytes int64) Option {
 // withoutBulkLoad turns the bulk-load path off (every replay batch reads
 // the store): the reference for the equivalence test and benchmarks.
 func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
-
-// withoutIngest turns ingestion off: a table's bulk load only ever writes
-// ingested files, so replay batches then take the reading path, as with
-// withoutBulkLoad.
-func withoutIngest() Option { return func(o *options) { o.noIngest = true } }
 
 // withIngestChunk sets how many documents a bulk load buffers before it
 // hands them to a background ingestion (tests use small chunks).

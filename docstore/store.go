@@ -15,15 +15,14 @@ import (
 // Close); writes are serialized and readers see only committed batches,
 // each from one snapshot.
 type Store struct {
-	dir      string
-	kv       kv
-	lock     *dirLock
-	sync     bool
-	noBulk   bool // withoutBulkLoad
-	noIngest bool // withoutIngest
-	guard    diskGuard
-	log      *slog.Logger
-	counts   *readCounts
+	dir    string
+	kv     kv
+	lock   *dirLock
+	sync   bool
+	noBulk bool // withoutBulkLoad
+	guard  diskGuard
+	log    *slog.Logger
+	counts *readCounts
 
 	// mu guards kv against Close: every operation holds it shared.
 	mu     sync.RWMutex

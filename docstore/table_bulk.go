@@ -65,7 +65,7 @@ func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints)
 // ordinary path (which ends the load when b holds documents).
 func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool, err error) {
 	s := t.s
-	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.noIngest || s.cacheMax == 0 {
+	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.cacheMax == 0 {
 		return false, nil
 	}
 	if err := s.acquire(ctx); err != nil {

@@ -99,7 +99,6 @@ func TestTableBulkLoadMatchesReadingPath(t *testing.T) {
 		{"bulk, one ingestion", nil, 0, true, false},
 		{"bulk, the cache overflows", []Option{withIngestChunk(50), WithWriteCache(100)}, 120, true, true},
 		{"reading path", []Option{withoutBulkLoad()}, 0, false, false},
-		{"no ingestion", []Option{withoutIngest()}, 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
