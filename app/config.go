@@ -91,6 +91,8 @@ type Config struct {
 	PeerSecret                 string        // --peer-secret: shared secret authenticating requests between instances
 	PeerSecretFile             string        // --peer-secret-file: file holding the peer secret (a mounted secret)
 	StaleDropAfter             time.Duration // --stale-drop-after: clover drops a partition this long after it moved away (0: keep)
+	StandbyReplicas            int           // --standby-replicas: clover: instances keeping a standby copy of each partition
+	AcceptableLag              int64         // --acceptable-lag: changelog records a member may be behind and still take a partition
 	PprofAddr                  string        // --pprof-addr: serve /debug/pprof on this address (empty: off)
 }
 
@@ -169,6 +171,8 @@ func Default() Config {
 		ProcessingGuarantee: string(e.ProcessingGuarantee),
 		TransactionTimeout:  e.TransactionTimeout,
 		StaleDropAfter:      10 * time.Minute,
+		StandbyReplicas:     e.StandbyReplicas,
+		AcceptableLag:       e.AcceptableLag,
 	}
 }
 
@@ -212,6 +216,12 @@ func (c Config) Validate() error {
 	}
 	if c.StaleDropAfter < 0 {
 		bad("stale-drop-after", "must not be negative")
+	}
+	if c.StandbyReplicas < 0 || c.StandbyReplicas > 8 {
+		bad("standby-replicas", "must be between 0 and 8")
+	}
+	if c.AcceptableLag < 0 {
+		bad("acceptable-lag", "must not be negative")
 	}
 	if c.ApplicationID == "" || strings.ContainsAny(c.ApplicationID, " /\\") {
 		bad("application-id", "%q must be non-empty without spaces or slashes", c.ApplicationID)

@@ -43,6 +43,8 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		AdvertiseAddr:     c.AdvertiseAddr,
 		SessionTimeout:    c.SessionTimeout,
 		StaleDropAfter:    c.StaleDropAfter,
+		StandbyReplicas:   c.StandbyReplicas,
+		AcceptableLag:     c.AcceptableLag,
 		Logger:            log,
 
 		ProcessingGuarantee: engine.Guarantee(c.ProcessingGuarantee),

@@ -76,6 +76,16 @@ type Config struct {
 	// an InstanceLocal store this long after the partition moved away (see
 	// stale.go); 0 keeps them.
 	StaleDropAfter time.Duration
+	// StandbyReplicas is how many other instances keep a standby copy of
+	// each partition, tailing its changelog into their own store, so that
+	// the partition can move to one of them with a short replay (see
+	// assign.go). Only an InstanceLocal store has standbys.
+	StandbyReplicas int
+	// AcceptableLag is how many changelog records a member may be behind
+	// on a partition and still be given it as active; the assignor places
+	// a warm-up where the balance wants the partition and moves it once
+	// the warm-up is this close.
+	AcceptableLag int64
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 	// Kafka opens the Kafka clients; nil dials Brokers with sarama
@@ -98,6 +108,8 @@ func DefaultConfig() Config {
 		BufferedRecords:   2048,
 		ReplicationFactor: 1,
 		SessionTimeout:    10 * time.Second,
+		StandbyReplicas:   1,
+		AcceptableLag:     10000,
 
 		ProcessingGuarantee: ExactlyOnce,
 		TransactionTimeout:  10 * time.Second,
@@ -138,6 +150,12 @@ func (c Config) Validate() error {
 	}
 	if c.ProcessingGuarantee == ExactlyOnce && (c.TransactionTimeout < time.Second || c.TransactionTimeout > 15*time.Minute) {
 		errs = append(errs, errors.New("transaction timeout must be between 1s and 15m (the broker's transaction.max.timeout.ms default)"))
+	}
+	if c.StandbyReplicas < 0 || c.StandbyReplicas > 8 {
+		errs = append(errs, errors.New("standby replicas must be between 0 and 8"))
+	}
+	if c.AcceptableLag < 0 {
+		errs = append(errs, errors.New("acceptable lag must not be negative"))
 	}
 	if c.ReplicationFactor < 1 || c.Partitions < 0 {
 		errs = append(errs, errors.New("replication factor must be >= 1 and partitions >= 0"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,14 @@ type Engine struct {
 	fatal error
 
 	stale staleDropper
+	// asg is the group assignor; standby the partitions tailed here as
+	// replicas; copies the checkpoint of each partition the store holds.
+	asg     *assignor
+	standby standbySet
+	copies  copies
+	// actives are the partitions run here in the last session (reported
+	// to the assignor, which keeps them here); guarded by mu.
+	actives []int32
 }
 
 // NewJob checks cfg and returns an engine that runs job (see Job.Runner)
@@ -80,6 +89,8 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: cfg.kafka(),
 		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}
 	e.budget.Store(int64(cfg.CacheBudgetDocs))
+	e.asg = &assignor{e: e}
+	e.standby.wake = make(chan struct{}, 1)
 	return e, nil
 }
 
@@ -117,7 +128,8 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.Return.Errors = true
-	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{e.asg,
+		rangeStrategy{BalanceStrategy: sarama.NewBalanceStrategyRange(), addr: e.cfg.AdvertiseAddr}}
 	sc.Consumer.Group.InstanceId = e.cfg.InstanceID
 	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = e.heartbeatInterval()
@@ -175,6 +187,22 @@ func (e *Engine) Run(ctx context.Context) error {
 		return err
 	}
 	defer e.close()
+	if e.localStore {
+		if err := e.loadCopies(ctx); err != nil {
+			return fmt.Errorf("engine: read checkpoints: %w", err)
+		}
+	}
+	standbyCtx, stopStandbys := context.WithCancel(ctx)
+	standbysDone := make(chan struct{})
+	go func() {
+		defer close(standbysDone)
+		e.runStandbys(standbyCtx)
+	}()
+	defer func() {
+		stopStandbys()
+		<-standbysDone
+		e.stopReplicas()
+	}()
 	gc := e.saramaConfig()
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
 		// The group's offset fetch is refused (UNSTABLE_OFFSET_COMMIT) while
@@ -191,6 +219,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("engine: consumer group: %w", err)
 	}
+	defer e.leave() // after the group is closed: see leave.go
 	defer group.Close()
 	go func() {
 		for err := range group.Errors() {
@@ -227,6 +256,28 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// rejoin ends the current group session so that the member joins the
+// group again at once and the leader plans anew (a warm-up caught up). It
+// is not a failure: it counts no restart.
+func (e *Engine) rejoin(reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancelSession == nil {
+		return
+	}
+	e.log.Info("rejoining the group", "reason", reason)
+	e.c.rejoins.Add(1)
+	e.cancelSession()
+	e.cancelSession = nil
+}
+
+// lastActives returns the partitions run here in the last session.
+func (e *Engine) lastActives() []int32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.actives)
 }
 
 // restartSession ends the current group session so that the instance

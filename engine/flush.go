@@ -223,6 +223,7 @@ func (t *task) awaitPersist() error {
 	}
 	if job.wrote {
 		t.checkpoint, t.verified = job.checkpoint, job.verified
+		t.e.copies.set(t.p, t.checkpoint)
 	}
 	if job.commit {
 		t.committed = max(t.committed, job.next)

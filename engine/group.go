@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/IBM/sarama"
 )
 
@@ -21,9 +23,14 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.route.parts.setJoined()
 	e.route.owners.invalidate()
 	e.onAssigned(ps, s.GenerationID())
+	e.mu.Lock()
+	e.actives = slices.Clone(ps)
+	e.mu.Unlock()
+	standbys, warmups := e.asg.replicas(s.GenerationID())
+	e.setReplicas(ps, standbys, warmups)
 	go e.keepLease(s, e.client)
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
-		"aggregate", ps, "input", s.Claims()[e.topics.Input])
+		"aggregate", ps, "standby", standbys, "warmup", warmups, "input", s.Claims()[e.topics.Input])
 	return nil
 }
 

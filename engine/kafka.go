@@ -43,6 +43,9 @@ type Log interface {
 	// watermark is decided (last stable offset >= high watermark) and
 	// returns that high watermark; it gives up when ctx ends.
 	StableEnd(ctx context.Context, topic string, p int32) (int64, error)
+	// LastStable returns topic/p's last stable offset: every transaction
+	// with a record below it is decided. It does not wait.
+	LastStable(ctx context.Context, topic string, p int32) (int64, error)
 	// ReadCommitted calls fn, in offset order, for each committed record of
 	// topic/p in [start, end), skipping aborted ones and control records;
 	// the caller has waited for StableEnd >= end. It stops at fn's first
@@ -95,6 +98,14 @@ func (l saramaLog) Start(_ context.Context, topic string, p int32) (int64, error
 
 func (l saramaLog) StableEnd(ctx context.Context, topic string, p int32) (int64, error) {
 	return waitStable(ctx, l.client, topic, p)
+}
+
+func (l saramaLog) LastStable(_ context.Context, topic string, p int32) (int64, error) {
+	n, err := listOffset(l.client, topic, p, sarama.ReadCommitted)
+	if err != nil {
+		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
+	}
+	return n, nil
 }
 
 func (l saramaLog) ReadCommitted(ctx context.Context, topic string, p int32, start, end int64, fn func(CommittedRecord) error) error {

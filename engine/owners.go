@@ -30,6 +30,10 @@ type Membership struct {
 	Self string
 	// Owners maps a partition to the advertised address of its owner.
 	Owners map[int32]string
+	// Replicas maps a partition to the advertised addresses of the members
+	// keeping a standby copy of it (see assign.go); empty while the group
+	// runs an older build's assignment.
+	Replicas map[int32][]string
 	// Taken is when the group was described.
 	Taken time.Time
 }
@@ -145,14 +149,19 @@ func (r *Router) describe() (Membership, error) {
 	if res.err != nil {
 		return Membership{}, fmt.Errorf("describe group %s: %v: %w", r.appID, res.err, ErrUnavailable)
 	}
-	m := Membership{Partitions: r.numParts.Load(), Self: r.self, Owners: map[int32]string{}, Taken: time.Now()}
+	m := Membership{Partitions: r.numParts.Load(), Self: r.self, Owners: map[int32]string{},
+		Replicas: map[int32][]string{}, Taken: time.Now()}
 	for _, g := range res.groups {
 		for _, mem := range g.Members {
 			meta, err := mem.GetMemberMetadata()
 			if err != nil || meta == nil {
 				continue
 			}
-			addr := string(meta.UserData)
+			st, err := decodeMemberState(meta.UserData)
+			if err != nil {
+				continue
+			}
+			addr := st.Addr
 			if err := ValidPeerAddr(addr); err != nil {
 				r.rejectPeer(mem.MemberId, addr, err)
 				continue
@@ -164,6 +173,13 @@ func (r *Router) describe() (Membership, error) {
 			for _, p := range asg.Topics[r.repartition] {
 				if p >= 0 && p < m.Partitions {
 					m.Owners[p] = addr
+				}
+			}
+			if standbys, _, err := decodeReplicas(asg.UserData); err == nil {
+				for _, p := range standbys {
+					if p >= 0 && p < m.Partitions {
+						m.Replicas[p] = append(m.Replicas[p], addr)
+					}
 				}
 			}
 		}

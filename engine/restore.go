@@ -3,8 +3,10 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -76,6 +78,7 @@ func (t *task) restore(ctx context.Context) error {
 		e.route.parts.unwarm(t.p)
 	}
 	t.checkpoint = max(start, end)
+	e.copies.set(t.p, t.checkpoint)
 	if start >= end {
 		log.Info("partition restored", "records", 0)
 		return nil
@@ -94,26 +97,44 @@ func (t *task) restore(ctx context.Context) error {
 // records it read. The last batch moves the checkpoint to end, past the
 // final transaction marker.
 func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
-	e := t.e
+	n, _, err := t.e.replay(ctx, t.p, t.epoch, start, end, 0, &t.e.c.restored)
+	if err == nil {
+		t.checkpoint = end
+	}
+	return n, err
+}
+
+// errReplayLimit ends a replay that has read its limit of records.
+var errReplayLimit = errors.New("replay limit reached")
+
+// replay applies the committed changelog records in [start, end) of
+// partition p to the store, under the claim epoch, in replay batches of
+// at most restoreBatchDocs documents (the last version of each key). It
+// returns how many records it read and the checkpoint it wrote last: end
+// when it read to the end, else (limit > 0 records read, at a batch's
+// end) one past the last record applied. Both restores and standbys use
+// it; each record read adds one to counter.
+func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit int64, counter *atomic.Int64) (read, checkpoint int64, err error) {
 	pending := map[string]Doc{}
-	var read int64
-	write := func(checkpoint int64) error {
+	checkpoint = start
+	write := func(cp int64) error {
 		docs := make([]Doc, 0, len(pending))
 		for _, d := range pending {
 			docs = append(docs, d)
 		}
-		b := DocBatch{Partition: t.p, Epoch: t.epoch, Docs: docs, Checkpoint: checkpoint, Replay: true}
+		b := DocBatch{Partition: p, Epoch: epoch, Docs: docs, Checkpoint: cp, Replay: true}
 		if err := e.retryUnavailable(ctx, "replay", func() error { return e.table.Apply(ctx, b) }); err != nil {
 			return fmt.Errorf("replay batch: %w", err)
 		}
 		e.c.batches.Add(1)
-		t.checkpoint = checkpoint
+		e.copies.set(p, cp)
+		checkpoint = cp
 		pending = map[string]Doc{}
 		return nil
 	}
-	err := e.clog.ReadCommitted(ctx, e.topics.Changelog, t.p, start, end, func(m CommittedRecord) error {
+	err = e.clog.ReadCommitted(ctx, e.topics.Changelog, p, start, end, func(m CommittedRecord) error {
 		read++
-		e.c.restored.Add(1)
+		counter.Add(1)
 		// A decoder that is temporarily unavailable (the Schema Registry
 		// down when a new process first meets the changelog's schema id)
 		// is waited for: skipping would restore the partition without those
@@ -122,7 +143,7 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 		// all (not framed, not Avro, a bad key or header) is skipped.
 		var d Doc
 		err := e.withRetry(ctx, func() (err error) {
-			d, err = t.decodeChangelog(ctx, m)
+			d, err = e.decodeChangelog(ctx, p, m)
 			return err
 		})
 		if ctx.Err() != nil {
@@ -130,24 +151,33 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 		}
 		if err != nil {
 			e.c.changelogSkipped.Add(1)
-			e.log.Warn("skipping unreadable changelog record", "partition", t.p, "offset", m.Offset, "err", err)
+			e.log.Warn("skipping unreadable changelog record", "partition", p, "offset", m.Offset, "err", err)
 		} else if old, ok := pending[string(d.Key)]; !ok || d.Version > old.Version {
 			pending[string(d.Key)] = d
+		}
+		if limit > 0 && read >= limit {
+			if err := write(m.Offset + 1); err != nil {
+				return err
+			}
+			return errReplayLimit
 		}
 		if len(pending) >= restoreBatchDocs {
 			return write(m.Offset + 1)
 		}
 		return nil
 	})
-	if err != nil {
-		return read, fmt.Errorf("read changelog: %w", err)
+	if errors.Is(err, errReplayLimit) {
+		return read, checkpoint, nil
 	}
-	return read, write(end)
+	if err != nil {
+		return read, checkpoint, fmt.Errorf("read changelog: %w", err)
+	}
+	return read, end, write(end)
 }
 
-// decodeChangelog turns a changelog record back into a document.
-func (t *task) decodeChangelog(ctx context.Context, m CommittedRecord) (Doc, error) {
-	e := t.e
+// decodeChangelog turns a changelog record of partition p back into a
+// document.
+func (e *Engine) decodeChangelog(ctx context.Context, p int32, m CommittedRecord) (Doc, error) {
 	if err := e.job.CheckKey(m.Key); err != nil {
 		return Doc{}, err
 	}
@@ -172,7 +202,7 @@ func (t *task) decodeChangelog(ctx context.Context, m CommittedRecord) (Doc, err
 	if err != nil {
 		return Doc{}, err
 	}
-	return Doc{Key: bytes.Clone(m.Key), Partition: t.p, Version: version, Sources: sources,
+	return Doc{Key: bytes.Clone(m.Key), Partition: p, Version: version, Sources: sources,
 		Value: value, Index: agg.AppendIndex(nil)}, nil
 }
 
@@ -237,7 +267,11 @@ func (t *task) reseed(ctx context.Context) error {
 	}
 	b := DocBatch{Partition: t.p, Epoch: t.epoch, Checkpoint: checkpoint, Replay: true}
 	t.checkpoint = checkpoint
-	return e.retryUnavailable(ctx, "checkpoint", func() error { return e.table.Apply(ctx, b) })
+	if err := e.retryUnavailable(ctx, "checkpoint", func() error { return e.table.Apply(ctx, b) }); err != nil {
+		return err
+	}
+	e.copies.set(t.p, checkpoint)
+	return nil
 }
 
 // scannerOf returns table's TableScanner, if it can list partitions.

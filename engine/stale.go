@@ -122,7 +122,7 @@ func (e *Engine) dropStale(p int32, sd *staleDrop) {
 		delete(d.pending, p)
 	}
 	d.mu.Unlock()
-	if !current || e.Owns(p) {
+	if !current || e.Owns(p) || e.standby.get(p) != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), staleDropTimeout)
@@ -132,5 +132,6 @@ func (e *Engine) dropStale(p int32, sd *staleDrop) {
 		return
 	}
 	d.dropped.Add(1)
+	e.copies.drop(p)
 	e.log.Info("dropped the stale copy of a partition that moved away", "partition", p, "after", e.cfg.StaleDropAfter)
 }

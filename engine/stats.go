@@ -45,6 +45,14 @@ type Stats struct {
 	PartitionsAssigned int64 `json:"partitionsAssigned"`
 	// PartitionsRunning is how many of them finished restoring.
 	PartitionsRunning int64 `json:"partitionsRunning"`
+	// PartitionsStandby is how many partitions this instance keeps as
+	// standby replicas (warm-ups included).
+	PartitionsStandby int64 `json:"partitionsStandby"`
+	// StandbyRecords counts changelog records standbys read into the store.
+	StandbyRecords int64 `json:"standbyRecords"`
+	// GroupRejoins counts the times a caught-up warm-up made this member
+	// rejoin the group, so that its active could move here.
+	GroupRejoins int64 `json:"groupRejoins"`
 }
 
 // counters are the live, atomically updated values behind Stats.
@@ -52,7 +60,7 @@ type counters struct {
 	processed, rekeyed, duplicates, dead, restored, batches, docs, fenced atomic.Int64
 	changelogSkipped                                                      atomic.Int64
 	txnCommitted, txnAborted, restarts, leaseLapses                       atomic.Int64
-	assigned, running                                                     atomic.Int64
+	assigned, running, standbys, standbyRead, rejoins                     atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -72,6 +80,9 @@ func (c *counters) snapshot() Stats {
 		PartitionsAssigned:    c.assigned.Load(),
 		ReadLeaseLapses:       c.leaseLapses.Load(),
 		PartitionsRunning:     c.running.Load(),
+		PartitionsStandby:     c.standbys.Load(),
+		StandbyRecords:        c.standbyRead.Load(),
+		GroupRejoins:          c.rejoins.Load(),
 	}
 }
 
@@ -94,5 +105,8 @@ func (s Stats) Add(o Stats) Stats {
 		PartitionsAssigned:    s.PartitionsAssigned + o.PartitionsAssigned,
 		ReadLeaseLapses:       s.ReadLeaseLapses + o.ReadLeaseLapses,
 		PartitionsRunning:     s.PartitionsRunning + o.PartitionsRunning,
+		PartitionsStandby:     s.PartitionsStandby + o.PartitionsStandby,
+		StandbyRecords:        s.StandbyRecords + o.StandbyRecords,
+		GroupRejoins:          s.GroupRejoins + o.GroupRejoins,
 	}
 }

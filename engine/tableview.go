@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // TableView is an engine's table as its queries see it: key lookups and
@@ -157,4 +158,54 @@ func stillCovered[T any](running, now map[int32]bool, items []T, part func(T) in
 	}
 	slices.Sort(covered)
 	return items, covered
+}
+
+// Staleness says how far a replica's answer may be behind its active.
+type Staleness struct {
+	// Records is how many changelog offsets the replica was behind at its
+	// last read (transaction markers count).
+	Records int64
+	// Age is how long ago that read ended.
+	Age time.Duration
+}
+
+// GetReplica returns the document of key from this instance's standby
+// copy of its partition (see standby.go), and how stale that copy is. It
+// is for a key whose active cannot answer (restoring, moving, dead,
+// paused): ErrUnavailable when this instance keeps no standby of the
+// partition, or one not yet read or behind by more than
+// Config.AcceptableLag; ErrNotFound when the copy has no such document.
+func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness, error) {
+	e := v.e
+	n := e.route.numParts.Load()
+	if n == 0 {
+		return Doc{}, Staleness{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+	}
+	p := PartitionFor(key, n)
+	st, ok := e.replicaStaleness(p)
+	if !ok {
+		return Doc{}, Staleness{}, fmt.Errorf("no caught-up standby of partition %d on this instance: %w", p, ErrUnavailable)
+	}
+	d, err := e.table.Get(ctx, key)
+	if err != nil {
+		return Doc{}, Staleness{}, err
+	}
+	if _, ok := e.replicaStaleness(p); !ok {
+		return Doc{}, Staleness{}, fmt.Errorf("standby of partition %d stopped on this instance: %w", p, ErrUnavailable)
+	}
+	return d, st, nil
+}
+
+// replicaStaleness returns the staleness of this instance's standby of p;
+// ok is false when there is none that may answer.
+func (e *Engine) replicaStaleness(p int32) (Staleness, bool) {
+	r := e.standby.get(p)
+	if r == nil {
+		return Staleness{}, false
+	}
+	records, age, ok := r.lag(monoNow())
+	if !ok || records > e.cfg.AcceptableLag {
+		return Staleness{}, false
+	}
+	return Staleness{Records: records, Age: age}, true
 }

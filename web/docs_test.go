@@ -156,7 +156,7 @@ func TestOpenAPITableRoutes(t *testing.T) {
 	}{
 		{"/tables", "listTables", nil, []string{"200"}},
 		{"/tables/{table}", "queryTable", append([]string{"path:table"}, prefixed("query:", queryParams)...), []string{"200", "400", "401", "404", "500", "503"}},
-		{"/tables/{table}/{key}", "getTableDoc", []string{"path:table", "path:key"}, []string{"200", "400", "401", "404", "500", "503"}},
+		{"/tables/{table}/{key}", "getTableDoc", []string{"query:activeOnly", "path:table", "path:key"}, []string{"200", "400", "401", "404", "500", "503"}},
 	}
 	for _, tc := range tests {
 		op, ok := doc.Paths[tc.path]["get"]

@@ -43,6 +43,9 @@ var statMetrics = []statMetric{
 	{"keepstate_read_lease_lapses_total", "Times the read lease ran out or was revoked: the instance answered none of its partitions as owner until a heartbeat was answered again.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.ReadLeaseLapses }},
 	{"keepstate_partitions_assigned", "Repartition partitions this instance owns.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsAssigned }},
 	{"keepstate_partitions_running", "Owned partitions that finished restoring.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsRunning }},
+	{"keepstate_partitions_standby", "Partitions this instance keeps as standby replicas, warm-ups included.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsStandby }},
+	{"keepstate_standby_records_total", "Changelog records standby replicas read into the store.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StandbyRecords }},
+	{"keepstate_group_rejoins_total", "Times a caught-up warm-up made this instance rejoin the group so that its active could move here.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.GroupRejoins }},
 }
 
 // statsCollector reads engine.Stats (and readiness) at scrape time.

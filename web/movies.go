@@ -26,6 +26,8 @@ type movieJSON struct {
 	MovieID int64   `json:"movieId"`
 	Rating  float64 `json:"rating"`
 	Count   int64   `json:"count"`
+	// Stale is set on an answer from a standby copy (see findDoc).
+	Stale *staleJSON `json:"stale,omitempty"`
 }
 
 // moviesPage is the body of GET /movies. Partial is set, with the
@@ -123,6 +125,7 @@ func (s *Server) getMovie(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("movie %d: %w: %w", id, err, engine.ErrUnavailable)
 	}
+	m.Stale = it.stale
 	return c.JSON(http.StatusOK, m)
 }
 

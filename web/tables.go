@@ -81,6 +81,8 @@ type tableDocJSON struct {
 	Version   int64           `json:"version"`
 	Value     json.RawMessage `json:"value"`
 	Index     indexValues     `json:"index"`
+	// Stale is set on an answer from a standby copy (see findDoc).
+	Stale *staleJSON `json:"stale,omitempty"`
 }
 
 // tablePageJSON is the body of GET /tables/{table}. Next is absent on the

@@ -48,6 +48,7 @@ func (s *Server) getTableDoc(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	it.doc.Stale = it.stale
 	return c.JSON(http.StatusOK, it.doc)
 }
 
@@ -55,8 +56,41 @@ func (s *Server) getTableDoc(c echo.Context) error {
 // local to each instance, from the instance where the key's partition
 // runs. A forwarded request is never routed again and a peer's answer is
 // checked and re-encoded, never passed through. A key without a document
-// is an error wrapping engine.ErrNotFound.
+// is an error wrapping engine.ErrNotFound. When the partition's active
+// cannot answer (restoring, moving, its instance dead or paused), a
+// caught-up standby copy on this instance answers instead, its staleness
+// in the item, unless the request asks for the active only
+// (activeOnly=true) or was forwarded.
 func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+	it, err := s.findActiveDoc(c, ctx, t, spec, key)
+	if err == nil || errors.Is(err, engine.ErrNotFound) || errors.Is(err, errNotForwardable) || ctx.Err() != nil {
+		return it, err
+	}
+	rr, ok := t.(ReplicaReader)
+	if !ok || c.QueryParam(ActiveOnlyParam) == "true" {
+		return it, err
+	}
+	if fwd, ferr := s.checkForwarded(c); ferr != nil || fwd {
+		return it, err
+	}
+	d, st, rerr := rr.GetReplica(ctx, key)
+	if rerr != nil {
+		if errors.Is(rerr, engine.ErrNotFound) {
+			return tableItem{}, rerr
+		}
+		return it, err // the active's error says more
+	}
+	rit, rerr := localItem(t, spec, -1, d)
+	if rerr != nil {
+		return tableItem{}, rerr
+	}
+	rit.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds()}
+	setStaleHeaders(c, rit.stale)
+	return rit, nil
+}
+
+// findActiveDoc is findDoc from the partition's active only.
+func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	shown := t.FormatKey(key)
 	if !t.Shared() {
 		fwd, err := s.checkForwarded(c)
@@ -200,6 +234,8 @@ func tablePage(tq tableQuery, res tableResult) tablePageJSON {
 type tableItem struct {
 	doc tableDocJSON
 	cur engine.IndexCursor
+	// stale is set when a standby copy answered (see findDoc).
+	stale *staleJSON
 }
 
 // localItem renders a document of this instance; pos is the queried

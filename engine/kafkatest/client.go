@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -198,6 +199,22 @@ func (a *admin) DescribeConsumerGroups(groups []string) ([]*sarama.GroupDescript
 	return out, nil
 }
 
+// RemoveMemberFromConsumerGroup removes the static members with the given
+// instance ids from group at once (LeaveGroup v3+, KIP-345): the others
+// rebalance.
+func (a *admin) RemoveMemberFromConsumerGroup(group string, instanceIDs []string) (*sarama.LeaveGroupResponse, error) {
+	c := a.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.groupLocked(group)
+	for _, m := range g.members {
+		if m.instanceID != nil && slices.Contains(instanceIDs, *m.instanceID) {
+			c.removeMemberLocked(g, m, sarama.ErrUnknownMemberId)
+		}
+	}
+	return &sarama.LeaveGroupResponse{}, nil
+}
+
 // Close does nothing.
 func (a *admin) Close() error { return nil }
 
@@ -236,6 +253,17 @@ func (l clusterLog) StableEnd(ctx context.Context, topic string, p int32) (int64
 			return 0, fmt.Errorf("stable end of %s/%d: %w", topic, p, ctx.Err())
 		}
 	}
+}
+
+// LastStable returns topic/p's last stable offset.
+func (l clusterLog) LastStable(_ context.Context, topic string, p int32) (int64, error) {
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	pt, err := l.c.partLocked(topic, p)
+	if err != nil {
+		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
+	}
+	return pt.stableEnd(), nil
 }
 
 // ReadCommitted calls fn for each committed data record of topic/p in

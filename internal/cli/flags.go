@@ -73,6 +73,8 @@ func CommonFlags(fs *flag.FlagSet, c *app.Config) {
 	fs.StringVar(&c.PeerSecret, "peer-secret", c.PeerSecret, "clover: shared secret authenticating queries routed between instances (the same on every instance, 16+ characters)")
 	fs.StringVar(&c.PeerSecretFile, "peer-secret-file", c.PeerSecretFile, "clover: file holding the peer secret (e.g. a mounted Kubernetes secret)")
 	fs.DurationVar(&c.StaleDropAfter, "stale-drop-after", c.StaleDropAfter, "clover: delete a partition's documents this long after it moved to another instance (0: keep them)")
+	fs.IntVar(&c.StandbyReplicas, "standby-replicas", c.StandbyReplicas, "clover: how many other instances keep a standby copy of each partition, tailing its changelog, so that it moves with a short replay (0: none)")
+	fs.Int64Var(&c.AcceptableLag, "acceptable-lag", c.AcceptableLag, "changelog records an instance may be behind on a partition and still take it; a farther one warms up first")
 }
 
 // RegistryAuthFlags registers the Schema Registry credential flags.

@@ -1,0 +1,217 @@
+package app_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/movies"
+)
+
+// prober asks every instance for one key of every partition every 50 ms
+// and records, per instance and key, the longest time without a 200.
+type prober struct {
+	mu      sync.Mutex
+	apis    map[string]bool // live instances, by API URL
+	lastOK  map[string]time.Time
+	longest map[string]time.Duration
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func startProber(keys []int64) *prober {
+	pr := &prober{apis: map[string]bool{}, lastOK: map[string]time.Time{}, longest: map[string]time.Duration{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	client := &http.Client{Timeout: time.Second}
+	go func() {
+		defer close(pr.done)
+		for {
+			select {
+			case <-pr.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			pr.mu.Lock()
+			apis := make([]string, 0, len(pr.apis))
+			for a := range pr.apis {
+				apis = append(apis, a)
+			}
+			pr.mu.Unlock()
+			for _, api := range apis {
+				for _, k := range keys {
+					resp, err := client.Get(fmt.Sprintf("%s/movies/%d", api, k))
+					ok := err == nil && resp.StatusCode == http.StatusOK
+					if err == nil {
+						resp.Body.Close()
+					}
+					now := time.Now()
+					id := fmt.Sprintf("%s key %d", api, k)
+					pr.mu.Lock()
+					if pr.apis[api] {
+						if ok {
+							pr.lastOK[id] = now
+						} else if last, seen := pr.lastOK[id]; seen {
+							pr.longest[id] = max(pr.longest[id], now.Sub(last))
+						}
+					}
+					pr.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return pr
+}
+
+// watch starts (or, with on false, stops) probing api.
+func (pr *prober) watch(api string, on bool) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.apis[api] = on
+	if !on {
+		delete(pr.apis, api)
+		for id := range pr.lastOK {
+			if strings.HasPrefix(id, api+" ") {
+				delete(pr.lastOK, id)
+			}
+		}
+	}
+}
+
+// worst returns the longest gap seen and where, and resets the record.
+func (pr *prober) worst() (string, time.Duration) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	var at string
+	var d time.Duration
+	for id, g := range pr.longest {
+		if g > d {
+			at, d = id, g
+		}
+	}
+	pr.longest = map[string]time.Duration{}
+	return at, d
+}
+
+func (pr *prober) close() { close(pr.stop); <-pr.done }
+
+// probeKeys returns one movie id of every partition of n, from 1 up.
+func probeKeys(n int32) []int64 {
+	var keys []int64
+	seen := map[int32]bool{}
+	for id := int64(1); len(seen) < int(n); id++ {
+		p := engine.PartitionFor(movies.Key(id), n)
+		if !seen[p] {
+			seen[p] = true
+			keys = append(keys, id)
+		}
+	}
+	return keys
+}
+
+// TestScaleOutAndInWithoutPause: an instance joining a running one gets
+// warm-ups first (standbys placed where the balance wants its actives),
+// takes its actives only once they are caught up, with a replay of at
+// most the acceptable lag; a stopping instance whose actives have
+// standbys leaves the group at once instead of leaving its partitions
+// dark for the session timeout. Throughout, every instance answers a key
+// of every partition with no gap over 1 s, and every count is exact.
+func TestScaleOutAndInWithoutPause(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	reg := testkit.StartRegistry(t)
+	ca := testConfig(t, brokers, reg.URL())
+	ca.InstanceID = "a"
+	ca.Partitions = 4
+	ca.SessionTimeout = 10 * time.Second
+	a := startInstance(t, ca)
+	const movies = 400
+	var lines []string
+	for id := 1; id <= movies; id++ {
+		lines = append(lines, fmt.Sprintf(`{"movie_id":%d,"rating":4}`, id))
+	}
+	produceJSON(t, ca, lines...)
+	for id := int64(1); id <= movies; id += 37 {
+		waitMovie(t, a.api, movie{MovieID: id, Rating: 4, Count: 1}, 30*time.Second)
+	}
+	waitMovie(t, a.api, movie{MovieID: movies, Rating: 4, Count: 1}, 30*time.Second)
+
+	pr := startProber(probeKeys(ca.Partitions))
+	defer pr.close()
+	pr.watch(a.api, true)
+
+	// Scale out: b joins with an empty data dir.
+	cb := ca
+	cb.InstanceID = "b"
+	cb.DataDir = t.TempDir()
+	b := launchInstance(t, cb)
+	bAddr := strings.TrimPrefix(b.api, "http://")
+	testkit.Eventually(t, 60*time.Second, "b runs half the partitions", func() error {
+		st, err := stats(bAddr)
+		if err != nil {
+			return err
+		}
+		if st.Stats.PartitionsRunning != 2 || !st.Ready {
+			return fmt.Errorf("b runs %d partitions (ready %v: %s)", st.Stats.PartitionsRunning, st.Ready, st.Reason)
+		}
+		return nil
+	})
+	pr.watch(b.api, true)
+	st, err := stats(bAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Stats.StandbyRecords == 0 {
+		t.Errorf("b took its actives without a warm-up: standby records %d", st.Stats.StandbyRecords)
+	}
+	if lag := ca.AcceptableLag; st.Stats.ChangelogRestored > lag {
+		t.Errorf("b replayed %d changelog records taking its actives, want at most the acceptable lag %d", st.Stats.ChangelogRestored, lag)
+	}
+	testkit.Eventually(t, 30*time.Second, "a keeps standbys of b's actives", func() error {
+		sa, err := stats(strings.TrimPrefix(a.api, "http://"))
+		if err != nil {
+			return err
+		}
+		if sa.Stats.PartitionsStandby != 2 || sa.Stats.PartitionsRunning != 2 {
+			return fmt.Errorf("a runs %d, keeps %d standbys; want 2 and 2", sa.Stats.PartitionsRunning, sa.Stats.PartitionsStandby)
+		}
+		return nil
+	})
+	if at, gap := pr.worst(); gap > time.Second {
+		t.Errorf("scale-out: %s unanswered for %v, want at most 1s", at, gap)
+	}
+
+	// More ratings, then scale in: b stops; a must run every partition
+	// well within the session timeout.
+	lines = lines[:0]
+	for id := 1; id <= movies; id++ {
+		lines = append(lines, fmt.Sprintf(`{"movie_id":%d,"rating":6}`, id))
+	}
+	produceJSON(t, ca, lines...)
+	waitMovie(t, a.api, movie{MovieID: movies, Rating: 5, Count: 2}, 30*time.Second)
+	pr.watch(b.api, false)
+	stopped := time.Now()
+	b.stop(t)
+	testkit.Eventually(t, 30*time.Second, "a runs every partition", func() error {
+		sa, err := stats(strings.TrimPrefix(a.api, "http://"))
+		if err != nil {
+			return err
+		}
+		if sa.Stats.PartitionsRunning != 4 {
+			return fmt.Errorf("a runs %d partitions", sa.Stats.PartitionsRunning)
+		}
+		return nil
+	})
+	if took := time.Since(stopped); took >= ca.SessionTimeout {
+		t.Errorf("scale-in: a ran b's partitions %v after b stopped, want well under the session timeout %v", took, ca.SessionTimeout)
+	}
+	if at, gap := pr.worst(); gap > time.Second {
+		t.Errorf("scale-in: %s unanswered for %v, want at most 1s", at, gap)
+	}
+	for id := int64(1); id <= movies; id++ {
+		waitMovie(t, a.api, movie{MovieID: id, Rating: 5, Count: 2}, 10*time.Second)
+	}
+}

@@ -1,0 +1,424 @@
+package engine
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// The assignment plan: which member runs each aggregate partition
+// (active), which members tail its changelog into their own store
+// (standby), and which of those are warm-ups, standbys placed where the
+// balance of actives wants the partition to go.
+//
+// The leader plans from what every member reported when it joined
+// (memberState): its advertised address, the partitions it ran as active
+// before, and the changelog checkpoint of every partition its store holds.
+// A member's lag on a partition is the best checkpoint any member reported
+// less its own (no copy: unbounded); it is caught up within
+// Config.AcceptableLag. The rules, in order:
+//
+//  1. sticky: a partition stays with the member that ran it, if that
+//     member is still in the group and caught up;
+//  2. balance: each member has a target of n/k actives (the first n%k,
+//     by actives held, one more); a member over its target hands a
+//     partition to a member under its target that is caught up on it,
+//     the most caught-up first;
+//  3. orphans (their member left, or fell behind): to a caught-up member
+//     under its target, else to the most caught-up member (which may go
+//     over its target: a partition is never given to a member that would
+//     have to replay more than the acceptable lag while another need not);
+//  4. warm-ups: for each active a member holds beyond its target, a
+//     warm-up on a member under its target. When the warm-up is caught up
+//     its member asks for a rebalance, and rule 2 moves the active;
+//  5. standbys: up to Config.StandbyReplicas replicas per partition
+//     (warm-ups count), on members other than its active, caught-up
+//     members first, then the fewest standbys.
+//
+// On a store every instance shares (Redis) every member holds every
+// partition, caught up: the rules reduce to sticky and balanced, with no
+// standbys and no warm-ups. The plan is a pure function of its input, so
+// every leader computes the same one.
+
+// memberState is what a member reports in its subscription user data.
+type memberState struct {
+	// Addr is the member's advertised address (see Config.AdvertiseAddr).
+	Addr string
+	// Shared is set when the member's store is shared by every instance.
+	Shared bool
+	// Actives are the aggregate partitions it ran in its last generation.
+	Actives []int32
+	// Copies maps each partition its store holds to the partition's
+	// changelog checkpoint there.
+	Copies map[int32]int64
+}
+
+// memberPlan is one member's share of a plan.
+type memberPlan struct {
+	Actives, Standbys, Warmups []int32
+}
+
+// userDataMagic starts every user data this engine's assignor writes; a
+// member of an older build writes its bare address.
+var userDataMagic = []byte("ks\x01")
+
+// errUserData marks user data that is not this assignor's.
+var errUserData = errors.New("not keepstate assignor user data")
+
+// encode returns s as subscription user data.
+func (s memberState) encode() []byte {
+	b := append([]byte(nil), userDataMagic...)
+	b = binary.AppendUvarint(b, uint64(len(s.Addr)))
+	b = append(b, s.Addr...)
+	flags := uint64(0)
+	if s.Shared {
+		flags = 1
+	}
+	b = binary.AppendUvarint(b, flags)
+	b = appendPartitions(b, s.Actives)
+	ps := make([]int32, 0, len(s.Copies))
+	for p := range s.Copies {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	b = binary.AppendUvarint(b, uint64(len(ps)))
+	for _, p := range ps {
+		b = binary.AppendUvarint(b, uint64(p))
+		b = binary.AppendVarint(b, s.Copies[p])
+	}
+	return b
+}
+
+// decodeMemberState reads subscription user data: this assignor's, or an
+// older build's bare address (Addr only).
+func decodeMemberState(b []byte) (memberState, error) {
+	if len(b) < len(userDataMagic) || string(b[:len(userDataMagic)]) != string(userDataMagic) {
+		return memberState{Addr: string(b)}, nil
+	}
+	r := userDataReader{b: b[len(userDataMagic):]}
+	s := memberState{Addr: string(r.bytes())}
+	s.Shared = r.uvarint()&1 == 1
+	s.Actives = r.partitions()
+	n := r.count()
+	s.Copies = make(map[int32]int64, n)
+	for range n {
+		p := r.partition()
+		s.Copies[p] = r.varint()
+	}
+	if r.err != nil {
+		return memberState{}, r.err
+	}
+	return s, nil
+}
+
+// encode returns mp's standbys and warm-ups as assignment user data.
+func (mp memberPlan) encode() []byte {
+	b := append([]byte(nil), userDataMagic...)
+	b = appendPartitions(b, mp.Standbys)
+	return appendPartitions(b, mp.Warmups)
+}
+
+// decodeReplicas reads assignment user data written by encode.
+func decodeReplicas(b []byte) (standbys, warmups []int32, err error) {
+	if len(b) < len(userDataMagic) || string(b[:len(userDataMagic)]) != string(userDataMagic) {
+		return nil, nil, errUserData
+	}
+	r := userDataReader{b: b[len(userDataMagic):]}
+	standbys, warmups = r.partitions(), r.partitions()
+	return standbys, warmups, r.err
+}
+
+func appendPartitions(b []byte, ps []int32) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ps)))
+	for _, p := range ps {
+		b = binary.AppendUvarint(b, uint64(p))
+	}
+	return b
+}
+
+// userDataReader decodes varints, keeping the first error.
+type userDataReader struct {
+	b   []byte
+	err error
+}
+
+func (r *userDataReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = fmt.Errorf("truncated assignor user data: %w", errUserData)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *userDataReader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = fmt.Errorf("truncated assignor user data: %w", errUserData)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// count reads a length, bounded by the bytes left (each item takes one).
+func (r *userDataReader) count() int {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.err = cmp.Or(r.err, fmt.Errorf("assignor user data: %d items in %d bytes: %w", n, len(r.b), errUserData))
+		return 0
+	}
+	return int(n)
+}
+
+func (r *userDataReader) bytes() []byte {
+	n := r.count()
+	if r.err != nil {
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *userDataReader) partition() int32 {
+	v := r.uvarint()
+	if v > math.MaxInt32 {
+		r.err = cmp.Or(r.err, fmt.Errorf("assignor user data: partition %d: %w", v, errUserData))
+		return 0
+	}
+	return int32(v)
+}
+
+func (r *userDataReader) partitions() []int32 {
+	n := r.count()
+	ps := make([]int32, 0, n)
+	for range n {
+		ps = append(ps, r.partition())
+	}
+	return ps
+}
+
+// noCopy is the lag of a member without a copy of the partition.
+const noCopy = math.MaxInt64
+
+// planPartitions plans n aggregate partitions over the members (see the
+// rules above). ids are the member ids; states what each reported.
+func planPartitions(ids []string, states map[string]memberState, n int32, standbys int, acceptableLag int64) map[string]*memberPlan {
+	ids = slices.Sorted(slices.Values(ids))
+	out := make(map[string]*memberPlan, len(ids))
+	for _, id := range ids {
+		out[id] = &memberPlan{}
+	}
+	k := len(ids)
+	if k == 0 || n <= 0 {
+		return out
+	}
+	shared := false
+	for _, id := range ids {
+		shared = shared || states[id].Shared
+	}
+	best := make([]int64, n)
+	for p := range best {
+		best[p] = -1
+		for _, id := range ids {
+			if off, ok := states[id].Copies[int32(p)]; ok && off > best[p] {
+				best[p] = off
+			}
+		}
+	}
+	lag := func(id string, p int32) int64 {
+		if shared || best[p] < 0 {
+			return 0
+		}
+		off, ok := states[id].Copies[p]
+		if !ok {
+			return noCopy
+		}
+		return best[p] - off
+	}
+	caught := func(id string, p int32) bool { return lag(id, p) <= acceptableLag }
+
+	// Rule 1: sticky.
+	owner := make([]string, n)
+	count := map[string]int{}
+	for _, id := range ids {
+		for _, p := range states[id].Actives {
+			if p >= 0 && p < n && owner[p] == "" && caught(id, p) {
+				owner[p] = id
+				count[id]++
+			}
+		}
+	}
+	// Targets: n/k each, one more for the first n%k by actives held.
+	target := map[string]int{}
+	byHeld := slices.Clone(ids)
+	slices.SortStableFunc(byHeld, func(a, b string) int { return count[b] - count[a] })
+	for i, id := range byHeld {
+		target[id] = int(n) / k
+		if i < int(n)%k {
+			target[id]++
+		}
+	}
+	// better orders candidates for partition p: least lag, then fewest
+	// actives, then id.
+	better := func(p int32) func(a, b string) int {
+		return func(a, b string) int {
+			return cmp.Or(cmp.Compare(lag(a, p), lag(b, p)), cmp.Compare(count[a], count[b]), cmp.Compare(a, b))
+		}
+	}
+	// Rule 2: members over target hand partitions to caught-up members
+	// under target, the smallest lag first.
+	for _, from := range ids {
+		for count[from] > target[from] {
+			bp, bto := int32(-1), ""
+			for p := range n {
+				if owner[p] != from {
+					continue
+				}
+				for _, to := range ids {
+					if count[to] >= target[to] || !caught(to, p) {
+						continue
+					}
+					if bp < 0 || lag(to, p) < lag(bto, bp) {
+						bp, bto = p, to
+					}
+				}
+			}
+			if bp < 0 {
+				break
+			}
+			owner[bp] = bto
+			count[from]--
+			count[bto]++
+		}
+	}
+	// Rule 3: orphans.
+	for p := range n {
+		if owner[p] != "" {
+			continue
+		}
+		var under, any []string
+		for _, id := range ids {
+			if caught(id, p) {
+				any = append(any, id)
+				if count[id] < target[id] {
+					under = append(under, id)
+				}
+			}
+		}
+		cands := under
+		if len(cands) == 0 {
+			cands = any
+		}
+		if len(cands) == 0 {
+			cands = ids
+		}
+		id := slices.MinFunc(cands, better(p))
+		owner[p] = id
+		count[id]++
+	}
+	replicas := make([][]string, n)
+	// Rule 4: warm-ups for the actives beyond each member's target.
+	planned := copyCounts(ids, count)
+	for _, from := range ids {
+		extra := count[from] - target[from]
+		for p := n - 1; p >= 0 && extra > 0; p-- {
+			if owner[p] != from {
+				continue
+			}
+			var to string
+			for _, id := range ids {
+				if planned[id] < target[id] && (to == "" || planned[id] < planned[to]) {
+					to = id
+				}
+			}
+			if to == "" {
+				break
+			}
+			planned[to]++
+			extra--
+			out[to].Warmups = append(out[to].Warmups, p)
+			replicas[p] = append(replicas[p], to)
+		}
+	}
+	for p := range n {
+		out[owner[p]].Actives = append(out[owner[p]].Actives, p)
+	}
+	for _, mp := range out {
+		slices.Sort(mp.Warmups)
+	}
+	if shared {
+		return out
+	}
+	// Rule 5: standbys.
+	want := min(standbys, k-1)
+	nStandby := map[string]int{}
+	for p := range n {
+		for len(replicas[p]) < want {
+			var to string
+			for _, id := range ids {
+				if id == owner[p] || slices.Contains(replicas[p], id) {
+					continue
+				}
+				if to == "" || standbyBefore(caught(id, p), caught(to, p), nStandby[id], nStandby[to], lag(id, p), lag(to, p)) {
+					to = id
+				}
+			}
+			if to == "" {
+				break
+			}
+			replicas[p] = append(replicas[p], to)
+			nStandby[to]++
+		}
+		for _, id := range replicas[p] {
+			out[id].Standbys = append(out[id].Standbys, p)
+		}
+	}
+	return out
+}
+
+// standbyBefore reports whether a candidate (caught up ca, holding na
+// standbys, lag la) makes a better standby than b: caught up first, then
+// fewer standbys, then smaller lag (ids break the remaining ties: the
+// caller visits them in order).
+func standbyBefore(ca, cb bool, na, nb int, la, lb int64) bool {
+	if ca != cb {
+		return ca
+	}
+	if na != nb {
+		return na < nb
+	}
+	return la < lb
+}
+
+// copyCounts returns a copy of count restricted to ids.
+func copyCounts(ids []string, count map[string]int) map[string]int {
+	out := make(map[string]int, len(ids))
+	for _, id := range ids {
+		out[id] = count[id]
+	}
+	return out
+}
+
+// planInputs spreads n stateless input partitions over the members, in
+// turn by sorted id.
+func planInputs(ids []string, n int32) map[string][]int32 {
+	ids = slices.Sorted(slices.Values(ids))
+	out := make(map[string][]int32, len(ids))
+	for p := range n {
+		id := ids[int(p)%len(ids)]
+		out[id] = append(out[id], p)
+	}
+	return out
+}

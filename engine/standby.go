@@ -1,0 +1,324 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Standby replicas: a partition assigned to this instance as a standby (or
+// a warm-up, see assign.go) is tailed from its changelog into the local
+// store through the same replay a restore uses, under a claim epoch of its
+// own, so that when the partition moves here its restore replays only what
+// the active wrote since the standby's last read. A standby never writes
+// to Kafka and never claims the partition in the group; the active's
+// restore on this instance claims a newer epoch, which fences any late
+// standby write.
+//
+// One goroutine (runStandbys) tails every replica of the engine in turn,
+// at most standbyTurnRecords records per replica and turn, so standbys use
+// at most one core of the instance and a long catch-up does not starve the
+// others. Once every replica is caught up it polls each commit interval.
+
+// standbyTurnRecords bounds the records one replica replays per turn.
+const standbyTurnRecords = 50_000
+
+// standbyRetry is how long a replica whose catch-up failed waits.
+const standbyRetry = 2 * time.Second
+
+// minRejoinGap bounds how often a caught-up warm-up makes this member
+// rejoin the group.
+const minRejoinGap = 2 * time.Second
+
+// replica is one partition tailed here.
+type replica struct {
+	p      int32
+	warmup atomic.Bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	// busy is held while the replica catches up; removing it cancels ctx
+	// and then takes busy, so no write of it follows its removal.
+	busy sync.Mutex
+
+	claimed bool  // guarded by busy
+	epoch   int64 // guarded by busy
+	// checkpoint is the next changelog offset to read; end the last
+	// stable offset seen; readAt when the last catch-up ended (monoNow,
+	// 0: none yet); retryAt when a failed one may be tried again.
+	checkpoint, end, readAt, retryAt atomic.Int64
+}
+
+// lag returns how many changelog offsets the replica was behind at its
+// last read and how long ago that read ended; ok is false before its first.
+func (r *replica) lag(now time.Duration) (records int64, age time.Duration, ok bool) {
+	at := r.readAt.Load()
+	if at == 0 {
+		return 0, 0, false
+	}
+	return max(r.end.Load()-r.checkpoint.Load(), 0), now - time.Duration(at), true
+}
+
+// standbySet holds the replicas of this instance. Safe for concurrent use.
+type standbySet struct {
+	mu    sync.Mutex
+	parts map[int32]*replica
+	wake  chan struct{}
+	// rejoinAt is when a warm-up last made the member rejoin (monoNow).
+	rejoinAt atomic.Int64
+}
+
+func (s *standbySet) get(p int32) *replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parts[p]
+}
+
+func (s *standbySet) list() []*replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Collect(maps.Values(s.parts))
+	slices.SortFunc(out, func(a, b *replica) int { return int(a.p - b.p) })
+	return out
+}
+
+func (s *standbySet) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setReplicas makes the replicas of this instance those of its new
+// assignment: actives run here as tasks, standbys (warm-ups among them)
+// are tailed. Replicas no longer wanted stop before it returns, so a
+// partition's restore never runs beside its standby's writes; their
+// copies are dropped later as stale unless the partition is active here.
+func (e *Engine) setReplicas(actives, standbys, warmups []int32) {
+	s := &e.standby
+	want := map[int32]bool{}
+	if e.localStore {
+		for _, p := range standbys {
+			want[p] = true
+		}
+	}
+	for _, p := range actives {
+		delete(want, p)
+	}
+	var stopped []*replica
+	s.mu.Lock()
+	if s.parts == nil {
+		s.parts = map[int32]*replica{}
+	}
+	for p, r := range s.parts {
+		if !want[p] {
+			r.cancel()
+			stopped = append(stopped, r)
+			delete(s.parts, p)
+		}
+	}
+	var added []int32
+	for p := range want {
+		r := s.parts[p]
+		if r == nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			r = &replica{p: p, ctx: ctx, cancel: cancel}
+			s.parts[p] = r
+			added = append(added, p)
+		}
+		r.warmup.Store(slices.Contains(warmups, p))
+	}
+	e.c.standbys.Store(int64(len(s.parts)))
+	s.mu.Unlock()
+	var gone []int32
+	for _, r := range stopped {
+		r.busy.Lock()
+		//lint:ignore SA2001 an empty critical section: wait for its catch-up to end
+		r.busy.Unlock()
+		if !slices.Contains(actives, r.p) {
+			gone = append(gone, r.p)
+		}
+	}
+	e.cancelStaleDrops(added)
+	e.scheduleStaleDrops(gone)
+	s.notify()
+}
+
+// stopReplicas stops every replica (the engine stops).
+func (e *Engine) stopReplicas() { e.setReplicas(nil, nil, nil) }
+
+// runStandbys tails the replicas until ctx ends.
+func (e *Engine) runStandbys(ctx context.Context) {
+	s := &e.standby
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for {
+		behind := false
+		for _, r := range s.list() {
+			if ctx.Err() != nil {
+				return
+			}
+			if e.catchUp(ctx, r) {
+				behind = true
+			}
+		}
+		if behind {
+			continue
+		}
+		poll.Reset(e.cfg.CommitInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// catchUp runs one turn of replica r and reports whether it is still
+// behind (another turn is due at once).
+func (e *Engine) catchUp(ctx context.Context, r *replica) (behind bool) {
+	r.busy.Lock()
+	defer r.busy.Unlock()
+	if r.ctx.Err() != nil || monoNow() < time.Duration(r.retryAt.Load()) {
+		return false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(r.ctx, cancel)
+	defer stop()
+	behind, err := e.tail(ctx, r)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrFenced) {
+			e.log.Warn("standby could not catch up; it tries again", "partition", r.p, "err", err, "retry_in", standbyRetry)
+		}
+		r.claimed = false
+		r.retryAt.Store(int64(monoNow() + standbyRetry))
+		return false
+	}
+	e.warmupCaughtUp(r)
+	return behind
+}
+
+// tail claims r's partition in the store on its first turn and replays
+// the changelog from r's checkpoint towards the last stable offset.
+func (e *Engine) tail(ctx context.Context, r *replica) (behind bool, err error) {
+	if !r.claimed {
+		if r.epoch, err = e.table.Claim(ctx, r.p); err != nil {
+			return false, err
+		}
+		cp, ok, err := e.table.Checkpoint(ctx, r.p)
+		if err != nil {
+			return false, err
+		}
+		start, err := e.clog.Start(ctx, e.topics.Changelog, r.p)
+		if err != nil {
+			return false, err
+		}
+		if !ok || cp < start {
+			cp = start
+		}
+		r.checkpoint.Store(cp)
+		r.claimed = true
+	}
+	end, err := e.clog.LastStable(ctx, e.topics.Changelog, r.p)
+	if err != nil {
+		return false, err
+	}
+	cp := r.checkpoint.Load()
+	if cp > end {
+		// The changelog ends before this copy (deleted or truncated):
+		// the copy belongs to another history; start over.
+		e.log.Warn("standby copy is ahead of the changelog; dropping it and replaying", "partition", r.p, "checkpoint", cp, "changelog_end", end)
+		if err := e.table.DropPartition(ctx, r.p); err != nil {
+			return false, err
+		}
+		e.copies.drop(r.p)
+		r.claimed = false
+		return true, nil
+	}
+	if cp < end {
+		_, cp, err = e.replay(ctx, r.p, r.epoch, cp, end, standbyTurnRecords, &e.c.standbyRead)
+		if err != nil {
+			return false, err
+		}
+		r.checkpoint.Store(cp)
+	}
+	r.end.Store(end)
+	r.readAt.Store(int64(monoNow()))
+	return cp < end, nil
+}
+
+// warmupCaughtUp makes the member rejoin the group when warm-up r has
+// come within the acceptable lag, so the leader can move its active here.
+func (e *Engine) warmupCaughtUp(r *replica) {
+	if !r.warmup.Load() {
+		return
+	}
+	if n, _, ok := r.lag(monoNow()); !ok || n > e.cfg.AcceptableLag {
+		return
+	}
+	s := &e.standby
+	now := monoNow()
+	if last := s.rejoinAt.Load(); last != 0 && now-time.Duration(last) < minRejoinGap {
+		return
+	}
+	s.rejoinAt.Store(int64(now))
+	r.warmup.Store(false)
+	e.rejoin("warm-up of partition " + itoa(int64(r.p)) + " caught up")
+}
+
+// copies tracks the changelog checkpoint of every partition the store
+// holds, as the tasks and standbys write them: what the member reports to
+// the assignor. Safe for concurrent use.
+type copies struct {
+	mu sync.Mutex
+	m  map[int32]int64
+}
+
+func (c *copies) set(p int32, cp int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[int32]int64{}
+	}
+	c.m[p] = cp
+}
+
+func (c *copies) drop(p int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, p)
+}
+
+func (c *copies) snapshot() map[int32]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.m)
+}
+
+// loadCopies reads the checkpoint of every partition from the store.
+func (e *Engine) loadCopies(ctx context.Context) error {
+	for p := range e.nParts {
+		cp, ok, err := e.table.Checkpoint(ctx, p)
+		if err != nil {
+			return err
+		}
+		if ok {
+			e.copies.set(p, cp)
+		}
+	}
+	return nil
+}
+
+// memberState is what this member reports to the assignor.
+func (e *Engine) memberState() memberState {
+	s := memberState{Addr: e.cfg.AdvertiseAddr, Shared: !e.localStore, Actives: e.lastActives()}
+	if e.localStore {
+		s.Copies = e.copies.snapshot()
+	}
+	return s
+}
