@@ -16,7 +16,7 @@
 //     aborts its open transaction; a transactional offset commit carrying a
 //     stale generation or an unknown member fails at commit (KIP-447);
 //   - consumer groups with an eager, range-style assignment, generations,
-//     a join barrier, rebalances on join/leave/Rebalance, non-transactional
+//     a join barrier, rebalances on join and leave, non-transactional
 //     offset commits checked against the generation, static membership
 //     (a second member with the same instance id fences the first), and
 //     DescribeConsumerGroups with member metadata and assignments encoded

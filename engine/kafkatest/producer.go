@@ -18,8 +18,6 @@ type txn struct {
 	state   RecordState
 	touched map[*partition]bool
 	offsets []txnOffsets
-	began   time.Time
-	timeout time.Duration
 }
 
 // txnOffsets are offsets added to a transaction with their group metadata.
@@ -33,7 +31,6 @@ type txnOffsets struct {
 type producer struct {
 	c         *Cluster
 	txnID     string // "" for a producer outside transactions
-	timeout   time.Duration
 	closed    bool
 	fenced    bool
 	fatal     error // a fatal error: every later transactional call fails with it
@@ -50,7 +47,6 @@ func (c *Cluster) newProducer(cfg *sarama.Config) (*producer, error) {
 	p := &producer{c: c}
 	if cfg != nil {
 		p.txnID = cfg.Producer.Transaction.ID
-		p.timeout = cfg.Producer.Transaction.Timeout
 	}
 	if p.txnID == "" {
 		return p, nil
@@ -92,23 +88,6 @@ func (p *producer) endLocked(state RecordState) {
 		p.c.appendLocked(pt, &record{marker: true, txn: t})
 	}
 	p.c.notifyLocked()
-}
-
-// ExpireTransactions aborts every open transaction older than its
-// producer's transaction timeout, as the broker's transaction coordinator
-// does for producers that went away, and returns how many it aborted.
-func (c *Cluster) ExpireTransactions(now time.Time) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, p := range c.producers {
-		if p.cur != nil && p.timeout > 0 && now.Sub(p.cur.began) >= p.timeout {
-			p.fatal = sarama.ErrInvalidProducerEpoch
-			p.endLocked(Aborted)
-			n++
-		}
-	}
-	return n
 }
 
 // checkLocked returns why p cannot act now, if it cannot.
@@ -214,8 +193,7 @@ func encode(e sarama.Encoder) ([]byte, error) {
 
 // Close closes the producer. An open transaction stays open (and hides
 // every later record of its partitions from read_committed readers) until
-// a new producer with the same transactional id fences it, or
-// ExpireTransactions aborts it.
+// a new producer with the same transactional id fences it.
 func (p *producer) Close() error {
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
@@ -265,7 +243,7 @@ func (p *producer) BeginTxn() error {
 	if p.cur != nil {
 		return sarama.ErrTransactionNotReady
 	}
-	p.cur = &txn{id: p.txnID, state: Open, touched: map[*partition]bool{}, began: time.Now(), timeout: p.timeout}
+	p.cur = &txn{id: p.txnID, state: Open, touched: map[*partition]bool{}}
 	p.c.eventLocked(Event{Kind: OpBegin, TxnID: p.txnID})
 	return nil
 }
