@@ -33,8 +33,7 @@
 // the difference: every Consume call starts a new generation (Kafka
 // rebalances only when the membership or the subscription changes);
 // offset fetches do not wait for open transactions (a commit here is
-// applied in one step, so there is no window to wait out); Pause and
-// Resume do nothing.
+// applied in one step, so there is no window to wait out).
 //
 // Everything is guarded by one lock per Cluster, so every value here is
 // safe for concurrent use. Methods of the sarama interfaces that the

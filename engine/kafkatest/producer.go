@@ -29,13 +29,14 @@ type txnOffsets struct {
 // producer is a sarama.SyncProducer on the cluster. Its state is guarded
 // by the cluster's lock.
 type producer struct {
-	c         *Cluster
-	txnID     string // "" for a producer outside transactions
-	closed    bool
-	fenced    bool
-	fatal     error // a fatal error: every later transactional call fails with it
-	cur       *txn  // the open transaction
-	abortable error
+	sarama.SyncProducer // methods the engine does not call: not modelled
+	c                   *Cluster
+	txnID               string // "" for a producer outside transactions
+	closed              bool
+	fenced              bool
+	fatal               error // a fatal error: every later transactional call fails with it
+	cur                 *txn  // the open transaction
+	abortable           error
 }
 
 var _ sarama.SyncProducer = (*producer)(nil)
@@ -218,9 +219,6 @@ func (p *producer) TxnStatus() sarama.ProducerTxnStatusFlag {
 	return sarama.ProducerTxnFlagReady
 }
 
-// IsTransactional reports whether the producer has a transactional id.
-func (p *producer) IsTransactional() bool { return p.txnID != "" }
-
 // txnCallLocked checks a transactional call of kind and consults faults.
 func (p *producer) txnCallLocked(kind string, group string) error {
 	if p.txnID == "" {
@@ -248,12 +246,6 @@ func (p *producer) BeginTxn() error {
 	return nil
 }
 
-// AddOffsetsToTxn adds offsets without group metadata (no fencing by
-// generation); see AddOffsetsToTxnWithGroupMetadata.
-func (p *producer) AddOffsetsToTxn(offsets map[string][]*sarama.PartitionOffsetMetadata, groupID string) error {
-	return p.AddOffsetsToTxnWithGroupMetadata(offsets, sarama.NewConsumerGroupMetadata(groupID))
-}
-
 // AddOffsetsToTxnWithGroupMetadata adds offsets to the open transaction;
 // they become the group's committed offsets when it commits. The member
 // and generation in meta are checked at commit (KIP-447).
@@ -279,19 +271,6 @@ func (p *producer) AddOffsetsToTxnWithGroupMetadata(offsets map[string][]*sarama
 	p.cur.offsets = append(p.cur.offsets, txnOffsets{offsets: cp, meta: *meta})
 	p.c.eventLocked(Event{Kind: OpAddOffsets, TxnID: p.txnID, Group: meta.GroupID, Detail: offsetsDetail(cp)})
 	return nil
-}
-
-// AddMessageToTxn adds msg's next offset to the transaction.
-func (p *producer) AddMessageToTxn(msg *sarama.ConsumerMessage, groupID string, metadata *string) error {
-	return p.AddMessageToTxnWithGroupMetadata(msg, sarama.NewConsumerGroupMetadata(groupID), metadata)
-}
-
-// AddMessageToTxnWithGroupMetadata adds msg's next offset to the
-// transaction with the group's metadata.
-func (p *producer) AddMessageToTxnWithGroupMetadata(msg *sarama.ConsumerMessage, meta *sarama.ConsumerGroupMetadata, metadata *string) error {
-	return p.AddOffsetsToTxnWithGroupMetadata(map[string][]*sarama.PartitionOffsetMetadata{
-		msg.Topic: {{Partition: msg.Partition, Offset: msg.Offset + 1, Metadata: metadata}},
-	}, meta)
 }
 
 // CommitTxn commits the open transaction: its records become visible and
