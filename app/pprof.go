@@ -38,6 +38,6 @@ func servePprof(ctx context.Context, addr string, log *slog.Logger) (net.Addr, e
 			log.Warn("pprof server stopped", "err", err)
 		}
 	}()
-	log.Info("pprof listening", "addr", "http://"+displayAddr(ln.Addr())+"/debug/pprof/")
+	log.Info("pprof listening", "addr", "http://"+DisplayAddr(ln.Addr().String())+"/debug/pprof/")
 	return ln.Addr(), nil
 }

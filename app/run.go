@@ -269,7 +269,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	for i, j := range jobs {
 		names[i] = j.name()
 	}
-	log.Info("keepstate running", "api", "http://"+displayAddr(ln.Addr()), "advertise", advertise, "store", c.Store,
+	log.Info("keepstate running", "api", "http://"+DisplayAddr(ln.Addr().String()), "advertise", advertise, "store", c.Store,
 		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
 	listening(ln.Addr().String())
 	if ds != nil {
@@ -303,11 +303,12 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	return err
 }
 
-// displayAddr renders a listen address for humans (":7001" → "localhost:7001").
-func displayAddr(a net.Addr) string {
-	host, port, err := net.SplitHostPort(a.String())
+// DisplayAddr renders a listen address for humans (":7001" →
+// "localhost:7001"), as keepstate logs it.
+func DisplayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return a.String()
+		return addr
 	}
 	if host == "" || host == "::" || host == "0.0.0.0" {
 		host = "localhost"

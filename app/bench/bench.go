@@ -321,12 +321,8 @@ func (b *bench) process(ctx context.Context, phase string, w Workload) (PhaseRes
 	if err != nil {
 		return pr, err
 	}
-	if err := b.usage(&pr, drained.At); err != nil {
-		return pr, err
-	}
-	pr.Rate = float64(pr.Records) / pr.Seconds
-	pr.Check, pr.Note = b.check(ctx, drained.At)
-	return pr, nil
+	err = b.measure(ctx, &pr, drained.At)
+	return pr, err
 }
 
 // whileAlive runs f, failing early with the child's log when it exits.
@@ -355,8 +351,10 @@ func (b *bench) whileAlive(ctx context.Context, f func(context.Context) (DrainRe
 	}
 }
 
-// usage fills the phase's time from the child's start to at, CPU and RSS.
-func (b *bench) usage(pr *PhaseResult, at time.Time) error {
+// measure fills the phase's time from the child's start to at, CPU, RSS
+// and rate (of a phase with records), then checks every movie; the
+// check's note follows the phase's own.
+func (b *bench) measure(ctx context.Context, pr *PhaseResult, at time.Time) error {
 	u, err := b.child.Usage()
 	if err != nil {
 		return err
@@ -364,6 +362,13 @@ func (b *bench) usage(pr *PhaseResult, at time.Time) error {
 	pr.Seconds = at.Sub(b.child.Started).Seconds()
 	pr.CPUSeconds = u.CPU.Seconds()
 	pr.PeakRSSMiB = float64(u.PeakRSS) / (1 << 20)
+	if pr.Records > 0 {
+		pr.Rate = float64(pr.Records) / pr.Seconds
+	}
+	var note string
+	if pr.Check, note = b.check(ctx, at); note != "" {
+		pr.Note = strings.TrimPrefix(pr.Note+"; "+note, "; ")
+	}
 	return nil
 }
 

@@ -42,16 +42,9 @@ func (b *bench) restart(ctx context.Context) (PhaseResult, error) {
 	if err != nil {
 		return pr, err
 	}
-	if err := b.usage(&pr, at); err != nil {
-		return pr, err
-	}
 	pr.Note = fmt.Sprintf("first exact GET /movies/%d (count %d)", id, want.Count)
-	var note string
-	pr.Check, note = b.check(ctx, at)
-	if note != "" {
-		pr.Note += "; " + note
-	}
-	return pr, nil
+	err = b.measure(ctx, &pr, at)
+	return pr, err
 }
 
 // ensureChild starts the child and waits until it is ready, unless it
@@ -91,18 +84,10 @@ func (b *bench) restore(ctx context.Context) (PhaseResult, error) {
 	if err != nil {
 		return pr, err
 	}
-	if err := b.usage(&pr, at); err != nil {
-		return pr, err
-	}
 	pr.Records = st.Stats.ChangelogRestored
-	pr.Rate = float64(pr.Records) / pr.Seconds
 	pr.Note = fmt.Sprintf("%d movies", b.truth.Movies())
-	var note string
-	pr.Check, note = b.check(ctx, at)
-	if note != "" {
-		pr.Note += "; " + note
-	}
-	return pr, nil
+	err = b.measure(ctx, &pr, at)
+	return pr, err
 }
 
 // benchStats is the part of GET /api/stats the bench reads.

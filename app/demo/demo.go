@@ -140,7 +140,7 @@ func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	close(genDone)
 	ready := func(api string) {
 		fmt.Fprintf(d.Out, "keepstate demo is running\n  API:             http://%s  (try /movies/1 and /movies?minAvg=8)\n  Kafka broker:    %s\n  Schema Registry: %s\n  Store:           %s (%s)\n  Generator:       %g ratings/s over %d movies\nPress Ctrl-C to stop.\n",
-			displayAddr(api), c.Brokers[0], c.SchemaRegistry, c.Store, c.DataDir, d.Rate, d.Movies)
+			app.DisplayAddr(api), c.Brokers[0], c.SchemaRegistry, c.Store, c.DataDir, d.Rate, d.Movies)
 		if d.Rate > 0 {
 			genDone = make(chan struct{})
 			go func() {
@@ -176,17 +176,4 @@ func lockDataDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("demo: lock --data-dir %s: %w", dir, err)
 	}
 	return func() { _ = db.Close() }, nil
-}
-
-// displayAddr renders the API's listen address for humans, as app.Run logs
-// it (":7001" → "localhost:7001").
-func displayAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if host == "" || host == "::" || host == "0.0.0.0" {
-		host = "localhost"
-	}
-	return net.JoinHostPort(host, port)
 }

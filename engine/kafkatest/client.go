@@ -106,9 +106,6 @@ func (cl *client) Partitions(topic string) ([]int32, error) {
 	return ps, nil
 }
 
-// WritablePartitions is Partitions: every partition has a leader.
-func (cl *client) WritablePartitions(topic string) ([]int32, error) { return cl.Partitions(topic) }
-
 // RefreshMetadata does nothing: metadata is always current. It fails with
 // sarama.ErrClosedClient after Close.
 func (cl *client) RefreshMetadata(...string) error {

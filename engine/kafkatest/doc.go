@@ -16,7 +16,7 @@
 //     aborts its open transaction; a transactional offset commit carrying a
 //     stale generation or an unknown member fails at commit (KIP-447);
 //   - consumer groups with an eager, range-style assignment, generations,
-//     a join barrier, rebalances on join/leave/Rebalance, non-transactional
+//     a join barrier, rebalances on join and leave, non-transactional
 //     offset commits checked against the generation, static membership
 //     (a second member with the same instance id fences the first), and
 //     DescribeConsumerGroups with member metadata and assignments encoded
@@ -33,8 +33,7 @@
 // the difference: every Consume call starts a new generation (Kafka
 // rebalances only when the membership or the subscription changes);
 // offset fetches do not wait for open transactions (a commit here is
-// applied in one step, so there is no window to wait out); Pause and
-// Resume do nothing.
+// applied in one step, so there is no window to wait out).
 //
 // Everything is guarded by one lock per Cluster, so every value here is
 // safe for concurrent use. Methods of the sarama interfaces that the

@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -71,20 +72,17 @@ func (c *Cluster) SetFault(fn func(Op) error) {
 // faultLocked returns the injected error for op, if any, and logs it as a
 // failed event. The caller holds c.mu.
 func (c *Cluster) faultLocked(op Op) error {
-	for i, f := range c.pending {
-		if f.match.matches(op) {
-			c.pending = append(c.pending[:i:i], c.pending[i+1:]...)
-			c.eventLocked(Event{Kind: op.Kind, TxnID: op.TxnID, Topic: op.Topic, Group: op.Group, Err: f.err})
-			return f.err
-		}
+	var err error
+	if i := slices.IndexFunc(c.pending, func(f pendingFault) bool { return f.match.matches(op) }); i >= 0 {
+		err = c.pending[i].err
+		c.pending = slices.Delete(c.pending, i, i+1)
+	} else if c.fault != nil {
+		err = c.fault(op)
 	}
-	if c.fault != nil {
-		if err := c.fault(op); err != nil {
-			c.eventLocked(Event{Kind: op.Kind, TxnID: op.TxnID, Topic: op.Topic, Group: op.Group, Err: err})
-			return err
-		}
+	if err != nil {
+		c.eventLocked(Event{Kind: op.Kind, TxnID: op.TxnID, Topic: op.Topic, Group: op.Group, Err: err})
 	}
-	return nil
+	return err
 }
 
 // Event is one entry of the cluster's event log: a Kafka operation that

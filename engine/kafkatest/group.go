@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // member is one member of a consumer group. Its fields are guarded by the
@@ -214,61 +215,9 @@ func (c *Cluster) CommittedOffset(group, topic string, p int32) (offset int64, o
 	return offset, ok
 }
 
-// CommittedOffsets returns a copy of every committed offset of group, by
-// topic and partition.
-func (c *Cluster) CommittedOffsets(group string) map[string]map[int32]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]map[int32]int64{}
-	if g, ok := c.groups[group]; ok {
-		for t, ps := range g.offsets {
-			out[t] = maps.Clone(ps)
-		}
-	}
-	return out
-}
-
-// Rebalance makes group rebalance, as a member joining would: every
-// session ends and the members rejoin with a new generation.
-func (c *Cluster) Rebalance(group string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	g := c.groupLocked(group)
-	c.startRebalanceLocked(g)
-	c.tryCompleteLocked(g)
-}
-
-// Generation returns group's current generation (0 before the first
-// rebalance completes).
-func (c *Cluster) Generation(group string) int32 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.groupLocked(group).generation
-}
-
-// Evict removes member from group at once, as the coordinator does with a
-// member whose session timed out: the others rebalance, and the evicted
-// member's later offset commits fail with sarama.ErrUnknownMemberId.
-// Its running session, if any, is canceled.
-func (c *Cluster) Evict(group, member string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	g := c.groupLocked(group)
-	if m := g.members[member]; m != nil {
-		c.removeMemberLocked(g, m, sarama.ErrUnknownMemberId)
-	}
-}
-
-// Members returns the ids of group's members, sorted.
-func (c *Cluster) Members(group string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Sorted(maps.Keys(c.groupLocked(group).members))
-}
-
 // describeLocked describes group as DescribeGroups answers: member
 // metadata (consumer protocol subscription v0 with the member's user data)
-// and assignment encoded as sarama decodes them.
+// and assignment (v0), encoded by kmsg as sarama decodes them.
 func (c *Cluster) describeLocked(id string) *sarama.GroupDescription {
 	g, ok := c.groups[id]
 	d := &sarama.GroupDescription{GroupId: id, State: "Dead", Members: map[string]*sarama.GroupMemberDescription{}}
@@ -285,10 +234,15 @@ func (c *Cluster) describeLocked(id string) *sarama.GroupDescription {
 		d.State = "Stable"
 	}
 	for _, m := range g.members {
+		meta := kmsg.ConsumerMemberMetadata{Topics: m.topics, UserData: m.userData}
 		md := &sarama.GroupMemberDescription{MemberId: m.id, GroupInstanceId: m.instanceID, ClientId: m.clientID,
-			ClientHost: "/127.0.0.1", MemberMetadata: encodeMetadata(m.topics, m.userData)}
+			ClientHost: "/127.0.0.1", MemberMetadata: meta.AppendTo(nil)}
 		if m.running && !g.rebalancing {
-			md.MemberAssignment = encodeAssignment(m.assign)
+			var assign kmsg.ConsumerMemberAssignment
+			for _, t := range slices.Sorted(maps.Keys(m.assign)) {
+				assign.Topics = append(assign.Topics, kmsg.ConsumerMemberAssignmentTopic{Topic: t, Partitions: m.assign[t]})
+			}
+			md.MemberAssignment = assign.AppendTo(nil)
 		}
 		d.Members[m.id] = md
 	}

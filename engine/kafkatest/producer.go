@@ -18,8 +18,6 @@ type txn struct {
 	state   RecordState
 	touched map[*partition]bool
 	offsets []txnOffsets
-	began   time.Time
-	timeout time.Duration
 }
 
 // txnOffsets are offsets added to a transaction with their group metadata.
@@ -31,14 +29,14 @@ type txnOffsets struct {
 // producer is a sarama.SyncProducer on the cluster. Its state is guarded
 // by the cluster's lock.
 type producer struct {
-	c         *Cluster
-	txnID     string // "" for a producer outside transactions
-	timeout   time.Duration
-	closed    bool
-	fenced    bool
-	fatal     error // a fatal error: every later transactional call fails with it
-	cur       *txn  // the open transaction
-	abortable error
+	sarama.SyncProducer // methods the engine does not call: not modelled
+	c                   *Cluster
+	txnID               string // "" for a producer outside transactions
+	closed              bool
+	fenced              bool
+	fatal               error // a fatal error: every later transactional call fails with it
+	cur                 *txn  // the open transaction
+	abortable           error
 }
 
 var _ sarama.SyncProducer = (*producer)(nil)
@@ -50,7 +48,6 @@ func (c *Cluster) newProducer(cfg *sarama.Config) (*producer, error) {
 	p := &producer{c: c}
 	if cfg != nil {
 		p.txnID = cfg.Producer.Transaction.ID
-		p.timeout = cfg.Producer.Transaction.Timeout
 	}
 	if p.txnID == "" {
 		return p, nil
@@ -92,23 +89,6 @@ func (p *producer) endLocked(state RecordState) {
 		p.c.appendLocked(pt, &record{marker: true, txn: t})
 	}
 	p.c.notifyLocked()
-}
-
-// ExpireTransactions aborts every open transaction older than its
-// producer's transaction timeout, as the broker's transaction coordinator
-// does for producers that went away, and returns how many it aborted.
-func (c *Cluster) ExpireTransactions(now time.Time) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, p := range c.producers {
-		if p.cur != nil && p.timeout > 0 && now.Sub(p.cur.began) >= p.timeout {
-			p.fatal = sarama.ErrInvalidProducerEpoch
-			p.endLocked(Aborted)
-			n++
-		}
-	}
-	return n
 }
 
 // checkLocked returns why p cannot act now, if it cannot.
@@ -214,8 +194,7 @@ func encode(e sarama.Encoder) ([]byte, error) {
 
 // Close closes the producer. An open transaction stays open (and hides
 // every later record of its partitions from read_committed readers) until
-// a new producer with the same transactional id fences it, or
-// ExpireTransactions aborts it.
+// a new producer with the same transactional id fences it.
 func (p *producer) Close() error {
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
@@ -240,9 +219,6 @@ func (p *producer) TxnStatus() sarama.ProducerTxnStatusFlag {
 	return sarama.ProducerTxnFlagReady
 }
 
-// IsTransactional reports whether the producer has a transactional id.
-func (p *producer) IsTransactional() bool { return p.txnID != "" }
-
 // txnCallLocked checks a transactional call of kind and consults faults.
 func (p *producer) txnCallLocked(kind string, group string) error {
 	if p.txnID == "" {
@@ -265,15 +241,9 @@ func (p *producer) BeginTxn() error {
 	if p.cur != nil {
 		return sarama.ErrTransactionNotReady
 	}
-	p.cur = &txn{id: p.txnID, state: Open, touched: map[*partition]bool{}, began: time.Now(), timeout: p.timeout}
+	p.cur = &txn{id: p.txnID, state: Open, touched: map[*partition]bool{}}
 	p.c.eventLocked(Event{Kind: OpBegin, TxnID: p.txnID})
 	return nil
-}
-
-// AddOffsetsToTxn adds offsets without group metadata (no fencing by
-// generation); see AddOffsetsToTxnWithGroupMetadata.
-func (p *producer) AddOffsetsToTxn(offsets map[string][]*sarama.PartitionOffsetMetadata, groupID string) error {
-	return p.AddOffsetsToTxnWithGroupMetadata(offsets, sarama.NewConsumerGroupMetadata(groupID))
 }
 
 // AddOffsetsToTxnWithGroupMetadata adds offsets to the open transaction;
@@ -301,19 +271,6 @@ func (p *producer) AddOffsetsToTxnWithGroupMetadata(offsets map[string][]*sarama
 	p.cur.offsets = append(p.cur.offsets, txnOffsets{offsets: cp, meta: *meta})
 	p.c.eventLocked(Event{Kind: OpAddOffsets, TxnID: p.txnID, Group: meta.GroupID, Detail: offsetsDetail(cp)})
 	return nil
-}
-
-// AddMessageToTxn adds msg's next offset to the transaction.
-func (p *producer) AddMessageToTxn(msg *sarama.ConsumerMessage, groupID string, metadata *string) error {
-	return p.AddMessageToTxnWithGroupMetadata(msg, sarama.NewConsumerGroupMetadata(groupID), metadata)
-}
-
-// AddMessageToTxnWithGroupMetadata adds msg's next offset to the
-// transaction with the group's metadata.
-func (p *producer) AddMessageToTxnWithGroupMetadata(msg *sarama.ConsumerMessage, meta *sarama.ConsumerGroupMetadata, metadata *string) error {
-	return p.AddOffsetsToTxnWithGroupMetadata(map[string][]*sarama.PartitionOffsetMetadata{
-		msg.Topic: {{Partition: msg.Partition, Offset: msg.Offset + 1, Metadata: metadata}},
-	}, meta)
 }
 
 // CommitTxn commits the open transaction: its records become visible and

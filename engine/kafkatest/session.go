@@ -17,10 +17,11 @@ const pollInterval = 20 * time.Millisecond
 // consumerGroup is a sarama.ConsumerGroup on the cluster: one member of
 // group, joining on each Consume.
 type consumerGroup struct {
-	c      *Cluster
-	group  string
-	cfg    *sarama.Config
-	errors chan error
+	sarama.ConsumerGroup // methods the engine does not call: not modelled
+	c                    *Cluster
+	group                string
+	cfg                  *sarama.Config
+	errors               chan error
 
 	// guarded by c.mu:
 	m      *member
@@ -42,18 +43,9 @@ func (c *Cluster) newConsumerGroup(group string, cfg *sarama.Config) (*consumerG
 // handleError reports err on Errors when the configuration asks for it,
 // dropping it when nobody reads, as sarama does.
 func (cg *consumerGroup) handleError(err error) {
-	if !cg.cfg.Consumer.Return.Errors {
-		return
-	}
 	cg.c.mu.Lock()
 	defer cg.c.mu.Unlock()
-	if cg.closed {
-		return
-	}
-	select {
-	case cg.errors <- err:
-	default:
-	}
+	cg.errorsLocked(err)
 }
 
 // Errors returns the channel of session errors (handler errors, refused
@@ -75,18 +67,6 @@ func (cg *consumerGroup) Close() error {
 	close(cg.errors)
 	return nil
 }
-
-// Pause is not modelled: it does nothing.
-func (cg *consumerGroup) Pause(map[string][]int32) {}
-
-// Resume is not modelled: it does nothing.
-func (cg *consumerGroup) Resume(map[string][]int32) {}
-
-// PauseAll is not modelled: it does nothing.
-func (cg *consumerGroup) PauseAll() {}
-
-// ResumeAll is not modelled: it does nothing.
-func (cg *consumerGroup) ResumeAll() {}
 
 // Consume joins the group (every join rebalances it), waits until every
 // member rejoined, and runs one session: Setup, ConsumeClaim of every
@@ -178,12 +158,13 @@ func (cg *consumerGroup) errorsLocked(err error) {
 
 // session is a sarama.ConsumerGroupSession of the fake.
 type session struct {
-	cg     *consumerGroup
-	ctx    context.Context
-	cancel context.CancelFunc
-	member string
-	gen    int32
-	claims map[string][]int32
+	sarama.ConsumerGroupSession // methods the engine does not call: not modelled
+	cg                          *consumerGroup
+	ctx                         context.Context
+	cancel                      context.CancelFunc
+	member                      string
+	gen                         int32
+	claims                      map[string][]int32
 
 	mu     sync.Mutex
 	marked map[string]map[int32]int64
@@ -248,16 +229,6 @@ func (s *session) MarkOffset(topic string, p int32, offset int64, _ string) {
 	if cur, ok := s.marked[topic][p]; !ok || offset > cur {
 		s.marked[topic][p] = offset
 	}
-}
-
-// ResetOffset marks offset of topic/p for the next Commit, even if lower.
-func (s *session) ResetOffset(topic string, p int32, offset int64, _ string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.marked[topic] == nil {
-		s.marked[topic] = map[int32]int64{}
-	}
-	s.marked[topic][p] = offset
 }
 
 // MarkMessage marks msg as consumed (its offset + 1).

@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -120,7 +119,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	ready := func(addr string) {
-		api := displayAddr(addr)
+		api := app.DisplayAddr(addr)
 		fmt.Fprintf(stdout, "orders job running: %s -> table %s -> %s\n  API: http://%s  (try /tables/customers/c-1 and /tables/customers?index=total&min=1000)\n",
 			cfg.InputTopic, CustomersTable, cfg.OutputTopic, api)
 	}
@@ -193,17 +192,4 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	n, err := produceOrders(ctx, p, log)
 	fmt.Fprintf(stdout, "sent %d orders to %s\n", n, p.Topic)
 	return err
-}
-
-// displayAddr renders a listen address for humans (":7002" →
-// "localhost:7002").
-func displayAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if host == "" || host == "::" || host == "0.0.0.0" {
-		host = "localhost"
-	}
-	return net.JoinHostPort(host, port)
 }

@@ -33,20 +33,27 @@ func Keepstate(t testing.TB) string {
 			return
 		}
 		binary.path = filepath.Join(dir, "keepstate")
-		args := []string{"build", "-o", binary.path}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command("go", append(args, "./cmd/keepstate")...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binary.err = fmt.Errorf("go build ./cmd/keepstate: %v\n%s", err, out)
-		}
+		binary.err = buildKeepstate(root, binary.path)
 	})
 	if binary.err != nil {
 		t.Fatalf("testkit: %v", binary.err)
 	}
 	return binary.path
+}
+
+// buildKeepstate builds ./cmd/keepstate of the module in root into bin,
+// with -race when the test binary has it.
+func buildKeepstate(root, bin string) error {
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/keepstate")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/keepstate in %s: %v\n%s", root, err, out)
+	}
+	return nil
 }
 
 // removeBinary deletes the binary Keepstate built, if any (Main calls it).
@@ -95,14 +102,8 @@ func KeepstateAt(t testing.TB, rev string) string {
 		t.Fatalf("git archive %s | tar: %v %s", rev, err, out)
 	}
 	bin := filepath.Join(t.TempDir(), "keepstate-"+rev[:min(len(rev), 12)])
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "./cmd/keepstate")...)
-	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("testkit: go build ./cmd/keepstate at %s: %v\n%s", rev, err, out)
+	if err := buildKeepstate(src, bin); err != nil {
+		t.Fatalf("testkit: at %s: %v", rev, err)
 	}
 	return bin
 }

@@ -222,24 +222,15 @@ func findScript() (string, string) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		return "", "bash not found"
 	}
-	dir, err := os.Getwd()
+	root, err := moduleRoot()
 	if err != nil {
-		return "", "working directory: " + err.Error()
+		return "", err.Error() + ", so no scripts/kafka.sh"
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			script := filepath.Join(dir, "scripts", "kafka.sh")
-			if _, err := os.Stat(script); err != nil {
-				return "", fmt.Sprintf("%s not found", script)
-			}
-			return script, ""
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", "no go.mod above the working directory, so no scripts/kafka.sh"
-		}
-		dir = parent
+	script := filepath.Join(root, "scripts", "kafka.sh")
+	if _, err := os.Stat(script); err != nil {
+		return "", fmt.Sprintf("%s not found", script)
 	}
+	return script, ""
 }
 
 // checkScript returns why the broker cannot start here (no java, no jars),

@@ -112,6 +112,3 @@ func (k *Kfake) Brokers() []string { return append([]string(nil), k.brokers...) 
 
 // Cluster returns the kfake cluster, for control functions and faults.
 func (k *Kfake) Cluster() *kfake.Cluster { return k.cluster }
-
-// Close stops the cluster before the test ends (cleanup then does nothing).
-func (k *Kfake) Close() { k.cluster.Close() }

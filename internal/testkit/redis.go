@@ -1,10 +1,9 @@
 package testkit
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // RedisInstall says how to get the redis-server binary.
@@ -354,15 +355,6 @@ func (r *Redis) Wipe() error {
 	return nil
 }
 
-// Restart stops the server with SIGTERM and starts it again with its data
-// (when persistent).
-func (r *Redis) Restart() error {
-	if err := r.Stop(); err != nil {
-		return err
-	}
-	return r.Start()
-}
-
 // RestartEmpty stops the server, deletes its data and starts it again on the
 // same port: the server comes back with nothing in it, like a lost volume.
 func (r *Redis) RestartEmpty() error {
@@ -407,69 +399,46 @@ func (r *Redis) logTail() string {
 	return strings.Join(parts, "\n")
 }
 
-// RedisDo sends commands to a Redis server at addr over one connection with
-// the plain RESP protocol and returns one reply per command: simple strings
-// and integers as text, bulk strings as their content, a nil bulk as "(nil)".
-// An error reply is returned as an error. Arrays are not supported. It lets
-// tests inspect a server without going through the code under test.
+// RedisDo sends commands to a Redis server at addr over one connection
+// (go-redis, pipelined) and returns one reply per command: simple strings
+// and integers as text, bulk strings as their content, a nil bulk as
+// "(nil)". An error reply is returned as an error. Arrays are not
+// supported. It lets tests inspect a server without going through the code
+// under test.
 func RedisDo(addr string, timeout time.Duration, cmds ...[]string) ([]string, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, err
-	}
-	var sb strings.Builder
-	for _, c := range cmds {
-		fmt.Fprintf(&sb, "*%d\r\n", len(c))
-		for _, a := range c {
-			fmt.Fprintf(&sb, "$%d\r\n%s\r\n", len(a), a)
+	// One connection, RESP2, no CLIENT SETINFO: commands (AUTH, SELECT)
+	// apply to the connection that runs the next ones.
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, PoolSize: 1, MaxRetries: -1,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	pipe := c.Pipeline()
+	for _, cmd := range cmds {
+		args := make([]any, len(cmd))
+		for i, a := range cmd {
+			args[i] = a
 		}
+		pipe.Do(ctx, args...)
 	}
-	if _, err := conn.Write([]byte(sb.String())); err != nil {
-		return nil, err
-	}
-	br := bufio.NewReader(conn)
+	res, _ := pipe.Exec(ctx)
 	replies := make([]string, 0, len(cmds))
-	for range cmds {
-		s, err := readRESP(br)
-		if err != nil {
+	for _, r := range res {
+		v, err := r.(*redis.Cmd).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			v = "(nil)"
+		case err != nil:
 			return replies, err
 		}
-		replies = append(replies, s)
+		switch v := v.(type) {
+		case string:
+			replies = append(replies, v)
+		case int64:
+			replies = append(replies, strconv.FormatInt(v, 10))
+		default:
+			return replies, fmt.Errorf("unsupported redis reply %T", v)
+		}
 	}
 	return replies, nil
-}
-
-func readRESP(br *bufio.Reader) (string, error) {
-	line, err := br.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return "", errors.New("empty RESP reply")
-	}
-	switch line[0] {
-	case '+', ':':
-		return line[1:], nil
-	case '-':
-		return "", fmt.Errorf("redis error reply: %s", line[1:])
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return "", fmt.Errorf("bad bulk length %q", line)
-		}
-		if n < 0 {
-			return "(nil)", nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return "", fmt.Errorf("unsupported RESP reply %q", line)
 }
