@@ -149,6 +149,17 @@ func readyAll(engines []*engine.Engine) func() error {
 }
 
 // statsAll sums the engines' counters.
+// rolesAll returns the partition roles of every engine, by table name.
+func rolesAll(engines []*engine.Engine) func() map[string][]engine.PartitionRole {
+	return func() map[string][]engine.PartitionRole {
+		out := make(map[string][]engine.PartitionRole, len(engines))
+		for _, e := range engines {
+			out[e.Job().Spec().Name] = e.Roles()
+		}
+		return out
+	}
+}
+
 func statsAll(engines []*engine.Engine) func() engine.Stats {
 	if len(engines) == 1 {
 		return engines[0].Stats

@@ -240,7 +240,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 		}
 		engines = append(engines, eng)
 	}
-	opts.Ready, opts.Stats = readyAll(engines), statsAll(engines)
+	opts.Ready, opts.Stats, opts.Roles = readyAll(engines), statsAll(engines), rolesAll(engines)
 	if c.Store == StoreClover && len(sec.PeerSecret) == 0 {
 		log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
 	}

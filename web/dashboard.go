@@ -18,11 +18,16 @@ type statsBody struct {
 	Ready  bool         `json:"ready"`
 	Reason string       `json:"reason,omitempty"`
 	Stats  engine.Stats `json:"stats"`
+	// Partitions are the partitions held here, by table, with their role.
+	Partitions map[string][]engine.PartitionRole `json:"partitions,omitempty"`
 }
 
 // apiStats answers GET /api/stats: readiness and the engine counters.
 func (s *Server) apiStats(c echo.Context) error {
 	body := statsBody{Ready: true, Stats: s.opts.Stats()}
+	if s.opts.Roles != nil {
+		body.Partitions = s.opts.Roles()
+	}
 	if err := s.opts.Ready(); err != nil {
 		body.Ready, body.Reason = false, err.Error()
 	}

@@ -3,6 +3,8 @@ package web
 import (
 	"errors"
 	"net/http"
+	"reflect"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -69,7 +71,7 @@ func TestAPIStats(t *testing.T) {
 				t.Fatalf("status = %d, want 200", rec.Code)
 			}
 			got := decode[statsBody](t, rec)
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 			if got.Stats.RecordsProcessed != 1 || got.Stats.PartitionsRunning != 10 || got.Stats.FencedWrites != 8 {
@@ -96,5 +98,28 @@ func TestUnknownRoutes(t *testing.T) {
 		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
 			wantJSONError(t, do(t, h, tc.method, tc.target), tc.status)
 		})
+	}
+}
+
+// TestPartitionRoles: /api/stats lists the partitions held here with
+// their role, and /metrics exports each one's lag.
+func TestPartitionRoles(t *testing.T) {
+	roles := map[string][]engine.PartitionRole{"movies": {
+		{Partition: 0, Role: engine.RoleActive, State: "RUNNING", LagMs: 0},
+		{Partition: 1, Role: engine.RoleStandby, LagRecords: 5, LagMs: 120},
+	}}
+	h := New(Options{Roles: func() map[string][]engine.PartitionRole { return roles }}).Handler()
+	rec := get(t, h, "/api/stats")
+	if got := decode[statsBody](t, rec).Partitions; !reflect.DeepEqual(got, roles) {
+		t.Errorf("/api/stats partitions = %+v, want %+v", got, roles)
+	}
+	body := get(t, h, "/metrics").Body.String()
+	for _, want := range []string{
+		`keepstate_partition_lag_records{partition="1",role="standby",table="movies"} 5`,
+		`keepstate_partition_lag_records{partition="0",role="active",table="movies"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

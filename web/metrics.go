@@ -52,15 +52,21 @@ var statMetrics = []statMetric{
 type statsCollector struct {
 	stats     func() engine.Stats
 	ready     func() error
+	roles     func() map[string][]engine.PartitionRole // nil: none
 	descs     []*prometheus.Desc
 	readyDesc *prometheus.Desc
+	lagDesc   *prometheus.Desc
 }
 
-func newStatsCollector(stats func() engine.Stats, ready func() error) *statsCollector {
+func newStatsCollector(stats func() engine.Stats, ready func() error, roles func() map[string][]engine.PartitionRole) *statsCollector {
 	c := &statsCollector{
 		stats:     stats,
 		ready:     ready,
+		roles:     roles,
 		readyDesc: prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil),
+		lagDesc: prometheus.NewDesc("keepstate_partition_lag_records",
+			"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
+			[]string{"table", "partition", "role"}, nil),
 	}
 	for _, m := range statMetrics {
 		c.descs = append(c.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
@@ -74,6 +80,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- c.readyDesc
+	ch <- c.lagDesc
 }
 
 // Collect implements prometheus.Collector; it takes one Stats snapshot.
@@ -87,6 +94,15 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.readyDesc, prometheus.GaugeValue, ready)
+	if c.roles == nil {
+		return
+	}
+	for table, roles := range c.roles() {
+		for _, r := range roles {
+			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, float64(r.LagRecords),
+				table, strconv.Itoa(int(r.Partition)), r.Role)
+		}
+	}
 }
 
 // metrics is the server's own Prometheus registry: engine stats, HTTP
@@ -99,7 +115,7 @@ type metrics struct {
 	routes   map[string]string // echo path -> route label
 }
 
-func newMetrics(stats func() engine.Stats, ready func() error) *metrics {
+func newMetrics(stats func() engine.Stats, ready func() error, roles func() map[string][]engine.PartitionRole) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -114,7 +130,7 @@ func newMetrics(stats func() engine.Stats, ready func() error) *metrics {
 		routes: map[string]string{},
 	}
 	m.reg.MustRegister(
-		newStatsCollector(stats, ready),
+		newStatsCollector(stats, ready, roles),
 		m.requests, m.duration,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -37,6 +37,10 @@ type Options struct {
 	// Stats returns the engine counters for /metrics and /api/stats. A nil
 	// func reports zeros. It is called concurrently from request goroutines.
 	Stats func() engine.Stats
+	// Roles returns, by table, the partitions this instance holds and in
+	// which role (active, standby, warm-up), for /api/stats and /metrics.
+	// A nil func reports none. It is called concurrently.
+	Roles func() map[string][]engine.PartitionRole
 	// Tables are the jobs' tables served under /tables (see Table); names
 	// must be distinct (the routes serve the first of a name). The movie
 	// job's table (movies.Spec) is served at /movies too; without it
@@ -118,7 +122,7 @@ func New(opts Options) *Server {
 	e.HTTPErrorHandler = s.handleError
 	e.Logger.SetOutput(echoLogWriter{s.log})
 	s.e = e
-	s.metrics = newMetrics(opts.Stats, opts.Ready)
+	s.metrics = newMetrics(opts.Stats, opts.Ready, opts.Roles)
 
 	e.Use(s.observe, s.recoverPanic, secureHeaders)
 	s.routes()

@@ -1,0 +1,202 @@
+package app_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// groupPhase is one group change of TestE2EGroupChangesWithoutPause.
+type groupPhase struct {
+	name string
+	run  func()
+}
+
+// TestE2EGroupChangesWithoutPause runs three instances (clover, six
+// partitions, one standby each) while ratings flow and a prober asks every
+// live instance for a key of every partition every 50 ms, through the
+// group changes a Kubernetes deployment goes through: scale-out to four
+// (an empty data dir), a rolling restart of every instance, scale-in to
+// three, and a node lost with its volume (kill -9, data dir deleted),
+// restarted at once and, the second time, after the session timeout. In
+// every phase no live instance leaves a probe key unanswered for more
+// than 1 s, and the instance taking over replays at most the acceptable
+// lag; at the end every output is exact on every instance.
+func TestE2EGroupChangesWithoutPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs, kills and restarts child processes")
+	}
+	const (
+		movies      = 6000
+		partitions  = 6
+		session     = 3 * time.Second // the child cluster's --session-timeout
+		maxGap      = time.Second
+		acceptedLag = 10000
+	)
+	cc := newChildCluster(t)
+	c := cc.cfg
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	produce := producerInto(t, c, movies, truth, sums)
+	var live []*crashInstance
+	newInst := func(name string) *crashInstance {
+		in := cc.newInstance(name, true)
+		in.extraArgs = []string{"--partitions", fmt.Sprint(partitions), "--standby-replicas", "1"}
+		return in
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		in := newInst(name)
+		cc.start(in)
+		live = append(live, in)
+	}
+	for _, in := range live {
+		cc.waitReady(in, 60*time.Second)
+	}
+	produce(movies, 1) // every movie has a document
+	waitOutputsExact(t, c, "http://"+live[0].api, truth, "before the group changes")
+
+	pr := startProber(probeKeys(partitions))
+	defer pr.close()
+	for _, in := range live {
+		pr.watch("http://"+in.api, true)
+	}
+	// Ratings flow throughout, 300 every 100 ms.
+	var mu sync.Mutex
+	stop, flowed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flowed)
+		for seed := uint64(100); ; seed++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			mu.Lock()
+			produce(300, seed)
+			mu.Unlock()
+		}
+	}()
+	stopFlow := sync.OnceFunc(func() { close(stop); <-flowed })
+	defer stopFlow()
+
+	restored := func(in *crashInstance) int64 {
+		st, err := stats(in.api)
+		if err != nil {
+			t.Fatalf("stats of %s: %v", in.name, err)
+		}
+		return st.Stats.ChangelogRestored
+	}
+	balanced := func(what string) {
+		testkit.Eventually(t, 60*time.Second, what+": actives balanced", func() error {
+			lo, hi, sum := partitions, 0, 0
+			for _, in := range live {
+				st, err := stats(in.api)
+				if err != nil {
+					return err
+				}
+				n := int(st.Stats.PartitionsRunning)
+				lo, hi, sum = min(lo, n), max(hi, n), sum+n
+			}
+			if sum != partitions || hi-lo > 1 {
+				return fmt.Errorf("running per instance: sum %d, max-min %d", sum, hi-lo)
+			}
+			return nil
+		})
+	}
+	restart := func(in *crashInstance, after time.Duration) {
+		pr.watch("http://"+in.api, false)
+		time.Sleep(after) // the outage being simulated, not synchronisation
+		cc.start(in)
+		cc.waitReady(in, 60*time.Second)
+		pr.watch("http://"+in.api, true)
+	}
+	remove := func(in *crashInstance) {
+		for i, o := range live {
+			if o == in {
+				live = append(live[:i], live[i+1:]...)
+				return
+			}
+		}
+	}
+	phases := []groupPhase{
+		{"scale-out 3 to 4", func() {
+			d := newInst("d")
+			cc.start(d)
+			cc.waitReady(d, 60*time.Second)
+			live = append(live, d)
+			pr.watch("http://"+d.api, true)
+			balanced("scale-out")
+			if n := restored(d); n > acceptedLag {
+				t.Errorf("scale-out: d replayed %d changelog records taking its actives, want at most %d", n, acceptedLag)
+			}
+		}},
+		{"rolling restart", func() {
+			for _, in := range live {
+				pr.watch("http://"+in.api, false)
+				if err := in.proc.Stop(30 * time.Second); err != nil {
+					t.Errorf("stop %s: %v", in.name, err)
+				}
+				restart(in, 0)
+				balanced("rolling restart of " + in.name)
+			}
+		}},
+		{"scale-in 4 to 3", func() {
+			d := live[len(live)-1]
+			pr.watch("http://"+d.api, false)
+			remove(d)
+			began := time.Now()
+			if err := d.proc.Stop(30 * time.Second); err != nil {
+				t.Errorf("stop d: %v", err)
+			}
+			balanced("scale-in")
+			if took := time.Since(began); took > session {
+				t.Errorf("scale-in: partitions ran everywhere %v after d stopped, want under the session timeout %v", took, session)
+			}
+		}},
+		{"node lost, back at once", func() {
+			in := live[1]
+			pr.watch("http://"+in.api, false)
+			in.proc.Kill()
+			loseStore(t, in)
+			restart(in, 0)
+			balanced("node lost")
+		}},
+		{"node lost, back after the session timeout", func() {
+			in := live[2]
+			pr.watch("http://"+in.api, false)
+			in.proc.Kill()
+			loseStore(t, in)
+			restart(in, session+2*time.Second)
+			balanced("node lost for long")
+		}},
+	}
+	for _, ph := range phases {
+		pr.worst() // forget gaps before the phase
+		ph.run()
+		if at, gap := pr.worst(); gap > maxGap {
+			t.Errorf("%s: %s unanswered for %v, want at most %v", ph.name, at, gap, maxGap)
+		} else {
+			t.Logf("%s: longest gap %v (%s)", ph.name, gap, at)
+		}
+	}
+	stopFlow()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, in := range live {
+		waitOutputsExact(t, c, "http://"+in.api, truth, "after the group changes, on "+in.name)
+	}
+	if t.Failed() {
+		for _, in := range live {
+			t.Logf("%s log tail:\n%s", in.name, tail(in.proc.Output(), 60))
+		}
+	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
