@@ -47,4 +47,3 @@ func (e *Engine) Roles() []PartitionRole {
 	slices.SortFunc(out, func(a, b PartitionRole) int { return int(a.Partition - b.Partition) })
 	return out
 }
-
