@@ -20,6 +20,10 @@ type ReplicaReader interface {
 	GetReplica(ctx context.Context, key []byte) (engine.Doc, engine.Staleness, error)
 }
 
+// replicaParam, set to 1 on a request forwarded between instances, asks
+// the peer for its standby copy's answer.
+const replicaParam = "replica"
+
 // ActiveOnlyParam is the query parameter that, set to true, asks for an
 // answer from the partition's active only: 503 rather than a standby's.
 const ActiveOnlyParam = "activeOnly"

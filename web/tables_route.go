@@ -62,41 +62,86 @@ func (s *Server) getTableDoc(c echo.Context) error {
 // in the item, unless the request asks for the active only
 // (activeOnly=true) or was forwarded.
 func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
-	it, err := s.findActiveDoc(c, ctx, t, spec, key)
-	if err == nil || errors.Is(err, engine.ErrNotFound) || errors.Is(err, errNotForwardable) || ctx.Err() != nil {
+	fwd, err := s.checkForwarded(c)
+	if err != nil {
+		return tableItem{}, err
+	}
+	rr, canReplica := t.(ReplicaReader)
+	if fwd && c.QueryParam(replicaParam) == "1" && canReplica {
+		return s.replicaDoc(c, ctx, rr, t, spec, key) // a peer asks for this instance's copy
+	}
+	it, err := s.findActiveDoc(c, ctx, t, spec, key, fwd)
+	if err == nil || fwd || !canReplica || errors.Is(err, engine.ErrNotFound) || ctx.Err() != nil ||
+		c.QueryParam(ActiveOnlyParam) == "true" {
 		return it, err
 	}
-	rr, ok := t.(ReplicaReader)
-	if !ok || c.QueryParam(ActiveOnlyParam) == "true" {
-		return it, err
+	rit, rerr := s.replicaDoc(c, ctx, rr, t, spec, key)
+	if rerr == nil || errors.Is(rerr, engine.ErrNotFound) {
+		return rit, rerr
 	}
-	if fwd, ferr := s.checkForwarded(c); ferr != nil || fwd {
-		return it, err
+	if rit, rerr := s.peerReplicaDoc(c, ctx, t, spec, key); rerr == nil || errors.Is(rerr, engine.ErrNotFound) {
+		return rit, rerr
 	}
-	d, st, rerr := rr.GetReplica(ctx, key)
-	if rerr != nil {
-		if errors.Is(rerr, engine.ErrNotFound) {
-			return tableItem{}, rerr
-		}
-		return it, err // the active's error says more
-	}
-	rit, rerr := localItem(t, spec, -1, d)
-	if rerr != nil {
-		return tableItem{}, rerr
-	}
-	rit.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds()}
-	setStaleHeaders(c, rit.stale)
-	return rit, nil
+	return it, err // the active's error says more
 }
 
-// findActiveDoc is findDoc from the partition's active only.
-func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+// replicaDoc answers key from this instance's standby copy.
+func (s *Server) replicaDoc(c echo.Context, ctx context.Context, rr ReplicaReader, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+	d, st, err := rr.GetReplica(ctx, key)
+	if err != nil {
+		return tableItem{}, err
+	}
+	it, err := localItem(t, spec, -1, d)
+	if err != nil {
+		return tableItem{}, err
+	}
+	it.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds()}
+	setStaleHeaders(c, it.stale)
+	return it, nil
+}
+
+// peerReplicaDoc asks the instances keeping a standby copy of key's
+// partition, in turn, for key from their copy.
+func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+	m, err := t.Membership(ctx)
+	if err != nil || m.Partitions <= 0 {
+		return tableItem{}, fmt.Errorf("no membership: %w", engine.ErrUnavailable)
+	}
+	shown := t.FormatKey(key)
+	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
+	for _, addr := range m.Replicas[engine.PartitionFor(key, m.Partitions)] {
+		if addr == m.Self {
+			continue
+		}
+		code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, url.Values{replicaParam: {"1"}})
+		if err != nil {
+			continue
+		}
+		switch code {
+		case http.StatusOK:
+			var pd peerDocJSON
+			if decodeStrict(body, &pd) != nil || pd.Stale == nil {
+				continue
+			}
+			it, err := peerItem(t, spec, -1, pd)
+			if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
+				continue
+			}
+			it.stale = pd.Stale
+			setStaleHeaders(c, it.stale)
+			return it, nil
+		case http.StatusNotFound:
+			return tableItem{}, fmt.Errorf("instance %s (standby): %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
+		}
+	}
+	return tableItem{}, fmt.Errorf("no standby of %s key %s answered: %w", spec.Name, quoteInput(shown), engine.ErrUnavailable)
+}
+
+// findActiveDoc is findDoc from the partition's active only; fwd says the
+// request was forwarded by a peer (it is never routed again).
+func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte, fwd bool) (tableItem, error) {
 	shown := t.FormatKey(key)
 	if !t.Shared() {
-		fwd, err := s.checkForwarded(c)
-		if err != nil {
-			return tableItem{}, err
-		}
 		addr, local, err := t.Owner(ctx, key)
 		if err != nil {
 			return tableItem{}, fmt.Errorf("route %s key %s: %w", spec.Name, quoteInput(shown), err)
@@ -260,6 +305,7 @@ type peerDocJSON struct {
 	Version   int64                      `json:"version"`
 	Value     json.RawMessage            `json:"value"`
 	Index     map[string]json.RawMessage `json:"index"`
+	Stale     *staleJSON                 `json:"stale"`
 }
 
 // peerPageJSON is a peer's answer to a forwarded query (never partial).
