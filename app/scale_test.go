@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,12 +21,16 @@ type prober struct {
 	apis    map[string]bool // live instances, by API URL
 	lastOK  map[string]time.Time
 	longest map[string]time.Duration
+	// partial counts range queries (GET /movies) answered with missing
+	// partitions, by instance; partialAt is the last one's body.
+	partial   map[string]int
+	partialAt string
 	stop    chan struct{}
 	done    chan struct{}
 }
 
 func startProber(keys []int64) *prober {
-	pr := &prober{apis: map[string]bool{}, lastOK: map[string]time.Time{}, longest: map[string]time.Duration{},
+	pr := &prober{apis: map[string]bool{}, lastOK: map[string]time.Time{}, longest: map[string]time.Duration{}, partial: map[string]int{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	client := &http.Client{Timeout: time.Second}
 	go func() {
@@ -43,6 +48,18 @@ func startProber(keys []int64) *prober {
 			}
 			pr.mu.Unlock()
 			for _, api := range apis {
+				if resp, err := client.Get(api + "/movies?limit=5"); err == nil {
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"partial":true`) {
+						pr.mu.Lock()
+						if pr.apis[api] {
+							pr.partial[api]++
+							pr.partialAt = string(body)
+						}
+						pr.mu.Unlock()
+					}
+				}
 				for _, k := range keys {
 					resp, err := client.Get(fmt.Sprintf("%s/movies/%d", api, k))
 					ok := err == nil && resp.StatusCode == http.StatusOK
@@ -80,6 +97,20 @@ func (pr *prober) watch(api string, on bool) {
 			}
 		}
 	}
+}
+
+// partials returns how many range queries answered partial since the
+// last call, and the last such body.
+func (pr *prober) partials() (int, string) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	n := 0
+	for _, v := range pr.partial {
+		n += v
+	}
+	body := pr.partialAt
+	pr.partial, pr.partialAt = map[string]int{}, ""
+	return n, body
 }
 
 // worst returns the longest gap seen and where, and resets the record.

@@ -43,6 +43,9 @@ type Membership struct {
 // once (singleflight) in its own goroutine with a deadline.
 type owners struct {
 	snap   atomic.Pointer[Membership]
+	// stable is the last snapshot taken while the group was not
+	// rebalancing (see describe).
+	stable atomic.Pointer[Membership]
 	flight singleflight.Group
 
 	mu       sync.Mutex // guards admin (Enginr.admin) and rejected
@@ -151,7 +154,9 @@ func (r *Router) describe() (Membership, error) {
 	}
 	m := Membership{Partitions: r.numParts.Load(), Self: r.self, Owners: map[int32]string{},
 		Replicas: map[int32][]string{}, Taken: time.Now()}
+	rebalancing := false
 	for _, g := range res.groups {
+		rebalancing = rebalancing || (g.State != "Stable" && g.State != "Empty" && g.State != "Dead")
 		for _, mem := range g.Members {
 			meta, err := mem.GetMemberMetadata()
 			if err != nil || meta == nil {
@@ -183,6 +188,18 @@ func (r *Router) describe() (Membership, error) {
 				}
 			}
 		}
+	}
+	// While the group rebalances it shows no assignment. The last stable
+	// one is the best guess of who can answer what: a peer answers only
+	// the partitions it can (a routed key it cannot answer is a 503 that
+	// falls back to a standby copy; a range answer lists the partitions
+	// it covers), and standbys keep their copies through a rebalance.
+	if rebalancing && len(m.Owners) == 0 {
+		if last := r.owners.stable.Load(); last != nil {
+			m.Owners, m.Replicas = last.Owners, last.Replicas
+		}
+	} else if len(m.Owners) > 0 {
+		r.owners.stable.Store(&m)
 	}
 	return m, nil
 }

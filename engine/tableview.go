@@ -106,8 +106,33 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 		}
 		return page, all, nil
 	}
-	running := r.answerableSet()
+	return v.queryParts(ctx, q, r.answerableSet)
+}
+
+// QueryReplicas answers q from this instance's caught-up standby copies
+// (see GetReplica) and returns the partitions the page covers (sorted),
+// as QueryLocal does for the partitions running here. A shared store has
+// no standbys: it covers none.
+func (v *TableView) QueryReplicas(ctx context.Context, q IndexQuery) (DocPage, []int32, error) {
+	if _, _, err := q.Validate(v.e.table.Spec()); err != nil {
+		return DocPage{}, nil, err
+	}
+	if v.Shared() {
+		return DocPage{}, nil, nil
+	}
+	return v.queryParts(ctx, q, v.e.replicaSet)
+}
+
+// queryParts pages through the index until q.Limit documents of the
+// partitions in parts() are found; partitions that left parts() meanwhile
+// are taken out of the answer.
+func (v *TableView) queryParts(ctx context.Context, q IndexQuery, parts func() map[int32]bool) (DocPage, []int32, error) {
+	spec := v.e.table.Spec()
+	running := parts()
 	var out DocPage
+	if len(running) == 0 {
+		return out, []int32{}, nil
+	}
 	inner := q
 	for done := false; !done; {
 		page, err := v.e.table.Query(ctx, inner)
@@ -132,8 +157,19 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 		inner.After = page.Next
 	}
 	var covered []int32
-	out.Docs, covered = stillCovered(running, r.answerableSet(), out.Docs, func(d Doc) int32 { return d.Partition })
+	out.Docs, covered = stillCovered(running, parts(), out.Docs, func(d Doc) int32 { return d.Partition })
 	return out, covered, nil
+}
+
+// replicaSet returns the partitions whose standby copy here may answer.
+func (e *Engine) replicaSet() map[int32]bool {
+	out := map[int32]bool{}
+	for _, r := range e.standby.list() {
+		if _, ok := e.replicaStaleness(r.p); ok {
+			out[r.p] = true
+		}
+	}
+	return out
 }
 
 // stillCovered returns the partitions of running that are still in now,

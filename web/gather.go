@@ -38,6 +38,7 @@ type gathered[T any] struct {
 	items   []T     // in order, at most limit
 	more    bool    // an instance had more, or the page was cut at limit
 	missing []int32 // partitions no live instance answered for
+	stale   []int32 // partitions answered from standby copies (fillFromReplicas)
 }
 
 // gather merges this instance's page with the pages of the instances

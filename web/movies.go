@@ -39,6 +39,8 @@ type moviesPage struct {
 	Next              string      `json:"next"`
 	Partial           bool        `json:"partial,omitempty"`
 	MissingPartitions []int32     `json:"missingPartitions,omitempty"`
+	// StalePartitions were answered from standby copies.
+	StalePartitions []int32 `json:"stalePartitions,omitempty"`
 }
 
 // errNoMovies is returned when the server serves no movie table.
@@ -156,7 +158,8 @@ func (s *Server) rangeMovies(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("range movies: %w", err)
 	}
-	out := moviesPage{Movies: make([]movieJSON, 0, len(res.items)), Partial: len(res.missing) > 0, MissingPartitions: res.missing}
+	out := moviesPage{Movies: make([]movieJSON, 0, len(res.items)), Partial: len(res.missing) > 0, MissingPartitions: res.missing,
+		StalePartitions: res.stale}
 	for _, it := range res.items {
 		m, err := movieOf(it)
 		if err != nil {

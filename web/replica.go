@@ -20,6 +20,15 @@ type ReplicaReader interface {
 	GetReplica(ctx context.Context, key []byte) (engine.Doc, engine.Staleness, error)
 }
 
+// ReplicaQuerier is an optional ability of a Table: answering an index
+// query from the standby copies on this instance
+// (engine.TableView.QueryReplicas), for partitions no active answered.
+type ReplicaQuerier interface {
+	// QueryReplicas answers q from the caught-up standby copies here and
+	// returns the partitions it covers, sorted.
+	QueryReplicas(ctx context.Context, q engine.IndexQuery) (engine.DocPage, []int32, error)
+}
+
 // replicaParam, set to 1 on a request forwarded between instances, asks
 // the peer for its standby copy's answer.
 const replicaParam = "replica"

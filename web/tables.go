@@ -95,6 +95,9 @@ type tablePageJSON struct {
 	Next              string         `json:"next,omitempty"`
 	Partial           bool           `json:"partial,omitempty"`
 	MissingPartitions []int32        `json:"missingPartitions,omitempty"`
+	// StalePartitions were answered from standby copies (their active did
+	// not answer): their documents may be behind.
+	StalePartitions []int32 `json:"stalePartitions,omitempty"`
 }
 
 // indexValues renders a document's index values as one JSON object whose

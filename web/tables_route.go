@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"sort"
 
 	"github.com/labstack/echo/v4"
 
@@ -237,13 +239,17 @@ func (s *Server) runQuery(c echo.Context, ctx context.Context, tq tableQuery) (t
 		local = fwd // a peer asks for this instance's part of the answer
 	}
 	if !local {
-		res, err := s.gatherTable(ctx, tq)
+		res, err := s.gatherTable(ctx, tq, c.QueryParam(ActiveOnlyParam) == "true")
 		if err != nil {
 			return tableResult{}, fmt.Errorf("query %s by %s: %w", tq.spec.Name, tq.q.Index, err)
 		}
 		return res, nil
 	}
-	page, covered, err := tq.t.QueryLocal(ctx, tq.q)
+	query := tq.t.QueryLocal
+	if rq, ok := tq.t.(ReplicaQuerier); ok && c.QueryParam(replicaParam) == "1" && !tq.t.Shared() {
+		query = rq.QueryReplicas // a peer asks for this instance's standby copies
+	}
+	page, covered, err := query(ctx, tq.q)
 	if err != nil {
 		return tableResult{}, fmt.Errorf("query %s by %s: %w", tq.spec.Name, tq.q.Index, err)
 	}
@@ -264,7 +270,7 @@ func (s *Server) runQuery(c echo.Context, ctx context.Context, tq tableQuery) (t
 // tablePage renders a (merged) result.
 func tablePage(tq tableQuery, res tableResult) tablePageJSON {
 	out := tablePageJSON{Table: tq.spec.Name, Index: tq.q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
-		Partial: len(res.missing) > 0, MissingPartitions: res.missing}
+		Partial: len(res.missing) > 0, MissingPartitions: res.missing, StalePartitions: res.stale}
 	for _, it := range res.items {
 		out.Items = append(out.Items, it.doc)
 	}
@@ -376,13 +382,16 @@ type tableResult struct {
 	items   []tableItem
 	next    *engine.IndexCursor
 	missing []int32 // partitions no live instance answered for
+	stale   []int32 // partitions answered from standby copies
 }
 
 // gatherTable merges this instance's page with the pages of the
 // instances owning the other partitions of the table's job (see gather),
-// in the query's order: an instance that does not answer costs its
-// partitions, reported missing.
-func (s *Server) gatherTable(ctx context.Context, tq tableQuery) (tableResult, error) {
+// in the query's order. Partitions whose active did not answer are then
+// asked of their standby copies, here and on the instances keeping one
+// (unless activeOnly), and reported stale; those nobody answered are
+// reported missing.
+func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool) (tableResult, error) {
 	local, covered, err := tq.t.QueryLocal(ctx, tq.q)
 	if err != nil {
 		return tableResult{}, err
@@ -403,7 +412,7 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery) (tableResult, e
 		mem:   mem,
 		local: peerPage[tableItem]{items: mine, more: local.Next != nil, covered: covered},
 		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
-			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions)
+			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, false)
 		},
 		partition: func(it tableItem) int32 { return it.doc.Partition },
 		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
@@ -415,7 +424,10 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery) (tableResult, e
 	if err != nil {
 		return tableResult{}, err
 	}
-	res := tableResult{items: g.items, missing: g.missing}
+	if rq, ok := tq.t.(ReplicaQuerier); ok && len(g.missing) > 0 && !activeOnly {
+		g = s.fillFromReplicas(ctx, tq, rq, mem, g)
+	}
+	res := tableResult{items: g.items, missing: g.missing, stale: g.stale}
 	if g.more && len(g.items) > 0 {
 		c := g.items[len(g.items)-1].cur
 		res.next = &c
@@ -423,13 +435,88 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery) (tableResult, e
 	return res, nil
 }
 
+// fillFromReplicas answers the partitions g is missing from standby
+// copies: this instance's, then the instances mem names as keeping one.
+func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq ReplicaQuerier, mem engine.Membership, g gathered[tableItem]) gathered[tableItem] {
+	missing := map[int32]bool{}
+	for _, p := range g.missing {
+		missing[p] = true
+	}
+	// Round two sees the partitions answered already as covered here, so
+	// that only the missing ones are asked for and reported.
+	var covered []int32
+	for p := int32(0); p < mem.Partitions; p++ {
+		if !missing[p] {
+			covered = append(covered, p)
+		}
+	}
+	var mine []tableItem
+	if page, parts, err := rq.QueryReplicas(ctx, tq.q); err == nil {
+		for _, p := range parts {
+			if missing[p] {
+				covered = append(covered, p)
+			}
+		}
+		for _, d := range page.Docs {
+			if !missing[d.Partition] {
+				continue
+			}
+			if it, err := localItem(tq.t, tq.spec, tq.pos, d); err == nil {
+				mine = append(mine, it)
+			}
+		}
+	}
+	holders := engine.Membership{Partitions: mem.Partitions, Self: mem.Self, Owners: map[int32]string{}}
+	for p := range missing {
+		for _, addr := range mem.Replicas[p] {
+			if addr != mem.Self {
+				holders.Owners[p] = addr
+				break
+			}
+		}
+	}
+	g2, err := gather(ctx, scatter[tableItem]{
+		mem:   holders,
+		local: peerPage[tableItem]{items: mine, covered: covered},
+		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
+			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, true)
+		},
+		partition: func(it tableItem) int32 { return it.doc.Partition },
+		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
+		limit:     tq.q.Limit,
+		warn: func(addr string, err error) {
+			s.log.Warn("table query: standby did not answer", "table", tq.spec.Name, "peer", addr, "err", err)
+		},
+	})
+	if err != nil {
+		return g
+	}
+	for _, p := range g.missing {
+		if !slices.Contains(g2.missing, p) {
+			g.stale = append(g.stale, p)
+		}
+	}
+	all := append(g.items, g2.items...)
+	sort.SliceStable(all, func(i, j int) bool { return tq.before(all[i].cur, all[j].cur) })
+	more := g.more || g2.more
+	if len(all) > tq.q.Limit {
+		all, more = all[:tq.q.Limit], true
+	}
+	g.items, g.more, g.missing = all, more, g2.missing
+	return g
+}
+
 // tableQueryPeer asks one peer for tq and checks its answer: a strict JSON
 // page of at most tq.q.Limit valid documents of the table, each inside the
 // query, after its cursor, and in its key's partition, one the peer says
 // it covered.
-func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery, n int32) (peerPage[tableItem], error) {
+func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery, n int32, replica bool) (peerPage[tableItem], error) {
 	t, spec, q := tq.t, tq.spec, tq.q
-	code, hdr, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name), tableQueryValues(spec.Name, tq.kind, q))
+	vals := tableQueryValues(spec.Name, tq.kind, q)
+	if replica {
+		vals.Set(replicaParam, "1")
+	}
+	code, hdr, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name), vals)
 	if err != nil {
 		return peerPage[tableItem]{}, err
 	}
