@@ -25,8 +25,8 @@ type prober struct {
 	// partitions, by instance; partialAt is the last one's body.
 	partial   map[string]int
 	partialAt string
-	stop    chan struct{}
-	done    chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 func startProber(keys []int64) *prober {
@@ -55,7 +55,7 @@ func startProber(keys []int64) *prober {
 						pr.mu.Lock()
 						if pr.apis[api] {
 							pr.partial[api]++
-							pr.partialAt = string(body)
+							pr.partialAt = time.Now().Format("15:04:05.000") + " " + api + " " + string(body)
 						}
 						pr.mu.Unlock()
 					}

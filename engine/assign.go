@@ -35,8 +35,9 @@ import (
 //     warm-up on a member under its target. When the warm-up is caught up
 //     its member asks for a rebalance, and rule 2 moves the active;
 //  5. standbys: up to Config.StandbyReplicas replicas per partition
-//     (warm-ups count), on members other than its active, caught-up
-//     members first, then the fewest standbys.
+//     (warm-ups count), on members other than its active: those that kept
+//     a standby of it already first (sticky), then caught-up members, then
+//     the fewest standbys.
 //
 // On a store every instance shares (Redis) every member holds every
 // partition, caught up: the rules reduce to sticky and balanced, with no
@@ -49,8 +50,9 @@ type memberState struct {
 	Addr string
 	// Shared is set when the member's store is shared by every instance.
 	Shared bool
-	// Actives are the aggregate partitions it ran in its last generation.
-	Actives []int32
+	// Actives are the aggregate partitions it ran in its last generation;
+	// Standbys those it kept standby copies of.
+	Actives, Standbys []int32
 	// Copies maps each partition its store holds to the partition's
 	// changelog checkpoint there.
 	Copies map[int32]int64
@@ -79,6 +81,7 @@ func (s memberState) encode() []byte {
 	}
 	b = binary.AppendUvarint(b, flags)
 	b = appendPartitions(b, s.Actives)
+	b = appendPartitions(b, s.Standbys)
 	ps := make([]int32, 0, len(s.Copies))
 	for p := range s.Copies {
 		ps = append(ps, p)
@@ -102,6 +105,7 @@ func decodeMemberState(b []byte) (memberState, error) {
 	s := memberState{Addr: string(r.bytes())}
 	s.Shared = r.uvarint()&1 == 1
 	s.Actives = r.partitions()
+	s.Standbys = r.partitions()
 	n := r.count()
 	s.Copies = make(map[int32]int64, n)
 	for range n {
@@ -364,6 +368,20 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 	// Rule 5: standbys.
 	want := min(standbys, k-1)
 	nStandby := map[string]int{}
+	// standbyBefore orders candidates: sticky, caught up, fewest standbys,
+	// least lag (ids break the remaining ties: they are visited in order).
+	standbyBefore := func(a, b string, p int32) bool {
+		if sa, sb := slices.Contains(states[a].Standbys, p), slices.Contains(states[b].Standbys, p); sa != sb {
+			return sa
+		}
+		if ca, cb := caught(a, p), caught(b, p); ca != cb {
+			return ca
+		}
+		if nStandby[a] != nStandby[b] {
+			return nStandby[a] < nStandby[b]
+		}
+		return lag(a, p) < lag(b, p)
+	}
 	for p := range n {
 		for len(replicas[p]) < want {
 			var to string
@@ -371,7 +389,7 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 				if id == owner[p] || slices.Contains(replicas[p], id) {
 					continue
 				}
-				if to == "" || standbyBefore(caught(id, p), caught(to, p), nStandby[id], nStandby[to], lag(id, p), lag(to, p)) {
+				if to == "" || standbyBefore(id, to, p) {
 					to = id
 				}
 			}
@@ -386,20 +404,6 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 		}
 	}
 	return out
-}
-
-// standbyBefore reports whether a candidate (caught up ca, holding na
-// standbys, lag la) makes a better standby than b: caught up first, then
-// fewer standbys, then smaller lag (ids break the remaining ties: the
-// caller visits them in order).
-func standbyBefore(ca, cb bool, na, nb int, la, lb int64) bool {
-	if ca != cb {
-		return ca
-	}
-	if na != nb {
-		return na < nb
-	}
-	return la < lb
 }
 
 // copyCounts returns a copy of count restricted to ids.

@@ -254,34 +254,44 @@ func TestPlanConverges(t *testing.T) {
 				if hi-lo > 1 {
 					t.Fatalf("seed %d: settled unbalanced %v", seed, c)
 				}
+				// Settled means stable: planning again from what the
+				// plan gave changes nothing (no standby moves around).
+				again := planPartitions(ids, reported(plan, states), n, 1, lagOK)
+				if !reflect.DeepEqual(again, plan) {
+					t.Fatalf("seed %d: a settled plan changed when planned again:\n%s\n%s", seed, planSummary(plan), planSummary(again))
+				}
 				break
 			}
 			if round > 3 {
 				t.Fatalf("seed %d: warm-ups left after %d rounds", seed, round)
 			}
-			// Every replica catches up to the active's copy; actives are
-			// reported as run.
-			best := map[int32]int64{}
-			for _, st := range states {
-				for p, off := range st.Copies {
-					best[p] = max(best[p], off)
-				}
-			}
-			next := map[string]memberState{}
-			for id, mp := range plan {
-				st := memberState{Actives: mp.Actives, Copies: map[int32]int64{}}
-				for _, p := range slices.Concat(mp.Actives, mp.Standbys) {
-					st.Copies[p] = best[p]
-				}
-				next[id] = st
-			}
-			states = next
+			states = reported(plan, states)
 		}
 	}
 }
 
+// reported is what members report after running plan: every replica
+// caught up with the best copy, actives and standbys as planned.
+func reported(plan map[string]*memberPlan, states map[string]memberState) map[string]memberState {
+	best := map[int32]int64{}
+	for _, st := range states {
+		for p, off := range st.Copies {
+			best[p] = max(best[p], off)
+		}
+	}
+	next := map[string]memberState{}
+	for id, mp := range plan {
+		st := memberState{Actives: mp.Actives, Standbys: mp.Standbys, Copies: map[int32]int64{}}
+		for _, p := range slices.Concat(mp.Actives, mp.Standbys) {
+			st.Copies[p] = best[p]
+		}
+		next[id] = st
+	}
+	return next
+}
+
 func TestUserDataRoundTrip(t *testing.T) {
-	s := memberState{Addr: "10.0.0.7:8080", Shared: false, Actives: []int32{3, 1}, Copies: map[int32]int64{1: 77, 3: 1 << 40, 9: 0}}
+	s := memberState{Addr: "10.0.0.7:8080", Shared: false, Actives: []int32{3, 1}, Standbys: []int32{9}, Copies: map[int32]int64{1: 77, 3: 1 << 40, 9: 0}}
 	got, err := decodeMemberState(s.encode())
 	if err != nil {
 		t.Fatal(err)

@@ -24,10 +24,11 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.route.owners.invalidate()
 	e.onAssigned(ps, s.GenerationID())
 	e.mu.Lock()
+	was := e.actives
 	e.actives = slices.Clone(ps)
 	e.mu.Unlock()
 	standbys, warmups := e.asg.replicas(s.GenerationID())
-	e.setReplicas(ps, standbys, warmups)
+	e.setReplicas(was, ps, standbys, warmups)
 	go e.keepLease(s, e.client)
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "standby", standbys, "warmup", warmups, "input", s.Claims()[e.topics.Input])

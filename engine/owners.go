@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,9 @@ type Membership struct {
 	// keeping a standby copy of it (see assign.go); empty while the group
 	// runs an older build's assignment.
 	Replicas map[int32][]string
+	// Members are the advertised addresses of every member, sorted, even
+	// while the group rebalances.
+	Members []string
 	// Taken is when the group was described.
 	Taken time.Time
 }
@@ -171,6 +175,7 @@ func (r *Router) describe() (Membership, error) {
 				r.rejectPeer(mem.MemberId, addr, err)
 				continue
 			}
+			m.Members = append(m.Members, addr)
 			asg, err := mem.GetMemberAssignment()
 			if err != nil || asg == nil {
 				continue
@@ -189,6 +194,8 @@ func (r *Router) describe() (Membership, error) {
 			}
 		}
 	}
+	slices.Sort(m.Members)
+	m.Members = slices.Compact(m.Members)
 	// While the group rebalances it shows no assignment. The last stable
 	// one is the best guess of who can answer what: a peer answers only
 	// the partitions it can (a routed key it cannot answer is a 503 that

@@ -66,6 +66,10 @@ func (r *replica) lag(now time.Duration) (records int64, age time.Duration, ok b
 type standbySet struct {
 	mu    sync.Mutex
 	parts map[int32]*replica
+	// promoted are the standbys whose partition became active here: while
+	// its restore replays the rest of the changelog, the copy answers as
+	// a standby would (see replicaStaleness), with the lag of its last read.
+	promoted map[int32]*replica
 	wake  chan struct{}
 	// rejoinAt is when a warm-up last made the member rejoin (monoNow).
 	rejoinAt atomic.Int64
@@ -75,6 +79,14 @@ func (s *standbySet) get(p int32) *replica {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.parts[p]
+}
+
+// promotedTo returns the standby copy partition p restores from here, if
+// it became active here in the current assignment.
+func (s *standbySet) promotedTo(p int32) *replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.promoted[p]
 }
 
 func (s *standbySet) list() []*replica {
@@ -97,7 +109,10 @@ func (s *standbySet) notify() {
 // are tailed. Replicas no longer wanted stop before it returns, so a
 // partition's restore never runs beside its standby's writes; their
 // copies are dropped later as stale unless the partition is active here.
-func (e *Engine) setReplicas(actives, standbys, warmups []int32) {
+// A standby of a partition that ran here until now (was) starts as read
+// up to its store checkpoint: the session's last flush wrote everything
+// it had, so it answers at once, with its lag measured from there.
+func (e *Engine) setReplicas(was, actives, standbys, warmups []int32) {
 	s := &e.standby
 	want := map[int32]bool{}
 	if e.localStore {
@@ -113,11 +128,15 @@ func (e *Engine) setReplicas(actives, standbys, warmups []int32) {
 	if s.parts == nil {
 		s.parts = map[int32]*replica{}
 	}
+	s.promoted = map[int32]*replica{}
 	for p, r := range s.parts {
 		if !want[p] {
 			r.cancel()
 			stopped = append(stopped, r)
 			delete(s.parts, p)
+			if slices.Contains(actives, p) {
+				s.promoted[p] = r
+			}
 		}
 	}
 	var added []int32
@@ -126,6 +145,11 @@ func (e *Engine) setReplicas(actives, standbys, warmups []int32) {
 		if r == nil {
 			ctx, cancel := context.WithCancel(context.Background())
 			r = &replica{p: p, ctx: ctx, cancel: cancel}
+			if cp, ok := e.copies.get(p); ok && slices.Contains(was, p) {
+				r.checkpoint.Store(cp)
+				r.end.Store(cp)
+				r.readAt.Store(int64(monoNow()))
+			}
 			s.parts[p] = r
 			added = append(added, p)
 		}
@@ -148,7 +172,7 @@ func (e *Engine) setReplicas(actives, standbys, warmups []int32) {
 }
 
 // stopReplicas stops every replica (the engine stops).
-func (e *Engine) stopReplicas() { e.setReplicas(nil, nil, nil) }
+func (e *Engine) stopReplicas() { e.setReplicas(nil, nil, nil, nil) }
 
 // runStandbys tails the replicas until ctx ends.
 func (e *Engine) runStandbys(ctx context.Context) {
@@ -288,6 +312,13 @@ func (c *copies) set(p int32, cp int64) {
 	c.m[p] = cp
 }
 
+func (c *copies) get(p int32) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cp, ok := c.m[p]
+	return cp, ok
+}
+
 func (c *copies) drop(p int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -319,6 +350,9 @@ func (e *Engine) memberState() memberState {
 	s := memberState{Addr: e.cfg.AdvertiseAddr, Shared: !e.localStore, Actives: e.lastActives()}
 	if e.localStore {
 		s.Copies = e.copies.snapshot()
+		for _, r := range e.standby.list() {
+			s.Standbys = append(s.Standbys, r.p)
+		}
 	}
 	return s
 }

@@ -109,10 +109,11 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 	return v.queryParts(ctx, q, r.answerableSet)
 }
 
-// QueryReplicas answers q from this instance's caught-up standby copies
-// (see GetReplica) and returns the partitions the page covers (sorted),
-// as QueryLocal does for the partitions running here. A shared store has
-// no standbys: it covers none.
+// QueryReplicas answers q from every partition this instance can answer
+// at all: its caught-up standby copies (see GetReplica) as well as the
+// partitions QueryLocal answers. It returns the partitions the page
+// covers (sorted). It is for partitions whose active did not answer a
+// scattered query. A shared store has no standbys: it covers none.
 func (v *TableView) QueryReplicas(ctx context.Context, q IndexQuery) (DocPage, []int32, error) {
 	if _, _, err := q.Validate(v.e.table.Spec()); err != nil {
 		return DocPage{}, nil, err
@@ -120,7 +121,13 @@ func (v *TableView) QueryReplicas(ctx context.Context, q IndexQuery) (DocPage, [
 	if v.Shared() {
 		return DocPage{}, nil, nil
 	}
-	return v.queryParts(ctx, q, v.e.replicaSet)
+	return v.queryParts(ctx, q, func() map[int32]bool {
+		set := v.e.replicaSet()
+		for p := range v.e.route.answerableSet() {
+			set[p] = true
+		}
+		return set
+	})
 }
 
 // queryParts pages through the index until q.Limit documents of the
@@ -164,9 +171,9 @@ func (v *TableView) queryParts(ctx context.Context, q IndexQuery, parts func() m
 // replicaSet returns the partitions whose standby copy here may answer.
 func (e *Engine) replicaSet() map[int32]bool {
 	out := map[int32]bool{}
-	for _, r := range e.standby.list() {
-		if _, ok := e.replicaStaleness(r.p); ok {
-			out[r.p] = true
+	for p := range e.route.numParts.Load() {
+		if _, ok := e.replicaStaleness(p); ok {
+			out[p] = true
 		}
 	}
 	return out
@@ -237,7 +244,13 @@ func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness,
 func (e *Engine) replicaStaleness(p int32) (Staleness, bool) {
 	r := e.standby.get(p)
 	if r == nil {
-		return Staleness{}, false
+		// A standby promoted to active answers as one until it runs.
+		if r = e.standby.promotedTo(p); r == nil {
+			return Staleness{}, false
+		}
+		if st, ok := e.route.partitionState(p); !ok || st != Restoring {
+			return Staleness{}, false
+		}
 	}
 	records, age, ok := r.lag(monoNow())
 	if !ok || records > e.cfg.AcceptableLag {

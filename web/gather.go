@@ -31,6 +31,9 @@ type scatter[T any] struct {
 	limit int
 	// warn reports an instance that did not answer.
 	warn func(addr string, err error)
+	// everyone, when set, are the instances to ask instead of the owners
+	// of the partitions not covered here.
+	everyone []string
 }
 
 // gathered is a scattered query's merged page.
@@ -57,6 +60,14 @@ func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 	for p, addr := range q.mem.Owners {
 		if !done[p] && addr != q.mem.Self {
 			peers[addr] = true
+		}
+	}
+	if q.everyone != nil {
+		clear(peers)
+		for _, addr := range q.everyone {
+			if addr != q.mem.Self {
+				peers[addr] = true
+			}
 		}
 	}
 	all := q.local.items

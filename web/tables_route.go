@@ -70,7 +70,11 @@ func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engi
 	}
 	rr, canReplica := t.(ReplicaReader)
 	if fwd && c.QueryParam(replicaParam) == "1" && canReplica {
-		return s.replicaDoc(c, ctx, rr, t, spec, key) // a peer asks for this instance's copy
+		// A peer asks for whatever copy this instance can answer from.
+		if it, err := s.findActiveDoc(c, ctx, t, spec, key, true); err == nil || errors.Is(err, engine.ErrNotFound) {
+			return it, err
+		}
+		return s.replicaDoc(c, ctx, rr, t, spec, key)
 	}
 	it, err := s.findActiveDoc(c, ctx, t, spec, key, fwd)
 	if err == nil || fwd || !canReplica || errors.Is(err, engine.ErrNotFound) || ctx.Err() != nil ||
@@ -111,8 +115,16 @@ func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, sp
 	}
 	shown := t.FormatKey(key)
 	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
-	for _, addr := range m.Replicas[engine.PartitionFor(key, m.Partitions)] {
-		if addr == m.Self {
+	p := engine.PartitionFor(key, m.Partitions)
+	// The owner too: a standby just promoted answers from its copy while
+	// it restores the rest. Knowing neither (a rebalance seen by an
+	// instance that has no earlier assignment), every member.
+	asked := append(slices.Clone(m.Replicas[p]), m.Owners[p])
+	if len(m.Replicas[p]) == 0 && m.Owners[p] == "" {
+		asked = m.Members
+	}
+	for _, addr := range asked {
+		if addr == m.Self || addr == "" {
 			continue
 		}
 		code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, url.Values{replicaParam: {"1"}})
@@ -122,15 +134,16 @@ func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, sp
 		switch code {
 		case http.StatusOK:
 			var pd peerDocJSON
-			if decodeStrict(body, &pd) != nil || pd.Stale == nil {
+			if decodeStrict(body, &pd) != nil {
 				continue
 			}
 			it, err := peerItem(t, spec, -1, pd)
 			if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
 				continue
 			}
-			it.stale = pd.Stale
-			setStaleHeaders(c, it.stale)
+			if it.stale = pd.Stale; it.stale != nil {
+				setStaleHeaders(c, it.stale)
+			}
 			return it, nil
 		case http.StatusNotFound:
 			return tableItem{}, fmt.Errorf("instance %s (standby): %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
@@ -436,7 +449,9 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 }
 
 // fillFromReplicas answers the partitions g is missing from standby
-// copies: this instance's, then the instances mem names as keeping one.
+// copies: this instance's, then every other instance mem names (each
+// answers the partitions it can, as active or standby: during a
+// rebalance mem may be a generation old).
 func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq ReplicaQuerier, mem engine.Membership, g gathered[tableItem]) gathered[tableItem] {
 	missing := map[int32]bool{}
 	for _, p := range g.missing {
@@ -466,18 +481,18 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 			}
 		}
 	}
-	holders := engine.Membership{Partitions: mem.Partitions, Self: mem.Self, Owners: map[int32]string{}}
-	for p := range missing {
-		for _, addr := range mem.Replicas[p] {
-			if addr != mem.Self {
-				holders.Owners[p] = addr
-				break
-			}
-		}
+	everyone := slices.Clone(mem.Members)
+	for _, addr := range mem.Owners {
+		everyone = append(everyone, addr)
 	}
+	for _, addrs := range mem.Replicas {
+		everyone = append(everyone, addrs...)
+	}
+	slices.Sort(everyone)
 	g2, err := gather(ctx, scatter[tableItem]{
-		mem:   holders,
-		local: peerPage[tableItem]{items: mine, covered: covered},
+		mem:      engine.Membership{Partitions: mem.Partitions, Self: mem.Self},
+		everyone: slices.Compact(everyone),
+		local:    peerPage[tableItem]{items: mine, covered: covered},
 		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
 			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, true)
 		},
