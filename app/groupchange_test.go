@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -35,7 +36,13 @@ type groupPhase struct {
 // than 1 s, no range query misses a partition while an instance is dead,
 // and the instance taking over replays at most the acceptable lag; at the
 // end every output is exact on every instance.
-func TestE2EGroupChangesWithoutPause(t *testing.T) {
+func TestE2EGroupChangesWithoutPause(t *testing.T) { runGroupChangeTest(t, app.StoreClover) }
+
+// TestE2EGroupChangesWithoutPauseRedis is the same on a shared store
+// (Redis): no standbys, partitions move with no replay.
+func TestE2EGroupChangesWithoutPauseRedis(t *testing.T) { runGroupChangeTest(t, app.StoreRedis) }
+
+func runGroupChangeTest(t *testing.T, store string) {
 	if testing.Short() {
 		t.Skip("runs, kills and restarts child processes")
 	}
@@ -50,6 +57,9 @@ func TestE2EGroupChangesWithoutPause(t *testing.T) {
 		movies = n // a larger state, for the figures in docs/benchmarks.md
 	}
 	cc := newChildCluster(t)
+	if store == app.StoreRedis {
+		useRedis(t, &cc.cfg)
+	}
 	c := cc.cfg
 	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
 	produce := producerInto(t, c, movies, truth, sums)
@@ -225,6 +235,9 @@ func TestE2EGroupChangesWithoutPause(t *testing.T) {
 		replays(in)
 	}
 	t.Logf("%d restores, the largest replayed %d changelog records", restores, mostReplayed)
+	if store == app.StoreRedis && mostReplayed > 0 {
+		t.Errorf("a restore replayed %d changelog records on a shared store, want none", mostReplayed)
+	}
 	if restores == 0 {
 		t.Error("no restore logged: the replay check saw nothing")
 	}
