@@ -14,82 +14,90 @@ import (
 	"github.com/keepstate/keepstate/movies"
 )
 
-// prober asks every instance for one key of every partition every 50 ms
-// and records, per instance and key, the longest time without a 200.
+// prober asks every watched instance for one key of every partition, and
+// for a range of movies, every 50 ms, each in its own loop (a slow answer
+// delays no other probe), and records per instance and key the longest
+// time without a 200, and the range answers that came back partial.
 type prober struct {
+	keys   []int64
+	client *http.Client
+
 	mu      sync.Mutex
-	apis    map[string]bool // live instances, by API URL
+	apis    map[string]chan struct{} // watched instances, by API URL: closed to stop its loops
 	lastOK  map[string]time.Time
 	longest map[string]time.Duration
 	// partial counts range queries (GET /movies) answered with missing
 	// partitions, by instance; partialAt is the last one's body.
 	partial   map[string]int
 	partialAt string
-	stop      chan struct{}
-	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 func startProber(keys []int64) *prober {
-	pr := &prober{apis: map[string]bool{}, lastOK: map[string]time.Time{}, longest: map[string]time.Duration{}, partial: map[string]int{},
-		stop: make(chan struct{}), done: make(chan struct{})}
-	client := &http.Client{Timeout: time.Second}
+	return &prober{keys: keys, client: &http.Client{Timeout: time.Second}, apis: map[string]chan struct{}{},
+		lastOK: map[string]time.Time{}, longest: map[string]time.Duration{}, partial: map[string]int{}}
+}
+
+// loop calls probe every 50 ms until stop is closed.
+func (pr *prober) loop(stop chan struct{}, probe func()) {
+	pr.wg.Add(1)
 	go func() {
-		defer close(pr.done)
+		defer pr.wg.Done()
 		for {
 			select {
-			case <-pr.stop:
+			case <-stop:
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			pr.mu.Lock()
-			apis := make([]string, 0, len(pr.apis))
-			for a := range pr.apis {
-				apis = append(apis, a)
-			}
-			pr.mu.Unlock()
-			for _, api := range apis {
-				if resp, err := client.Get(api + "/movies?limit=5"); err == nil {
-					body, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"partial":true`) {
-						pr.mu.Lock()
-						if pr.apis[api] {
-							pr.partial[api]++
-							pr.partialAt = time.Now().Format("15:04:05.000") + " " + api + " " + string(body)
-						}
-						pr.mu.Unlock()
-					}
-				}
-				for _, k := range keys {
-					resp, err := client.Get(fmt.Sprintf("%s/movies/%d", api, k))
-					ok := err == nil && resp.StatusCode == http.StatusOK
-					if err == nil {
-						resp.Body.Close()
-					}
-					now := time.Now()
-					id := fmt.Sprintf("%s key %d", api, k)
-					pr.mu.Lock()
-					if pr.apis[api] {
-						if ok {
-							pr.lastOK[id] = now
-						} else if last, seen := pr.lastOK[id]; seen {
-							pr.longest[id] = max(pr.longest[id], now.Sub(last))
-						}
-					}
-					pr.mu.Unlock()
-				}
-			}
+			probe()
 		}
 	}()
-	return pr
+}
+
+func (pr *prober) probeKey(api string, k int64, stop chan struct{}) {
+	resp, err := pr.client.Get(fmt.Sprintf("%s/movies/%d", api, k))
+	ok := err == nil && resp.StatusCode == http.StatusOK
+	if err == nil {
+		resp.Body.Close()
+	}
+	now := time.Now()
+	id := fmt.Sprintf("%s key %d", api, k)
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.apis[api] != stop {
+		return // unwatched meanwhile
+	}
+	if ok {
+		pr.lastOK[id] = now
+	} else if last, seen := pr.lastOK[id]; seen {
+		pr.longest[id] = max(pr.longest[id], now.Sub(last))
+	}
+}
+
+func (pr *prober) probeRange(api string, stop chan struct{}) {
+	resp, err := pr.client.Get(api + "/movies?limit=5")
+	if err != nil {
+		return
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"partial":true`) {
+		return
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.apis[api] == stop {
+		pr.partial[api]++
+		pr.partialAt = time.Now().Format("15:04:05.000") + " " + api + " " + string(body)
+	}
 }
 
 // watch starts (or, with on false, stops) probing api.
 func (pr *prober) watch(api string, on bool) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	pr.apis[api] = on
-	if !on {
+	if stop, ok := pr.apis[api]; ok {
+		close(stop)
 		delete(pr.apis, api)
 		for id := range pr.lastOK {
 			if strings.HasPrefix(id, api+" ") {
@@ -97,6 +105,15 @@ func (pr *prober) watch(api string, on bool) {
 			}
 		}
 	}
+	if !on {
+		return
+	}
+	stop := make(chan struct{})
+	pr.apis[api] = stop
+	for _, k := range pr.keys {
+		pr.loop(stop, func() { pr.probeKey(api, k, stop) })
+	}
+	pr.loop(stop, func() { pr.probeRange(api, stop) })
 }
 
 // partials returns how many range queries answered partial since the
@@ -128,7 +145,16 @@ func (pr *prober) worst() (string, time.Duration) {
 	return at, d
 }
 
-func (pr *prober) close() { close(pr.stop); <-pr.done }
+// close stops every probe and waits for them.
+func (pr *prober) close() {
+	pr.mu.Lock()
+	for api, stop := range pr.apis {
+		close(stop)
+		delete(pr.apis, api)
+	}
+	pr.mu.Unlock()
+	pr.wg.Wait()
+}
 
 // probeKeys returns one movie id of every partition of n, from 1 up.
 func probeKeys(n int32) []int64 {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -152,6 +153,10 @@ func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, sp
 	return tableItem{}, fmt.Errorf("no standby of %s key %s answered: %w", spec.Name, quoteInput(shown), engine.ErrUnavailable)
 }
 
+// peerKeyTimeout bounds the wait for a key's owner before its standby
+// copies are asked instead.
+const peerKeyTimeout = 500 * time.Millisecond
+
 // findActiveDoc is findDoc from the partition's active only; fwd says the
 // request was forwarded by a peer (it is never routed again).
 func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte, fwd bool) (tableItem, error) {
@@ -165,7 +170,12 @@ func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spe
 			if fwd {
 				return tableItem{}, fmt.Errorf("%s key %s: %w", spec.Name, quoteInput(shown), errNotForwardable)
 			}
-			return s.peerDoc(ctx, addr, t, spec, shown)
+			// A key's owner answers from its store at once; one that does
+			// not within peerKeyTimeout (paused, cut off) is skipped for a
+			// standby copy (see findDoc).
+			pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
+			defer cancel()
+			return s.peerDoc(pctx, addr, t, spec, shown)
 		}
 	}
 	d, err := t.Get(ctx, key)
