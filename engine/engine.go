@@ -215,6 +215,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(2*e.cfg.TransactionTimeout/gc.Metadata.Retry.Backoff))
 		e.abortPredecessor(ctx)
 	}
+	e.dropStaleMembership(ctx)
 	group, err := e.kafka.NewConsumerGroup(e.cfg.ApplicationID, gc)
 	if err != nil {
 		return fmt.Errorf("engine: consumer group: %w", err)

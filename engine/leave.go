@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"slices"
 )
 
@@ -47,4 +48,60 @@ func (e *Engine) leave() {
 		return
 	}
 	e.log.Info("left the group: its partitions move to their standbys now", "actives", actives)
+}
+
+// Returning without the state: a static member that comes back within
+// the session timeout is given its old assignment again without a
+// rebalance (KIP-345), so an instance whose volume was lost would restore
+// its partitions from the whole changelog, processing nothing meanwhile,
+// while other members hold caught-up standbys of them. So before it joins,
+// an instance looks its instance id up in the group: if the group still
+// holds its old assignment and its store is more than the acceptable lag
+// behind the changelog on one of those partitions, it removes its old
+// membership first, and joins as a new member: the assignor then gives
+// those partitions to their standbys and warms this instance up.
+
+// dropStaleMembership removes this instance's old static membership when
+// it returns without its state (see above).
+func (e *Engine) dropStaleMembership(ctx context.Context) {
+	admin := e.route.adminClient()
+	if e.cfg.InstanceID == "" || admin == nil || !e.localStore || e.cfg.StandbyReplicas == 0 {
+		return
+	}
+	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+	if err != nil {
+		return
+	}
+	var old []int32
+	for _, g := range groups {
+		for _, m := range g.Members {
+			if m.GroupInstanceId == nil || *m.GroupInstanceId != e.cfg.InstanceID {
+				continue
+			}
+			if asg, err := m.GetMemberAssignment(); err == nil && asg != nil {
+				old = append(old, asg.Topics[e.topics.Repartition]...)
+			}
+		}
+	}
+	for _, p := range old {
+		end, err := e.clog.LastStable(ctx, e.topics.Changelog, p)
+		if err != nil {
+			return
+		}
+		cp, ok := e.copies.get(p)
+		if ok && end-cp <= e.cfg.AcceptableLag {
+			continue
+		}
+		resp, err := admin.RemoveMemberFromConsumerGroup(e.cfg.ApplicationID, []string{e.cfg.InstanceID})
+		if err == nil && resp != nil && resp.Err != 0 {
+			err = resp.Err
+		}
+		if err != nil {
+			e.log.Warn("returning without the state of a partition, but could not leave the old membership; restoring it", "partition", p, "err", err)
+			return
+		}
+		e.log.Info("returned without the state of a partition it ran: left its old membership, so that the partition goes to a caught-up standby",
+			"partition", p, "checkpoint", cp, "has_checkpoint", ok, "changelog_end", end)
+		return
+	}
 }
