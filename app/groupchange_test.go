@@ -217,14 +217,16 @@ func runGroupChangeTest(t *testing.T, store string) {
 	for _, ph := range phases {
 		pr.worst() // forget gaps before the phase
 		pr.partials()
+		began := time.Now()
 		ph.run()
+		took := time.Since(began)
 		if n, body := pr.partials(); n > 0 && ph.dead {
 			t.Errorf("%s: %d range queries answered with missing partitions, the last: %s … %s", ph.name, n, body[:min(len(body), 40)], body[max(0, len(body)-90):])
 		}
 		if at, gap := pr.worst(); gap > maxGap {
 			t.Errorf("%s: %s unanswered for %v, want at most %v", ph.name, at, gap, maxGap)
 		} else {
-			t.Logf("%s: longest gap %v (%s)", ph.name, gap, at)
+			t.Logf("%s: balanced after %v, longest gap %v (%s)", ph.name, took.Round(10*time.Millisecond), gap.Round(time.Millisecond), at)
 		}
 	}
 	stopFlow()
