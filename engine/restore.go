@@ -79,6 +79,10 @@ func (t *task) restore(ctx context.Context) error {
 	}
 	t.checkpoint = max(start, end)
 	e.copies.set(t.p, t.checkpoint)
+	if hasCP && end-start <= e.cfg.AcceptableLag {
+		// A copy this close answers as a standby would while it catches up.
+		e.standby.restoringFrom(t.p, start, end)
+	}
 	if start >= end {
 		log.Info("partition restored", "records", 0)
 		return nil

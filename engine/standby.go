@@ -81,6 +81,26 @@ func (s *standbySet) get(p int32) *replica {
 	return s.parts[p]
 }
 
+// restoringFrom records that partition p, active here, restores from a
+// copy read up to checkpoint with the changelog at end (within the
+// acceptable lag): until it runs, the copy answers as a standby would.
+// A promoted standby is kept as it is.
+func (s *standbySet) restoringFrom(p int32, checkpoint, end int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.promoted == nil {
+		s.promoted = map[int32]*replica{}
+	}
+	if s.promoted[p] != nil {
+		return
+	}
+	r := &replica{p: p}
+	r.checkpoint.Store(checkpoint)
+	r.end.Store(end)
+	r.readAt.Store(int64(monoNow()))
+	s.promoted[p] = r
+}
+
 // promotedTo returns the standby copy partition p restores from here, if
 // it became active here in the current assignment.
 func (s *standbySet) promotedTo(p int32) *replica {

@@ -244,7 +244,8 @@ func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness,
 func (e *Engine) replicaStaleness(p int32) (Staleness, bool) {
 	r := e.standby.get(p)
 	if r == nil {
-		// A standby promoted to active answers as one until it runs.
+		// A standby promoted to active, or a copy within the acceptable
+		// lag that is restoring, answers as a standby until it runs.
 		if r = e.standby.promotedTo(p); r == nil {
 			return Staleness{}, false
 		}
