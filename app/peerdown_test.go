@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +53,12 @@ type rangePage struct {
 	Next              string          `json:"next"`
 	Partial           bool            `json:"partial"`
 	MissingPartitions []int32         `json:"missingPartitions"`
+	StalePartitions   []int32         `json:"stalePartitions"`
 }
+
+// staleSeen counts range pages that listed stale partitions (answered
+// from standby copies), across pagedRange calls.
+var staleSeen atomic.Int64
 
 // pagedRange pages through GET /movies on api; it returns every movie, and
 // whether any page was partial (with the union of missing partitions).
@@ -72,6 +78,9 @@ func pagedRange(api string) (map[int64]testkit.Movie, map[int32]bool, error) {
 		for _, p := range page.MissingPartitions {
 			missing[p] = true
 		}
+		if len(page.StalePartitions) > 0 {
+			staleSeen.Add(1)
+		}
 		if page.Partial != (len(page.MissingPartitions) > 0) {
 			return nil, nil, fmt.Errorf("partial=%v with missing %v", page.Partial, page.MissingPartitions)
 		}
@@ -84,15 +93,24 @@ func pagedRange(api string) (map[int64]testkit.Movie, map[int32]bool, error) {
 
 // TestE2EPeerKilledQueriesSurvive kills one of two instances with SIGKILL.
 // Until the group notices (the session timeout), the survivor must keep
-// answering range queries with 200 and "partial", every movie it returns
-// exact, and every key lookup of its own partitions with 200 and the exact
-// value; afterwards it answers everything.
+// answering range queries with 200, every movie it returns exact, and every
+// key lookup of its own partitions with 200 and the exact value; afterwards
+// it answers everything. Without standbys its range answers are "partial"
+// meanwhile; with them (the default) they are complete, the killed
+// instance's partitions answered from the survivor's standby copies and
+// listed as stale.
 func TestE2EPeerKilledQueriesSurvive(t *testing.T) {
+	for _, standbys := range []int{0, 1} {
+		t.Run(fmt.Sprintf("standbys=%d", standbys), func(t *testing.T) { runPeerKilled(t, standbys) })
+	}
+}
+
+func runPeerKilled(t *testing.T, standbys int) {
 	const sessionTimeout = 6 * time.Second
 	cc := newChildCluster(t)
 	a, b := cc.newInstance("a", false), cc.newInstance("b", false)
 	for _, in := range []*crashInstance{a, b} {
-		in.extraArgs = []string{"--session-timeout", sessionTimeout.String()}
+		in.extraArgs = []string{"--session-timeout", sessionTimeout.String(), "--standby-replicas", fmt.Sprint(standbys)}
 		cc.start(in)
 	}
 	cc.waitReady(a, 60*time.Second)
@@ -135,6 +153,16 @@ func TestE2EPeerKilledQueriesSurvive(t *testing.T) {
 		}
 	}
 
+	if standbys > 0 {
+		testkit.Eventually(t, 30*time.Second, "a keeps standbys of b's partitions", func() error {
+			st, err := stats(a.api)
+			if err == nil && st.Stats.PartitionsStandby != int64(3-len(ownA)) {
+				err = fmt.Errorf("a keeps %d standbys", st.Stats.PartitionsStandby)
+			}
+			return err
+		})
+	}
+	staleSeen.Store(0)
 	b.proc.Kill()
 	killed := time.Now()
 	var ranges, lookups, partials int
@@ -168,9 +196,14 @@ func TestE2EPeerKilledQueriesSurvive(t *testing.T) {
 			lookups++
 		}
 	}
-	t.Logf("after the kill: %d range queries (%d partial), %d key lookups, all 200", ranges, partials, lookups)
-	if partials == 0 {
+	t.Logf("after the kill: %d range queries (%d partial, %d pages with stale partitions), %d key lookups, all 200", ranges, partials, staleSeen.Load(), lookups)
+	switch {
+	case standbys == 0 && partials == 0:
 		t.Errorf("no range answer was partial while the killed instance still held its partitions")
+	case standbys > 0 && partials > 0:
+		t.Errorf("%d range answers were partial although a keeps standbys of every partition of b", partials)
+	case standbys > 0 && staleSeen.Load() == 0:
+		t.Errorf("no range answer listed stale partitions while the killed instance still held its partitions")
 	}
 	testkit.Eventually(t, 60*time.Second, "the survivor answers everything", func() error {
 		got, missing, err := pagedRange(a.api)

@@ -244,11 +244,27 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	if c.Store == StoreClover && len(sec.PeerSecret) == 0 {
 		log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
 	}
+	// The API outlives the jobs on the way out: while a stopping instance
+	// hands its partitions over, its peers still reach it (a 503 for what
+	// it no longer runs, its standby copies for theirs) instead of a
+	// refused connection; /readyz says it is stopping.
+	stopping := ctx.Done()
+	ready := opts.Ready
+	opts.Ready = func() error {
+		select {
+		case <-stopping:
+			return errors.New("stopping: handing its partitions over")
+		default:
+			return ready()
+		}
+	}
 	srv := web.New(opts)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	webCtx, stopWeb := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWeb()
 	webErr := make(chan error, 1)
-	go func() { webErr <- srv.Serve(ctx, ln) }()
+	go func() { webErr <- srv.Serve(webCtx, ln) }()
 	ds, _ := store.(*docstore.Store)
 	govDone := make(chan struct{})
 	if gov != nil {
@@ -285,6 +301,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	}
 	err = runEngines(ctx, engines)
 	cancel()
+	stopWeb()
 	if ds != nil && ds.CondemnedErr() != nil && !errors.Is(err, engine.ErrCorrupt) {
 		// The watcher stopped the jobs (they end with nil or with
 		// whatever canceling interrupted): the store is why.
