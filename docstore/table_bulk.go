@@ -246,7 +246,7 @@ func (s *Store) endTableBulk(tc *tableCache) error {
 	if err := s.materializeTable(tc); err != nil {
 		return err
 	}
-	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", len(tc.m))
+	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", tc.m.len())
 	tc.bulk = tableBulk{}
 	s.tcache.unpin(tc, s.cacheMax)
 	return nil

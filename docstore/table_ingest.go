@@ -43,7 +43,7 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 		olds: map[string]tablePrior{}, done: make(chan struct{})}
 	var unknown [][]byte
 	for _, d := range job.docs {
-		if p, ok := tc.m[string(d.Key)]; ok && p.exists {
+		if p, ok := tc.m.get(string(d.Key)); ok && p.exists {
 			job.olds[string(d.Key)] = p
 		} else if bulk.overflow {
 			unknown = append(unknown, d.Key)
