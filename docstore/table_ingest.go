@@ -252,7 +252,10 @@ func byKey(docs []engine.Doc) []int32 {
 		items[i] = item{head: head8(d.Key), i: int32(i)}
 	}
 	slices.SortFunc(items, func(a, b item) int {
-		return cmp.Or(cmp.Compare(a.head, b.head), bytes.Compare(docs[a.i].Key, docs[b.i].Key))
+		if a.head != b.head {
+			return cmp.Compare(a.head, b.head)
+		}
+		return bytes.Compare(docs[a.i].Key, docs[b.i].Key)
 	})
 	out := make([]int32, len(items))
 	for j, it := range items {
@@ -273,16 +276,16 @@ func head8(b []byte) uint64 {
 
 // sortEntries sorts entries by key; their keys share their first skip
 // bytes (a key family's prefix), so most comparisons are decided by the
-// next 16, compared as two numbers.
+// next 16, compared as two numbers. It sorts small items, not the entries.
 func sortEntries(entries []kvEntry, skip int) {
 	type item struct {
 		h1, h2 uint64
-		e      kvEntry
+		i      int32
 	}
 	items := make([]item, len(entries))
 	for i, e := range entries {
 		rest := e.key[min(skip, len(e.key)):]
-		items[i] = item{h1: head8(rest), h2: head8(rest[min(8, len(rest)):]), e: e}
+		items[i] = item{h1: head8(rest), h2: head8(rest[min(8, len(rest)):]), i: int32(i)}
 	}
 	slices.SortFunc(items, func(a, b item) int {
 		if a.h1 != b.h1 {
@@ -291,11 +294,13 @@ func sortEntries(entries []kvEntry, skip int) {
 		if a.h2 != b.h2 {
 			return cmp.Compare(a.h2, b.h2)
 		}
-		return bytes.Compare(a.e.key, b.e.key)
+		return bytes.Compare(entries[a.i].key, entries[b.i].key)
 	})
-	for i, it := range items {
-		entries[i] = it.e
+	sorted := make([]kvEntry, len(entries))
+	for j, it := range items {
+		sorted[j] = entries[it.i]
 	}
+	copy(entries, sorted)
 }
 
 // orderRuns drops the empty runs and orders the others by their first
