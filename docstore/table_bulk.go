@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
@@ -159,6 +160,9 @@ func (b *tableBulk) add(docs []engine.Doc) {
 			continue
 		}
 		b.at[string(d.Key)] = int32(len(b.docs))
+		if len(b.docs) == cap(b.docs) {
+			b.docs = slices.Grow(b.docs, max(len(b.docs), 1024)) // doubles: append grows a large slice by a quarter, copying it each time
+		}
 		b.docs = append(b.docs, d)
 	}
 }
