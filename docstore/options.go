@@ -19,9 +19,9 @@ const (
 	// the memtable size. Measured at 1M movies: three are common.
 	MaxMemtables = 4
 	// DefaultWriteCache is the default number of documents the write
-	// cache remembers (see WithWriteCache): about 29 MiB when full of the
+	// cache remembers (see WithWriteCache): about 30 MiB when full of the
 	// movie job's documents (cacheEntryBytes each).
-	DefaultWriteCache = 140_000
+	DefaultWriteCache = 250_000
 )
 
 // Option configures Open.
@@ -133,9 +133,9 @@ func WithWriteCache(docs int) Option {
 // WithBulkMemory bounds the Go heap, in bytes, that a restore into an
 // empty table (the bulk load) uses for its write cache and its buffer of
 // documents not yet written out: it then keeps at most as many documents
-// as half of it holds (about 210 bytes each) instead of 2M, and writes out
+// as half of it holds (about 125 bytes each) instead of 2M, and writes out
 // a buffer whose two halves (one written while the next fills) hold the
-// other half (about 350 bytes per document) instead of 250k. A bulk
+// other half (about 372 bytes per document) instead of 250k. A bulk
 // load whose cache fills ends, and the rest of the restore reads before
 // it writes, as any batch does: slower, not wrong. Zero or negative means
 // no bound (the defaults). Set it from the process's memory limit, so a
@@ -150,8 +150,11 @@ func WithBulkMemory(bytes int64) Option {
 // measured with Go 1.26 on the movie job's documents (500k of each, after
 // a collection: a map's table doubles, so these are upper ends).
 const (
-	cacheEntryBytes  = 210 // one document in the write cache, with the map and its key
-	bufferedDocBytes = 350 // one document in the load buffer, its sources map included
+	cacheEntryBytes = 125 // one document in the write cache (priorSlab), its key and index included
+	// bufferedDocBytes is one document in the load buffer (340, its
+	// sources map included) and half of its key's entry in the buffer's
+	// map (64; the buffer being written out has dropped its map).
+	bufferedDocBytes = 372
 	minIngestChunk   = 10_000
 )
 

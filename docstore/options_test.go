@@ -17,8 +17,8 @@ func TestBulkLimits(t *testing.T) {
 	}{
 		{"no bound", 0, DefaultWriteCache, defaultBulkMax, defaultIngestChunk},
 		{"large bound keeps the defaults", 1 << 40, DefaultWriteCache, defaultBulkMax, defaultIngestChunk},
-		{"94 MiB", 94 << 20, 100_000, (94 << 20) / 2 / cacheEntryBytes, 70404},
-		{"write cache is the floor", 94 << 20, 1_000_000, 1_000_000, 70404},
+		{"94 MiB", 94 << 20, 100_000, (94 << 20) / 2 / cacheEntryBytes, (94 << 20) / 4 / bufferedDocBytes},
+		{"write cache is the floor", 94 << 20, 1_000_000, 1_000_000, (94 << 20) / 4 / bufferedDocBytes},
 		{"tiny bound keeps a usable chunk", 1 << 20, 0, (1 << 20) / 2 / cacheEntryBytes, minIngestChunk},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -83,7 +83,7 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 	var unknown [][]byte // keys the cache does not hold, and their positions
 	var at []int
 	for i, k := range keys {
-		if p, ok := cache.m[string(k)]; ok {
+		if p, ok := cache.m.get(string(k)); ok {
 			priors[i] = p
 		} else {
 			unknown, at = append(unknown, k), append(at, i)

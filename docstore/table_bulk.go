@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
@@ -17,8 +18,8 @@ import (
 // and holds every document of the table the load wrote, so a key the
 // cache does not know is new: its batches read nothing. The batches are
 // not written through the memtable: they are buffered (their documents
-// and the partitions' checkpoints) and written out as sorted files that
-// Pebble ingests (table_ingest.go), the newest version of each key once.
+// and the partitions' checkpoints), the newest version of each key once,
+// and written out as sorted files that Pebble ingests (table_ingest.go).
 // The store keeps the batches' documents, not copies, until then (see
 // table.Apply). It is the table form of bulkLoad and loadBuffer, written
 // for any table spec so that it can serve the movie job's table when the
@@ -46,9 +47,10 @@ type tableBulk struct {
 	on    bool
 	t     *table // a handle of the table (its spec and layout)
 	parts map[int32]bool
-	// docs and checkpoints are the buffer: batches not written out yet
-	// (docs in the order of their batches, a key maybe more than once).
+	// docs and checkpoints are the buffer: batches not written out yet,
+	// one document per key (add); at holds each key's position in docs.
 	docs        []engine.Doc
+	at          map[string]int32
 	checkpoints map[int32]int64
 	timer       *time.Timer     // writes the buffer out after ingestIdle
 	job         *tableIngestJob // the buffer being ingested, or nil
@@ -128,19 +130,41 @@ func (t *table) bulkFor(r kvReader, p int32) (bool, error) {
 	return true, nil
 }
 
-// buffer takes b's documents and checkpoint onto the bulk-load buffer.
-// The buffer appends (a map of a quarter million documents cost more than
-// the restore's writes); the ingestion keeps the newest version of each
-// key and skips what an earlier buffer wrote newer (tableIngestJob.
+// buffer takes b's documents and checkpoint onto the bulk-load buffer;
+// the ingestion skips what an earlier buffer wrote newer (tableIngestJob.
 // entries). The caller holds wmu.
 func (t *table) buffer(b engine.DocBatch) {
 	bulk := &t.cache.bulk
 	if bulk.checkpoints == nil {
 		bulk.checkpoints = map[int32]int64{}
 	}
-	bulk.docs = append(bulk.docs, b.Docs...) // kept as is: see Apply
+	bulk.add(b.Docs)
 	bulk.checkpoints[b.Partition] = b.Checkpoint
 	t.cache.buffered.Store(true)
+}
+
+// add buffers docs (kept as they are: see Apply) in order, as the
+// reading path writes them: a document replaces its key's buffered one
+// only when its version is newer, so that the buffer holds the newest
+// version of each key once and a restore with many versions of a key
+// writes out one.
+func (b *tableBulk) add(docs []engine.Doc) {
+	if b.at == nil {
+		b.at = map[string]int32{}
+	}
+	for _, d := range docs {
+		if i, ok := b.at[string(d.Key)]; ok {
+			if d.Version > b.docs[i].Version {
+				b.docs[i] = d
+			}
+			continue
+		}
+		b.at[string(d.Key)] = int32(len(b.docs))
+		if len(b.docs) == cap(b.docs) {
+			b.docs = slices.Grow(b.docs, max(len(b.docs), 1024)) // doubles: append grows a large slice by a quarter, copying it each time
+		}
+		b.docs = append(b.docs, d)
+	}
 }
 
 // afterBuffer hands a full buffer to a background ingestion, or (re)arms
@@ -226,7 +250,7 @@ func (s *Store) endTableBulk(tc *tableCache) error {
 	if err := s.materializeTable(tc); err != nil {
 		return err
 	}
-	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", len(tc.m))
+	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", tc.m.len())
 	tc.bulk = tableBulk{}
 	s.tcache.unpin(tc, s.cacheMax)
 	return nil

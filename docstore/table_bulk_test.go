@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"testing"
@@ -189,14 +190,14 @@ func TestTableBulkLoadEndsOnOtherWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.wmu.Lock()
-			on, buffered := tb.cache.bulk.on, len(newestByKey(tb.cache.bulk.docs))
+			on, buffered := tb.cache.bulk.on, len(tb.cache.bulk.docs)
 			s.wmu.Unlock()
 			if !on || buffered != 2 {
 				t.Fatalf("after a replay into an empty table: bulk load %v, %d buffered; want on, 2", on, buffered)
 			}
 			tc.write(t, tb)
 			s.wmu.Lock()
-			on, buffered = tb.cache.bulk.on, len(newestByKey(tb.cache.bulk.docs))
+			on, buffered = tb.cache.bulk.on, len(tb.cache.bulk.docs)
 			s.wmu.Unlock()
 			if on != tc.stayOn || buffered != 0 {
 				t.Errorf("after the write: bulk load %v, %d buffered; want on %v, none buffered", on, buffered, tc.stayOn)
@@ -315,5 +316,69 @@ func TestTableBulkLoadCrash(t *testing.T) {
 			wantCheckpoints(t, tb, 1, 6)
 			wantTableDocs(t, s, tb, docsOf(log))
 		})
+	}
+}
+
+// TestTableBulkLoadKeepsNewestVersion restores many versions of one key,
+// then an older and a same-version document of it, into one buffer: the
+// buffer holds each key once, the newest version (the first of equal
+// ones, as the reading path keeps), and the table ends as the reading
+// path leaves it. A drop of the partition then removes the buffered key,
+// and a restore into the emptied table starts a new load.
+func TestTableBulkLoadKeepsNewestVersion(t *testing.T) {
+	ctx := context.Background()
+	var b engine.DocBatch
+	for v := int64(1); v <= 50; v++ {
+		b.Docs = append(b.Docs, orderDoc(1, 0, v), orderDoc(2, 0, v/10+1))
+	}
+	again := orderDoc(1, 0, 50)
+	again.Value = []byte(`{"same version":true}`)
+	log := []engine.DocBatch{
+		{Partition: 0, Docs: b.Docs, Checkpoint: 100, Replay: true},
+		{Partition: 0, Docs: []engine.Doc{orderDoc(1, 0, 30), again}, Checkpoint: 102, Replay: true},
+	}
+	want := []engine.Doc{orderDoc(1, 0, 50), orderDoc(2, 0, 6)}
+	for _, bulk := range []bool{true, false} {
+		opts := []Option{WithFsync(false)}
+		if !bulk {
+			opts = append(opts, withoutBulkLoad())
+		}
+		s := openTemp(t, opts...)
+		s.tcache.idle = time.Hour // one buffer, written out by the reads below
+		tb := mustTable(t, s, ordersSpec)
+		replayTable(t, tb, log)
+		s.wmu.Lock()
+		on, buffered := tb.cache.bulk.on, len(tb.cache.bulk.docs)
+		s.wmu.Unlock()
+		if on != bulk || bulk && buffered != 2 {
+			t.Fatalf("bulk %v: bulk load %v with %d documents buffered; want 2", bulk, on, buffered)
+		}
+		wantCheckpoints(t, tb, 1, 102)
+		wantTableDocs(t, s, tb, want)
+
+		if bulk {
+			replayTable(t, tb, log[1:2]) // not empty any more: the reading path
+			if err := tb.DropPartition(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			wantTableDocs(t, s, tb, nil)
+			replayTable(t, tb, []engine.DocBatch{{Partition: 0, Docs: []engine.Doc{orderDoc(1, 0, 3), orderDoc(1, 0, 2)}, Checkpoint: 2, Replay: true}})
+			s.wmu.Lock()
+			on = tb.cache.bulk.on
+			s.wmu.Unlock()
+			if !on {
+				t.Error("the restore into the emptied table took the reading path")
+			}
+			if err := tb.DropPartition(ctx, 0); err != nil { // buffered, then dropped
+				t.Fatal(err)
+			}
+			if _, err := tb.Get(ctx, orderDoc(1, 0, 3).Key); !errors.Is(err, engine.ErrNotFound) {
+				t.Errorf("Get after the drop: %v; want ErrNotFound", err)
+			}
+			wantTableDocs(t, s, tb, nil)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -47,7 +47,7 @@ type tableCaches struct {
 // tableCache is one table's write cache and the state of its bulk load.
 // Its entries are guarded as tableCaches says; bulk by Store.wmu.
 type tableCache struct {
-	m map[string]tablePrior
+	m priorSlab
 	// removals counts the times entries left m or a written key found no
 	// room (evictions, drops, resets, failed commits) and remembers which
 	// keys the last ones took out: its count is read without wmu by Load
@@ -79,7 +79,7 @@ func (c *tableCaches) open(name string, bulkMax int) (*tableCache, bool) {
 	}
 	tc := c.byName[name]
 	if tc == nil {
-		tc = &tableCache{m: map[string]tablePrior{}, warmed: make(chan struct{})}
+		tc = &tableCache{warmed: make(chan struct{})}
 		c.byName[name] = tc
 		return tc, true
 	}
@@ -116,8 +116,8 @@ func (c *tableCaches) putAll(tc *tableCache, entries []cached, limit int) {
 // Load from before the write can add its older state. The caller holds
 // mu.
 func (c *tableCaches) put(tc *tableCache, key string, p tablePrior, limit int) {
-	if _, ok := tc.m[key]; ok {
-		tc.m[key] = p
+	if tc.m.has(key) {
+		tc.m.set(key, p)
 		return
 	}
 	if lim := c.limitOf(tc, limit); c.n >= lim {
@@ -132,21 +132,14 @@ func (c *tableCaches) put(tc *tableCache, key string, p tablePrior, limit int) {
 			return
 		}
 	}
-	tc.m[key] = p
+	tc.m.set(key, p)
 	c.n++
 }
 
-// evict removes at least one and up to n entries of tc, in the map's
-// (random) order. The caller holds mu.
+// evict removes at least one and up to n entries of tc (priorSlab.evict).
+// The caller holds mu.
 func (c *tableCaches) evict(tc *tableCache, n int) {
-	keys := make([]string, 0, min(max(n, 1), len(tc.m)))
-	for k := range tc.m {
-		if len(keys) == cap(keys) {
-			break
-		}
-		delete(tc.m, k)
-		keys = append(keys, k)
-	}
+	keys := tc.m.evict(n)
 	c.n -= len(keys)
 	tc.removals.removed(keys)
 }
@@ -172,18 +165,18 @@ func (c *tableCaches) learn(tc *tableCache, before uint64, entries []cached, lim
 	}
 	fresh := entries[:0:0]
 	for _, e := range entries {
-		if _, ok := tc.m[e.key]; !ok && !since.has(e.key) {
+		if !tc.m.has(e.key) && !since.has(e.key) {
 			fresh = append(fresh, e)
 		}
 	}
-	if over := c.n + len(fresh) - limit; over > 0 && len(tc.m) > 0 {
-		c.evict(tc, min(len(tc.m), max(over, limit/8)))
+	if over := c.n + len(fresh) - limit; over > 0 && tc.m.len() > 0 {
+		c.evict(tc, min(tc.m.len(), max(over, limit/8)))
 	}
 	for _, e := range fresh {
 		if c.n >= limit {
 			return
 		}
-		tc.m[e.key] = e.p
+		tc.m.set(e.key, e.p)
 		c.n++
 	}
 }
@@ -195,8 +188,7 @@ func (c *tableCaches) forget(tc *tableCache, keys [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range keys {
-		if _, ok := tc.m[string(k)]; ok {
-			delete(tc.m, string(k))
+		if tc.m.del(string(k)) {
 			c.n--
 		}
 	}
@@ -211,8 +203,8 @@ func (c *tableCaches) clear(tc *tableCache) {
 }
 
 func (c *tableCaches) clearLocked(tc *tableCache) {
-	c.n -= len(tc.m)
-	tc.m = map[string]tablePrior{} // a Go map keeps its memory after deletes
+	c.n -= tc.m.len()
+	tc.m = priorSlab{} // a slab keeps its memory after deletes
 	tc.removals.removedAll()
 }
 
@@ -235,7 +227,7 @@ func (c *tableCaches) pin(tc *tableCache) {
 }
 
 // unpin ends tc's pin; when the caches hold more than limit, tc keeps what
-// fits in a new map.
+// fits in a new slab.
 func (c *tableCaches) unpin(tc *tableCache, limit int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -243,17 +235,17 @@ func (c *tableCaches) unpin(tc *tableCache, limit int) {
 	if c.n <= limit {
 		return
 	}
-	others := c.n - len(tc.m)
+	others := c.n - tc.m.len()
 	room := max(limit-others, 0)
-	kept := make(map[string]tablePrior, room)
-	for k, p := range tc.m {
-		if len(kept) == room {
+	var kept priorSlab
+	for k, p := range tc.m.all() {
+		if kept.len() == room {
 			break
 		}
-		kept[k] = p
+		kept.set(k, p)
 	}
 	tc.m = kept
-	c.n = others + len(kept)
+	c.n = others + kept.len()
 	tc.removals.removedAll()
 }
 
@@ -277,11 +269,11 @@ func (tc *tableCache) end() { tc.seq.Add(1) }
 func (c *tableCaches) serve(tc *tableCache, spec engine.TableSpec, seq uint64, keys [][]byte, out map[string]engine.Doc) (rest [][]byte) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if len(tc.m) == 0 || seq%2 != 0 || tc.seq.Load() != seq {
+	if tc.m.len() == 0 || seq%2 != 0 || tc.seq.Load() != seq {
 		return keys
 	}
 	for _, k := range keys {
-		p, ok := tc.m[string(k)]
+		p, ok := tc.m.get(string(k))
 		switch {
 		case ok && !p.exists:
 		case ok && p.whole:

@@ -60,8 +60,8 @@ func TestTableLoadFeedsTheWriteCache(t *testing.T) {
 // reaches back to the snapshot, or after a drop or an emptying. The bound
 // holds throughout.
 func TestTableCachesLearn(t *testing.T) {
-	old := tablePrior{exists: true, version: 1}
-	newer := tablePrior{exists: true, version: 2}
+	old := tablePrior{priorHead: priorHead{exists: true, version: 1}}
+	newer := tablePrior{priorHead: priorHead{exists: true, version: 2}}
 	for _, tc := range []struct {
 		name    string
 		between func(c *tableCaches, m *tableCache) // after the Load's snapshot
@@ -98,13 +98,13 @@ func TestTableCachesLearn(t *testing.T) {
 			tc.between(&c, m)
 			c.learn(m, before, []cached{{"a", old}, {"b", old}}, 10)
 			for k, v := range tc.want {
-				p, ok := m.m[k]
+				p, ok := m.m.get(k)
 				if got := map[bool]int64{true: p.version}[ok]; got != v {
 					t.Errorf("key %s: cached version %d; want %d", k, got, v)
 				}
 			}
-			if c.n != len(m.m) {
-				t.Errorf("count %d; want %d, the entries held", c.n, len(m.m))
+			if c.n != m.m.len() {
+				t.Errorf("count %d; want %d, the entries held", c.n, m.m.len())
 			}
 		})
 	}
@@ -114,10 +114,10 @@ func TestTableCachesLearn(t *testing.T) {
 		for i := range 20 {
 			c.put(m, string(rune('a'+i)), old, 8)
 		}
-		if len(m.m) > 8 || c.n != len(m.m) {
-			t.Errorf("20 puts under a bound of 8: %d held, count %d", len(m.m), c.n)
+		if m.m.len() > 8 || c.n != m.m.len() {
+			t.Errorf("20 puts under a bound of 8: %d held, count %d", m.m.len(), c.n)
 		}
-		if _, ok := m.m[string(rune('a'+19))]; !ok {
+		if ok := m.m.has(string(rune('a' + 19))); !ok {
 			t.Errorf("the last key put is not cached: a full cache must evict to make room")
 		}
 	})

@@ -278,7 +278,7 @@ func TestTableCommitFailureEmptiesTheWriteCache(t *testing.T) {
 	cachedKeys := func() int {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
-		return len(s.tcache.of(ordersSpec.Name).m)
+		return s.tcache.of(ordersSpec.Name).m.len()
 	}
 	if got := cachedKeys(); got != len(keys) {
 		t.Fatalf("write cache holds %d keys after the Load; want %d", got, len(keys))

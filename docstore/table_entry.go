@@ -22,11 +22,18 @@ const maxCachedValue = 64
 // movie job's: the aggregate task of partition p reads partition p); a
 // write that read only the head of a stored document (decodeTableDoc with
 // head set) makes an entry that is not. The value and the index values
-// share one allocation (data): a full cache holds a million entries, and
-// the garbage collector scans each pointer. 56 bytes and data (the movie
-// job's: 24), about 150 bytes with the map and its key. Entries are never
-// changed in place: a new state replaces the whole entry.
+// share one allocation (data); in the cache, priorSlab keeps them
+// without a pointer for the garbage collector. Entries are never changed
+// in place: a new state replaces the whole entry.
 type tablePrior struct {
+	priorHead
+	// data is the value (whole entries only), then each index value as
+	// its index entry encodes it (appendIndexValue).
+	data []byte
+}
+
+// priorHead is a tablePrior's fixed-size part.
+type priorHead struct {
 	version int64
 	srcOff  int64 // the one source's offset (src == srcOne)
 	part    int32
@@ -38,9 +45,6 @@ type tablePrior struct {
 	// nilIndex records a nil Doc.Index (a table without indexes), which
 	// reads back as nil.
 	nilIndex bool
-	// data is the value (whole entries only), then each index value as
-	// its index entry encodes it (appendIndexValue).
-	data []byte
 }
 
 // srcKind tells nil sources from empty ones and from one entry, as the
@@ -56,7 +60,7 @@ const (
 // headPrior returns the entry of a stored document read for a write: no
 // value, no sources (not whole).
 func headPrior(spec engine.TableSpec, version int64, part int32, index []engine.IndexValue) tablePrior {
-	p := tablePrior{exists: true, version: version, part: part}
+	p := tablePrior{priorHead: priorHead{exists: true, version: version, part: part}}
 	p.data = appendIndexValues(make([]byte, 0, indexBytes(spec, index)), spec, index)
 	return p
 }
@@ -64,7 +68,7 @@ func headPrior(spec engine.TableSpec, version int64, part int32, index []engine.
 // docPrior returns the entry of d (valid for spec), whole when d is small
 // enough (see tablePrior); it copies what it keeps.
 func docPrior(spec engine.TableSpec, d engine.Doc) tablePrior {
-	p := tablePrior{exists: true, version: d.Version, part: d.Partition, nilIndex: d.Index == nil}
+	p := tablePrior{priorHead: priorHead{exists: true, version: d.Version, part: d.Partition, nilIndex: d.Index == nil}}
 	p.whole = len(d.Value) <= maxCachedValue && len(d.Sources) <= 1
 	if !p.whole {
 		p.data = appendIndexValues(make([]byte, 0, indexBytes(spec, d.Index)), spec, d.Index)

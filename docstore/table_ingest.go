@@ -16,7 +16,7 @@ import (
 // background as ingested files (see tableBulk and kvIngester).
 type tableIngestJob struct {
 	t           *table
-	docs        []engine.Doc // a key maybe more than once
+	docs        []engine.Doc // one per key
 	checkpoints map[int32]int64
 	// olds holds the cache's entries, taken when the job started, of the
 	// keys an earlier buffer wrote (their index entries and members keys
@@ -43,7 +43,7 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 		olds: map[string]tablePrior{}, done: make(chan struct{})}
 	var unknown [][]byte
 	for _, d := range job.docs {
-		if p, ok := tc.m[string(d.Key)]; ok && p.exists {
+		if p, ok := tc.m.get(string(d.Key)); ok && p.exists {
 			job.olds[string(d.Key)] = p
 		} else if bulk.overflow {
 			unknown = append(unknown, d.Key)
@@ -54,7 +54,7 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 			return err
 		}
 	}
-	bulk.docs, bulk.checkpoints = nil, nil
+	bulk.docs, bulk.at, bulk.checkpoints = nil, nil, nil
 	bulk.job = job
 	tc.begin() // ended by awaitTableIngest
 	go func() {
@@ -125,7 +125,10 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 		if bulk.checkpoints == nil {
 			bulk.checkpoints = map[int32]int64{}
 		}
-		bulk.docs = append(job.docs, bulk.docs...) // the newest version of a key wins wherever it is
+		newer := bulk.docs
+		bulk.docs, bulk.at = nil, nil
+		bulk.add(job.docs)
+		bulk.add(newer)
 		for p, cp := range job.checkpoints {
 			if _, ok := bulk.checkpoints[p]; !ok {
 				bulk.checkpoints[p] = cp
@@ -149,7 +152,7 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 	t := job.t
 	l, spec := t.l, t.spec
-	order := newestByKey(job.docs) // key order is document key order (hex _ids)
+	order := byKey(job.docs) // key order is document key order (hex _ids)
 	n := len(order)
 	docs := make([]kvEntry, 0, n)
 	index := make([]kvEntry, 0, n*len(spec.Indexes))
@@ -238,9 +241,8 @@ func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 	return orderRuns(runs)
 }
 
-// newestByKey returns the positions in docs of the newest version of each
-// key, in key order.
-func newestByKey(docs []engine.Doc) []int32 {
+// byKey returns the positions in docs in key order.
+func byKey(docs []engine.Doc) []int32 {
 	type item struct {
 		head uint64 // the key's first 8 bytes, zero-padded: most comparisons end there
 		i    int32
@@ -250,18 +252,14 @@ func newestByKey(docs []engine.Doc) []int32 {
 		items[i] = item{head: head8(d.Key), i: int32(i)}
 	}
 	slices.SortFunc(items, func(a, b item) int {
-		if c := cmp.Compare(a.head, b.head); c != 0 {
-			return c
+		if a.head != b.head {
+			return cmp.Compare(a.head, b.head)
 		}
-		da, db := &docs[a.i], &docs[b.i]
-		return cmp.Or(bytes.Compare(da.Key, db.Key), cmp.Compare(db.Version, da.Version)) // newest first
+		return bytes.Compare(docs[a.i].Key, docs[b.i].Key)
 	})
-	out := make([]int32, 0, len(items))
+	out := make([]int32, len(items))
 	for j, it := range items {
-		if j > 0 && bytes.Equal(docs[it.i].Key, docs[items[j-1].i].Key) {
-			continue
-		}
-		out = append(out, it.i)
+		out[j] = it.i
 	}
 	return out
 }
@@ -278,16 +276,16 @@ func head8(b []byte) uint64 {
 
 // sortEntries sorts entries by key; their keys share their first skip
 // bytes (a key family's prefix), so most comparisons are decided by the
-// next 16, compared as two numbers.
+// next 16, compared as two numbers. It sorts small items, not the entries.
 func sortEntries(entries []kvEntry, skip int) {
 	type item struct {
 		h1, h2 uint64
-		e      kvEntry
+		i      int32
 	}
 	items := make([]item, len(entries))
 	for i, e := range entries {
 		rest := e.key[min(skip, len(e.key)):]
-		items[i] = item{h1: head8(rest), h2: head8(rest[min(8, len(rest)):]), e: e}
+		items[i] = item{h1: head8(rest), h2: head8(rest[min(8, len(rest)):]), i: int32(i)}
 	}
 	slices.SortFunc(items, func(a, b item) int {
 		if a.h1 != b.h1 {
@@ -296,11 +294,13 @@ func sortEntries(entries []kvEntry, skip int) {
 		if a.h2 != b.h2 {
 			return cmp.Compare(a.h2, b.h2)
 		}
-		return bytes.Compare(a.e.key, b.e.key)
+		return bytes.Compare(entries[a.i].key, entries[b.i].key)
 	})
-	for i, it := range items {
-		entries[i] = it.e
+	sorted := make([]kvEntry, len(entries))
+	for j, it := range items {
+		sorted[j] = entries[it.i]
 	}
+	copy(entries, sorted)
 }
 
 // orderRuns drops the empty runs and orders the others by their first

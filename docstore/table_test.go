@@ -417,7 +417,7 @@ func TestTableWriteCache(t *testing.T) {
 		applyDocs(t, a, 0, 1, docs...)
 		applyDocs(t, b, 0, 1, docs...)
 		s.wmu.Lock()
-		got, inB := s.tcache.n, len(s.tcache.of("other").m)
+		got, inB := s.tcache.n, s.tcache.of("other").m.len()
 		s.wmu.Unlock()
 		// b's keys beyond the bound evict b's own entries (an eighth at a
 		// time), so the caches stay within 30 and a keeps its 20.

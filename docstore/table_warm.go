@@ -62,8 +62,8 @@ func (t *table) warm() {
 			if s.tcache.full(tc, limit) {
 				return false
 			}
-			if _, ok := tc.m[e.key]; !ok {
-				tc.m[e.key] = e.p
+			if !tc.m.has(e.key) {
+				tc.m.set(e.key, e.p)
 				s.tcache.n++
 				added++
 			}

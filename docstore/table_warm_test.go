@@ -53,7 +53,7 @@ func TestTableWarmUp(t *testing.T) {
 			}
 			var keys [][]byte
 			var docs []engine.Doc
-			for k, p := range tb.cache.m {
+			for k, p := range tb.cache.m.all() {
 				if !p.whole {
 					t.Fatalf("warmed entry of %q is not whole", k)
 				}

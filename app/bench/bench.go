@@ -48,6 +48,7 @@ var ErrNotExact = errors.New("benchmark state is not exact")
 // Config configures `keepstate bench`: an end-to-end benchmark of
 // keepstate run as a child process. Start from Default().
 type Config struct {
+	Job            string        // --job: JobMovies or JobOrders
 	Brokers        []string      // --brokers: a running Kafka (empty: an in-process kfake broker)
 	SchemaRegistry string        // --schema-registry (empty: an in-process registry)
 	Movies         int64         // --movies: distinct movies
@@ -76,7 +77,7 @@ type Config struct {
 // Default returns the bench defaults: 62k movies, 1M Zipf ratings,
 // clover, every phase, in-process broker; about a minute on 2 cores.
 func Default() Config {
-	return Config{Movies: 62000, Ratings: 1000000, Queries: 40000, Dist: DistZipf, Store: app.StoreClover,
+	return Config{Job: JobMovies, Movies: 62000, Ratings: 1000000, Queries: 40000, Dist: DistZipf, Store: app.StoreClover,
 		RedisURL: app.Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1,
 		ProfileFor: 10 * time.Second, Timeout: 10 * time.Minute, Out: io.Discard}
 }
@@ -95,6 +96,10 @@ func (b Config) Validate() error {
 	}
 	if len(b.Phases) == 0 {
 		errs = append(errs, errors.New("--phases: at least one phase"))
+	}
+	if b.Job != JobMovies && (b.Job != JobOrders || b.Store != app.StoreClover ||
+		slices.ContainsFunc(b.Phases, func(p string) bool { return p == PhaseQuery || p == PhaseRestart })) {
+		errs = append(errs, fmt.Errorf("--job %q: want %s, or %s with the clover store and phases fill, run and restore", b.Job, JobMovies, JobOrders))
 	}
 	last := -1
 	for _, p := range b.Phases {
@@ -214,6 +219,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	b.appID = fmt.Sprintf("bench-%d", time.Now().UnixNano()%1e9)
 	b.encode = ProduceOptions{Brokers: b.brokers, Topic: b.appID + "-ratings", Partitions: cfg.Partitions,
 		Encode: RegistryEncoder(reg, b.appID+"-ratings-value")}
+	if cfg.Job == JobOrders {
+		b.encode.Encode = encodeOrder
+	}
 	addr, err := freeTCPAddr()
 	if err != nil {
 		return res, err
@@ -227,7 +235,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 
 	res.Date = time.Now().UTC().Format(time.RFC3339)
 	res.Store, res.Partitions = cfg.Store, cfg.Partitions
-	res.Workload = fmt.Sprintf("%d ratings over %d movies, %s", cfg.Ratings, cfg.Movies, cfg.Dist)
+	res.Workload = fmt.Sprintf("%d ratings over %d movies, %s, job %s", cfg.Ratings, cfg.Movies, cfg.Dist, cfg.Job)
 	res.Machine = fmt.Sprintf("%s/%s, %d cores, load %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg(), runtime.Version())
 	for _, phase := range cfg.Phases {
 		pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -317,6 +325,10 @@ func (b *bench) process(ctx context.Context, phase string, w Workload) (PhaseRes
 	}
 	watch := DrainWatch{Brokers: b.brokers, Group: b.appID,
 		Stages: [][]string{{b.encode.Topic}, {b.appID + "-ratings-by-movie-repartition"}}}
+	if b.cfg.Job == JobOrders {
+		watch.Group = b.appID + "-" + ordersTable
+		watch.Stages[1] = []string{watch.Group + "-repartition"}
+	}
 	drained, err := b.whileAlive(ctx, func(ctx context.Context) (DrainResult, error) { return watch.Wait(ctx) })
 	if err != nil {
 		return pr, err
@@ -382,7 +394,11 @@ func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		scanned := time.Now()
-		obs, err := ScanAPI(ctx, b.api)
+		scan := ScanAPI
+		if b.cfg.Job == JobOrders {
+			scan = ScanCustomers
+		}
+		obs, err := scan(ctx, b.api)
 		var r CheckReport
 		if err == nil {
 			r = b.truth.Check(obs)

@@ -21,6 +21,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	b.Out = stdout
 	logLevel := "warn"
 	var zipf, uniform bool
+	fs.StringVar(&b.Job, "job", b.Job, "job to drive: movies, or orders (the example job of examples/orders, whose binary --keepstate-bin names; each rating becomes an order of customer c-<movie>; phases fill, run and restore)")
 	cli.BrokersFlag(fs, &b.Brokers)
 	fs.StringVar(&b.SchemaRegistry, "schema-registry", "", "Schema Registry URL (default: an in-process one)")
 	fs.Int64Var(&b.Movies, "movies", b.Movies, "distinct movies (the fill phase rates each once)")
