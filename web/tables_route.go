@@ -117,18 +117,20 @@ func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, sp
 	shown := t.FormatKey(key)
 	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
 	p := engine.PartitionFor(key, m.Partitions)
-	// The owner too: a standby just promoted answers from its copy while
-	// it restores the rest. Knowing neither (a rebalance seen by an
-	// instance that has no earlier assignment), every member.
-	asked := append(slices.Clone(m.Replicas[p]), m.Owners[p])
-	if len(m.Replicas[p]) == 0 && m.Owners[p] == "" {
-		asked = m.Members
-	}
+	// The owner too (a standby just promoted answers from its copy while
+	// it restores the rest), then every other member (during a rebalance
+	// the assignment known here may be a generation old). Each gets
+	// peerKeyTimeout.
+	asked := append(append(slices.Clone(m.Replicas[p]), m.Owners[p]), m.Members...)
+	seen := map[string]bool{m.Self: true, "": true}
 	for _, addr := range asked {
-		if addr == m.Self || addr == "" {
+		if seen[addr] {
 			continue
 		}
-		code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, url.Values{replicaParam: {"1"}})
+		seen[addr] = true
+		pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
+		code, _, body, err := s.tablePeerGet(pctx, addr, rawPath, url.Values{replicaParam: {"1"}})
+		cancel()
 		if err != nil {
 			continue
 		}
