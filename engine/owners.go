@@ -46,7 +46,7 @@ type Membership struct {
 // across the network: the snapshot is an atomic pointer and a refresh runs
 // once (singleflight) in its own goroutine with a deadline.
 type owners struct {
-	snap   atomic.Pointer[Membership]
+	snap atomic.Pointer[Membership]
 	// stable is the last snapshot taken while the group was not
 	// rebalancing (see describe).
 	stable atomic.Pointer[Membership]

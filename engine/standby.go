@@ -70,7 +70,7 @@ type standbySet struct {
 	// its restore replays the rest of the changelog, the copy answers as
 	// a standby would (see replicaStaleness), with the lag of its last read.
 	promoted map[int32]*replica
-	wake  chan struct{}
+	wake     chan struct{}
 	// rejoinAt is when a warm-up last made the member rejoin (monoNow).
 	rejoinAt atomic.Int64
 }
