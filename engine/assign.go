@@ -149,24 +149,16 @@ type userDataReader struct {
 	err error
 }
 
-func (r *userDataReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = fmt.Errorf("truncated assignor user data: %w", errUserData)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *userDataReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
 
-func (r *userDataReader) varint() int64 {
+func (r *userDataReader) varint() int64 { return readVarint(r, binary.Varint) }
+
+// readVarint decodes one varint with dec, keeping r's first error.
+func readVarint[T uint64 | int64](r *userDataReader, dec func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b)
+	v, n := dec(r.b)
 	if n <= 0 {
 		r.err = fmt.Errorf("truncated assignor user data: %w", errUserData)
 		return 0
