@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
-	"sort"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -90,69 +88,6 @@ func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engi
 		return rit, rerr
 	}
 	return it, err // the active's error says more
-}
-
-// replicaDoc answers key from this instance's standby copy.
-func (s *Server) replicaDoc(c echo.Context, ctx context.Context, rr ReplicaReader, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
-	d, st, err := rr.GetReplica(ctx, key)
-	if err != nil {
-		return tableItem{}, err
-	}
-	it, err := localItem(t, spec, -1, d)
-	if err != nil {
-		return tableItem{}, err
-	}
-	it.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds()}
-	setStaleHeaders(c, it.stale)
-	return it, nil
-}
-
-// peerReplicaDoc asks the instances keeping a standby copy of key's
-// partition, in turn, for key from their copy.
-func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
-	m, err := t.Membership(ctx)
-	if err != nil || m.Partitions <= 0 {
-		return tableItem{}, fmt.Errorf("no membership: %w", engine.ErrUnavailable)
-	}
-	shown := t.FormatKey(key)
-	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
-	p := engine.PartitionFor(key, m.Partitions)
-	// The owner too (a standby just promoted answers from its copy while
-	// it restores the rest), then every other member (during a rebalance
-	// the assignment known here may be a generation old). Each gets
-	// peerKeyTimeout.
-	asked := append(append(slices.Clone(m.Replicas[p]), m.Owners[p]), m.Members...)
-	seen := map[string]bool{m.Self: true, "": true}
-	for _, addr := range asked {
-		if seen[addr] {
-			continue
-		}
-		seen[addr] = true
-		pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
-		code, _, body, err := s.tablePeerGet(pctx, addr, rawPath, url.Values{replicaParam: {"1"}})
-		cancel()
-		if err != nil {
-			continue
-		}
-		switch code {
-		case http.StatusOK:
-			var pd peerDocJSON
-			if decodeStrict(body, &pd) != nil {
-				continue
-			}
-			it, err := peerItem(t, spec, -1, pd)
-			if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
-				continue
-			}
-			if it.stale = pd.Stale; it.stale != nil {
-				setStaleHeaders(c, it.stale)
-			}
-			return it, nil
-		case http.StatusNotFound:
-			return tableItem{}, fmt.Errorf("instance %s (standby): %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
-		}
-	}
-	return tableItem{}, fmt.Errorf("no standby of %s key %s answered: %w", spec.Name, quoteInput(shown), engine.ErrUnavailable)
 }
 
 // peerKeyTimeout bounds the wait for a key's owner before its standby
@@ -458,79 +393,6 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 		res.next = &c
 	}
 	return res, nil
-}
-
-// fillFromReplicas answers the partitions g is missing from standby
-// copies: this instance's, then every other instance mem names (each
-// answers the partitions it can, as active or standby: during a
-// rebalance mem may be a generation old).
-func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq ReplicaQuerier, mem engine.Membership, g gathered[tableItem]) gathered[tableItem] {
-	missing := map[int32]bool{}
-	for _, p := range g.missing {
-		missing[p] = true
-	}
-	// Round two sees the partitions answered already as covered here, so
-	// that only the missing ones are asked for and reported.
-	var covered []int32
-	for p := int32(0); p < mem.Partitions; p++ {
-		if !missing[p] {
-			covered = append(covered, p)
-		}
-	}
-	var mine []tableItem
-	if page, parts, err := rq.QueryReplicas(ctx, tq.q); err == nil {
-		for _, p := range parts {
-			if missing[p] {
-				covered = append(covered, p)
-			}
-		}
-		for _, d := range page.Docs {
-			if !missing[d.Partition] {
-				continue
-			}
-			if it, err := localItem(tq.t, tq.spec, tq.pos, d); err == nil {
-				mine = append(mine, it)
-			}
-		}
-	}
-	everyone := slices.Clone(mem.Members)
-	for _, addr := range mem.Owners {
-		everyone = append(everyone, addr)
-	}
-	for _, addrs := range mem.Replicas {
-		everyone = append(everyone, addrs...)
-	}
-	slices.Sort(everyone)
-	g2, err := gather(ctx, scatter[tableItem]{
-		mem:      engine.Membership{Partitions: mem.Partitions, Self: mem.Self},
-		everyone: slices.Compact(everyone),
-		local:    peerPage[tableItem]{items: mine, covered: covered},
-		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
-			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, true)
-		},
-		partition: func(it tableItem) int32 { return it.doc.Partition },
-		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
-		limit:     tq.q.Limit,
-		warn: func(addr string, err error) {
-			s.log.Warn("table query: standby did not answer", "table", tq.spec.Name, "peer", addr, "err", err)
-		},
-	})
-	if err != nil {
-		return g
-	}
-	for _, p := range g.missing {
-		if !slices.Contains(g2.missing, p) {
-			g.stale = append(g.stale, p)
-		}
-	}
-	all := append(g.items, g2.items...)
-	sort.SliceStable(all, func(i, j int) bool { return tq.before(all[i].cur, all[j].cur) })
-	more := g.more || g2.more
-	if len(all) > tq.q.Limit {
-		all, more = all[:tq.q.Limit], true
-	}
-	g.items, g.more, g.missing = all, more, g2.missing
-	return g
 }
 
 // tableQueryPeer asks one peer for tq and checks its answer: a strict JSON
