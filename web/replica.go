@@ -169,20 +169,10 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 		everyone = append(everyone, addrs...)
 	}
 	slices.Sort(everyone)
-	g2, err := gather(ctx, scatter[tableItem]{
-		mem:      engine.Membership{Partitions: mem.Partitions, Self: mem.Self},
-		everyone: slices.Compact(everyone),
-		local:    peerPage[tableItem]{items: mine, covered: covered},
-		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
-			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, true)
-		},
-		partition: func(it tableItem) int32 { return it.doc.Partition },
-		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
-		limit:     tq.q.Limit,
-		warn: func(addr string, err error) {
-			s.log.Warn("table query: standby did not answer", "table", tq.spec.Name, "peer", addr, "err", err)
-		},
-	})
+	sc := s.tableScatter(tq, engine.Membership{Partitions: mem.Partitions, Self: mem.Self},
+		peerPage[tableItem]{items: mine, covered: covered}, true)
+	sc.everyone = slices.Compact(everyone)
+	g2, err := gather(ctx, sc)
 	if err != nil {
 		return g
 	}

@@ -368,19 +368,7 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 		}
 		mine = append(mine, it)
 	}
-	g, err := gather(ctx, scatter[tableItem]{
-		mem:   mem,
-		local: peerPage[tableItem]{items: mine, more: local.Next != nil, covered: covered},
-		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
-			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, false)
-		},
-		partition: func(it tableItem) int32 { return it.doc.Partition },
-		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
-		limit:     tq.q.Limit,
-		warn: func(addr string, err error) {
-			s.log.Warn("table query: instance did not answer, its partitions are reported missing", "table", tq.spec.Name, "peer", addr, "err", err)
-		},
-	})
+	g, err := gather(ctx, s.tableScatter(tq, mem, peerPage[tableItem]{items: mine, more: local.Next != nil, covered: covered}, false))
 	if err != nil {
 		return tableResult{}, err
 	}
@@ -393,6 +381,28 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 		res.next = &c
 	}
 	return res, nil
+}
+
+// tableScatter is tq scattered over mem's instances with local as this
+// instance's part; replica asks the peers for their standby copies too.
+func (s *Server) tableScatter(tq tableQuery, mem engine.Membership, local peerPage[tableItem], replica bool) scatter[tableItem] {
+	msg := "table query: instance did not answer, its partitions are reported missing"
+	if replica {
+		msg = "table query: standby did not answer"
+	}
+	return scatter[tableItem]{
+		mem:   mem,
+		local: local,
+		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
+			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, replica)
+		},
+		partition: func(it tableItem) int32 { return it.doc.Partition },
+		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
+		limit:     tq.q.Limit,
+		warn: func(addr string, err error) {
+			s.log.Warn(msg, "table", tq.spec.Name, "peer", addr, "err", err)
+		},
+	}
 }
 
 // tableQueryPeer asks one peer for tq and checks its answer: a strict JSON
