@@ -52,6 +52,10 @@ func leaseMargin(span time.Duration) time.Duration { return max(span/10, 100*tim
 // have a heartbeat in flight). Safe for concurrent use.
 type readLease struct {
 	until atomic.Int64 // monoNow() value the lease runs to; 0: never proven
+	// proven is the furthest until ever proven, kept when the lease is
+	// revoked (then cut to the revocation): the last moment this
+	// instance's copies of its partitions were known to be current.
+	proven atomic.Int64
 
 	mu      sync.Mutex
 	session uint64 // the current keeper's token
@@ -90,6 +94,7 @@ func (l *readLease) renew(token uint64, sent, span time.Duration) (prev time.Dur
 	prev = time.Duration(l.until.Load())
 	if until := sent + span - leaseMargin(span); until > prev {
 		l.until.Store(int64(until))
+		l.proven.Store(max(l.proven.Load(), int64(until)))
 	}
 	return prev, true
 }
@@ -101,6 +106,7 @@ func (l *readLease) revoke(token uint64) {
 	defer l.mu.Unlock()
 	if token == l.session {
 		l.until.Store(0)
+		l.proven.Store(min(l.proven.Load(), int64(monoNow())))
 	}
 }
 
@@ -215,3 +221,20 @@ func (e *Engine) heartbeatInterval() time.Duration {
 
 // leaseValid reports whether the read lease runs now.
 func (r *Router) leaseValid() bool { return r.lease.valid(monoNow()) }
+
+// unconfirmed reports whether p would be answerable here as its active
+// (RUNNING, or in hand-over) but for a lapsed read lease, and how long ago
+// the lease ran out: the copy was current then, and may be behind now.
+// Such a copy answers as a replica would, its staleness declared (see
+// replicaStaleness), never as the owner.
+func (r *Router) unconfirmed(p int32) (age time.Duration, ok bool) {
+	now := monoNow()
+	proven := time.Duration(r.lease.proven.Load())
+	if r.lease.valid(now) || proven == 0 {
+		return 0, false
+	}
+	r.parts.mu.Lock()
+	ok = r.parts.answerableLocked(p, time.Now())
+	r.parts.mu.Unlock()
+	return max(now-proven, 0), ok
+}

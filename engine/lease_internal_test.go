@@ -48,3 +48,37 @@ func TestReadLease(t *testing.T) {
 		t.Errorf("margin of a 1s span: got %v, want 100ms", got)
 	}
 }
+
+// TestUnconfirmedCopy: a partition this instance runs answers as an
+// unconfirmed copy only while the read lease has lapsed after having been
+// proven, aged from when it ran out; a partition not run here never does.
+func TestUnconfirmedCopy(t *testing.T) {
+	var r Router
+	r.parts.states = map[int32]PartitionState{0: Running, 1: Restoring}
+	if _, ok := r.unconfirmed(0); ok {
+		t.Error("a lease never proven: partition 0 answers as an unconfirmed copy")
+	}
+	tok := r.lease.begin()
+	now := monoNow()
+	r.lease.renew(tok, now, 10*time.Second)
+	if _, ok := r.unconfirmed(0); ok {
+		t.Error("a running lease: partition 0 answers as an unconfirmed copy, want as its owner")
+	}
+	// A lease that ran out 11 s ago (a heartbeat sent 20 s ago, 9 s proven).
+	r.lease.until.Store(int64(now - 11*time.Second))
+	r.lease.proven.Store(int64(now - 11*time.Second))
+	age, ok := r.unconfirmed(0)
+	if !ok || age < 11*time.Second || age > 11*time.Second+time.Minute {
+		t.Errorf("lapsed lease, partition 0 RUNNING: got %v, %v; want about 11s, true", age, ok)
+	}
+	for _, p := range []int32{1, 2} {
+		if _, ok := r.unconfirmed(p); ok {
+			t.Errorf("partition %d (restoring, or not here) answers as an unconfirmed copy", p)
+		}
+	}
+	r.lease.proven.Store(int64(monoNow() + time.Hour)) // as proven by a fresh heartbeat
+	r.lease.revoke(tok)
+	if got, now := time.Duration(r.lease.proven.Load()), monoNow(); got > now {
+		t.Errorf("revoked: the copy counts as current until %v, beyond now (%v)", got, now)
+	}
+}

@@ -110,8 +110,8 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 }
 
 // QueryReplicas answers q from every partition this instance can answer
-// at all: its caught-up standby copies (see GetReplica) as well as the
-// partitions QueryLocal answers. It returns the partitions the page
+// at all: its caught-up standby copies and its unconfirmed own ones (see
+// GetReplica) as well as the partitions QueryLocal answers. It returns the partitions the page
 // covers (sorted). It is for partitions whose active did not answer a
 // scattered query. A shared store has no standbys: it covers none.
 func (v *TableView) QueryReplicas(ctx context.Context, q IndexQuery) (DocPage, []int32, error) {
@@ -210,6 +210,13 @@ type Staleness struct {
 	Records int64
 	// Age is how long ago that read ended.
 	Age time.Duration
+	// Unconfirmed marks this instance's own copy of a partition it runs,
+	// answering while its group membership is unconfirmed (read lease
+	// lapsed: woken from a pause, or a rebalance outlasting the lease).
+	// Records is then 0 and Age counts from when the lease ran out, the
+	// last moment the copy was known to be current. A caught-up standby
+	// elsewhere is usually fresher: ask it first.
+	Unconfirmed bool
 }
 
 // GetReplica returns the document of key from this instance's standby
@@ -217,7 +224,9 @@ type Staleness struct {
 // is for a key whose active cannot answer (restoring, moving, dead,
 // paused): ErrUnavailable when this instance keeps no standby of the
 // partition, or one not yet read or behind by more than
-// Config.AcceptableLag; ErrNotFound when the copy has no such document.
+// Config.AcceptableLag; ErrNotFound, with the copy's staleness, when the
+// copy has no such document. This instance's own copy of a partition it runs answers too while its
+// read lease has lapsed, marked Staleness.Unconfirmed.
 func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness, error) {
 	e := v.e
 	n := e.route.numParts.Load()
@@ -231,7 +240,7 @@ func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness,
 	}
 	d, err := e.table.Get(ctx, key)
 	if err != nil {
-		return Doc{}, Staleness{}, err
+		return Doc{}, st, err
 	}
 	if _, ok := e.replicaStaleness(p); !ok {
 		return Doc{}, Staleness{}, fmt.Errorf("standby of partition %d stopped on this instance: %w", p, ErrUnavailable)
@@ -239,9 +248,19 @@ func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness,
 	return d, st, nil
 }
 
+// ReplicaStaleness returns how stale this instance's copy of partition p
+// is when it answers as a replica (see GetReplica); ok is false when it
+// has none that may. Safe for concurrent use.
+func (v *TableView) ReplicaStaleness(p int32) (st Staleness, ok bool) {
+	return v.e.replicaStaleness(p)
+}
+
 // replicaStaleness returns the staleness of this instance's standby of p;
 // ok is false when there is none that may answer.
 func (e *Engine) replicaStaleness(p int32) (Staleness, bool) {
+	if age, ok := e.route.unconfirmed(p); ok {
+		return Staleness{Age: age, Unconfirmed: true}, true
+	}
 	r := e.standby.get(p)
 	if r == nil {
 		// A standby promoted to active, or a copy within the acceptable

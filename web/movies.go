@@ -128,6 +128,7 @@ func (s *Server) getMovie(c echo.Context) error {
 		return fmt.Errorf("movie %d: %w: %w", id, err, engine.ErrUnavailable)
 	}
 	m.Stale = it.stale
+	setStaleHeaders(c, it.stale)
 	return c.JSON(http.StatusOK, m)
 }
 

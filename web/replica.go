@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -34,6 +35,12 @@ type ReplicaQuerier interface {
 	QueryReplicas(ctx context.Context, q engine.IndexQuery) (engine.DocPage, []int32, error)
 }
 
+// copyStaleness is an optional ability of a Table: how stale this
+// instance's copy of a partition is (engine.TableView.ReplicaStaleness).
+type copyStaleness interface {
+	ReplicaStaleness(p int32) (engine.Staleness, bool)
+}
+
 // replicaParam, set to 1 on a request forwarded between instances, asks
 // the peer for its standby copy's answer.
 const replicaParam = "replica"
@@ -43,7 +50,8 @@ const replicaParam = "replica"
 const ActiveOnlyParam = "activeOnly"
 
 // Headers of an answer from a standby copy: ReplicaHeader names the copy
-// ("standby"), LagRecordsHeader how many changelog offsets it was behind
+// ("standby", or "unconfirmed": the active's own copy while its group
+// membership is unconfirmed), LagRecordsHeader how many changelog offsets it was behind
 // at its last read, LagMillisHeader how long ago that read ended.
 const (
 	ReplicaHeader    = "Keepstate-Replica"
@@ -51,23 +59,39 @@ const (
 	LagMillisHeader  = "Keepstate-Lag-Ms"
 )
 
-// staleJSON is the staleness of an answer from a standby copy.
+// staleJSON is the staleness of an answer from a standby copy, or from
+// an active's own copy while its group membership is unconfirmed
+// (engine.Staleness.Unconfirmed).
 type staleJSON struct {
-	Records int64 `json:"records"`
-	Ms      int64 `json:"ms"`
+	Records     int64 `json:"records"`
+	Ms          int64 `json:"ms"`
+	Unconfirmed bool  `json:"unconfirmed,omitempty"`
 }
 
-// setStaleHeaders marks the response as a standby's answer.
+// setStaleHeaders marks the response as a copy's answer: st nil leaves it
+// unmarked.
 func setStaleHeaders(c echo.Context, st *staleJSON) {
+	if st == nil {
+		return
+	}
 	h := c.Response().Header()
 	h.Set(ReplicaHeader, "standby")
+	if st.Unconfirmed {
+		h.Set(ReplicaHeader, "unconfirmed")
+	}
 	h.Set(LagRecordsHeader, strconv.FormatInt(st.Records, 10))
 	h.Set(LagMillisHeader, strconv.FormatInt(st.Ms, 10))
 }
 
-// replicaDoc answers key from this instance's standby copy.
-func (s *Server) replicaDoc(c echo.Context, ctx context.Context, rr ReplicaReader, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+// replicaDoc answers key from this instance's standby copy, or from its
+// unconfirmed own copy (see engine.Staleness.Unconfirmed), whose "not
+// found" may be out of date for longer than the acceptable lag and so is
+// ErrUnavailable rather than ErrNotFound.
+func (s *Server) replicaDoc(ctx context.Context, rr ReplicaReader, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	d, st, err := rr.GetReplica(ctx, key)
+	if errors.Is(err, engine.ErrNotFound) && st.Unconfirmed {
+		return tableItem{}, fmt.Errorf("%s key %s: not in this instance's unconfirmed copy: %w", spec.Name, quoteInput(t.FormatKey(key)), engine.ErrUnavailable)
+	}
 	if err != nil {
 		return tableItem{}, err
 	}
@@ -75,14 +99,14 @@ func (s *Server) replicaDoc(c echo.Context, ctx context.Context, rr ReplicaReade
 	if err != nil {
 		return tableItem{}, err
 	}
-	it.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds()}
-	setStaleHeaders(c, it.stale)
+	it.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds(), Unconfirmed: st.Unconfirmed}
 	return it, nil
 }
 
 // peerReplicaDoc asks the instances keeping a standby copy of key's
-// partition, in turn, for key from their copy.
-func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+// partition, in turn, for key from their copy. An answer from an
+// unconfirmed copy is kept only if no other instance answers.
+func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	m, err := t.Membership(ctx)
 	if err != nil || m.Partitions <= 0 {
 		return tableItem{}, fmt.Errorf("no membership: %w", engine.ErrUnavailable)
@@ -96,6 +120,7 @@ func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, sp
 	// peerKeyTimeout.
 	asked := append(append(slices.Clone(m.Replicas[p]), m.Owners[p]), m.Members...)
 	seen := map[string]bool{m.Self: true, "": true}
+	var held *tableItem
 	for _, addr := range asked {
 		if seen[addr] {
 			continue
@@ -117,15 +142,29 @@ func (s *Server) peerReplicaDoc(c echo.Context, ctx context.Context, t Table, sp
 			if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
 				continue
 			}
-			if it.stale = pd.Stale; it.stale != nil {
-				setStaleHeaders(c, it.stale)
+			if it.stale = pd.Stale; it.stale != nil && it.stale.Unconfirmed {
+				if held == nil {
+					held = &it
+				}
+				continue
 			}
 			return it, nil
 		case http.StatusNotFound:
 			return tableItem{}, fmt.Errorf("instance %s (standby): %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
 		}
 	}
+	if held != nil {
+		return *held, nil
+	}
 	return tableItem{}, fmt.Errorf("no standby of %s key %s answered: %w", spec.Name, quoteInput(shown), engine.ErrUnavailable)
+}
+
+// staleness returns cs's staleness of p; ok is false without cs.
+func staleness(cs copyStaleness, p int32) (engine.Staleness, bool) {
+	if cs == nil {
+		return engine.Staleness{}, false
+	}
+	return cs.ReplicaStaleness(p)
 }
 
 // fillFromReplicas answers the partitions g is missing from standby
@@ -145,18 +184,32 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 			covered = append(covered, p)
 		}
 	}
-	var mine []tableItem
+	// This instance's unconfirmed own copies answer last: any peer's copy
+	// of those partitions is preferred.
+	var mine, held []tableItem
+	unconfirmed := map[int32]bool{}
 	if page, parts, err := rq.QueryReplicas(ctx, tq.q); err == nil {
+		cs, _ := tq.t.(copyStaleness)
 		for _, p := range parts {
-			if missing[p] {
-				covered = append(covered, p)
+			if !missing[p] {
+				continue
 			}
+			if st, ok := staleness(cs, p); ok && st.Unconfirmed {
+				unconfirmed[p] = true
+				continue
+			}
+			covered = append(covered, p)
 		}
 		for _, d := range page.Docs {
 			if !missing[d.Partition] {
 				continue
 			}
-			if it, err := localItem(tq.t, tq.spec, tq.pos, d); err == nil {
+			it, err := localItem(tq.t, tq.spec, tq.pos, d)
+			switch {
+			case err != nil:
+			case unconfirmed[d.Partition]:
+				held = append(held, it)
+			default:
 				mine = append(mine, it)
 			}
 		}
@@ -174,7 +227,30 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 	sc.everyone = slices.Compact(everyone)
 	g2, err := gather(ctx, sc)
 	if err != nil {
-		return g
+		if len(unconfirmed) == 0 {
+			return g
+		}
+		g2 = gathered[tableItem]{items: mine}
+		for _, p := range g.missing {
+			if !slices.Contains(covered, p) {
+				g2.missing = append(g2.missing, p)
+			}
+		}
+	}
+	if len(unconfirmed) > 0 {
+		var still []int32
+		left := map[int32]bool{}
+		for _, p := range g2.missing {
+			if left[p] = unconfirmed[p]; !left[p] {
+				still = append(still, p)
+			}
+		}
+		for _, it := range held {
+			if left[it.doc.Partition] {
+				g2.items = append(g2.items, it)
+			}
+		}
+		g2.missing = still
 	}
 	for _, p := range g.missing {
 		if !slices.Contains(g2.missing, p) {

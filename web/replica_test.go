@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,11 +25,15 @@ var _ ReplicaReader = (*replicaTable)(nil)
 
 func (r *replicaTable) GetReplica(_ context.Context, key []byte) (engine.Doc, engine.Staleness, error) {
 	d, ok := r.find(key)
-	if !r.has[d.Partition] {
+	p := d.Partition
+	if !ok {
+		p = engine.PartitionFor(key, r.n)
+	}
+	if !r.has[p] {
 		return engine.Doc{}, engine.Staleness{}, fmt.Errorf("no standby: %w", engine.ErrUnavailable)
 	}
 	if !ok {
-		return engine.Doc{}, engine.Staleness{}, engine.ErrNotFound
+		return engine.Doc{}, r.stale, engine.ErrNotFound
 	}
 	return d, r.stale, nil
 }
@@ -97,5 +102,62 @@ func TestReplicaAnswers(t *testing.T) {
 	}
 	if got := decode[docStale](t, rec); got.Stale != nil {
 		t.Errorf("active answer marked stale: %+v", got.Stale)
+	}
+}
+
+// TestUnconfirmedCopyAnswers: an active's own copy answering while its
+// group membership is unconfirmed is marked as such (JSON and header);
+// a key missing from it is 503, not 404, since the copy may be behind by
+// more than the acceptable lag.
+func TestUnconfirmedCopyAnswers(t *testing.T) {
+	f := customers(40)
+	f.shared = false
+	const self = "127.0.0.1:1"
+	f.setOwners(self, map[int32]string{}) // nobody is known to own anything now
+	rt := &replicaTable{fakeTable: f, has: map[int32]bool{1: true}, stale: engine.Staleness{Age: 4200 * time.Millisecond, Unconfirmed: true}}
+	h := New(Options{Tables: []Table{rt}}).Handler()
+	var onCopy engine.Doc
+	for _, d := range f.docs {
+		if d.Partition == 1 {
+			onCopy = d
+			break
+		}
+	}
+	rec := get(t, h, "/tables/customers/"+url.PathEscape(f.FormatKey(onCopy.Key)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("key of the unconfirmed copy: %d %s, want 200", rec.Code, rec.Body.String())
+	}
+	type staleOut struct {
+		Records     int64 `json:"records"`
+		Ms          int64 `json:"ms"`
+		Unconfirmed bool  `json:"unconfirmed"`
+	}
+	got := decode[struct {
+		docOut
+		Stale *staleOut `json:"stale"`
+	}](t, rec)
+	if got.Stale == nil || *got.Stale != (staleOut{Ms: 4200, Unconfirmed: true}) {
+		t.Errorf("stale = %+v, want ms 4200, unconfirmed", got.Stale)
+	}
+	for h, want := range map[string]string{ReplicaHeader: "unconfirmed", LagRecordsHeader: "0", LagMillisHeader: "4200"} {
+		if v := rec.Header().Get(h); v != want {
+			t.Errorf("header %s = %q, want %q", h, v, want)
+		}
+	}
+
+	// A key of partition 1 that the copy does not hold.
+	for i := 0; ; i++ {
+		shown := "missing" + strconv.Itoa(i)
+		key, err := f.ParseKey(shown)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if engine.PartitionFor(key, f.n) != 1 {
+			continue
+		}
+		if rec := get(t, h, "/tables/customers/"+shown); rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("key missing from the unconfirmed copy: %d %s, want 503", rec.Code, rec.Body.String())
+		}
+		break
 	}
 }

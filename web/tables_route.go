@@ -50,6 +50,7 @@ func (s *Server) getTableDoc(c echo.Context) error {
 		return err
 	}
 	it.doc.Stale = it.stale
+	setStaleHeaders(c, it.stale)
 	return c.JSON(http.StatusOK, it.doc)
 }
 
@@ -59,9 +60,11 @@ func (s *Server) getTableDoc(c echo.Context) error {
 // checked and re-encoded, never passed through. A key without a document
 // is an error wrapping engine.ErrNotFound. When the partition's active
 // cannot answer (restoring, moving, its instance dead or paused), a
-// caught-up standby copy on this instance answers instead, its staleness
-// in the item, unless the request asks for the active only
-// (activeOnly=true) or was forwarded.
+// caught-up standby copy answers instead (this instance's, else a
+// peer's), its staleness in the item, unless the request asks for the
+// active only (activeOnly=true) or was forwarded. This instance's own copy
+// of a partition it runs answers while its group membership is
+// unconfirmed only when no peer's copy does.
 func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	fwd, err := s.checkForwarded(c)
 	if err != nil {
@@ -73,19 +76,22 @@ func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engi
 		if it, err := s.findActiveDoc(c, ctx, t, spec, key, true); err == nil || errors.Is(err, engine.ErrNotFound) {
 			return it, err
 		}
-		return s.replicaDoc(c, ctx, rr, t, spec, key)
+		return s.replicaDoc(ctx, rr, t, spec, key)
 	}
 	it, err := s.findActiveDoc(c, ctx, t, spec, key, fwd)
 	if err == nil || fwd || !canReplica || errors.Is(err, engine.ErrNotFound) || ctx.Err() != nil ||
 		c.QueryParam(ActiveOnlyParam) == "true" {
 		return it, err
 	}
-	rit, rerr := s.replicaDoc(c, ctx, rr, t, spec, key)
-	if rerr == nil || errors.Is(rerr, engine.ErrNotFound) {
+	rit, rerr := s.replicaDoc(ctx, rr, t, spec, key)
+	if (rerr == nil && !rit.stale.Unconfirmed) || errors.Is(rerr, engine.ErrNotFound) {
 		return rit, rerr
 	}
-	if rit, rerr := s.peerReplicaDoc(c, ctx, t, spec, key); rerr == nil || errors.Is(rerr, engine.ErrNotFound) {
-		return rit, rerr
+	if pit, perr := s.peerReplicaDoc(ctx, t, spec, key); perr == nil || errors.Is(perr, engine.ErrNotFound) {
+		return pit, perr
+	}
+	if rerr == nil {
+		return rit, nil // this instance's unconfirmed copy: no one else answered
 	}
 	return it, err // the active's error says more
 }
