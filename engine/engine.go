@@ -57,10 +57,12 @@ type Engine struct {
 
 	stale staleDropper
 	// asg is the group assignor; standby the partitions tailed here as
-	// replicas; copies the checkpoint of each partition the store holds.
+	// replicas; copies the checkpoint of each partition the store holds;
+	// meters the records replayed into each.
 	asg     *assignor
 	standby standbySet
 	copies  copies
+	meters  replayMeters
 	// actives are the partitions run here in the last session (reported
 	// to the assignor, which keeps them here); guarded by mu.
 	actives []int32

@@ -121,6 +121,7 @@ var errReplayLimit = errors.New("replay limit reached")
 func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit int64, counter *atomic.Int64) (read, checkpoint int64, err error) {
 	pending := map[string]Doc{}
 	checkpoint = start
+	meter := e.meters.get(p)
 	write := func(cp int64) error {
 		docs := make([]Doc, 0, len(pending))
 		for _, d := range pending {
@@ -139,6 +140,7 @@ func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit i
 	err = e.clog.ReadCommitted(ctx, e.topics.Changelog, p, start, end, func(m CommittedRecord) error {
 		read++
 		counter.Add(1)
+		meter.n.Add(1)
 		// A decoder that is temporarily unavailable (the Schema Registry
 		// down when a new process first meets the changelog's schema id)
 		// is waited for: skipping would restore the partition without those

@@ -105,10 +105,15 @@ func TestChromiumDashboard(t *testing.T) {
 		ChangelogRestored: 98765, StoreBatches: 5555, StoreDocsWritten: 77777, FencedWrites: 3,
 		PartitionsAssigned: 4, PartitionsRunning: 3, ChangelogSkipped: 2, ReadLeaseLapses: 5,
 	}
+	roles := map[string][]engine.PartitionRole{"movies": {
+		{Partition: 0, Role: engine.RoleActive, State: "RUNNING", Replayed: 12},
+		{Partition: 2, Role: engine.RoleWarmup, LagRecords: 45678, LagMs: 150, Replayed: 1234567, ReplayPerSec: 345678.4},
+	}}
 	s := New(Options{
 		Tables: []Table{fq},
 		Stats:  func() engine.Stats { return stats },
 		Ready:  func() error { return errors.New("1 of 4 partitions restoring") },
+		Roles:  func() map[string][]engine.PartitionRole { return roles },
 	})
 	base := startForBrowser(t, s)
 	lookup := fq.movies[7]
@@ -125,7 +130,9 @@ func TestChromiumDashboard(t *testing.T) {
 	} {
 		want = append(want, fmt.Sprintf(`data-stat="%s">%s<`, field, commas(v)))
 	}
-	want = append(want, `class="badge notready"`, "not ready: 1 of 4 partitions restoring")
+	want = append(want, `class="badge notready"`, "not ready: 1 of 4 partitions restoring",
+		`<tr><td>movies</td><td class="num">0</td><td>active</td><td>RUNNING</td><td class="num"></td><td class="num"></td><td class="num">12</td><td class="num">0</td></tr>`,
+		`<tr><td>movies</td><td class="num">2</td><td>warmup</td><td></td><td class="num">45,678</td><td class="num">150</td><td class="num">1,234,567</td><td class="num">345,678</td></tr>`)
 	for i, m := range fq.movies[:20] {
 		want = append(want, fmt.Sprintf("<tr><td>%d</td><td>%d</td><td>%.2f</td><td>%s</td></tr>", i+1, m.MovieID, m.Avg(), commas(m.Count)))
 	}

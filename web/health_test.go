@@ -102,11 +102,12 @@ func TestUnknownRoutes(t *testing.T) {
 }
 
 // TestPartitionRoles: /api/stats lists the partitions held here with
-// their role, and /metrics exports each one's lag.
+// their role, lag and replay progress, and /metrics exports each one's lag
+// and replayed records.
 func TestPartitionRoles(t *testing.T) {
 	roles := map[string][]engine.PartitionRole{"movies": {
-		{Partition: 0, Role: engine.RoleActive, State: "RUNNING", LagMs: 0},
-		{Partition: 1, Role: engine.RoleStandby, LagRecords: 5, LagMs: 120},
+		{Partition: 0, Role: engine.RoleActive, State: "RUNNING", LagMs: 0, Replayed: 40},
+		{Partition: 1, Role: engine.RoleStandby, LagRecords: 5, LagMs: 120, Replayed: 9000, ReplayPerSec: 250.5},
 	}}
 	h := New(Options{Roles: func() map[string][]engine.PartitionRole { return roles }}).Handler()
 	rec := get(t, h, "/api/stats")
@@ -117,6 +118,8 @@ func TestPartitionRoles(t *testing.T) {
 	for _, want := range []string{
 		`keepstate_partition_lag_records{partition="1",role="standby",table="movies"} 5`,
 		`keepstate_partition_lag_records{partition="0",role="active",table="movies"} 0`,
+		`keepstate_partition_replayed_records_total{partition="1",role="standby",table="movies"} 9000`,
+		`keepstate_partition_replayed_records_total{partition="0",role="active",table="movies"} 40`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)

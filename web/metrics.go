@@ -56,6 +56,7 @@ type statsCollector struct {
 	descs     []*prometheus.Desc
 	readyDesc *prometheus.Desc
 	lagDesc   *prometheus.Desc
+	replDesc  *prometheus.Desc
 }
 
 func newStatsCollector(stats func() engine.Stats, ready func() error, roles func() map[string][]engine.PartitionRole) *statsCollector {
@@ -66,6 +67,9 @@ func newStatsCollector(stats func() engine.Stats, ready func() error, roles func
 		readyDesc: prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil),
 		lagDesc: prometheus.NewDesc("keepstate_partition_lag_records",
 			"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
+			[]string{"table", "partition", "role"}, nil),
+		replDesc: prometheus.NewDesc("keepstate_partition_replayed_records_total",
+			"Changelog records replayed into this instance's copy of each partition held here (restores, standby and warm-up catch-ups); its rate is the restore rate.",
 			[]string{"table", "partition", "role"}, nil),
 	}
 	for _, m := range statMetrics {
@@ -81,6 +85,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.readyDesc
 	ch <- c.lagDesc
+	ch <- c.replDesc
 }
 
 // Collect implements prometheus.Collector; it takes one Stats snapshot.
@@ -100,6 +105,8 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for table, roles := range c.roles() {
 		for _, r := range roles {
 			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, float64(r.LagRecords),
+				table, strconv.Itoa(int(r.Partition)), r.Role)
+			ch <- prometheus.MustNewConstMetric(c.replDesc, prometheus.CounterValue, float64(r.Replayed),
 				table, strconv.Itoa(int(r.Partition)), r.Role)
 		}
 	}

@@ -1,4 +1,5 @@
-// keepstate dashboard: polls api/stats every 2 s, shows the top movies
+// keepstate dashboard: polls api/stats every 2 s (counters, readiness and
+// the partitions held here with their roles), shows the top movies
 // (GET movies?minAvg=..&limit=20), looks movies up by id (also on load
 // with /?movie=<id>), lists the jobs' tables (GET tables) and runs a query
 // on one of them (GET tables/<name>?index=..; on load the first table's
@@ -43,6 +44,7 @@ async function refreshStats() {
     badge.textContent = body.ready ? "ready" : "not ready";
     badge.title = body.reason || "";
     if (!body.ready && body.reason) badge.textContent += ": " + body.reason;
+    showRoles(body.partitions || {});
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
     showError($("stats-error"), "");
   } catch (e) {
@@ -56,6 +58,33 @@ function cell(text) {
   const td = document.createElement("td");
   td.textContent = text;
   return td;
+}
+
+// showRoles lists the partitions held here (api/stats "partitions", by
+// table): each one's role (active, standby, warmup), an active's state, a
+// copy's lag and the records replayed into it and their rate.
+function showRoles(byTable) {
+  const rows = [];
+  for (const table of Object.keys(byTable).sort()) {
+    for (const r of byTable[table]) {
+      const tr = document.createElement("tr");
+      const num = (v) => { const td = cell(v); td.className = "num"; return td; };
+      tr.append(cell(table), num(String(r.partition)), cell(r.role), cell(r.state || ""),
+        num(r.role === "active" ? "" : intFmt.format(r.lagRecords)),
+        num(r.lagMs < 0 || r.role === "active" ? "" : intFmt.format(r.lagMs)),
+        num(intFmt.format(r.replayed)), num(intFmt.format(Math.round(r.replayPerSec))));
+      rows.push(tr);
+    }
+  }
+  if (rows.length === 0) {
+    const tr = document.createElement("tr");
+    const td = cell("no partition held here yet");
+    td.colSpan = 8;
+    td.className = "muted";
+    tr.append(td);
+    rows.push(tr);
+  }
+  $("roles-body").replaceChildren(...rows);
 }
 
 async function refreshTop() {
