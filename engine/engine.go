@@ -249,6 +249,10 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		case errors.Is(err, sarama.ErrFencedInstancedId):
 			return fmt.Errorf("%w (--instance-id=%q): stop the other one or give each instance its own id", ErrInstanceFenced, e.cfg.InstanceID)
+		case errors.Is(err, sarama.ErrInvalidSessionTimeout):
+			// A setting no retry can fix: say so at once.
+			return fmt.Errorf("engine: --session-timeout=%v is outside the range the brokers allow (group.min.session.timeout.ms to group.max.session.timeout.ms, 6s to 30m by default): %w",
+				e.cfg.SessionTimeout, err)
 		case err != nil:
 			e.route.restarts.note(err)
 			e.c.restarts.Add(1)

@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -69,7 +70,12 @@ type Config struct {
 	// ProfileURL is where the child serves /debug/pprof (--cpuprofile-url;
 	// empty: its API address).
 	ProfileURL string
-	Timeout    time.Duration // --timeout of each phase
+	// Instances is how many keepstate children run as one group
+	// (--instances): 2 or more measure the group (its CPU summed, each
+	// one's RSS and store size in the note), in phases fill, run and
+	// query, with the clover store.
+	Instances int
+	Timeout   time.Duration // --timeout of each phase
 	JSON       bool          // --json: print the result as JSON instead of a table
 	Out        io.Writer     // where the table or JSON goes
 }
@@ -78,7 +84,7 @@ type Config struct {
 // clover, every phase, in-process broker; about a minute on 2 cores.
 func Default() Config {
 	return Config{Job: JobMovies, Movies: 62000, Ratings: 1000000, Queries: 40000, Dist: DistZipf, Store: app.StoreClover,
-		RedisURL: app.Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1,
+		RedisURL: app.Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1, Instances: 1,
 		ProfileFor: 10 * time.Second, Timeout: 10 * time.Minute, Out: io.Discard}
 }
 
@@ -96,6 +102,10 @@ func (b Config) Validate() error {
 	}
 	if len(b.Phases) == 0 {
 		errs = append(errs, errors.New("--phases: at least one phase"))
+	}
+	if b.Instances < 1 || b.Instances > 1 && (b.Store != app.StoreClover ||
+		slices.ContainsFunc(b.Phases, func(p string) bool { return p == PhaseRestart || p == PhaseRestore })) {
+		errs = append(errs, fmt.Errorf("--instances %d: want 1, or more with the clover store and phases fill, run and query", b.Instances))
 	}
 	if b.Job != JobMovies && (b.Job != JobOrders || b.Store != app.StoreClover ||
 		slices.ContainsFunc(b.Phases, func(p string) bool { return p == PhaseQuery || p == PhaseRestart })) {
@@ -164,7 +174,11 @@ type bench struct {
 	httpAddr string
 	truth    *Truth
 	child    *Child
-	encode   ProduceOptions
+	// peers are the children after the first (Config.Instances), with
+	// their HTTP addresses; child is the one asked and checked.
+	peers     []*Child
+	peerAddrs []string
+	encode    ProduceOptions
 }
 
 // Run is `keepstate bench`. It produces the ratings of each phase first,
@@ -227,15 +241,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		return res, err
 	}
 	b.httpAddr, b.api = addr, "http://"+addr
-	defer func() {
-		if b.child != nil {
-			b.child.Stop(30 * time.Second)
+	for range cfg.Instances - 1 {
+		a, err := freeTCPAddr()
+		if err != nil {
+			return res, err
 		}
-	}()
+		b.peerAddrs = append(b.peerAddrs, a)
+	}
+	defer b.stopChild()
 
 	res.Date = time.Now().UTC().Format(time.RFC3339)
 	res.Store, res.Partitions = cfg.Store, cfg.Partitions
 	res.Workload = fmt.Sprintf("%d ratings over %d movies, %s, job %s", cfg.Ratings, cfg.Movies, cfg.Dist, cfg.Job)
+	if cfg.Instances > 1 {
+		res.Workload += fmt.Sprintf(", %d instances", cfg.Instances)
+	}
 	res.Machine = fmt.Sprintf("%s/%s, %d cores, load %s, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg(), runtime.Version())
 	for _, phase := range cfg.Phases {
 		pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -271,29 +291,50 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	return res, nil
 }
 
-// childArgs is the `keepstate run` command line of the child.
-func (b *bench) childArgs() []string {
+// childArgs is the `keepstate run` command line of child i (0: the one
+// asked and checked).
+func (b *bench) childArgs(i int) []string {
+	store, addr := filepath.Join(b.work, "store"), b.httpAddr
+	if i > 0 {
+		store, addr = filepath.Join(b.work, fmt.Sprintf("store-%d", i)), b.peerAddrs[i-1]
+	}
 	args := []string{"run", "--brokers", strings.Join(b.brokers, ","), "--schema-registry", b.registry,
-		"--store", b.cfg.Store, "--data-dir", filepath.Join(b.work, "store"), "--redis-url", b.cfg.RedisURL,
-		"--http-addr", b.httpAddr, "--advertise-addr", b.httpAddr, "--application-id", b.appID,
-		"--input-topic", b.encode.Topic, "--output-topic", b.appID + "-averages", "--instance-id", "bench-0"}
+		"--store", b.cfg.Store, "--data-dir", store, "--redis-url", b.cfg.RedisURL,
+		"--http-addr", addr, "--advertise-addr", addr, "--application-id", b.appID,
+		"--input-topic", b.encode.Topic, "--output-topic", b.appID + "-averages", "--instance-id", fmt.Sprintf("bench-%d", i)}
+	if b.cfg.Instances > 1 {
+		// The children route queries to each other.
+		args = append(args, "--peer-secret", b.appID+"-peer-secret")
+	}
 	return append(args, b.cfg.ChildArgs...)
 }
 
+// startChild starts the child and its peers.
 func (b *bench) startChild() error {
-	c, err := StartChild(filepath.Join(b.work, "keepstate.log"), b.cfg.Binary, b.childArgs()...)
+	c, err := StartChild(filepath.Join(b.work, "keepstate.log"), b.cfg.Binary, b.childArgs(0)...)
 	if err != nil {
 		return err
 	}
-	b.child = c
+	b.child, b.peers = c, nil
+	for i := 1; i < b.cfg.Instances; i++ {
+		p, err := StartChild(filepath.Join(b.work, fmt.Sprintf("keepstate-%d.log", i)), b.cfg.Binary, b.childArgs(i)...)
+		if err != nil {
+			return err
+		}
+		b.peers = append(b.peers, p)
+	}
 	return nil
 }
 
-// stopChild stops the running child, if any, cleanly.
+// stopChild stops the running children, if any, cleanly, at once.
 func (b *bench) stopChild() {
-	if b.child != nil && !b.child.Exited() {
-		b.child.Stop(30 * time.Second)
+	var wg sync.WaitGroup
+	for _, c := range append([]*Child{b.child}, b.peers...) {
+		if c != nil && !c.Exited() {
+			wg.Go(func() { c.Stop(30 * time.Second) })
+		}
 	}
+	wg.Wait()
 }
 
 // process produces w with the child stopped, then starts the child and
@@ -356,12 +397,13 @@ func (b *bench) whileAlive(ctx context.Context, f func(context.Context) (DrainRe
 			return o.r, b.child.Failed(o.err)
 		}
 		return o.r, nil
-	case <-b.child.done:
+	case c := <-b.exited():
 		cancel()
 		<-ch
-		return DrainResult{}, b.child.Failed(errors.New("keepstate exited during the phase"))
+		return DrainResult{}, c.Failed(errors.New("keepstate exited during the phase"))
 	}
 }
+
 
 // measure fills the phase's time from the child's start to at, CPU, RSS
 // and rate (of a phase with records), then checks every movie; the
@@ -374,6 +416,13 @@ func (b *bench) measure(ctx context.Context, pr *PhaseResult, at time.Time) erro
 	pr.Seconds = at.Sub(b.child.Started).Seconds()
 	pr.CPUSeconds = u.CPU.Seconds()
 	pr.PeakRSSMiB = float64(u.PeakRSS) / (1 << 20)
+	if len(b.peers) > 0 {
+		note, err := b.groupUsage(pr)
+		if err != nil {
+			return err
+		}
+		pr.Note = strings.TrimPrefix(pr.Note+"; "+note, "; ")
+	}
 	if pr.Records > 0 {
 		pr.Rate = float64(pr.Records) / pr.Seconds
 	}

@@ -47,6 +47,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&b.CPUProfile, "cpuprofile", "", "write a CPU profile of the child's run phase here (skipped with a warning if the child serves no /debug/pprof)")
 	fs.DurationVar(&b.ProfileFor, "cpuprofile-duration", b.ProfileFor, "length of that profile, from the child's start")
 	fs.StringVar(&b.ProfileURL, "cpuprofile-url", "", "base URL where the child serves /debug/pprof (default: its API address)")
+	fs.IntVar(&b.Instances, "instances", b.Instances, "keepstate children run as one group (2 or more: clover, phases fill, run and query; e.g. the cost of --child-arg=--standby-replicas=1)")
 	fs.DurationVar(&b.Timeout, "timeout", b.Timeout, "give up on a phase after this long")
 	fs.BoolVar(&b.JSON, "json", false, "print the result as JSON")
 	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error (progress is logged at info)")
