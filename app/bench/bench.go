@@ -76,8 +76,8 @@ type Config struct {
 	// query, with the clover store.
 	Instances int
 	Timeout   time.Duration // --timeout of each phase
-	JSON       bool          // --json: print the result as JSON instead of a table
-	Out        io.Writer     // where the table or JSON goes
+	JSON      bool          // --json: print the result as JSON instead of a table
+	Out       io.Writer     // where the table or JSON goes
 }
 
 // Default returns the bench defaults: 62k movies, 1M Zipf ratings,
@@ -403,7 +403,6 @@ func (b *bench) whileAlive(ctx context.Context, f func(context.Context) (DrainRe
 		return DrainResult{}, c.Failed(errors.New("keepstate exited during the phase"))
 	}
 }
-
 
 // measure fills the phase's time from the child's start to at, CPU, RSS
 // and rate (of a phase with records), then checks every movie; the
