@@ -21,7 +21,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -289,52 +288,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 		}
 	}
 	return res, nil
-}
-
-// childArgs is the `keepstate run` command line of child i (0: the one
-// asked and checked).
-func (b *bench) childArgs(i int) []string {
-	store, addr := filepath.Join(b.work, "store"), b.httpAddr
-	if i > 0 {
-		store, addr = filepath.Join(b.work, fmt.Sprintf("store-%d", i)), b.peerAddrs[i-1]
-	}
-	args := []string{"run", "--brokers", strings.Join(b.brokers, ","), "--schema-registry", b.registry,
-		"--store", b.cfg.Store, "--data-dir", store, "--redis-url", b.cfg.RedisURL,
-		"--http-addr", addr, "--advertise-addr", addr, "--application-id", b.appID,
-		"--input-topic", b.encode.Topic, "--output-topic", b.appID + "-averages", "--instance-id", fmt.Sprintf("bench-%d", i)}
-	if b.cfg.Instances > 1 {
-		// The children route queries to each other.
-		args = append(args, "--peer-secret", b.appID+"-peer-secret")
-	}
-	return append(args, b.cfg.ChildArgs...)
-}
-
-// startChild starts the child and its peers.
-func (b *bench) startChild() error {
-	c, err := StartChild(filepath.Join(b.work, "keepstate.log"), b.cfg.Binary, b.childArgs(0)...)
-	if err != nil {
-		return err
-	}
-	b.child, b.peers = c, nil
-	for i := 1; i < b.cfg.Instances; i++ {
-		p, err := StartChild(filepath.Join(b.work, fmt.Sprintf("keepstate-%d.log", i)), b.cfg.Binary, b.childArgs(i)...)
-		if err != nil {
-			return err
-		}
-		b.peers = append(b.peers, p)
-	}
-	return nil
-}
-
-// stopChild stops the running children, if any, cleanly, at once.
-func (b *bench) stopChild() {
-	var wg sync.WaitGroup
-	for _, c := range append([]*Child{b.child}, b.peers...) {
-		if c != nil && !c.Exited() {
-			wg.Go(func() { c.Stop(30 * time.Second) })
-		}
-	}
-	wg.Wait()
 }
 
 // process produces w with the child stopped, then starts the child and
