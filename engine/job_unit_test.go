@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
 
@@ -57,9 +56,9 @@ func spendJob() engine.Job[string, order, spend] {
 	}
 }
 
-// jobRig runs spendJob on a fake cluster and a memstore table.
+// jobRig runs spendJob on a kfake cluster and a memstore table.
 type jobRig struct {
-	c      *kafkatest.Cluster
+	c      *kcluster
 	table  engine.Table
 	cfg    engine.Config
 	topics engine.Topics
@@ -68,7 +67,7 @@ type jobRig struct {
 	done   chan error
 }
 
-func newJobRig(t *testing.T, c *kafkatest.Cluster, g engine.Guarantee, store *memstore.Store) *jobRig {
+func newJobRig(t *testing.T, c *kcluster, g engine.Guarantee, store *memstore.Store) *jobRig {
 	t.Helper()
 	cfg := unitConfig(c, g)
 	cfg.ApplicationID = "unit-customers"
@@ -147,7 +146,7 @@ func hasSpend(table engine.Table, want map[string]spend) func() error {
 func TestUnitGenericJob(t *testing.T) {
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
-			c := kafkatest.New()
+			c := newCluster(t)
 			store := memstore.New()
 			r := newJobRig(t, c, g, store)
 			r.send(t,

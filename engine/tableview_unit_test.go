@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
 
@@ -23,7 +22,7 @@ func TestUnitTableView(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			r := newJobRig(t, kafkatest.New(), engine.ExactlyOnce, tc.store)
+			r := newJobRig(t, newCluster(t), engine.ExactlyOnce, tc.store)
 			v := r.e.View()
 			if got := v.Shared(); got != tc.shared {
 				t.Errorf("Shared: got %v, want %v", got, tc.shared)
