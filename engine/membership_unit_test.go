@@ -222,7 +222,7 @@ func TestUnitNewRejectsInvalidConfig(t *testing.T) {
 		name string
 		edit func(*engine.Config)
 	}{
-		{"no brokers and no Kafka", func(c *engine.Config) { c.Kafka = nil; c.Brokers = nil }},
+		{"no brokers", func(c *engine.Config) { c.Brokers = nil }},
 		{"no application id", func(c *engine.Config) { c.ApplicationID = "" }},
 		{"zero commit interval", func(c *engine.Config) { c.CommitInterval = 0 }},
 		{"short session timeout", func(c *engine.Config) { c.SessionTimeout = time.Millisecond }},
