@@ -22,6 +22,7 @@ import (
 // sends nothing). An error the client retries by itself is injected as
 // often as it retries, so that the engine sees it.
 func TestUnitTransientFailures(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	boom := errors.New("injected")
 	// rigFn injects a failure; a Kafka fault returns its handle.
 	type rigFn func(r *rig) *kfake.FaultHandle
@@ -105,6 +106,7 @@ const failedTxnTimeout = 2 * time.Second
 // error the client does not retry by itself): Run logs it, counts a
 // restart, and joins again.
 func TestUnitJoinFailureRetries(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	c := newCluster(t)
 	c.fail(kfake.Fault{Keys: []kmsg.Key{kmsg.JoinGroup}})
 	r := newRig(t, c, unitConfig(c, engine.ExactlyOnce), nil).start(t)
@@ -120,6 +122,7 @@ func TestUnitJoinFailureRetries(t *testing.T) {
 // fails, the session restarts and the partition is restored on the next
 // try.
 func TestUnitInitProducerFailure(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	c := newCluster(t)
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	c.fail(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, TxnID: cfg.Topics().TransactionalID(0)})
@@ -135,6 +138,7 @@ func TestUnitInitProducerFailure(t *testing.T) {
 // interval too long to matter: the cache bound alone triggers the
 // flushes, and the counts are exact.
 func TestUnitCacheBoundFlushesEarly(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
 			cfg := unitConfig(nil, g)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/engine"
@@ -273,13 +274,16 @@ func (r *rig) stop(t *testing.T) {
 	r.done = nil
 }
 
-// rate appends ratings (movie, rating pairs) to input partition p.
+// rate appends ratings (movie, rating pairs) to input partition p, in one
+// batch.
 func (r *rig) rate(t *testing.T, p int32, ratings ...rating) {
 	t.Helper()
+	var recs []*kgo.Record
 	for _, x := range ratings {
-		if _, err := r.c.Append(r.topics.Input, p, nil, ratingValue(x.movie, x.value)); err != nil {
-			t.Fatalf("append rating: %v", err)
-		}
+		recs = append(recs, &kgo.Record{Topic: r.topics.Input, Partition: p, Value: ratingValue(x.movie, x.value)})
+	}
+	if err := r.c.appendBatch(recs...); err != nil {
+		t.Fatalf("append ratings: %v", err)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
@@ -116,10 +118,12 @@ func (r *jobRig) stop(t *testing.T) {
 
 func (r *jobRig) send(t *testing.T, values ...string) {
 	t.Helper()
+	var recs []*kgo.Record
 	for _, v := range values {
-		if _, err := r.c.Append(r.topics.Input, 0, nil, []byte(v)); err != nil {
-			t.Fatalf("append order: %v", err)
-		}
+		recs = append(recs, &kgo.Record{Topic: r.topics.Input, Value: []byte(v)})
+	}
+	if err := r.c.appendBatch(recs...); err != nil {
+		t.Fatalf("append orders: %v", err)
 	}
 }
 
@@ -144,6 +148,7 @@ func hasSpend(table engine.Table, want map[string]spend) func() error {
 }
 
 func TestUnitGenericJob(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
 			c := newCluster(t)

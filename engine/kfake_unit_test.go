@@ -26,7 +26,9 @@ import (
 type kcluster struct {
 	kc      *kfake.Cluster
 	brokers []string
-	cl      *kgo.Client // appends records
+	cl      *kgo.Client // appends records; flushed by hand, so a call's records go in one batch
+
+	appendMu sync.Mutex // one append at a time: a flush sends every buffered record
 
 	mu     sync.Mutex
 	events []event
@@ -79,7 +81,7 @@ func (e event) String() string {
 func newCluster(t testing.TB) *kcluster {
 	t.Helper()
 	k := testkit.StartKfake(t, testkit.WithPartitions(1))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing())
 	if err != nil {
 		t.Fatalf("kgo client: %v", err)
 	}
@@ -235,16 +237,36 @@ type header struct {
 // Append writes one record to topic/p outside any transaction and returns
 // its offset.
 func (c *kcluster) Append(topic string, p int32, key, value []byte, headers ...header) (int64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), unitTimeout)
-	defer cancel()
 	r := &kgo.Record{Topic: topic, Partition: p, Key: key, Value: value}
 	for _, h := range headers {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
-	if err := c.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+	if err := c.appendBatch(r); err != nil {
 		return 0, err
 	}
 	return r.Offset, nil
+}
+
+// appendBatch writes records outside any transaction in one produce
+// request (one batch per partition), so that a reader gets them at once.
+func (c *kcluster) appendBatch(records ...*kgo.Record) error {
+	c.appendMu.Lock()
+	defer c.appendMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), unitTimeout)
+	defer cancel()
+	errs := make(chan error, len(records))
+	for _, r := range records {
+		c.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { errs <- err })
+	}
+	if err := c.cl.Flush(ctx); err != nil {
+		return err
+	}
+	for range records {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recordState is a stored record's transactional state.

@@ -169,6 +169,7 @@ func TestUnitStaleCopyDropped(t *testing.T) {
 // transactional id the first one initialised fences its producer) and
 // joins in its place, and the first one's Run ends with ErrInstanceFenced.
 func TestUnitStaticMembership(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	c := newCluster(t)
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	cfg.InstanceID = "pod-0"

@@ -24,6 +24,7 @@ import (
 // source offset is not above the one recorded for that input partition,
 // is skipped, and DuplicatesSkipped counts exactly those.
 func TestUnitSkipRules(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	type rec struct {
 		movie int64
 		value float64
@@ -123,6 +124,7 @@ func eventsOf(evs []event, txnID string) []event {
 // changelog record (its commit marker is at the checkpoint); under
 // at-least-once, records sent, store write, then the offset commit.
 func TestUnitFlushOrder(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	ratings := []rating{{1, 8}, {2, 6}, {1, 4}, {3, 10}}
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
@@ -249,6 +251,7 @@ func checkTxn(txn []event, topics engine.Topics) error {
 // partition is restored and reprocessed, and the final counts are exact
 // (a cache kept across the failure would count the batch twice).
 func TestUnitFailedCommitDropsTheCache(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	tests := []struct {
 		name   string
 		err    *kerr.Error
@@ -347,6 +350,7 @@ func clRecord(t *testing.T, c *kcluster, topic string, d movieStats) {
 // start (no checkpoint, or a checkpoint below the start), and from beyond
 // its end, which keeps the store and re-seeds the changelog from it.
 func TestUnitRestore(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	changelog := []movieStats{
 		{MovieID: 1, Count: 1, Sum: 5, Version: 0},
 		{MovieID: 2, Count: 1, Sum: 6, Version: 1},
@@ -437,6 +441,7 @@ func TestUnitRestore(t *testing.T) {
 // restored. (A decoder that is only unavailable is waited for instead:
 // TestE2ERegistryDownDuringRestore.)
 func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	c := newCluster(t)
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	topics := cfg.Topics()
@@ -476,6 +481,7 @@ func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
 // long to flush, then cancels Run: Run returns, the store holds the
 // documents and the repartition and input offsets are committed.
 func TestUnitFinalFlushOnCancel(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	ratings := []rating{{1, 2}, {1, 4}, {2, 9}}
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
@@ -514,6 +520,7 @@ func TestUnitFinalFlushOnCancel(t *testing.T) {
 // aggregate (a bad repartition key, a key that does not match the rating),
 // with a reason header, and loses none of the good ones.
 func TestUnitDeadLetters(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	good := []rating{{1, 3}, {2, 4}, {1, 5}}
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 // TestUnitTableView checks the engine's query view of a job's table on a
 // local store (answers only running partitions) and a shared one.
 func TestUnitTableView(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	for _, tc := range []struct {
 		name   string
 		store  *memstore.Store
