@@ -18,6 +18,7 @@ import (
 // from SetCacheBudget on a running engine started without one (as the
 // memory governor sets it).
 func TestUnitCacheBudgetSharesOut(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	for _, tc := range []struct {
 		name           string
 		config, setRun int

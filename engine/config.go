@@ -88,9 +88,6 @@ type Config struct {
 	AcceptableLag int64
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
-	// Kafka opens the Kafka clients; nil dials Brokers with sarama
-	// (SaramaKafka). Tests set an in-process fake.
-	Kafka Kafka
 }
 
 // DefaultConfig returns the defaults: application id keepstate, topics
@@ -119,7 +116,7 @@ func DefaultConfig() Config {
 // Validate reports every invalid field, wrapping ErrInvalid.
 func (c Config) Validate() error {
 	var errs []error
-	if len(c.Brokers) == 0 && c.Kafka == nil {
+	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("no brokers"))
 	}
 	if c.ApplicationID == "" || c.InputTopic == "" {

@@ -41,9 +41,9 @@ type Engine struct {
 	// SetCacheBudget).
 	budget atomic.Int64
 
-	kafka    Kafka
+	kafka    saramaKafka
 	client   sarama.Client
-	clog     Log // reads the changelog for restores, over client
+	clog     changelogLog // reads the changelog for restores, over client
 	producer sarama.SyncProducer
 	nParts   int32 // repartition/changelog partitions
 	nOut     int32 // output topic partitions
@@ -88,7 +88,7 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 	}
 	log = log.With("job", job.Spec().Name)
 	l, ok := table.(InstanceLocal)
-	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: cfg.kafka(),
+	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: saramaKafka{brokers: cfg.Brokers},
 		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}
 	e.budget.Store(int64(cfg.CacheBudgetDocs))
 	e.asg = &assignor{e: e}

@@ -11,17 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 	"github.com/keepstate/keepstate/internal/testkit"
 	"github.com/keepstate/keepstate/movies"
 )
 
-// unitTimeout bounds every wait of the broker-free unit tests.
+// unitTimeout bounds every wait of the engine unit tests (on kfake).
 const unitTimeout = 10 * time.Second
 
 // unitSerde is a movies.Serde without a registry: a rating is a zero
@@ -109,14 +109,14 @@ func movieTable(t testing.TB, s *memstore.Store) engine.Table {
 }
 
 // recordingStore is a memstore movie table that notes every Apply in the
-// cluster's event log ("store-apply p=.. checkpoint=.. docs=.. replay=..")
+// cluster's request log ("store-apply p=.. checkpoint=.. docs=.. replay=..")
 // before applying it, so tests can order store writes among Kafka
 // operations. failApply and failLoad, when set, fail the next Apply or
 // Load calls with their errors.
 type recordingStore struct {
 	engine.Table
 	store *memstore.Store
-	c     *kafkatest.Cluster
+	c     *kcluster
 
 	mu        sync.Mutex
 	failApply []error
@@ -135,7 +135,7 @@ func (s *recordingStore) Apply(ctx context.Context, b engine.DocBatch) error {
 	if err != nil {
 		return err
 	}
-	s.c.Note(storeApply, fmt.Sprintf("p=%d checkpoint=%d docs=%d replay=%v", b.Partition, b.Checkpoint, len(b.Docs), b.Replay))
+	s.c.note(storeApply, fmt.Sprintf("p=%d checkpoint=%d docs=%d replay=%v", b.Partition, b.Checkpoint, len(b.Docs), b.Replay))
 	return s.Table.Apply(ctx, b)
 }
 
@@ -179,7 +179,7 @@ type applyNote struct {
 	replay     bool
 }
 
-func parseApply(e kafkatest.Event) (applyNote, bool) {
+func parseApply(e event) (applyNote, bool) {
 	if e.Kind != storeApply {
 		return applyNote{}, false
 	}
@@ -191,11 +191,14 @@ func parseApply(e kafkatest.Event) (applyNote, bool) {
 	return n, true
 }
 
-// unitConfig is a small, fast engine configuration on cluster c.
-func unitConfig(c *kafkatest.Cluster, g engine.Guarantee) engine.Config {
+// unitConfig is a small, fast engine configuration on cluster c (nil:
+// newRig sets the brokers of the cluster it starts).
+func unitConfig(c *kcluster, g engine.Guarantee) engine.Config {
 	cfg := engine.DefaultConfig()
 	cfg.Brokers = nil
-	cfg.Kafka = c
+	if c != nil {
+		cfg.Brokers = c.brokers
+	}
 	cfg.ApplicationID = "unit"
 	cfg.CommitInterval = 30 * time.Millisecond
 	cfg.SessionTimeout = time.Second
@@ -205,9 +208,9 @@ func unitConfig(c *kafkatest.Cluster, g engine.Guarantee) engine.Config {
 	return cfg
 }
 
-// rig is one engine running on a fake cluster and a recording store.
+// rig is one engine running on a kfake cluster and a recording store.
 type rig struct {
-	c      *kafkatest.Cluster
+	c      *kcluster
 	store  *recordingStore
 	serde  *unitSerde
 	cfg    engine.Config
@@ -219,20 +222,19 @@ type rig struct {
 
 // newRig prepares an engine on c (a new cluster when nil) without running
 // it; the input topic gets cfg.Partitions partitions.
-func newRig(t *testing.T, c *kafkatest.Cluster, cfg engine.Config, store *memstore.Store) *rig {
+func newRig(t *testing.T, c *kcluster, cfg engine.Config, store *memstore.Store) *rig {
 	t.Helper()
 	if c == nil {
-		c = kafkatest.New()
+		c = newCluster(t)
 	}
-	cfg.Kafka = c
+	cfg.Brokers = c.brokers
 	if store == nil {
 		store = memstore.New()
 	}
 	r := &rig{c: c, store: &recordingStore{Table: movieTable(t, store), store: store, c: c}, serde: &unitSerde{}, cfg: cfg, topics: cfg.Topics()}
 	n := max(cfg.Partitions, 1)
 	for _, topic := range []string{r.topics.Input, r.topics.Repartition} {
-		var te *sarama.TopicError
-		if err := c.CreateTopic(topic, n); err != nil && !(errors.As(err, &te) && te.Err == sarama.ErrTopicAlreadyExists) {
+		if err := c.CreateTopic(topic, n); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			t.Fatalf("create %s: %v", topic, err)
 		}
 	}
@@ -272,13 +274,16 @@ func (r *rig) stop(t *testing.T) {
 	r.done = nil
 }
 
-// rate appends ratings (movie, rating pairs) to input partition p.
+// rate appends ratings (movie, rating pairs) to input partition p, in one
+// batch.
 func (r *rig) rate(t *testing.T, p int32, ratings ...rating) {
 	t.Helper()
+	var recs []*kgo.Record
 	for _, x := range ratings {
-		if _, err := r.c.Append(r.topics.Input, p, nil, ratingValue(x.movie, x.value)); err != nil {
-			t.Fatalf("append rating: %v", err)
-		}
+		recs = append(recs, &kgo.Record{Topic: r.topics.Input, Partition: p, Value: ratingValue(x.movie, x.value)})
+	}
+	if err := r.c.appendBatch(recs...); err != nil {
+		t.Fatalf("append ratings: %v", err)
 	}
 }
 
@@ -333,11 +338,11 @@ func eventually(t *testing.T, msg string, cond func() error) {
 // with the given input source (srcP < 0: no source headers).
 func (r *rig) repartitionRecord(t *testing.T, movie int64, value float64, srcP int32, srcO int64) {
 	t.Helper()
-	var hs []sarama.RecordHeader
+	var hs []header
 	if srcP >= 0 {
-		hs = []sarama.RecordHeader{
-			{Key: []byte(engine.HeaderSourcePartition), Value: []byte(strconv.Itoa(int(srcP)))},
-			{Key: []byte(engine.HeaderSourceOffset), Value: []byte(strconv.FormatInt(srcO, 10))},
+		hs = []header{
+			{Key: engine.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(srcP)))},
+			{Key: engine.HeaderSourceOffset, Value: []byte(strconv.FormatInt(srcO, 10))},
 		}
 	}
 	if _, err := r.c.Append(r.topics.Repartition, 0, engine.Int64Keys.Append(nil, movie), ratingValue(movie, value), hs...); err != nil {

@@ -8,8 +8,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
 
@@ -57,9 +58,9 @@ func spendJob() engine.Job[string, order, spend] {
 	}
 }
 
-// jobRig runs spendJob on a fake cluster and a memstore table.
+// jobRig runs spendJob on a kfake cluster and a memstore table.
 type jobRig struct {
-	c      *kafkatest.Cluster
+	c      *kcluster
 	table  engine.Table
 	cfg    engine.Config
 	topics engine.Topics
@@ -68,7 +69,7 @@ type jobRig struct {
 	done   chan error
 }
 
-func newJobRig(t *testing.T, c *kafkatest.Cluster, g engine.Guarantee, store *memstore.Store) *jobRig {
+func newJobRig(t *testing.T, c *kcluster, g engine.Guarantee, store *memstore.Store) *jobRig {
 	t.Helper()
 	cfg := unitConfig(c, g)
 	cfg.ApplicationID = "unit-customers"
@@ -117,10 +118,12 @@ func (r *jobRig) stop(t *testing.T) {
 
 func (r *jobRig) send(t *testing.T, values ...string) {
 	t.Helper()
+	var recs []*kgo.Record
 	for _, v := range values {
-		if _, err := r.c.Append(r.topics.Input, 0, nil, []byte(v)); err != nil {
-			t.Fatalf("append order: %v", err)
-		}
+		recs = append(recs, &kgo.Record{Topic: r.topics.Input, Value: []byte(v)})
+	}
+	if err := r.c.appendBatch(recs...); err != nil {
+		t.Fatalf("append orders: %v", err)
 	}
 }
 
@@ -145,9 +148,10 @@ func hasSpend(table engine.Table, want map[string]spend) func() error {
 }
 
 func TestUnitGenericJob(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
-			c := kafkatest.New()
+			c := newCluster(t)
 			store := memstore.New()
 			r := newJobRig(t, c, g, store)
 			r.send(t,

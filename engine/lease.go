@@ -127,15 +127,6 @@ func (r *Router) errLeaseLapsed(p int32) error {
 	return fmt.Errorf("partition %d: no heartbeat answered, the lease ran out %v ago: %w", p, ago, ErrLeaseLapsed)
 }
 
-// GroupHeartbeater is an optional ability of the sarama.Client a Kafka seam
-// returns: sending a group heartbeat request itself. In-process fakes
-// implement it; on a sarama client the engine sends the request to the
-// group's coordinator broker.
-type GroupHeartbeater interface {
-	// Heartbeat sends req to the group's coordinator and returns its answer.
-	Heartbeat(req *sarama.HeartbeatRequest) (*sarama.HeartbeatResponse, error)
-}
-
 // heartbeat sends one heartbeat for member in generation gen and returns
 // the coordinator's error code as an error (nil: the member is in gen).
 func (e *Engine) heartbeat(client sarama.Client, member string, gen int32) error {
@@ -143,16 +134,11 @@ func (e *Engine) heartbeat(client sarama.Client, member string, gen int32) error
 	if id := e.cfg.InstanceID; id != "" {
 		req.GroupInstanceId = &id
 	}
-	var resp *sarama.HeartbeatResponse
-	var err error
-	if h, ok := client.(GroupHeartbeater); ok {
-		resp, err = h.Heartbeat(req)
-	} else {
-		var b *sarama.Broker
-		if b, err = client.Coordinator(e.cfg.ApplicationID); err == nil {
-			resp, err = b.Heartbeat(req)
-		}
+	b, err := client.Coordinator(e.cfg.ApplicationID)
+	if err != nil {
+		return err
 	}
+	resp, err := b.Heartbeat(req)
 	if err != nil {
 		return err
 	}

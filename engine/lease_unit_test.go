@@ -5,22 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
-	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
 
 // TestUnitReadLeaseLapsesWithoutHeartbeats cuts an instance's heartbeats
-// off (its group session itself goes on: the fake coordinator does not
-// expire it): within the session timeout its read lease lapses, and it
-// must answer none of its partitions as owner, by key, by range or as
-// ready, with ErrLeaseLapsed; once heartbeats are answered again, it
-// answers again.
+// off (the cluster answers every heartbeat COORDINATOR_NOT_AVAILABLE,
+// which the consumer group's own heartbeat loop rides out; its group
+// session itself goes on: the cluster keeps members far longer than the
+// session timeout they ask for, so it does not expire it): within the
+// session timeout its read lease lapses, and it must answer none of its
+// partitions as owner, by key, by range or as ready, with ErrLeaseLapsed;
+// once heartbeats are answered again, it answers again.
 func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
-	c := kafkatest.New()
+	c := newCluster(t) // keeps members far longer than their session timeout
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	store := memstore.New(memstore.Local())
 	r := newRig(t, c, cfg, store).start(t)
@@ -33,13 +37,7 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 		t.Fatalf("Owner with the lease running: local %v, %v; want local", local, err)
 	}
 
-	cut := errors.New("heartbeat lost")
-	c.SetFault(func(op kafkatest.Op) error {
-		if op.Kind == kafkatest.OpHeartbeat {
-			return cut
-		}
-		return nil
-	})
+	cut := c.fail(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Err: kerr.CoordinatorNotAvailable, Count: -1})
 	q := r.e.View()
 	eventually(t, "lease lapsed", func() error {
 		_, local, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie))
@@ -64,7 +62,7 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	if n := r.e.Stats().ReadLeaseLapses; n != 0 {
 		t.Errorf("ReadLeaseLapses while lapsed: %d, want 0 (counted when a renewal finds it ran out)", n)
 	}
-	c.SetFault(nil)
+	cut.Remove()
 	eventually(t, "lease renewed", func() error {
 		if _, local, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie)); err != nil || !local {
 			return fmt.Errorf("Owner: local %v, %v; want local", local, err)
@@ -79,20 +77,32 @@ func TestUnitReadLeaseLapsesWithoutHeartbeats(t *testing.T) {
 	}
 
 	// A coordinator that moved: the keeper looks it up again and goes on.
-	for range 3 {
-		c.FailNext(kafkatest.Op{Kind: kafkatest.OpHeartbeat}, sarama.ErrNotCoordinatorForConsumer)
-	}
-	eventually(t, "heartbeats past a moved coordinator", func() error {
-		if n := countFailed(c, kafkatest.OpHeartbeat, sarama.ErrNotCoordinatorForConsumer); n < 3 {
-			return fmt.Errorf("%d heartbeats refused by a moved coordinator, want 3", n)
+	// The refusals go to the next heartbeats of both the keeper and the
+	// consumer group, which send at the same pace. Once they are over, the
+	// lease must still be renewed more than a lease span later: a keeper
+	// that stopped at a refusal would have let it run out by then.
+	const refused = 6
+	c.fail(kfake.Fault{Keys: []kmsg.Key{kmsg.Heartbeat}, Err: kerr.NotCoordinator, Count: refused})
+	eventually(t, "heartbeats refused by a moved coordinator", func() error {
+		if n := countFailed(c, evHeartbeat, kerr.NotCoordinator); n < refused {
+			return fmt.Errorf("%d heartbeats refused by a moved coordinator, want %d", n, refused)
 		}
-		_, _, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie))
-		return err
+		return nil
+	})
+	after := time.Now()
+	eventually(t, "heartbeats past a moved coordinator", func() error {
+		if _, _, err := r.e.Owner(ctx, engine.Int64Keys.Append(nil, movie)); err != nil {
+			return err
+		}
+		if d := time.Since(after); d <= cfg.SessionTimeout {
+			return fmt.Errorf("only %v since the refusals, want the lease renewed past %v", d, cfg.SessionTimeout)
+		}
+		return nil
 	})
 }
 
 // countFailed counts the events of kind that failed with target.
-func countFailed(c *kafkatest.Cluster, kind string, target error) int {
+func countFailed(c *kcluster, kind string, target error) int {
 	n := 0
 	for _, ev := range c.Events() {
 		if ev.Kind == kind && errors.Is(ev.Err, target) {

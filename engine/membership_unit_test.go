@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
 
@@ -39,13 +38,29 @@ func owns(e *engine.Engine, want ...int32) func() error {
 	}
 }
 
+// split waits until a runs one of two partitions and b the other, and
+// returns them. Which goes where is the assignor's choice.
+func split(t *testing.T, a, b *engine.Engine) (pa, pb int32) {
+	t.Helper()
+	eventually(t, "partitions split", func() error {
+		for _, p := range []int32{0, 1} {
+			if owns(a, p)() == nil && owns(b, 1-p)() == nil {
+				pa, pb = p, 1-p
+				return nil
+			}
+		}
+		return fmt.Errorf("first instance %v, second %v; want one partition each, running", a.Partitions(), b.Partitions())
+	})
+	return pa, pb
+}
+
 // TestUnitTwoInstances runs two engines with their own (instance-local)
 // stores on one cluster: the second one's join splits the partitions, the
 // group description routes each movie to its owner, queries answer only
 // running partitions, and when the second leaves, the first takes its
 // partition back and restores it; every count stays exact.
 func TestUnitTwoInstances(t *testing.T) {
-	c := kafkatest.New()
+	c := newCluster(t)
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	cfg.Partitions = 2
 	storeA, storeB := memstore.New(memstore.Local()), memstore.New(memstore.Local())
@@ -63,19 +78,19 @@ func TestUnitTwoInstances(t *testing.T) {
 	cfgB := cfg
 	cfgB.AdvertiseAddr = "127.0.0.1:7002"
 	b := newRig(t, c, cfgB, storeB).start(t)
-	eventually(t, "partitions split", func() error {
-		if err := owns(a.e, 0)(); err != nil {
-			return fmt.Errorf("first: %w", err)
-		}
-		return owns(b.e, 1)()
-	})
+	pa, pb := split(t, a.e, b.e)
+	// From here on, m0 are movies of the first instance's partition, m1 of
+	// the second's.
+	if pa == 1 {
+		m0, m1 = m1, m0
+	}
 	ctx := context.Background()
 	eventually(t, "owners described", func() error {
 		m, err := a.e.Membership(ctx)
 		if err != nil {
 			return err
 		}
-		if m.Owners[0] != cfg.AdvertiseAddr || m.Owners[1] != cfgB.AdvertiseAddr {
+		if m.Owners[pa] != cfg.AdvertiseAddr || m.Owners[pb] != cfgB.AdvertiseAddr {
 			return fmt.Errorf("owners %v", m.Owners)
 		}
 		return nil
@@ -94,42 +109,37 @@ func TestUnitTwoInstances(t *testing.T) {
 		t.Errorf("View.Get of a local movie: got %+v, %v; want count 1", got, err)
 	}
 	page, covered, err := q.QueryLocal(ctx, avgQuery(10))
-	if err != nil || len(covered) != 1 || covered[0] != 0 {
-		t.Errorf("QueryLocal covered: got %v, %v; want [0]", covered, err)
+	if err != nil || len(covered) != 1 || covered[0] != pa {
+		t.Errorf("QueryLocal covered: got %v, %v; want [%d]", covered, err, pa)
 	}
 	for _, d := range page.Docs {
-		if d.Partition != 0 {
+		if d.Partition != pa {
 			t.Errorf("QueryLocal returned key %x of partition %d, not running here", d.Key, d.Partition)
 		}
 	}
 	second := []rating{{m0[0], 10}, {m1[0], 10}}
 	a.rate(t, 0, second...)
 	all := totals(first, second)
-	eventually(t, "second instance restored and counted partition 1", b.storeHas(map[int64]movieStats{m1[0]: all[m1[0]], m1[1]: all[m1[1]]}))
-	eventually(t, "first instance counted partition 0", a.storeHas(map[int64]movieStats{m0[0]: all[m0[0]], m0[1]: all[m0[1]]}))
+	eventually(t, "second instance restored and counted its partition", b.storeHas(map[int64]movieStats{m1[0]: all[m1[0]], m1[1]: all[m1[1]]}))
+	eventually(t, "first instance counted its partition", a.storeHas(map[int64]movieStats{m0[0]: all[m0[0]], m0[1]: all[m0[1]]}))
 
 	b.stop(t)
 	eventually(t, "first instance runs both partitions again", owns(a.e, 0, 1))
 	third := []rating{{m1[1], 5}}
 	a.rate(t, 1, third...)
-	eventually(t, "first instance restored partition 1 and counted on", a.storeHas(totals(first, second, third)))
+	eventually(t, "first instance restored the second's partition and counted on", a.storeHas(totals(first, second, third)))
 }
 
 // TestUnitStaleCopyDropped runs an instance with an instance-local store
-// and StaleDropAfter: once a second instance takes partition 1 from it, it
-// deletes its copy of partition 1 and keeps partition 0.
-//
-// Under -race this test fails: Engine.scheduleStaleDrops (stale.go)
-// assigns the timer variable t after time.AfterFunc returns while the
-// timer's function reads t (e.dropStale(p, t)) on the timer goroutine
-// with no synchronisation between the two; when the timer fires before
-// the assignment, dropStale receives nil, finds it is not the pending
-// timer and silently skips the drop.
+// and StaleDropAfter, without standby replicas (a standby keeps its copy):
+// once a second instance takes one of its two partitions, it deletes its
+// copy of that partition and keeps the other.
 func TestUnitStaleCopyDropped(t *testing.T) {
-	c := kafkatest.New()
+	c := newCluster(t)
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	cfg.Partitions = 2
 	cfg.StaleDropAfter = 20 * time.Millisecond
+	cfg.StandbyReplicas = 0
 	storeA := memstore.New(memstore.Local())
 	a := newRig(t, c, cfg, storeA).start(t)
 	m0, m1 := moviesOf(0, 2, 1), moviesOf(1, 2, 1)
@@ -139,14 +149,11 @@ func TestUnitStaleCopyDropped(t *testing.T) {
 	cfgB := cfg
 	cfgB.AdvertiseAddr = "127.0.0.1:7002"
 	b := newRig(t, c, cfgB, memstore.New(memstore.Local())).start(t)
-	eventually(t, "partitions split", func() error {
-		if err := owns(a.e, 0)(); err != nil {
-			return fmt.Errorf("first: %w", err)
-		}
-		return owns(b.e, 1)()
-	})
+	if pa, _ := split(t, a.e, b.e); pa == 1 {
+		m0, m1 = m1, m0 // m0: the partition kept, m1: the one taken
+	}
 	ctx := context.Background()
-	eventually(t, "stale copy of partition 1 dropped by the first instance", func() error {
+	eventually(t, "stale copy of the partition taken dropped by the first instance", func() error {
 		if _, err := movieTable(t, storeA).Get(ctx, engine.Int64Keys.Append(nil, m1[0])); !errors.Is(err, engine.ErrNotFound) {
 			return fmt.Errorf("movie %d still in the first store: %v", m1[0], err)
 		}
@@ -158,10 +165,12 @@ func TestUnitStaleCopyDropped(t *testing.T) {
 }
 
 // TestUnitStaticMembership starts a second engine with the first one's
-// instance id: it aborts its predecessor's transactions and joins in its
-// place, and the first one's Run ends with ErrInstanceFenced.
+// instance id: it aborts its predecessor's transactions (initialising a
+// transactional id the first one initialised fences its producer) and
+// joins in its place, and the first one's Run ends with ErrInstanceFenced.
 func TestUnitStaticMembership(t *testing.T) {
-	c := kafkatest.New()
+	t.Parallel() // each test runs on its own cluster
+	c := newCluster(t)
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	cfg.InstanceID = "pod-0"
 	a := newRig(t, c, cfg, nil)
@@ -172,6 +181,7 @@ func TestUnitStaticMembership(t *testing.T) {
 	a.rate(t, 0, rating{1, 5})
 	eventually(t, "first instance running", a.ready)
 
+	before := len(c.Events())
 	b := newRig(t, c, cfg, a.store.store).start(t)
 	select {
 	case err := <-doneA:
@@ -184,9 +194,19 @@ func TestUnitStaticMembership(t *testing.T) {
 	eventually(t, "second instance running", b.ready)
 	b.rate(t, 0, rating{1, 7})
 	eventually(t, "counts exact after the replacement", b.storeHas(totals([]rating{{1, 5}, {1, 7}})))
+	evs := c.Events()
+	initialised := map[string]bool{}
+	for _, e := range evs[:before] {
+		if e.Kind == evInitProducer {
+			initialised[e.TxnID] = true
+		}
+	}
 	fenced := 0
-	for _, e := range c.Events() {
-		if e.Kind == kafkatest.OpFenced {
+	for _, e := range evs[before:] {
+		if e.Kind == evJoin {
+			break // the second instance joins once it has fenced
+		}
+		if e.Kind == evInitProducer && initialised[e.TxnID] {
 			fenced++
 		}
 	}
@@ -198,12 +218,12 @@ func TestUnitStaticMembership(t *testing.T) {
 // TestUnitNewRejectsInvalidConfig checks that New refuses bad settings
 // with ErrInvalid before connecting to anything.
 func TestUnitNewRejectsInvalidConfig(t *testing.T) {
-	c := kafkatest.New()
+	c := newCluster(t)
 	tests := []struct {
 		name string
 		edit func(*engine.Config)
 	}{
-		{"no brokers and no Kafka", func(c *engine.Config) { c.Kafka = nil; c.Brokers = nil }},
+		{"no brokers", func(c *engine.Config) { c.Brokers = nil }},
 		{"no application id", func(c *engine.Config) { c.ApplicationID = "" }},
 		{"zero commit interval", func(c *engine.Config) { c.CommitInterval = 0 }},
 		{"short session timeout", func(c *engine.Config) { c.SessionTimeout = time.Millisecond }},

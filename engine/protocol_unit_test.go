@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
 
@@ -23,6 +24,7 @@ import (
 // source offset is not above the one recorded for that input partition,
 // is skipped, and DuplicatesSkipped counts exactly those.
 func TestUnitSkipRules(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	type rec struct {
 		movie int64
 		value float64
@@ -103,9 +105,9 @@ func TestUnitSkipRules(t *testing.T) {
 	}
 }
 
-// eventsFor returns the events of the transactional producer txnID.
-func eventsOf(evs []kafkatest.Event, txnID string) []kafkatest.Event {
-	var out []kafkatest.Event
+// eventsOf returns the events of the transactional producer txnID.
+func eventsOf(evs []event, txnID string) []event {
+	var out []event
 	for _, e := range evs {
 		if e.TxnID == txnID {
 			out = append(out, e)
@@ -115,12 +117,14 @@ func eventsOf(evs []kafkatest.Event, txnID string) []kafkatest.Event {
 }
 
 // TestUnitFlushOrder checks the order of one flush against the store
-// write, from the cluster's event log: under exactly-once, begin, the
-// changelog and averages sent, the offsets added, commit, and only then
-// the store write, whose checkpoint is one past the transaction's last
+// write, from the cluster's request log: under exactly-once, the
+// transaction (its partitions added, the changelog and averages sent, the
+// offsets added and committed to it, then its commit) and only then the
+// store write, whose checkpoint is one past the transaction's last
 // changelog record (its commit marker is at the checkpoint); under
 // at-least-once, records sent, store write, then the offset commit.
 func TestUnitFlushOrder(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	ratings := []rating{{1, 8}, {2, 6}, {1, 4}, {3, 10}}
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
@@ -148,25 +152,16 @@ func TestUnitFlushOrder(t *testing.T) {
 				if n.checkpoint < 1 || n.checkpoint > int64(len(changelog)) {
 					t.Fatalf("store write #%d: checkpoint %d outside the changelog (%d records)", e.Seq, n.checkpoint, len(changelog))
 				}
-				if last := changelog[n.checkpoint-1]; last.State != kafkatest.Committed {
+				if last := changelog[n.checkpoint-1]; last.State != stateCommitted {
 					t.Errorf("store write #%d: changelog record below checkpoint %d is %v, want committed data", e.Seq, n.checkpoint, last.State)
 				}
 				before := evs[:i]
 				if g == engine.ExactlyOnce {
-					if n.checkpoint >= int64(len(changelog)) || changelog[n.checkpoint].State != kafkatest.Marker {
+					if n.checkpoint >= int64(len(changelog)) || changelog[n.checkpoint].State != stateMarker {
 						t.Errorf("store write #%d: want the commit marker at checkpoint %d", e.Seq, n.checkpoint)
 					}
-					mine := eventsOf(before, txn)
-					var tail []string
-					for k := len(mine) - 1; k >= 0; k-- {
-						tail = append([]string{mine[k].String()}, tail...)
-						if mine[k].Kind == kafkatest.OpBegin {
-							break
-						}
-					}
-					want := []string{"begin " + txn, "send " + txn + " " + r.topics.Changelog, "send " + txn + " " + r.topics.Output, "add-offsets " + txn + " unit " + r.topics.Repartition}
-					if len(tail) != len(want)+1 || !slices.Equal(tail[:3], want[:3]) || !strings.HasPrefix(tail[3], want[3]) || tail[4] != "commit "+txn {
-						t.Errorf("store write #%d: the transaction before it was\n%q\nwant begin, changelog, averages, add-offsets, commit", e.Seq, tail)
+					if err := checkTxn(lastTxn(eventsOf(before, txn)), r.topics); err != nil {
+						t.Errorf("store write #%d: the transaction before it: %v", e.Seq, err)
 					}
 					continue
 				}
@@ -175,17 +170,17 @@ func TestUnitFlushOrder(t *testing.T) {
 				lastSend, lastCommit := -1, -1
 				for k, b := range before {
 					switch {
-					case b.Kind == kafkatest.OpSend && b.Topic == r.topics.Changelog && b.Err == nil:
+					case b.Kind == evSend && b.Topic == r.topics.Changelog && b.Err == nil:
 						lastSend = k
-					case b.Kind == kafkatest.OpOffsetCommit && b.Topic == r.topics.Repartition && b.Err == nil:
+					case b.Kind == evOffsetCommit && b.Topic == r.topics.Repartition && b.Err == nil:
 						lastCommit = k
 					}
 				}
 				if lastSend < 0 || lastCommit > lastSend {
 					t.Errorf("store write #%d: want a changelog send after the last repartition offset commit (send at %d, commit at %d)", e.Seq, lastSend, lastCommit)
 				}
-				next := slices.IndexFunc(evs[i+1:], func(b kafkatest.Event) bool {
-					return b.Kind == kafkatest.OpOffsetCommit && b.Topic == r.topics.Repartition
+				next := slices.IndexFunc(evs[i+1:], func(b event) bool {
+					return b.Kind == evOffsetCommit && b.Topic == r.topics.Repartition
 				})
 				if next < 0 {
 					t.Errorf("store write #%d: no repartition offset commit after it", e.Seq)
@@ -201,29 +196,84 @@ func TestUnitFlushOrder(t *testing.T) {
 	}
 }
 
+// lastTxn returns the requests of a producer's last transaction in evs
+// (the producer's events): those after the end of the one before it (or
+// after the producer's initialisation), through its EndTxn.
+func lastTxn(mine []event) []event {
+	k := len(mine) - 2
+	for k >= 0 && mine[k].Kind != evCommit && mine[k].Kind != evAbort && mine[k].Kind != evInitProducer {
+		k--
+	}
+	return mine[k+1:]
+}
+
+// checkTxn returns nil when txn, a task transaction's requests, is: its
+// partitions added, then records sent to the changelog and the averages
+// (more partitions may be added on the way), then the offsets added and
+// committed (the repartition topic's, for the group), then the commit.
+func checkTxn(txn []event, topics engine.Topics) error {
+	var kinds []string
+	for _, e := range txn {
+		kinds = append(kinds, e.String())
+	}
+	fail := func(why string) error { return fmt.Errorf("%s in\n%q", why, kinds) }
+	n := len(txn)
+	if n < 5 || txn[0].Kind != evAddPartitions {
+		return fail("want the partitions added first")
+	}
+	if txn[n-1].Kind != evCommit || txn[n-1].Err != nil {
+		return fail("want a commit last")
+	}
+	if txn[n-3].Kind != evAddOffsets || txn[n-3].Group != "unit" {
+		return fail("want the offsets added after the records sent")
+	}
+	if txn[n-2].Kind != evTxnOffsets || txn[n-2].Topic != topics.Repartition || txn[n-2].Group != "unit" {
+		return fail("want the repartition offsets committed to the transaction before its commit")
+	}
+	sent := map[string]bool{}
+	for _, e := range txn[1 : n-3] {
+		switch {
+		case e.Kind == evSend && e.Err == nil && (e.Topic == topics.Changelog || e.Topic == topics.Output):
+			sent[e.Topic] = true
+		case e.Kind == evAddPartitions && e.Err == nil:
+		default:
+			return fail("unexpected " + e.String())
+		}
+	}
+	if !sent[topics.Changelog] || !sent[topics.Output] {
+		return fail("want records sent to the changelog and the averages")
+	}
+	return nil
+}
+
 // TestUnitFailedCommitDropsTheCache fails a flush's CommitTxn, fenced or
 // not: the batch never reaches the store, the session restarts, the
 // partition is restored and reprocessed, and the final counts are exact
 // (a cache kept across the failure would count the batch twice).
 func TestUnitFailedCommitDropsTheCache(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	tests := []struct {
 		name   string
-		err    error
+		err    *kerr.Error
 		fenced bool
 	}{
-		{"fenced", sarama.ErrProducerFenced, true},
-		{"aborted", errors.New("coordinator hiccup"), false},
+		{"fenced", kerr.ProducerFenced, true},
+		// The one commit answer that leaves a transaction abortable.
+		{"aborted", kerr.UnknownProducerID, false},
 	}
 	first := []rating{{1, 5}, {1, 7}, {2, 3}}
 	second := []rating{{1, 9}, {2, 1}, {3, 4}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := newRig(t, nil, unitConfig(nil, engine.ExactlyOnce), nil)
+			cfg := unitConfig(nil, engine.ExactlyOnce)
+			cfg.TransactionTimeout = failedTxnTimeout
+			r := newRig(t, nil, cfg, nil)
 			r.start(t)
 			r.rate(t, 0, first...)
 			eventually(t, "first batch stored", r.storeHas(totals(first)))
 			txn := r.topics.TransactionalID(0)
-			r.c.FailNext(kafkatest.Op{Kind: kafkatest.OpCommit, TxnID: txn}, tt.err)
+			r.c.fail(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: txn, Err: tt.err,
+				When: func(req kmsg.Request) bool { return req.(*kmsg.EndTxnRequest).Commit }})
 			r.rate(t, 0, second...)
 			eventually(t, "both batches stored after the restart", r.storeHas(totals(first, second)))
 			eventually(t, "partition running again", r.ready)
@@ -240,13 +290,13 @@ func TestUnitFailedCommitDropsTheCache(t *testing.T) {
 			}
 			// Between the failed commit and the rejoin, nothing was written.
 			evs := r.c.Events()
-			failed := slices.IndexFunc(evs, func(e kafkatest.Event) bool {
-				return e.Kind == kafkatest.OpCommit && e.TxnID == txn && e.Err != nil
+			failed := slices.IndexFunc(evs, func(e event) bool {
+				return e.Kind == evCommit && e.TxnID == txn && e.Err != nil
 			})
 			if failed < 0 {
 				t.Fatalf("no failed commit of %s in the events", txn)
 			}
-			rejoin := slices.IndexFunc(evs[failed:], func(e kafkatest.Event) bool { return e.Kind == kafkatest.OpJoin })
+			rejoin := slices.IndexFunc(evs[failed:], func(e event) bool { return e.Kind == evJoin })
 			if rejoin < 0 {
 				t.Fatalf("no rejoin after the failed commit")
 			}
@@ -255,8 +305,8 @@ func TestUnitFailedCommitDropsTheCache(t *testing.T) {
 					t.Errorf("store written after the failed commit, before the restart: %v", e)
 				}
 			}
-			if !tt.fenced && !slices.ContainsFunc(evs[failed:failed+rejoin], func(e kafkatest.Event) bool {
-				return e.Kind == kafkatest.OpAbort && e.TxnID == txn
+			if !tt.fenced && !slices.ContainsFunc(evs[failed:failed+rejoin], func(e event) bool {
+				return e.Kind == evAbort && e.TxnID == txn
 			}) {
 				t.Errorf("no abort of %s after its failed commit", txn)
 			}
@@ -264,7 +314,7 @@ func TestUnitFailedCommitDropsTheCache(t *testing.T) {
 			recs, _ := r.c.Records(r.topics.Changelog, 0)
 			aborted := 0
 			for _, rec := range recs {
-				if rec.State == kafkatest.Aborted {
+				if rec.State == stateAborted {
 					aborted++
 				}
 			}
@@ -278,17 +328,17 @@ func TestUnitFailedCommitDropsTheCache(t *testing.T) {
 	}
 }
 
-// changelogRecord is a hand-written changelog record.
-func clRecord(t *testing.T, c *kafkatest.Cluster, topic string, d movieStats) {
+// clRecord appends a hand-written changelog record.
+func clRecord(t *testing.T, c *kcluster, topic string, d movieStats) {
 	t.Helper()
 	v, _ := (&unitSerde{}).EncodeCountAndSum(context.Background(), "", avro.CountAndSum{Count: d.Count, Sum: d.Sum})
 	var srcs []string
 	for p, o := range d.Sources {
 		srcs = append(srcs, fmt.Sprintf("%d:%d", p, o))
 	}
-	hs := []sarama.RecordHeader{
-		{Key: []byte(engine.HeaderVersion), Value: []byte(strconv.FormatInt(d.Version, 10))},
-		{Key: []byte(engine.HeaderSources), Value: []byte(strings.Join(srcs, ","))},
+	hs := []header{
+		{Key: engine.HeaderVersion, Value: []byte(strconv.FormatInt(d.Version, 10))},
+		{Key: engine.HeaderSources, Value: []byte(strings.Join(srcs, ","))},
 	}
 	if _, err := c.Append(topic, 0, engine.Int64Keys.Append(nil, d.MovieID), v, hs...); err != nil {
 		t.Fatalf("append changelog: %v", err)
@@ -300,6 +350,7 @@ func clRecord(t *testing.T, c *kafkatest.Cluster, topic string, d movieStats) {
 // start (no checkpoint, or a checkpoint below the start), and from beyond
 // its end, which keeps the store and re-seeds the changelog from it.
 func TestUnitRestore(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	changelog := []movieStats{
 		{MovieID: 1, Count: 1, Sum: 5, Version: 0},
 		{MovieID: 2, Count: 1, Sum: 6, Version: 1},
@@ -329,7 +380,7 @@ func TestUnitRestore(t *testing.T) {
 	for _, tt := range tests {
 		for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 			t.Run(tt.name+"/"+string(g), func(t *testing.T) {
-				c := kafkatest.New()
+				c := newCluster(t)
 				cfg := unitConfig(c, g)
 				topics := cfg.Topics()
 				if err := c.CreateTopic(topics.Changelog, 1); err != nil {
@@ -390,24 +441,25 @@ func TestUnitRestore(t *testing.T) {
 // restored. (A decoder that is only unavailable is waited for instead:
 // TestE2ERegistryDownDuringRestore.)
 func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
-	c := kafkatest.New()
+	t.Parallel() // each test runs on its own cluster
+	c := newCluster(t)
 	cfg := unitConfig(c, engine.ExactlyOnce)
 	topics := cfg.Topics()
 	if err := c.CreateTopic(topics.Changelog, 1); err != nil {
 		t.Fatal(err)
 	}
-	version := func(v int64) sarama.RecordHeader {
-		return sarama.RecordHeader{Key: []byte(engine.HeaderVersion), Value: []byte(strconv.FormatInt(v, 10))}
+	version := func(v int64) header {
+		return header{Key: engine.HeaderVersion, Value: []byte(strconv.FormatInt(v, 10))}
 	}
 	valid, _ := (&unitSerde{}).EncodeCountAndSum(context.Background(), "", avro.CountAndSum{Count: 9, Sum: 90})
 	clRecord(t, c, topics.Changelog, movieStats{MovieID: 1, Count: 1, Sum: 5, Version: 0})
 	unreadable := []struct {
 		key, value []byte
-		headers    []sarama.RecordHeader
+		headers    []header
 	}{
-		{engine.Int64Keys.Append(nil, 1), []byte("not a count and sum"), []sarama.RecordHeader{version(1)}},
+		{engine.Int64Keys.Append(nil, 1), []byte("not a count and sum"), []header{version(1)}},
 		{engine.Int64Keys.Append(nil, 2), valid, nil},
-		{[]byte("movie two"), valid, []sarama.RecordHeader{version(3)}},
+		{[]byte("movie two"), valid, []header{version(3)}},
 	}
 	for _, r := range unreadable {
 		if _, err := c.Append(topics.Changelog, 0, r.key, r.value, r.headers...); err != nil {
@@ -429,6 +481,7 @@ func TestUnitRestoreSkipsUnreadableRecords(t *testing.T) {
 // long to flush, then cancels Run: Run returns, the store holds the
 // documents and the repartition and input offsets are committed.
 func TestUnitFinalFlushOnCancel(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	ratings := []rating{{1, 2}, {1, 4}, {2, 9}}
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
@@ -467,6 +520,7 @@ func TestUnitFinalFlushOnCancel(t *testing.T) {
 // aggregate (a bad repartition key, a key that does not match the rating),
 // with a reason header, and loses none of the good ones.
 func TestUnitDeadLetters(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	good := []rating{{1, 3}, {2, 4}, {1, 5}}
 	for _, g := range []engine.Guarantee{engine.ExactlyOnce, engine.AtLeastOnce} {
 		t.Run(string(g), func(t *testing.T) {
@@ -498,10 +552,7 @@ func TestUnitDeadLetters(t *testing.T) {
 			recs, _ := r.c.CommittedRecords(r.topics.DLQ, 0)
 			var from []string
 			for _, rec := range recs {
-				h := map[string]string{}
-				for _, x := range rec.Headers {
-					h[string(x.Key)] = string(x.Value)
-				}
+				h := rec.Headers
 				if h[engine.HeaderDLQReason] == "" {
 					t.Errorf("dead letter at %d: no reason header (headers %v)", rec.Offset, h)
 				}

@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/engine/kafkatest"
 	"github.com/keepstate/keepstate/engine/memstore"
 )
 
 // TestUnitTableView checks the engine's query view of a job's table on a
 // local store (answers only running partitions) and a shared one.
 func TestUnitTableView(t *testing.T) {
+	t.Parallel() // each test runs on its own cluster
 	for _, tc := range []struct {
 		name   string
 		store  *memstore.Store
@@ -23,7 +23,7 @@ func TestUnitTableView(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			r := newJobRig(t, kafkatest.New(), engine.ExactlyOnce, tc.store)
+			r := newJobRig(t, newCluster(t), engine.ExactlyOnce, tc.store)
 			v := r.e.View()
 			if got := v.Shared(); got != tc.shared {
 				t.Errorf("Shared: got %v, want %v", got, tc.shared)
