@@ -153,7 +153,7 @@ func newTable(s *Store, spec engine.TableSpec) *table {
 	}
 	t.kinds = kinds.String()
 	if st, ok := s.opts.streams[spec.Name]; ok && st.MaxLen > 0 {
-		t.stream, t.streamKey = &st, s.keys.prefix+st.Key
+		t.stream, t.streamKey = &st, s.keys.stream(spec.Name, st.Key)
 	}
 	return t
 }
