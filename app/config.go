@@ -55,7 +55,7 @@ type Config struct {
 	Store             string        // --store: clover | redis
 	DataDir           string        // --data-dir: clover store directory
 	RedisURL          string        // --redis-url: redis://[user:pass@]host:port/db
-	RedisMode         string        // --redis-mode: single | cluster | sentinel (how --redis-url is read)
+	RedisMode         string        // --redis-mode: single | cluster | sentinel (how --redis-url is read; empty: single)
 	RedisStreamLen    int64         // --redis-stream-maxlen: MAXLEN ~ of the averages stream
 	HTTPAddr          string        // --http-addr: API listen address
 	CommitInterval    time.Duration // --commit-interval: flush and commit period
@@ -243,7 +243,7 @@ func (c Config) Validate() error {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 			bad("redis-url", "%q is not a redis:// or rediss:// URL", redact.URL(c.RedisURL))
 		}
-		if _, err := redisstore.ParseMode(c.RedisMode); err != nil {
+		if _, err := redisstore.ParseMode(c.RedisMode); err != nil && c.RedisMode != "" {
 			bad("redis-mode", "unknown mode %q (want single, cluster or sentinel)", c.RedisMode)
 		}
 	default:

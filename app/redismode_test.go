@@ -12,7 +12,7 @@ func TestValidateRedisMode(t *testing.T) {
 	tests := []struct {
 		mode string
 		ok   bool
-	}{{"single", true}, {"cluster", true}, {"sentinel", true}, {"ring", false}, {"", false}}
+	}{{"single", true}, {"cluster", true}, {"sentinel", true}, {"", true}, {"ring", false}}
 	for _, tc := range tests {
 		c := app.Default()
 		c.Store, c.RedisMode = app.StoreRedis, tc.mode

@@ -19,6 +19,8 @@ type Store struct {
 	opts   options
 	log    *slog.Logger
 	where  string // the URL without its password, for messages
+	// written detects acknowledged writes that Redis lost (lostwrites.go).
+	written writeLog
 
 	// beforeExec, when set (by tests), runs between an Apply attempt's
 	// checks and its EXEC.

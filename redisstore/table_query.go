@@ -266,6 +266,7 @@ func (t *table) Reset(ctx context.Context) error {
 	keep := func(key string) bool {
 		return key == t.keys.spec() || key == t.keys.migrated() || t.keys.isEpoch(key)
 	}
+	t.s.written.forget(t.keys.base)
 	deleted := 0
 	err := t.s.scanKeys(ctx, t.keys.pattern(), scanChunk, func(batch []string) error {
 		batch = slices.DeleteFunc(batch, keep)

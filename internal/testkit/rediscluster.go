@@ -124,7 +124,10 @@ func launchRedisCluster(dir string, ownDir bool, opts []RedisOption) (*RedisClus
 	c := &RedisCluster{dir: dir, ownDir: ownDir}
 	nodeOpts := append([]RedisOption{WithRedisArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.FormatInt(RedisClusterNodeTimeout.Milliseconds(), 10),
-		"--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "yes")}, opts...)
+		"--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "yes",
+		// A master stopped with SIGTERM exits at once instead of waiting
+		// up to 10 s for a replica that is gone.
+		"--shutdown-on-sigterm", "now")}, opts...)
 	addrs := make([]string, 0, 6)
 	for i := range 6 {
 		nd := filepath.Join(dir, "node"+strconv.Itoa(i))
@@ -154,7 +157,66 @@ func launchRedisCluster(dir string, ownDir bool, opts []RedisOption) (*RedisClus
 		_ = c.Close()
 		return nil, err
 	}
+	if err := c.WaitReplicas(30 * time.Second); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// WaitReplicas waits until every running node that is a replica has its
+// link to its master up (INFO replication), and every master serving
+// slots has a running replica. Call it after WaitHealthy.
+func (c *RedisCluster) WaitReplicas(within time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var last error
+	for {
+		if last = c.replicated(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis cluster replicas not in sync within %v: %w", within, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *RedisCluster) replicated(ctx context.Context) error {
+	n, err := c.anyRunning()
+	if err != nil {
+		return err
+	}
+	view, err := c.View(ctx, n)
+	if err != nil {
+		return err
+	}
+	for _, m := range view {
+		if !m.Has("master") || m.Has("fail") || len(m.Slots) == 0 {
+			continue
+		}
+		ok := false
+		for _, r := range view {
+			node := c.Node(r.Addr)
+			if r.MasterID != m.ID || node == nil || !node.Running() {
+				continue
+			}
+			cl := c.client(node)
+			info, err := cl.Info(ctx, "replication").Result()
+			_ = cl.Close()
+			if err != nil {
+				return fmt.Errorf("replica %s: %w", r.Addr, err)
+			}
+			if strings.Contains(info, "master_link_status:up") {
+				ok = true
+			}
+		}
+		if !ok {
+			return fmt.Errorf("master %s has no replica in sync", m.Addr)
+		}
+	}
+	return nil
 }
 
 // URL returns the cluster's URL in go-redis's form (redis.ParseClusterURL):

@@ -95,7 +95,10 @@ func launchRedisSentinel(dir string, ownDir bool) (*RedisSentinel, error) {
 	if err != nil {
 		return nil, err
 	}
-	master, err := newRedis(bin, d, false, nil)
+	// A master stopped with SIGTERM exits at once instead of waiting up to
+	// 10 s for a replica that is gone.
+	now := WithRedisArgs("--shutdown-on-sigterm", "now")
+	master, err := newRedis(bin, d, false, []RedisOption{now})
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +107,7 @@ func launchRedisSentinel(dir string, ownDir bool) (*RedisSentinel, error) {
 		_ = s.Close()
 		return nil, err
 	}
-	replica, err := newRedis(bin, d, false, []RedisOption{WithRedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))})
+	replica, err := newRedis(bin, d, false, []RedisOption{now, WithRedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))})
 	if err != nil {
 		_ = s.Close()
 		return nil, err
