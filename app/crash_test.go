@@ -83,7 +83,7 @@ func (cc *crashCluster) start(in *crashInstance) {
 	c := cc.cfg
 	args := []string{"run", "--brokers", strings.Join(c.Brokers, ","), "--schema-registry", c.SchemaRegistry,
 		"--application-id", c.ApplicationID, "--input-topic", c.InputTopic, "--output-topic", c.OutputTopic,
-		"--store", c.Store, "--data-dir", in.dataDir, "--redis-url", c.RedisURL,
+		"--store", c.Store, "--data-dir", in.dataDir, "--redis-url", c.RedisURL, "--redis-mode", c.RedisMode,
 		"--http-addr", in.api, "--advertise-addr", in.api, "--instance-id", in.instanceID,
 		"--commit-interval", "200ms", "--session-timeout", "3s", "--partitions", "3", "--fsync=false", "--log-level", crashLogLevel(),
 		"--peer-secret", testPeerSecret}
@@ -156,8 +156,11 @@ func runCrashTest(t *testing.T, store string) {
 		seed   = 42
 	)
 	cc := newChildCluster(t)
-	if store == app.StoreRedis {
+	switch store {
+	case app.StoreRedis:
 		useRedis(t, &cc.cfg)
+	case storeRedisCluster:
+		useRedisCluster(t, &cc.cfg)
 	}
 	c := cc.cfg
 	compacted := os.Getenv(testkit.KafkaEnv) == "real"
@@ -380,6 +383,19 @@ func TestE2ECrashExactnessRedis(t *testing.T) {
 	}
 	runCrashTest(t, app.StoreRedis)
 }
+
+// TestE2ECrashExactnessRedisCluster: 2 instances sharing one Redis Cluster
+// (three masters, three replicas), 4 kill -9 and 4 pauses past the session
+// timeout.
+func TestE2ECrashExactnessRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test takes a minute")
+	}
+	runCrashTest(t, storeRedisCluster)
+}
+
+// storeRedisCluster makes runCrashTest use a Redis Cluster.
+const storeRedisCluster = "redis-cluster"
 
 // crashLogLevel is the children's log level: info, or
 // KEEPSTATE_TEST_CHILD_LOG_LEVEL when debugging.

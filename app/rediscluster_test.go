@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,8 +32,31 @@ func movieSlot(t *testing.T, rc *testkit.RedisCluster, c app.Config) int {
 	return slot
 }
 
-// redisFault is a fault injected while ratings flow.
-type redisFault func(t *testing.T, ctx context.Context)
+// redisFault is a fault injected while ratings flow into the instance
+// whose API is api.
+type redisFault func(t *testing.T, ctx context.Context, api string)
+
+// watchUnready polls api's /readyz until stop is called, which returns the
+// first 503 body that named the store as unavailable ("" if none).
+func watchUnready(api string) (stop func() string) {
+	done, out := make(chan struct{}), make(chan string, 1)
+	go func() {
+		seen := ""
+		for {
+			select {
+			case <-done:
+				out <- seen
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if code, body := httpGet(api + "/readyz"); seen == "" && code == http.StatusServiceUnavailable &&
+				strings.Contains(body, "store unavailable") {
+				seen = body
+			}
+		}
+	}()
+	return func() string { close(done); return <-out }
+}
 
 // runRedisFault produces ratings into one instance for a few seconds,
 // injects fault once processing is under way, and then requires every
@@ -54,7 +78,7 @@ func runRedisFault(t *testing.T, c app.Config, fault redisFault) *instance {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fault(t, ctx)
+	fault(t, ctx, in.api)
 	if err := <-produced; err != nil {
 		t.Fatalf("produce: %v", err)
 	}
@@ -81,16 +105,22 @@ func TestE2ERedisClusterMasterKilled(t *testing.T) {
 	c := testConfig(t, testkit.Kafka(t), testkit.StartRegistry(t).URL())
 	rc := useRedisCluster(t, &c)
 	slot := movieSlot(t, rc, c)
-	runRedisFault(t, c, func(t *testing.T, ctx context.Context) {
+	runRedisFault(t, c, func(t *testing.T, ctx context.Context, api string) {
 		master, replicas, err := rc.MasterOf(ctx, slot)
 		if err != nil {
 			t.Fatal(err)
 		}
+		unready := watchUnready(api)
 		if err := master.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		if err := rc.WaitHealthy(60 * time.Second); err != nil {
 			t.Fatal(err)
+		}
+		if body := unready(); body == "" {
+			t.Errorf("/readyz never said 503 naming the store while the master was replaced")
+		} else {
+			t.Logf("/readyz during the failover: %s", body)
 		}
 		if now, _, err := rc.MasterOf(ctx, slot); err != nil || now != replicas[0] {
 			t.Fatalf("slot %d served by %v (%v), want the replica %s", slot, now, err, replicas[0].Addr())
@@ -110,7 +140,7 @@ func TestE2ERedisClusterManualFailover(t *testing.T) {
 	c := testConfig(t, testkit.Kafka(t), testkit.StartRegistry(t).URL())
 	rc := useRedisCluster(t, &c)
 	slot := movieSlot(t, rc, c)
-	runRedisFault(t, c, func(t *testing.T, ctx context.Context) {
+	runRedisFault(t, c, func(t *testing.T, ctx context.Context, api string) {
 		_, replicas, err := rc.MasterOf(ctx, slot)
 		if err != nil {
 			t.Fatal(err)
@@ -133,7 +163,7 @@ func TestE2ERedisClusterSlotMigrated(t *testing.T) {
 	c := testConfig(t, testkit.Kafka(t), testkit.StartRegistry(t).URL())
 	rc := useRedisCluster(t, &c)
 	slot := movieSlot(t, rc, c)
-	runRedisFault(t, c, func(t *testing.T, ctx context.Context) {
+	runRedisFault(t, c, func(t *testing.T, ctx context.Context, api string) {
 		src, _, err := rc.MasterOf(ctx, slot)
 		if err != nil {
 			t.Fatal(err)
@@ -164,7 +194,7 @@ func TestE2ERedisSentinelFailover(t *testing.T) {
 	c := testConfig(t, testkit.Kafka(t), testkit.StartRegistry(t).URL())
 	rs := testkit.StartRedisSentinel(t)
 	c.Store, c.RedisMode, c.RedisURL = app.StoreRedis, string(redisstore.ModeSentinel), rs.URL()
-	runRedisFault(t, c, func(t *testing.T, ctx context.Context) {
+	runRedisFault(t, c, func(t *testing.T, ctx context.Context, api string) {
 		old, err := rs.Master(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -212,7 +242,7 @@ func TestE2ERedisClusterLostWrites(t *testing.T) {
 	c := testConfig(t, testkit.Kafka(t), testkit.StartRegistry(t).URL())
 	rc := useRedisCluster(t, &c)
 	slot := movieSlot(t, rc, c)
-	in := runRedisFault(t, c, func(t *testing.T, ctx context.Context) {
+	in := runRedisFault(t, c, func(t *testing.T, ctx context.Context, api string) {
 		master, replicas, err := rc.MasterOf(ctx, slot)
 		if err != nil {
 			t.Fatal(err)
