@@ -175,6 +175,15 @@ func TestE2ERedisClusterSlotMigrated(t *testing.T) {
 		if err != nil || dst == src {
 			t.Fatalf("no other master: %v", err)
 		}
+		// Every movie stored first, so that the migration moves them all
+		// while their updates go on.
+		testkit.Eventually(t, 30*time.Second, "every movie in the slot", func() error {
+			n, err := rc.Do(ctx, src, "CLUSTER", "COUNTKEYSINSLOT", slot)
+			if c, _ := n.(int64); err != nil || c < 400 {
+				return fmt.Errorf("%v keys in slot %d (%v)", n, slot, err)
+			}
+			return nil
+		})
 		// 100 ms between batches spreads the migration over the flow of
 		// ratings (the scenario, not synchronisation).
 		n, err := rc.MigrateSlot(ctx, slot, dst, 10, func() { time.Sleep(100 * time.Millisecond) })
@@ -182,6 +191,9 @@ func TestE2ERedisClusterSlotMigrated(t *testing.T) {
 			t.Fatalf("migrate slot %d after %d keys: %v", slot, n, err)
 		}
 		t.Logf("slot %d moved from %s to %s: %d keys", slot, src.Addr(), dst.Addr(), n)
+		if n < 400 {
+			t.Errorf("moved %d keys, want every movie's (400) and more", n)
+		}
 		if now, _, err := rc.MasterOf(ctx, slot); err != nil || now != dst {
 			t.Fatalf("slot %d served by %v (%v), want %s", slot, now, err, dst.Addr())
 		}
