@@ -14,6 +14,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/redisstore"
 )
 
 // crashInstance is one keepstate process of a crash test.
@@ -83,10 +84,14 @@ func (cc *crashCluster) start(in *crashInstance) {
 	c := cc.cfg
 	args := []string{"run", "--brokers", strings.Join(c.Brokers, ","), "--schema-registry", c.SchemaRegistry,
 		"--application-id", c.ApplicationID, "--input-topic", c.InputTopic, "--output-topic", c.OutputTopic,
-		"--store", c.Store, "--data-dir", in.dataDir, "--redis-url", c.RedisURL, "--redis-mode", c.RedisMode,
+		"--store", c.Store, "--data-dir", in.dataDir, "--redis-url", c.RedisURL,
 		"--http-addr", in.api, "--advertise-addr", in.api, "--instance-id", in.instanceID,
 		"--commit-interval", "200ms", "--session-timeout", "3s", "--partitions", "3", "--fsync=false", "--log-level", crashLogLevel(),
 		"--peer-secret", testPeerSecret}
+	if c.RedisMode != "" && c.RedisMode != string(redisstore.ModeSingle) {
+		// Only when needed: builds from before the flag run here too.
+		args = append(args, "--redis-mode", c.RedisMode)
+	}
 	in.proc = testkit.StartProcess(cc.t, in.name, cc.bin, nil, append(args, in.extraArgs...)...)
 }
 
