@@ -55,6 +55,7 @@ type Config struct {
 	Store             string        // --store: clover | redis
 	DataDir           string        // --data-dir: clover store directory
 	RedisURL          string        // --redis-url: redis://[user:pass@]host:port/db
+	RedisMode         string        // --redis-mode: single | cluster | sentinel (how --redis-url is read; empty: single)
 	RedisStreamLen    int64         // --redis-stream-maxlen: MAXLEN ~ of the averages stream
 	HTTPAddr          string        // --http-addr: API listen address
 	CommitInterval    time.Duration // --commit-interval: flush and commit period
@@ -151,6 +152,7 @@ func Default() Config {
 		Store:               StoreClover,
 		DataDir:             "./data",
 		RedisURL:            "redis://localhost:6379/0",
+		RedisMode:           string(redisstore.ModeSingle),
 		RedisStreamLen:      redisstore.DefaultStreamMaxLen,
 		HTTPAddr:            ":7001",
 		CommitInterval:      e.CommitInterval,
@@ -240,6 +242,9 @@ func (c Config) Validate() error {
 	case StoreRedis:
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
 			bad("redis-url", "%q is not a redis:// or rediss:// URL", redact.URL(c.RedisURL))
+		}
+		if _, err := redisstore.ParseMode(c.RedisMode); err != nil && c.RedisMode != "" {
+			bad("redis-mode", "unknown mode %q (want single, cluster or sentinel)", c.RedisMode)
 		}
 	default:
 		bad("store", "unknown store %q (want %s or %s)", c.Store, StoreClover, StoreRedis)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/redisstore"
 )
 
 // crashInstance is one keepstate process of a crash test.
@@ -87,6 +88,10 @@ func (cc *crashCluster) start(in *crashInstance) {
 		"--http-addr", in.api, "--advertise-addr", in.api, "--instance-id", in.instanceID,
 		"--commit-interval", "200ms", "--session-timeout", "3s", "--partitions", "3", "--fsync=false", "--log-level", crashLogLevel(),
 		"--peer-secret", testPeerSecret}
+	if c.RedisMode != "" && c.RedisMode != string(redisstore.ModeSingle) {
+		// Only when needed: builds from before the flag run here too.
+		args = append(args, "--redis-mode", c.RedisMode)
+	}
 	in.proc = testkit.StartProcess(cc.t, in.name, cc.bin, nil, append(args, in.extraArgs...)...)
 }
 
@@ -156,8 +161,11 @@ func runCrashTest(t *testing.T, store string) {
 		seed   = 42
 	)
 	cc := newChildCluster(t)
-	if store == app.StoreRedis {
+	switch store {
+	case app.StoreRedis:
 		useRedis(t, &cc.cfg)
+	case storeRedisCluster:
+		useRedisCluster(t, &cc.cfg)
 	}
 	c := cc.cfg
 	compacted := os.Getenv(testkit.KafkaEnv) == "real"
@@ -380,6 +388,19 @@ func TestE2ECrashExactnessRedis(t *testing.T) {
 	}
 	runCrashTest(t, app.StoreRedis)
 }
+
+// TestE2ECrashExactnessRedisCluster: 2 instances sharing one Redis Cluster
+// (three masters, three replicas), 4 kill -9 and 4 pauses past the session
+// timeout.
+func TestE2ECrashExactnessRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test takes a minute")
+	}
+	runCrashTest(t, storeRedisCluster)
+}
+
+// storeRedisCluster makes runCrashTest use a Redis Cluster.
+const storeRedisCluster = "redis-cluster"
 
 // crashLogLevel is the children's log level: info, or
 // KEEPSTATE_TEST_CHILD_LOG_LEVEL when debugging.

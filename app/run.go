@@ -80,7 +80,7 @@ func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (
 		return s, nil
 	case StoreRedis:
 		redisstore.RouteClientLogs(log)
-		s, err := redisstore.Open(ctx, c.RedisURL,
+		s, err := redisstore.Open(ctx, c.RedisURL, redisstore.WithMode(redisstore.Mode(c.RedisMode)),
 			redisstore.WithPrefix(c.ApplicationID+":"), redisstore.WithLogger(log),
 			redisstore.WithTableStream(movies.Name, redisstore.TableStream{Key: movies.StreamKey, MaxLen: c.RedisStreamLen, Fields: movies.StreamFields}))
 		if err != nil {

@@ -38,8 +38,38 @@
 // partition between the read and EXEC makes EXEC write nothing. (A Lua
 // script did the same for 1.5× the server CPU.) Claim and DropPartition
 // are scripts. The scripts and transactions name keys they derive from
-// the prefix, so the store needs a standalone Redis (or one where all keys
-// live on one node), not a Redis Cluster.
+// the table's base, so all of a table's keys must live on one node: on a
+// single server or a Sentinel master they do, and on a Redis Cluster the
+// base carries a hash tag (below).
+//
+// A batch that finds, under its own epoch, another batch token than the
+// last one this Store wrote (or sent without learning the outcome) is
+// refused with engine.ErrFenced: Redis lost acknowledged writes, as after
+// a failover to a replica that had not received them (replication is
+// asynchronous) or a restart from a file that had not persisted them. Its
+// checkpoint went back with them, so the engine claims the partition again
+// and replays the changelog from there instead of writing on top of the
+// hole (see lostwrites.go).
+//
+// # Deployments
+//
+// WithMode chooses how Open reads its URL (go-redis's ParseURL,
+// ParseClusterURL or ParseFailoverURL) and which client it builds: one
+// server (ModeSingle), a Redis Cluster (ModeCluster) or a master found
+// through Sentinels (ModeSentinel). Every table operation goes through
+// redis.UniversalClient, so one code path serves the three. On a cluster a
+// table's keys are "{<prefix>t:<table>}:..." instead of
+// "<prefix>t:<table>:...", and its stream "{<prefix>t:<table>}:stream:<Key>":
+// the hash tag puts every key of the table in one slot, so that a batch is
+// one MULTI/EXEC, and a claim, a drop or a query page one script, on the
+// node that serves the slot. A table is thus held by one master (and its
+// replicas); different tables (and applications, by prefix) spread over
+// the masters. go-redis follows MOVED and ASK redirections and reloads the
+// slot map after a failover; what outlives its retries (a master being
+// replaced, a slot being migrated, CLUSTERDOWN, TRYAGAIN) is
+// engine.ErrUnavailable, so the partition waits and retries. The movie
+// layout migration below never runs on a cluster (that layout ran on
+// single servers only).
 //
 // # Change stream
 //
@@ -78,7 +108,8 @@
 // # Errors
 //
 // Transport errors (connection refused or reset, timeouts, a loading or
-// read-only server, one out of memory) are wrapped with
+// read-only server, one out of memory, a cluster that is down or moving a
+// slot) are wrapped with
 // engine.ErrUnavailable; the go-redis client reconnects by itself, so the
 // store works again once Redis is back without being reopened.
 package redisstore

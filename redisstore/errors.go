@@ -14,7 +14,9 @@ import (
 // (connection refused or reset, timeouts, a closed pool) is transient, and so
 // are the server replies of a server that is loading, read-only, down, busy
 // running a script, out of memory or out of client slots, or unable to
-// persist writes (MISCONF: its disk is full).
+// persist writes (MISCONF: its disk is full), and a cluster's redirections
+// that outlived the client's own retries (MOVED, ASK: a slot moving or a
+// failover under way).
 func transient(err error) bool {
 	var reply redis.Error
 	if !errors.As(err, &reply) {
@@ -24,7 +26,7 @@ func transient(err error) bool {
 		redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsMaxClientsError(err) ||
 		redis.IsOOMError(err) || redis.IsNoReplicasError(err) ||
-		redis.HasErrorPrefix(err, "BUSY") ||
+		redis.HasErrorPrefix(err, "BUSY") || moved(err) ||
 		// Writes refused because the server cannot persist them (a full
 		// disk under its AOF or RDB file): they succeed again once it can.
 		redis.HasErrorPrefix(err, "MISCONF")
@@ -38,4 +40,11 @@ func wrap(op string, err error) error {
 		return fmt.Errorf("redisstore: %s: %w: %w", op, engine.ErrUnavailable, err)
 	}
 	return fmt.Errorf("redisstore: %s: %w", op, err)
+}
+
+// moved reports whether err is a MOVED or ASK redirection.
+func moved(err error) bool {
+	_, m := redis.IsMovedError(err)
+	_, a := redis.IsAskError(err)
+	return m || a || redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }

@@ -44,7 +44,7 @@ type dumpEntry struct {
 
 // loadDump writes every key of the dump at path into the database of c
 // (keys already there are replaced), returning the keys by name.
-func loadDump(ctx context.Context, c *redis.Client, path string) (map[string]dumpKey, error) {
+func loadDump(ctx context.Context, c redis.UniversalClient, path string) (map[string]dumpKey, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load dump: %w", err)

@@ -4,8 +4,12 @@ import "strings"
 
 // keys builds the key names of one store: every key starts with its
 // prefix (see the package doc; tables in table_keys.go, the movie layout
-// the migration reads in migrate_legacy.go).
-type keys struct{ prefix string }
+// the migration reads in migrate_legacy.go). On a cluster each table's
+// keys carry one hash tag, so that they share a hash slot.
+type keys struct {
+	prefix  string
+	cluster bool
+}
 
 // pattern is a SCAN MATCH pattern for every key of the store.
 func (k keys) pattern() string {

@@ -1,8 +1,11 @@
 package redisstore
 
 import (
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/keepstate/keepstate/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -10,5 +13,8 @@ func TestMain(m *testing.M) {
 	RouteClientLogs(nil)
 	code := m.Run()
 	closeShared()
+	if err := testkit.StopSharedRedis(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 	os.Exit(code)
 }

@@ -163,6 +163,9 @@ type migration struct {
 // for another instance that is migrating (or that took the migration
 // over). It returns when the marker is set, or with an error.
 func (s *Store) migrateMovies(ctx context.Context, t *table) error {
+	if s.keys.cluster {
+		return nil // the movie layout ran on a single server only
+	}
 	m := &migration{s: s, t: t, old: legacyKeys{prefix: s.keys.prefix}, lock: t.keys.migrating(),
 		ttl: migrateLockTTL, chunk: migrateChunk}
 	if s.migrateTTL > 0 {

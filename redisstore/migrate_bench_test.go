@@ -32,7 +32,7 @@ func legacyRank(avg float64, id int64) string {
 // membership in <prefix>partition:<p>:members, then the partition's
 // epoch, checkpoint and batch token. Averages are spread over 0..10 with
 // many ties. Writes are pipelined, batchSize movies per round trip.
-func writeLegacyPartition(ctx context.Context, c *redis.Client, prefix string, p int32, parts, n int64) error {
+func writeLegacyPartition(ctx context.Context, c redis.UniversalClient, prefix string, p int32, parts, n int64) error {
 	rng := rand.New(rand.NewPCG(uint64(p), 1))
 	old := legacyKeys{prefix: prefix}
 	members := old.partition(p, "members")

@@ -141,26 +141,6 @@ func TestOpenURLForms(t *testing.T) {
 	}
 }
 
-func TestParseRedissURL(t *testing.T) {
-	o, where, err := parseURL("rediss://u:secret@redis.example:6380/4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.TLSConfig == nil || o.TLSConfig.ServerName != "redis.example" || o.TLSConfig.InsecureSkipVerify {
-		t.Errorf("TLS config = %+v; want verified TLS for redis.example", o.TLSConfig)
-	}
-	if o.Addr != "redis.example:6380" || o.DB != 4 || o.Username != "u" || o.Password != "secret" {
-		t.Errorf("options = addr %s db %d user %s; want redis.example:6380 db 4 user u", o.Addr, o.DB, o.Username)
-	}
-	if strings.Contains(where, "secret") || !strings.Contains(where, "redis.example:6380") {
-		t.Errorf("redacted URL = %q", where)
-	}
-	o, _, err = parseURL("redis://redis.example/0")
-	if err != nil || o.TLSConfig != nil {
-		t.Errorf("redis:// URL: TLS config %v, err %v; want no TLS", o.TLSConfig, err)
-	}
-}
-
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 and its key
 // into dir and returns their paths and a pool trusting it.
 func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {

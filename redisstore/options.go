@@ -22,13 +22,24 @@ type Option func(*options)
 
 type options struct {
 	prefix  string
+	mode    Mode
 	logger  *slog.Logger
 	tls     *tls.Config
 	streams map[string]TableStream // by table name
 }
 
 func defaultOptions() options {
-	return options{prefix: DefaultPrefix}
+	return options{prefix: DefaultPrefix, mode: ModeSingle}
+}
+
+// WithMode says what kind of deployment the URL names: ModeSingle (the
+// default), ModeCluster or ModeSentinel (see Mode for each URL form).
+func WithMode(m Mode) Option {
+	return func(o *options) {
+		if m != "" {
+			o.mode = m
+		}
+	}
 }
 
 // WithPrefix puts every key of the store under prefix (for example the
@@ -92,9 +103,17 @@ func WithTableStream(table string, st TableStream) Option {
 	}
 }
 
-// validate checks the table streams: each needs a key outside the tables'
-// namespace and a Fields function.
+// validate checks the mode, the prefix of a cluster and the table
+// streams: each needs a key outside the tables' namespace and a Fields
+// function.
 func (o options) validate() error {
+	if _, err := ParseMode(string(o.mode)); err != nil {
+		return err
+	}
+	if o.mode == ModeCluster && strings.ContainsAny(o.prefix, "{}") {
+		return fmt.Errorf("redisstore: prefix %q: a cluster's key prefix must not hold { or } (they choose the hash slot): %w",
+			o.prefix, engine.ErrInvalid)
+	}
 	for name, st := range o.streams {
 		switch {
 		case st.MaxLen <= 0:

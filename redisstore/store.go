@@ -2,14 +2,11 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/keepstate/keepstate/engine"
-	"github.com/keepstate/keepstate/internal/redact"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,11 +14,13 @@ import (
 // It is safe for concurrent use by multiple goroutines (go-redis pools its
 // connections).
 type Store struct {
-	client *redis.Client
+	client redis.UniversalClient
 	keys   keys
 	opts   options
 	log    *slog.Logger
 	where  string // the URL without its password, for messages
+	// written detects acknowledged writes that Redis lost (lostwrites.go).
+	written writeLog
 
 	// beforeExec, when set (by tests), runs between an Apply attempt's
 	// checks and its EXEC.
@@ -35,13 +34,15 @@ type Store struct {
 	migrateChunk int
 }
 
-// Open connects to the Redis server at rawURL (redis://[user:password@]host:port/db,
-// rediss:// for TLS, go-redis query options such as ?dial_timeout=2s) and
-// checks that it answers PING. When it does not, the error wraps
-// engine.ErrUnavailable and names the URL without its password. Open does
-// not retry: the caller decides whether to wait for Redis. Timeouts and
-// command retries come from the URL (dial_timeout, read_timeout,
-// max_retries, ...); a connection is dialled at most twice per attempt.
+// Open connects to the Redis deployment at rawURL, read as WithMode says
+// (default ModeSingle: redis://[user:password@]host:port/db, rediss:// for
+// TLS, go-redis query options such as ?dial_timeout=2s), and checks that
+// it answers PING. When it does not, the error wraps engine.ErrUnavailable
+// and names the URL without its password. Open does not retry: the caller
+// decides whether to wait for Redis. Timeouts and command retries come
+// from the URL (dial_timeout, read_timeout, max_retries, ...); a
+// connection is dialled at most twice per attempt unless dialer_retries
+// says otherwise.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -50,22 +51,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	ropts, where, err := parseURL(rawURL)
+	client, where, err := newClient(o.mode, rawURL, o.tls)
 	if err != nil {
 		return nil, err
 	}
-	if o.tls != nil {
-		ropts.TLSConfig = o.tls.Clone()
-	}
-	if ropts.DialerRetries == 0 {
-		// go-redis dials 5 times per attempt and retries a command 3 times:
-		// with Redis down a call would take seconds to report it. Fail
-		// sooner; the engine retries unavailable stores by itself.
-		ropts.DialerRetries = 2
-	}
 	s := &Store{
-		client: redis.NewClient(ropts),
-		keys:   keys{prefix: o.prefix},
+		client: client,
+		keys:   keys{prefix: o.prefix, cluster: o.mode == ModeCluster},
 		opts:   o,
 		log:    o.log().With("store", "redis", "url", where),
 		where:  where,
@@ -78,27 +70,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		}
 		return nil, fmt.Errorf("redisstore: cannot reach redis at %s (%s): %w: %w", where, hint, engine.ErrUnavailable, err)
 	}
-	s.log.Debug("redis store open", "prefix", o.prefix, "table_streams", len(o.streams))
+	s.log.Debug("redis store open", "mode", o.mode, "prefix", o.prefix, "table_streams", len(o.streams))
 	return s, nil
-}
-
-// parseURL parses a Redis URL with go-redis and returns the URL with its
-// userinfo redacted for messages. Parse errors never include the password.
-func parseURL(rawURL string) (*redis.Options, string, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err // url.Error repeats the whole URL, password included
-		}
-		return nil, "", fmt.Errorf("redisstore: invalid redis url: %w", err)
-	}
-	where := redact.URL(u.String()) // no userinfo at all: ACL user names are credentials too
-	ropts, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, "", fmt.Errorf("redisstore: invalid redis url %s: %w", where, err)
-	}
-	return ropts, where, nil
 }
 
 // String returns the server's URL without its password.

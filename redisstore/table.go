@@ -153,7 +153,7 @@ func newTable(s *Store, spec engine.TableSpec) *table {
 	}
 	t.kinds = kinds.String()
 	if st, ok := s.opts.streams[spec.Name]; ok && st.MaxLen > 0 {
-		t.stream, t.streamKey = &st, s.keys.prefix+st.Key
+		t.stream, t.streamKey = &st, s.keys.stream(spec.Name, st.Key)
 	}
 	return t
 }
@@ -187,6 +187,9 @@ func (t *table) Spec() engine.TableSpec {
 // and returns the new epoch. It stores the table's spec again when Redis
 // lost it. Safe for concurrent use.
 func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
+	// Epochs start again at 1 after Redis lost them: what this store wrote
+	// under an earlier claim says nothing of the new one.
+	t.s.written.forget(t.keys.batch(p))
 	reply, err := claimScript.Run(ctx, t.s.client, []string{t.keys.spec(), t.keys.epoch(p)}, t.specV).Slice()
 	if err != nil {
 		return 0, wrap(fmt.Sprintf("table %s: claim partition %d", t.spec.Name, p), err)

@@ -245,6 +245,7 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 	keys := append([]string{t.keys.members(p), t.keys.checkpoint(p), t.keys.batch(p)}, t.idx...)
 	n, err := tableDropScript.Run(ctx, t.s.client, keys,
 		t.keys.docPrefix(), formatInt(int64(p)), t.kinds).Int64()
+	t.s.written.forget(t.keys.batch(p))
 	if err != nil {
 		return wrap(fmt.Sprintf("table %s: drop partition %d", t.spec.Name, p), err)
 	}

@@ -14,14 +14,32 @@ import (
 // tableKeys builds the key names of one table (see table.go for the
 // layout). Table names are [a-z][a-z0-9_-]* and index names [a-z][a-z0-9_]*,
 // so neither contains ':' or a SCAN pattern character.
-type tableKeys struct{ base string } // "<prefix>t:<table>:"
+type tableKeys struct {
+	base    string // "<prefix>t:<table>:", on a cluster "{<prefix>t:<table>}:"
+	cluster bool
+}
 
 // tablesNamespace is what every table key starts with after the store's
 // prefix; no key of the movie layout starts with it.
 const tablesNamespace = "t:"
 
 func (k keys) table(name string) tableKeys {
+	if k.cluster {
+		// One hash tag for every key of the table: a batch, a claim, a
+		// query's script and a drop each touch one slot.
+		return tableKeys{base: "{" + k.prefix + tablesNamespace + name + "}:", cluster: true}
+	}
 	return tableKeys{base: k.prefix + tablesNamespace + name + ":"}
+}
+
+// stream is the key of the table's change stream named key: under the
+// prefix on a single server or Sentinel master, under the table's hash
+// tag on a cluster (it is written in the same MULTI/EXEC as the table).
+func (k keys) stream(table, key string) string {
+	if k.cluster {
+		return k.table(table).base + "stream:" + key
+	}
+	return k.prefix + key
 }
 
 func (k tableKeys) spec() string { return k.base + "spec" }

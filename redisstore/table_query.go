@@ -266,24 +266,21 @@ func (t *table) Reset(ctx context.Context) error {
 	keep := func(key string) bool {
 		return key == t.keys.spec() || key == t.keys.migrated() || t.keys.isEpoch(key)
 	}
-	var cursor uint64
+	t.s.written.forget(t.keys.base)
 	deleted := 0
-	for {
-		batch, next, err := t.s.client.Scan(ctx, cursor, t.keys.pattern(), scanChunk).Result()
-		if err != nil {
-			return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
-		}
+	err := t.s.scanKeys(ctx, t.keys.pattern(), scanChunk, func(batch []string) error {
 		batch = slices.DeleteFunc(batch, keep)
-		if len(batch) > 0 {
-			if err := t.s.client.Unlink(ctx, batch...).Err(); err != nil {
-				return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
-			}
-			deleted += len(batch)
+		if len(batch) == 0 {
+			return nil
 		}
-		if next == 0 {
-			break
+		if err := t.s.client.Unlink(ctx, batch...).Err(); err != nil {
+			return err
 		}
-		cursor = next
+		deleted += len(batch)
+		return nil
+	})
+	if err != nil {
+		return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
 	}
 	if t.stream != nil {
 		n, err := t.s.client.Unlink(ctx, t.streamKey).Result()

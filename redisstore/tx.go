@@ -134,6 +134,13 @@ func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 			"%sepoch %d is not the claimed epoch %s (claimed since by another writer, or Redis lost its data)",
 			b.subject, b.epoch, cur)}
 	}
+	if stored := token.Val(); s.written.lost(b, stored) {
+		s.log.Warn("redis lost acknowledged writes: the partition's batch token is not the last one written",
+			"op", b.op, "epoch", b.epoch)
+		return &fencedError{partition: b.partition, reason: fmt.Sprintf(
+			"%sRedis lost acknowledged writes of epoch %d (its last batch is not there: a failover to a replica that lacked them, or a restart that did not persist them); restore the partition from the store's checkpoint",
+			b.subject, b.epoch)}
+	}
 	for i, k := range b.typed {
 		if t := types[i].Val(); t != "none" && t != k.typ {
 			return fmt.Errorf("redisstore: %s: key %s holds a %s, want a %s: %w", b.op, k.key, t, k.typ, errWrongType)
@@ -146,6 +153,7 @@ func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 	if s.beforeExec != nil {
 		s.beforeExec()
 	}
+	s.written.sending(b)
 	cmds, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		write(ctx, pipe)
 		pipe.Set(ctx, b.cpKey, b.cpValue, 0)
@@ -155,6 +163,7 @@ func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 	if err != nil {
 		return queuedError(cmds, err)
 	}
+	s.written.applied(b)
 	s.log.Debug("batch applied", "op", b.op, "checkpoint", b.cpValue)
 	return nil
 }

@@ -32,6 +32,7 @@ func CommonFlags(fs *flag.FlagSet, c *app.Config) {
 	fs.StringVar(&c.Store, "store", c.Store, "state store: clover or redis")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the clover store")
 	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis URL: redis[s]://[user:password@]host:port/db")
+	fs.StringVar(&c.RedisMode, "redis-mode", c.RedisMode, "how --redis-url is read: single (one server), cluster (a Redis Cluster: ?addr=host:port for more nodes) or sentinel (?master_name=name, ?addr= for more Sentinels)")
 	fs.Int64Var(&c.RedisStreamLen, "redis-stream-maxlen", c.RedisStreamLen, "approximate MAXLEN of the Redis averages stream")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address of the API")
 	fs.DurationVar(&c.CommitInterval, "commit-interval", c.CommitInterval, "how often state is flushed and offsets committed")

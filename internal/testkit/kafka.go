@@ -85,12 +85,16 @@ func RealKafka(t testing.TB) []string {
 }
 
 // Main runs the tests of a package and then stops the broker RealKafka may
-// have started. Call it from TestMain: func TestMain(m *testing.M) {
+// have started and the Redis setups SharedRedisCluster and
+// SharedRedisSentinel may have started. Call it from TestMain: func TestMain(m *testing.M) {
 // testkit.Main(m) }. It does not return.
 func Main(m *testing.M) {
 	code := m.Run()
 	removeBinary()
 	if err := StopRealKafka(); err != nil {
+		fmt.Fprintln(os.Stderr, "testkit:", err)
+	}
+	if err := StopSharedRedis(); err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
 	}
 	os.Exit(code)

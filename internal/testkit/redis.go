@@ -50,6 +50,7 @@ type redisConfig struct {
 	args        []string
 	readyWithin time.Duration
 	dir         string
+	conf        string // a config file given before the arguments (a Sentinel's)
 }
 
 // WithRedisPersistence makes the server keep its data in its directory
@@ -212,14 +213,18 @@ func (r *Redis) runningLocked() bool {
 }
 
 func (r *Redis) serverArgs() []string {
-	args := []string{
+	var args []string
+	if r.cfg.conf != "" {
+		args = append(args, r.cfg.conf)
+	}
+	args = append(args,
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--dir", r.dir,
 		"--daemonize", "no",
 		"--logfile", filepath.Join(r.dir, "redis.log"),
 		"--dbfilename", "dump.rdb",
-	}
+	)
 	switch r.cfg.persistence {
 	case RedisAOF:
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
