@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -213,31 +212,43 @@ func TestE2EWarmupKilledMidCatchUp(t *testing.T) {
 	defer g.stopFlow()
 	g.pr.worst()
 
+	// Scale out, and kill d while it tails its warm-ups and runs no
+	// active; an attempt whose warm-up caught up before the kill (its
+	// member rejoined) is started over with an empty data dir.
 	d := g.newInst("d")
-	began := time.Now()
-	g.cc.start(d)
-	var seen testkit.APIStats[engine.Stats]
-	err := watchClosely(60*time.Second, func() (bool, error) {
-		st, err := stats(d.api)
-		switch {
-		case err != nil:
-			return false, nil // not listening yet
-		case st.Stats.PartitionsRunning > 0 || st.Stats.PartitionsAssigned > 0:
-			return false, errors.New("d runs an active already: the warm-up finished before it could be killed (give the test more state)")
-		case st.Stats.PartitionsStandby == 0 || st.Stats.StandbyRecords == 0:
-			return false, nil
+	var began time.Time
+	for attempt := 1; ; attempt++ {
+		began = time.Now()
+		g.cc.start(d)
+		var seen testkit.APIStats[engine.Stats]
+		err := watchClosely(60*time.Second, func() (bool, error) {
+			st, err := stats(d.api)
+			switch {
+			case err != nil:
+				return false, nil // not listening yet
+			case st.Stats.PartitionsRunning > 0 || st.Stats.PartitionsAssigned > 0:
+				return true, nil // too late: judged below
+			case st.Stats.PartitionsStandby == 0:
+				return false, nil
+			}
+			seen = st
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("d never seen tailing warm-ups: %v", err)
 		}
-		seen = st
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("d never seen mid-warm-up (tailing replicas, no active): %v", err)
-	}
-	d.proc.Kill()
-	t.Logf("killed d %v after its start, mid-warm-up: %d replicas, %d changelog records read",
-		time.Since(began).Round(time.Millisecond), seen.Stats.PartitionsStandby, seen.Stats.StandbyRecords)
-	if strings.Contains(d.proc.Output(), "rejoining the group") {
-		t.Logf("d had already made the group rejoin for a caught-up warm-up before the kill")
+		d.proc.Kill()
+		warmups := warmupsRe.FindAllString(d.proc.Output(), -1)
+		if seen.Stats.PartitionsStandby > 0 && len(warmups) > 0 && !strings.Contains(d.proc.Output(), "rejoining the group") {
+			t.Logf("attempt %d: killed d %v after its start, mid-warm-up (%s): %d replicas, %d changelog records read",
+				attempt, time.Since(began).Round(time.Millisecond), warmups[len(warmups)-1], seen.Stats.PartitionsStandby, seen.Stats.StandbyRecords)
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("in %d attempts d's warm-ups caught up before it could be killed: give the test more state", attempt)
+		}
+		t.Logf("attempt %d: d's warm-ups caught up before the kill; again with an empty data dir", attempt)
+		loseStore(t, d)
 	}
 	g.gap("warm-up killed", time.Second)
 
@@ -496,6 +507,9 @@ func TestE2ELeaderKilledDuringAssignment(t *testing.T) {
 	t.Logf("new leader %s", leaderOf(t, g.live).name)
 	g.exact("after the leader was killed")
 }
+
+// warmupsRe finds the warm-ups of an assignment in its log line.
+var warmupsRe = regexp.MustCompile(`warmup="?\[[0-9 ]+\]`)
 
 // plannedRe finds the leader's log line of an assignment plan.
 var plannedRe = regexp.MustCompile(`msg="assignment planned".* members=\d+`)
