@@ -277,10 +277,20 @@ const verifyInterval = 5 * time.Second
 // (another owner claimed the partition, or the store lost the claim with
 // its state) returns an error wrapping ErrFenced, which breaks the task and
 // restarts the group session: the partition is then claimed again and
-// restored. Called by persist.
+// restored. Once the session has ended, an unavailable store (a full
+// disk) is not waited for: the member would hold up the whole group's
+// rebalance meanwhile. Whatever the batch committed is in the
+// changelog, so the store is only left behind it, and the partition's
+// next restore or standby here replays the difference. Called by persist.
 func (t *task) write(ctx context.Context, job *persistJob, b DocBatch) error {
 	e := t.e
-	err := e.retryUnavailable(ctx, "apply", func() error { return e.table.Apply(ctx, b) })
+	waitCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(t.sess.Context(), stop)()
+	err := e.retryUnavailable(waitCtx, "apply", func() error { return e.table.Apply(ctx, b) })
+	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("the session ended while the store was unavailable: %w", ErrUnavailable)
+	}
 	if errors.Is(err, ErrFenced) {
 		e.c.fenced.Add(1)
 		return fmt.Errorf("partition %d: %w", t.p, err)
