@@ -171,6 +171,22 @@ func runGroupChangeTest(t *testing.T, store string) {
 		t.Fatal(err)
 	}
 	fill = nil
+	// Millions of movies take minutes to process: wait for them before the
+	// exactness check, whose own waits are shorter.
+	testkit.Eventually(t, max(time.Minute, time.Duration(catalog/2000)*time.Second), "the state processed", func() error {
+		var n int64
+		for _, in := range live {
+			st, err := getGroupStats(in.api)
+			if err != nil {
+				return err
+			}
+			n += st.Stats.RecordsProcessed
+		}
+		if n < catalog {
+			return fmt.Errorf("%d of %d ratings processed", n, catalog)
+		}
+		return nil
+	})
 	waitOutputsExact(t, c, "http://"+live[0].api, truth, "before the group changes")
 	t.Logf("%d movies, one rating each, sent and counted in %v", catalog, time.Since(filled).Round(time.Second))
 
