@@ -196,9 +196,14 @@ func runGroupChangeTest(t *testing.T, store string) {
 	for _, in := range live {
 		pr.watch("http://"+in.api, true)
 	}
-	// Ratings flow throughout: 300 every 100 ms over all movies, uniform,
-	// and every 500 ms one rating of every probe key, whose answer the
-	// prober waits for.
+	// Ratings flow throughout: 300 every 100 ms over all movies, uniform
+	// (100 under the race detector, whose instances' warm-ups would not
+	// catch up with more), and every 500 ms one rating of every probe key,
+	// whose answer the prober waits for.
+	flow := 300
+	if testkit.RaceEnabled {
+		flow = 100
+	}
 	var mu sync.Mutex
 	stop, flowed := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -210,8 +215,8 @@ func runGroupChangeTest(t *testing.T, store string) {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			rs := make([]avro.Rating, 0, 300+len(keys))
-			for range 300 {
+			rs := make([]avro.Rating, 0, flow+len(keys))
+			for range flow {
 				rs = append(rs, avro.Rating{MovieID: rnd.Int64N(catalog) + 1, Rating: float64(rnd.IntN(21)) / 2})
 			}
 			probing := tick%5 == 0
