@@ -432,7 +432,12 @@ func runGroupChangeTest(t *testing.T, store string) {
 		pr.partials()
 		warmup()
 		fig = phaseFigures{}
+		began := time.Now()
 		ph.run()
+		// Every partition processes again: each one's stall is measured.
+		testkit.Eventually(t, 60*time.Second, ph.name+": a probe rating of every partition answered", func() error {
+			return pr.answeredSince(began)
+		})
 		for _, in := range all {
 			replays(in)
 		}

@@ -37,7 +37,9 @@ type prober struct {
 	// oldest first; stall is the longest one took, by key.
 	pending map[int64][]sentRating
 	stall   map[int64]time.Duration
-	wg      sync.WaitGroup
+	// answered is, by key, when the last probe rating answered was sent.
+	answered map[int64]time.Time
+	wg       sync.WaitGroup
 }
 
 // sentRating is a probe rating acknowledged by the broker at at, after
@@ -50,7 +52,7 @@ type sentRating struct {
 func startProber(keys []int64) *prober {
 	return &prober{keys: keys, client: &http.Client{Timeout: time.Second}, apis: map[string]chan struct{}{},
 		lastOK: map[string]time.Time{}, longest: map[string]time.Duration{}, partial: map[string]int{},
-		pending: map[int64][]sentRating{}, stall: map[int64]time.Duration{}}
+		pending: map[int64][]sentRating{}, stall: map[int64]time.Duration{}, answered: map[int64]time.Time{}}
 }
 
 // probeEvery is how often every probe asks.
@@ -91,6 +93,7 @@ func (pr *prober) probeKey(api string, k int64, stop chan struct{}) {
 		q := pr.pending[k]
 		for len(q) > 0 && q[0].count <= m.Count {
 			pr.stall[k] = max(pr.stall[k], now.Sub(q[0].at))
+			pr.answered[k] = q[0].at
 			q = q[1:]
 		}
 		pr.pending[k] = q
@@ -198,6 +201,19 @@ func (pr *prober) stalls() (int64, time.Duration) {
 	}
 	pr.stall = map[int64]time.Duration{}
 	return key, d
+}
+
+// answeredSince returns an error unless a probe rating of every key sent
+// after since was answered.
+func (pr *prober) answeredSince(since time.Time) error {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, k := range pr.keys {
+		if !pr.answered[k].After(since) {
+			return fmt.Errorf("no probe rating of key %d sent after %s answered yet", k, since.Format("15:04:05.000"))
+		}
+	}
+	return nil
 }
 
 // close stops every probe and waits for them.
