@@ -129,15 +129,19 @@ func runGroupChangeTest(t *testing.T, store string) {
 	// maxStall bounds a probe rating's way to the answers: processing may
 	// stop for at most 2 s beyond the commit interval. settleAfterWarmup
 	// bounds the time to balanced actives beyond the phase's warm-up time.
-	// The race detector slows the instances several times (kfake, in the
-	// unit run): there both bounds are four times as long, and the figures
-	// that count are those of the integration run.
-	slow := time.Duration(1)
+	maxStall, settleAfterWarmup := commitEvery+2*time.Second, 5*time.Second
+	// timing reports a missed time bound: an error, but under the race
+	// detector (kfake, in the unit run), whose instances run several times
+	// slower on two shared cores, a log line: there the run checks races,
+	// exactness and replays, and the integration run checks the times.
+	timing := t.Errorf
 	if testkit.RaceEnabled {
-		slow = 4
+		timing = func(format string, args ...any) { t.Logf("not checked under the race detector: "+format, args...) }
 	}
-	maxStall, settleAfterWarmup := slow*(commitEvery+2*time.Second), slow*5*time.Second
 	catalog := int64(12000) // 1,000 documents a partition
+	if testkit.RaceEnabled {
+		catalog = 6000 // half the processing for the slower instances
+	}
 	if n, err := strconv.ParseInt(os.Getenv("KEEPSTATE_GROUPCHANGE_MOVIES"), 10, 64); err == nil && n > 0 {
 		catalog = n // a larger state, for the figures in docs/benchmarks.md
 	}
@@ -322,7 +326,7 @@ func runGroupChangeTest(t *testing.T, store string) {
 		})
 		took, warm := time.Since(began), warmup()
 		if took > warm+settleAfterWarmup {
-			t.Errorf("%s: actives balanced %v after the change began, want at most the warm-up time %v + %v", what, took.Round(10*time.Millisecond), warm.Round(10*time.Millisecond), settleAfterWarmup)
+			timing("%s: actives balanced %v after the change began, want at most the warm-up time %v + %v", what, took.Round(10*time.Millisecond), warm.Round(10*time.Millisecond), settleAfterWarmup)
 		}
 		if took > fig.settle {
 			fig.settle, fig.warmup = took, warm
@@ -400,8 +404,8 @@ func runGroupChangeTest(t *testing.T, store string) {
 				t.Errorf("stop d: %v", err)
 			}
 			settle("scale-in", began)
-			if took := time.Since(began); took > slow*session {
-				t.Errorf("scale-in: partitions ran everywhere %v after d stopped, want under the session timeout %v", took, slow*session)
+			if took := time.Since(began); took > session {
+				timing("scale-in: partitions ran everywhere %v after d stopped, want under the session timeout %v", took, session)
 			}
 		}},
 		{name: "node lost, back at once", maxStall: maxStall, run: func() {
@@ -414,7 +418,7 @@ func runGroupChangeTest(t *testing.T, store string) {
 			settle("node lost", began)
 		}},
 		// Its partitions wait out the session timeout before they move.
-		{name: "node lost, back past the session timeout", maxStall: slow * (session + 2*time.Second), run: func() {
+		{name: "node lost, back past the session timeout", maxStall: session + 2*time.Second, run: func() {
 			in := live[2]
 			pr.watch("http://"+in.api, false)
 			in.proc.Kill()
@@ -453,10 +457,10 @@ func runGroupChangeTest(t *testing.T, store string) {
 		fig.gapAt, fig.gap = pr.worst()
 		fig.stallKey, fig.stall = pr.stalls()
 		if fig.gap > maxGap {
-			t.Errorf("%s: %s unanswered for %v, want at most %v", ph.name, fig.gapAt, fig.gap, maxGap)
+			timing("%s: %s unanswered for %v, want at most %v", ph.name, fig.gapAt, fig.gap, maxGap)
 		}
 		if fig.stall > ph.maxStall {
-			t.Errorf("%s: a rating of probe key %d (partition %d) answered after %v, want at most %v", ph.name, fig.stallKey,
+			timing("%s: a rating of probe key %d (partition %d) answered after %v, want at most %v", ph.name, fig.stallKey,
 				engine.PartitionFor(movies.Key(fig.stallKey), partitions), fig.stall.Round(time.Millisecond), ph.maxStall)
 		}
 		t.Logf("%s: longest gap %v (%s), longest stall %v (key %d), largest replay %d, balanced after %v (warm-up %v)",
