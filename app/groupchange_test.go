@@ -136,7 +136,10 @@ func runGroupChangeTest(t *testing.T, store string) {
 	// exactness and replays, and the integration run checks the times.
 	timing := t.Errorf
 	if testkit.RaceEnabled {
-		timing = func(format string, args ...any) { t.Logf("not checked under the race detector: "+format, args...) }
+		timing = func(format string, args ...any) {
+			t.Helper()
+			t.Logf("not checked under the race detector: "+format, args...)
+		}
 	}
 	catalog := int64(12000) // 1,000 documents a partition
 	if testkit.RaceEnabled {
