@@ -30,7 +30,11 @@ import (
 type groupPhase struct {
 	name     string
 	maxStall time.Duration
-	run      func()
+	// killed: an instance dies in it (kill -9), maybe between a flush's
+	// commit and its store write, which the next owner then replays even
+	// from a shared store.
+	killed bool
+	run    func()
 }
 
 // phaseFigures are what a phase is checked and reported on.
@@ -62,7 +66,8 @@ type phaseFigures struct {
 func TestE2EGroupChangesWithoutPause(t *testing.T) { runGroupChangeTest(t, app.StoreClover) }
 
 // TestE2EGroupChangesWithoutPauseRedis is the same on a shared store
-// (Redis): no standbys, partitions move with no replay.
+// (Redis): no standbys; partitions move with no replay, but after a kill -9
+// the tail the dead instance committed and had not written yet.
 func TestE2EGroupChangesWithoutPauseRedis(t *testing.T) { runGroupChangeTest(t, app.StoreRedis) }
 
 // groupStats is the part of GET /api/stats the group-change test reads.
@@ -411,7 +416,7 @@ func runGroupChangeTest(t *testing.T, store string) {
 				timing("scale-in: partitions ran everywhere %v after d stopped, want under the session timeout %v", took, session)
 			}
 		}},
-		{name: "node lost, back at once", maxStall: maxStall, run: func() {
+		{name: "node lost, back at once", maxStall: maxStall, killed: true, run: func() {
 			began := time.Now()
 			in := live[1]
 			pr.watch("http://"+in.api, false)
@@ -421,7 +426,7 @@ func runGroupChangeTest(t *testing.T, store string) {
 			settle("node lost", began)
 		}},
 		// Its partitions wait out the session timeout before they move.
-		{name: "node lost, back past the session timeout", maxStall: session + 2*time.Second, run: func() {
+		{name: "node lost, back past the session timeout", maxStall: session + 2*time.Second, killed: true, run: func() {
 			in := live[2]
 			pr.watch("http://"+in.api, false)
 			in.proc.Kill()
@@ -457,6 +462,9 @@ func runGroupChangeTest(t *testing.T, store string) {
 		if n, body := pr.partials(); n > 0 {
 			t.Logf("%s: %d range queries answered with missing partitions, the last: %s … %s", ph.name, n, body[:min(len(body), 40)], body[max(0, len(body)-90):])
 		}
+		if store == app.StoreRedis && !ph.killed && fig.replay > 0 {
+			t.Errorf("%s: a restore replayed %d changelog records on a shared store, want none", ph.name, fig.replay)
+		}
 		fig.gapAt, fig.gap = pr.worst()
 		fig.stallKey, fig.stall = pr.stalls()
 		if fig.gap > maxGap {
@@ -480,9 +488,6 @@ func runGroupChangeTest(t *testing.T, store string) {
 		replays(in)
 	}
 	t.Logf("%d restores, the largest replayed %d changelog records", restores, mostReplayed)
-	if store == app.StoreRedis && mostReplayed > 0 {
-		t.Errorf("a restore replayed %d changelog records on a shared store, want none", mostReplayed)
-	}
 	if restores == 0 {
 		t.Error("no restore logged: the replay check saw nothing")
 	}
