@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,9 +16,11 @@ import (
 )
 
 // prober asks every watched instance for one key of every partition, and
-// for a range of movies, every 50 ms, each in its own loop (a slow answer
+// for a range of movies, every 100 ms, each in its own loop (a slow answer
 // delays no other probe), and records per instance and key the longest
-// time without a 200, and the range answers that came back partial.
+// time without a 200, and the range answers that came back partial. Given
+// the probe ratings sent (expect), it also records per key how long the
+// first answer counting one took: how long processing stalled.
 type prober struct {
 	keys   []int64
 	client *http.Client
@@ -30,15 +33,32 @@ type prober struct {
 	// partitions, by instance; partialAt is the last one's body.
 	partial   map[string]int
 	partialAt string
-	wg        sync.WaitGroup
+	// pending are the probe ratings sent and not yet answered, by key,
+	// oldest first; stall is the longest one took, by key.
+	pending map[int64][]sentRating
+	stall   map[int64]time.Duration
+	// answered is, by key, when the last probe rating answered was sent.
+	answered map[int64]time.Time
+	wg       sync.WaitGroup
+}
+
+// sentRating is a probe rating acknowledged by the broker at at, after
+// which its movie has count ratings.
+type sentRating struct {
+	count int64
+	at    time.Time
 }
 
 func startProber(keys []int64) *prober {
 	return &prober{keys: keys, client: &http.Client{Timeout: time.Second}, apis: map[string]chan struct{}{},
-		lastOK: map[string]time.Time{}, longest: map[string]time.Duration{}, partial: map[string]int{}}
+		lastOK: map[string]time.Time{}, longest: map[string]time.Duration{}, partial: map[string]int{},
+		pending: map[int64][]sentRating{}, stall: map[int64]time.Duration{}, answered: map[int64]time.Time{}}
 }
 
-// loop calls probe every 50 ms until stop is closed.
+// probeEvery is how often every probe asks.
+const probeEvery = 100 * time.Millisecond
+
+// loop calls probe every probeEvery until stop is closed.
 func (pr *prober) loop(stop chan struct{}, probe func()) {
 	pr.wg.Add(1)
 	go func() {
@@ -47,7 +67,7 @@ func (pr *prober) loop(stop chan struct{}, probe func()) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(probeEvery):
 			}
 			probe()
 		}
@@ -56,7 +76,8 @@ func (pr *prober) loop(stop chan struct{}, probe func()) {
 
 func (pr *prober) probeKey(api string, k int64, stop chan struct{}) {
 	resp, err := pr.client.Get(fmt.Sprintf("%s/movies/%d", api, k))
-	ok := err == nil && resp.StatusCode == http.StatusOK
+	var m testkit.Movie
+	ok := err == nil && resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&m) == nil
 	if err == nil {
 		resp.Body.Close()
 	}
@@ -69,6 +90,13 @@ func (pr *prober) probeKey(api string, k int64, stop chan struct{}) {
 	}
 	if ok {
 		pr.lastOK[id] = now
+		q := pr.pending[k]
+		for len(q) > 0 && q[0].count <= m.Count {
+			pr.stall[k] = max(pr.stall[k], now.Sub(q[0].at))
+			pr.answered[k] = q[0].at
+			q = q[1:]
+		}
+		pr.pending[k] = q
 	} else if last, seen := pr.lastOK[id]; seen {
 		pr.longest[id] = max(pr.longest[id], now.Sub(last))
 	}
@@ -143,6 +171,49 @@ func (pr *prober) worst() (string, time.Duration) {
 	}
 	pr.longest = map[string]time.Duration{}
 	return at, d
+}
+
+// expect records a probe rating of key k acknowledged at at, after which
+// the movie has count ratings.
+func (pr *prober) expect(k, count int64, at time.Time) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.pending[k] = append(pr.pending[k], sentRating{count: count, at: at})
+}
+
+// stalls returns the longest a probe rating took to be answered since
+// the last call (one still unanswered counts its age), and its key, and
+// resets the record.
+func (pr *prober) stalls() (int64, time.Duration) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	now := time.Now()
+	var key int64
+	var d time.Duration
+	for k, q := range pr.pending {
+		g := pr.stall[k]
+		if len(q) > 0 {
+			g = max(g, now.Sub(q[0].at))
+		}
+		if g > d {
+			key, d = k, g
+		}
+	}
+	pr.stall = map[int64]time.Duration{}
+	return key, d
+}
+
+// answeredSince returns an error unless a probe rating of every key sent
+// after since was answered.
+func (pr *prober) answeredSince(since time.Time) error {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, k := range pr.keys {
+		if !pr.answered[k].After(since) {
+			return fmt.Errorf("no probe rating of key %d sent after %s answered yet", k, since.Format("15:04:05.000"))
+		}
+	}
+	return nil
 }
 
 // close stops every probe and waits for them.
