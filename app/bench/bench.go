@@ -8,6 +8,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,8 +65,9 @@ type Config struct {
 	WorkDir        string        // --work-dir: scratch directory (empty: a temporary one)
 	Keep           bool          // --keep: keep the scratch directory (child log, store)
 	ChildArgs      []string      // --child-arg: extra `keepstate run` flags
-	CPUProfile     string        // --cpuprofile: write a CPU profile of the child's run phase here
+	CPUProfile     string        // --cpuprofile: write a CPU profile of the child during ProfilePhase here
 	ProfileFor     time.Duration // --cpuprofile-duration: its length
+	ProfilePhase   string        // --cpuprofile-phase: run or restore (empty: run)
 	// ProfileURL is where the child serves /debug/pprof (--cpuprofile-url;
 	// empty: its API address).
 	ProfileURL string
@@ -124,6 +126,9 @@ func (b Config) Validate() error {
 	}
 	if len(b.Phases) > 0 && !slices.Contains(b.Phases, PhaseFill) && !slices.Contains(b.Phases, PhaseRun) {
 		errs = append(errs, errors.New("--phases: query, restart and restore need fill or run before them"))
+	}
+	if b.ProfilePhase != "" && b.ProfilePhase != PhaseRun && b.ProfilePhase != PhaseRestore {
+		errs = append(errs, fmt.Errorf("--cpuprofile-phase %q: want %s or %s", b.ProfilePhase, PhaseRun, PhaseRestore))
 	}
 	if b.Binary == "" || b.Timeout <= 0 || b.ProfileFor <= 0 {
 		errs = append(errs, errors.New("a keepstate binary, a positive --timeout and --cpuprofile-seconds are required"))
@@ -306,17 +311,7 @@ func (b *bench) process(ctx context.Context, phase string, w Workload) (PhaseRes
 	if err := b.startChild(); err != nil {
 		return pr, err
 	}
-	var profiled chan struct{}
-	if b.cfg.CPUProfile != "" && phase == PhaseRun {
-		// The profile runs for ProfileFor from the child's start; the
-		// phase waits for it (after measuring) so the child outlives it.
-		profiled = make(chan struct{})
-		go func() {
-			defer close(profiled)
-			b.profile(ctx)
-		}()
-		defer func() { <-profiled }()
-	}
+	defer b.profileIn(ctx, phase)()
 	watch := DrainWatch{Brokers: b.brokers, Group: b.appID,
 		Stages: [][]string{{b.encode.Topic}, {b.appID + "-ratings-by-movie-repartition"}}}
 	if b.cfg.Job == JobOrders {
@@ -418,6 +413,22 @@ func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// profileIn starts a CPU profile of the child when phase is the profiled
+// one (--cpuprofile-phase, run by default) and returns a function that
+// waits for it. The profile runs for ProfileFor from the child's start;
+// the phase waits for it (after measuring) so the child outlives it.
+func (b *bench) profileIn(ctx context.Context, phase string) (wait func()) {
+	if b.cfg.CPUProfile == "" || phase != cmp.Or(b.cfg.ProfilePhase, PhaseRun) {
+		return func() {}
+	}
+	profiled := make(chan struct{})
+	go func() {
+		defer close(profiled)
+		b.profile(ctx)
+	}()
+	return func() { <-profiled }
 }
 
 // profile collects a CPU profile of the child, if it serves /debug/pprof.

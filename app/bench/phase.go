@@ -74,6 +74,7 @@ func (b *bench) restore(ctx context.Context) (PhaseResult, error) {
 	if err := b.startChild(); err != nil {
 		return pr, err
 	}
+	defer b.profileIn(ctx, PhaseRestore)()
 	var st benchStats
 	at, err := b.pollUntil(ctx, func(ctx context.Context) bool {
 		st = benchStats{}

@@ -44,7 +44,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		b.ChildArgs = append(b.ChildArgs, s)
 		return nil
 	})
-	fs.StringVar(&b.CPUProfile, "cpuprofile", "", "write a CPU profile of the child's run phase here (skipped with a warning if the child serves no /debug/pprof)")
+	fs.StringVar(&b.CPUProfile, "cpuprofile", "", "write a CPU profile of the child's run phase (or --cpuprofile-phase) here (skipped with a warning if the child serves no /debug/pprof)")
+	fs.StringVar(&b.ProfilePhase, "cpuprofile-phase", "", "phase to profile: run (default) or restore")
 	fs.DurationVar(&b.ProfileFor, "cpuprofile-duration", b.ProfileFor, "length of that profile, from the child's start")
 	fs.StringVar(&b.ProfileURL, "cpuprofile-url", "", "base URL where the child serves /debug/pprof (default: its API address)")
 	fs.IntVar(&b.Instances, "instances", b.Instances, "keepstate children run as one group (2 or more: clover, phases fill, run and query; e.g. the cost of --child-arg=--standby-replicas=1)")
