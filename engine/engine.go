@@ -115,7 +115,10 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Producer.Idempotent = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Return.Successes = true
-	sc.Producer.Retry.Max = 10
+	// A produce to a partition whose leader died is retried, refreshing
+	// the metadata, for 10 s: long enough for Kafka to notice the loss
+	// (broker.session.timeout.ms, 9 s by default) and elect a new leader.
+	sc.Producer.Retry.Max = 50
 	sc.Producer.Retry.Backoff = 200 * time.Millisecond
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
 	sc.Producer.Flush.Messages = 1000

@@ -238,6 +238,7 @@ func (t *task) awaitPersist() error {
 // ErrFenced when the broker refused this instance as the partition's owner.
 func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool) error {
 	e, pr := t.e, t.producer
+	begun := time.Now()
 	step, err := "begin", pr.BeginTxn()
 	if err == nil && len(msgs) > 0 {
 		step, err = "produce", sendErr(pr.SendMessages(msgs))
@@ -249,7 +250,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool
 		step, err = "add offsets", pr.AddOffsetsToTxnWithGroupMetadata(offsets, e.groupMetadata(t.sess))
 	}
 	if err == nil {
-		step, err = "commit", pr.CommitTxn()
+		step, err = "commit", e.commitTxn(pr, begun)
 	}
 	if err == nil {
 		e.c.txnCommitted.Add(1)

@@ -1,6 +1,11 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
 
 // TestSaramaConfigBuffersRecords: Config.BufferedRecords is what sarama
 // buffers per claimed partition (its ChannelBufferSize), for every client
@@ -21,3 +26,35 @@ func TestSaramaConfigBuffersRecords(t *testing.T) {
 
 // nopTable is a Table that is never called (NewJob only checks it is set).
 type nopTable struct{ Table }
+
+// TestSaramaConfigForCluster: every producer writes with acks=all and
+// idempotence, and retries a produce (refreshing the metadata after
+// NOT_LEADER_OR_FOLLOWER) for long enough to see a leader fail over, the
+// transactional ones up to the transaction timeout.
+func TestSaramaConfigForCluster(t *testing.T) {
+	cfg := DefaultConfig()
+	e, err := NewJob(cfg, nopTable{}, benchJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const failover = 9 * time.Second // Kafka's broker.session.timeout.ms default
+	for name, sc := range map[string]*sarama.Config{
+		"base":          e.saramaConfig(),
+		"transactional": e.txnProducerConfig("id", "-x"),
+	} {
+		if sc.Producer.RequiredAcks != sarama.WaitForAll || !sc.Producer.Idempotent {
+			t.Errorf("%s: acks %v idempotent %v, want WaitForAll and true", name, sc.Producer.RequiredAcks, sc.Producer.Idempotent)
+		}
+		span := time.Duration(sc.Producer.Retry.Max) * sc.Producer.Retry.Backoff
+		if span < failover {
+			t.Errorf("%s: produce retries span %v, want >= %v", name, span, failover)
+		}
+		if err := sc.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	tx := e.txnProducerConfig("id", "-x")
+	if span := time.Duration(tx.Producer.Retry.Max) * tx.Producer.Retry.Backoff; span > cfg.TransactionTimeout {
+		t.Errorf("transactional produce retries span %v, want <= the transaction timeout %v", span, cfg.TransactionTimeout)
+	}
+}

@@ -47,6 +47,10 @@ func (t Topics) RekeyTransactionalID(p int32) string {
 	return t.Repartition + "-txn-" + strconv.Itoa(int(p))
 }
 
+// txnProduceBackoff is the pause between two tries of a transactional
+// produce that failed.
+const txnProduceBackoff = 250 * time.Millisecond
+
 // newTaskProducer opens the transactional producer of aggregate partition
 // p (see newTxnProducer).
 func (e *Engine) newTaskProducer(p int32) (sarama.SyncProducer, error) {
@@ -63,6 +67,16 @@ func (e *Engine) newRekeyProducer(p int32) (sarama.SyncProducer, error) {
 // Opening it fences every earlier producer with the same id and waits for
 // the broker to abort their open transaction.
 func (e *Engine) newTxnProducer(id, clientSuffix string) (sarama.SyncProducer, error) {
+	sc := e.txnProducerConfig(id, clientSuffix)
+	pr, err := e.kafka.NewSyncProducer(sc)
+	if err != nil {
+		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
+	}
+	return pr, nil
+}
+
+// txnProducerConfig is the configuration of newTxnProducer's producer.
+func (e *Engine) txnProducerConfig(id, clientSuffix string) *sarama.Config {
 	sc := e.saramaConfig()
 	sc.ClientID = e.cfg.ApplicationID + clientSuffix
 	sc.Producer.Transaction.ID = id
@@ -72,12 +86,14 @@ func (e *Engine) newTxnProducer(id, clientSuffix string) (sarama.SyncProducer, e
 	sc.Producer.Transaction.Retry.Max = 100
 	sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Transaction.Retry.BackoffFunc = nil
-	sc.Producer.Retry.Max = 5
-	pr, err := e.kafka.NewSyncProducer(sc)
-	if err != nil {
-		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
-	}
-	return pr, nil
+	// A produce to a partition whose leader died is retried, refreshing
+	// the metadata, until Kafka has elected a new leader (it notices a
+	// dead broker after broker.session.timeout.ms, 9 s by default), but
+	// not past the transaction timeout: the transaction then waits out the
+	// failover instead of being aborted and its partition restored.
+	sc.Producer.Retry.Backoff = txnProduceBackoff
+	sc.Producer.Retry.Max = max(5, int(e.cfg.TransactionTimeout/txnProduceBackoff))
+	return sc
 }
 
 // isFencing reports whether err says another owner took over: the broker
@@ -188,17 +204,11 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 }
 
 // endTxn finishes a failed transaction of pr: it aborts it when the
-// producer still can, counts it, and returns err wrapped in ErrTxnAborted
-// (and ErrFenced when the broker refused this instance as the owner).
-// what names the transaction in the error.
+// producer still can (abortTxn), counts it, and returns err wrapped in
+// ErrTxnAborted (and ErrFenced when the broker refused this instance as the
+// owner). what names the transaction in the error.
 func (e *Engine) endTxn(pr sarama.SyncProducer, what, step string, err error) error {
-	st := pr.TxnStatus()
-	open := st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) != 0
-	if open && st&sarama.ProducerTxnFlagFatalError == 0 {
-		if aerr := pr.AbortTxn(); aerr != nil {
-			e.log.Debug("abort transaction", "txn", what, "err", aerr)
-		}
-	}
+	e.abortTxn(pr, what, fmt.Errorf("%s: %w", step, err))
 	e.c.txnAborted.Add(1)
 	if isFencing(err) {
 		e.c.fenced.Add(1)

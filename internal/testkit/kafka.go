@@ -84,14 +84,17 @@ func RealKafka(t testing.TB) []string {
 	return brokers
 }
 
-// Main runs the tests of a package and then stops the broker RealKafka may
-// have started. Call it from TestMain: func TestMain(m *testing.M) {
+// Main runs the tests of a package and then stops the broker RealKafka and
+// the cluster RealKafkaCluster may have started. Call it from TestMain: func TestMain(m *testing.M) {
 // testkit.Main(m) }. It does not return.
 func Main(m *testing.M) {
 	code := m.Run()
 	removeBinary()
 	if err := StopRealKafka(); err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
+	}
+	if err := stopKafkaCluster(); err != nil {
+		fmt.Fprintln(os.Stderr, "testkit: stop the Kafka cluster:", err)
 	}
 	os.Exit(code)
 }
