@@ -169,7 +169,9 @@ func (e *Engine) connect(ctx context.Context) error {
 	// The producer gets its own connections: on the consumer group's, each
 	// produce request would queue behind a fetch that the broker may hold
 	// for up to Consumer.MaxWaitTime (500 ms), delaying every hop.
-	producer, err := e.kafka.NewSyncProducer(e.saramaConfig())
+	pc := e.saramaConfig()
+	producerTimeouts(pc)
+	producer, err := e.kafka.NewSyncProducer(pc)
 	if err != nil {
 		return fmt.Errorf("engine: producer: %w", err)
 	}
@@ -218,6 +220,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(2*e.cfg.TransactionTimeout/gc.Metadata.Retry.Backoff))
 		e.abortPredecessor(ctx)
 	}
+	// sarama's heartbeat loop retries a heartbeat that failed on the
+	// connection Metadata.Retry.Max times, and the group's client makes
+	// each such retry last Metadata.Retry.Backoff (newSaramaGroup): let
+	// them outlast the session timeout, in which Kafka elects a new
+	// group coordinator after losing one and the group keeps its
+	// generation.
+	gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(e.cfg.SessionTimeout/gc.Metadata.Retry.Backoff))
 	e.dropStaleMembership(ctx)
 	group, err := e.kafka.NewConsumerGroup(e.cfg.ApplicationID, gc)
 	if err != nil {

@@ -76,9 +76,11 @@ func (k SaramaKafka) NewClusterAdmin(cfg *sarama.Config) (sarama.ClusterAdmin, e
 	return sarama.NewClusterAdmin(k.Brokers, cfg)
 }
 
-// NewConsumerGroup joins a consumer group with sarama.
+// NewConsumerGroup joins a consumer group with sarama, on a client that
+// keeps the session through the loss of the group coordinator (see
+// newSaramaGroup).
 func (k SaramaKafka) NewConsumerGroup(group string, cfg *sarama.Config) (sarama.ConsumerGroup, error) {
-	return sarama.NewConsumerGroup(k.Brokers, group, cfg)
+	return newSaramaGroup(k.Brokers, group, cfg)
 }
 
 // NewLog returns a Log that sends list-offsets and fetch requests to the

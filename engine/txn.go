@@ -93,7 +93,20 @@ func (e *Engine) txnProducerConfig(id, clientSuffix string) *sarama.Config {
 	// failover instead of being aborted and its partition restored.
 	sc.Producer.Retry.Backoff = txnProduceBackoff
 	sc.Producer.Retry.Max = max(5, int(e.cfg.TransactionTimeout/txnProduceBackoff))
+	producerTimeouts(sc)
 	return sc
+}
+
+// producerTimeouts bounds how long a producer waits for a broker's answer
+// to Producer.Timeout (how long the broker may wait for its in-sync
+// replicas) plus 2 s, rather than sarama's 30 s: a broker that stopped
+// answering without closing its connections (paused, cut off) holds a
+// request, and with it the transaction, only that long; the request then
+// fails, the metadata is refreshed and it is retried on the new leader or
+// coordinator (Kafka elects them once it has fenced the silent broker).
+// Only producers: a JoinGroup may rightly wait longer.
+func producerTimeouts(sc *sarama.Config) {
+	sc.Net.ReadTimeout = sc.Producer.Timeout + 2*time.Second
 }
 
 // isFencing reports whether err says another owner took over: the broker

@@ -37,7 +37,20 @@ type producer struct {
 	fatal               error // a fatal error: every later transactional call fails with it
 	cur                 *txn  // the open transaction
 	abortable           error
+	// ending is set when a commit or abort of cur failed with
+	// ErrCoordinatorLost: like sarama once its retries are spent, the
+	// producer stays committing or aborting, without an error flag, and
+	// the call may be made again.
+	ending bool
 }
+
+// ErrCoordinatorLost, injected into a commit or abort (FailNext, SetFault),
+// models sarama giving up on an EndTxn whose transaction coordinator did
+// not answer (its broker died and Kafka has not yet elected another): the
+// call fails, the transaction stays open and the producer in its ending
+// state (TxnStatus: EndTransaction, no error flag), so that the commit or
+// the abort can be tried again. It wraps sarama.ErrNotCoordinatorForConsumer.
+var ErrCoordinatorLost = fmt.Errorf("kafkatest: transaction coordinator lost: %w", sarama.ErrNotCoordinatorForConsumer)
 
 var _ sarama.SyncProducer = (*producer)(nil)
 
@@ -80,7 +93,7 @@ func (p *producer) fenceLocked() {
 // writing a control marker to every partition it touched.
 func (p *producer) endLocked(state RecordState) {
 	t := p.cur
-	p.cur, p.abortable = nil, nil
+	p.cur, p.abortable, p.ending = nil, nil, false
 	if t == nil {
 		return
 	}
@@ -211,6 +224,8 @@ func (p *producer) TxnStatus() sarama.ProducerTxnStatusFlag {
 		return sarama.ProducerTxnFlagReady
 	case p.fatal != nil:
 		return sarama.ProducerTxnFlagInError | sarama.ProducerTxnFlagFatalError
+	case p.cur != nil && p.ending:
+		return sarama.ProducerTxnFlagEndTransaction
 	case p.cur != nil && p.abortable != nil:
 		return sarama.ProducerTxnFlagInTransaction | sarama.ProducerTxnFlagInError | sarama.ProducerTxnFlagAbortableError
 	case p.cur != nil:
@@ -282,7 +297,9 @@ func (p *producer) CommitTxn() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := p.txnCallLocked(OpCommit, ""); err != nil {
-		if isFencing(err) && p.fatal == nil {
+		if errors.Is(err, ErrCoordinatorLost) && p.cur != nil && p.fatal == nil {
+			p.ending = true
+		} else if isFencing(err) && p.fatal == nil {
 			p.fenceLocked()
 		} else if p.cur != nil && p.fatal == nil {
 			p.abortable = err
@@ -316,6 +333,9 @@ func (p *producer) AbortTxn() error {
 	p.c.mu.Lock()
 	defer p.c.mu.Unlock()
 	if err := p.txnCallLocked(OpAbort, ""); err != nil {
+		if errors.Is(err, ErrCoordinatorLost) && p.cur != nil && p.fatal == nil {
+			p.ending = true
+		}
 		return err
 	}
 	if p.cur == nil {
