@@ -35,8 +35,11 @@ type Engine struct {
 	localStore bool
 	log        *slog.Logger
 
-	c     counters
-	route *Router
+	c counters
+	// setups counts the group sessions that began (Setup ran), so that
+	// Run tells a session that ended from a join that never got one.
+	setups atomic.Int64
+	route  *Router
 	// budget is the cache budget in effect (Config.CacheBudgetDocs, then
 	// SetCacheBudget).
 	budget atomic.Int64
@@ -247,6 +250,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.mu.Lock()
 		e.cancelSession = cancel
 		e.mu.Unlock()
+		setups := e.setups.Load()
 		err := group.Consume(sessCtx, topics, h)
 		cancel()
 		e.mu.Lock()
@@ -259,6 +263,17 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		case errors.Is(err, sarama.ErrFencedInstancedId):
 			return fmt.Errorf("%w (--instance-id=%q): stop the other one or give each instance its own id", ErrInstanceFenced, e.cfg.InstanceID)
+		case err != nil && e.setups.Load() == setups:
+			// No session began: the join failed (the group coordinator
+			// is being failed over, or Kafka is unreachable). Retrying it
+			// is no restart loop, so /readyz does not count it; it says
+			// why it is not ready through the lapsed read lease or the
+			// partitions not running.
+			e.c.restarts.Add(1)
+			e.log.Warn("could not join the consumer group", "err", err, "retry_in", backoff)
+			if !sleepCtx(ctx, backoff) {
+				return nil
+			}
 		case err != nil:
 			e.route.restarts.note(err)
 			e.c.restarts.Add(1)
