@@ -18,13 +18,19 @@ const txnEndBackoff = 100 * time.Millisecond
 // are spent, with the producer still committing (no error flag): sarama
 // rediscovers the coordinator on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE
 // and connection errors, but Kafka elects the new one only after it has
-// noticed the loss (broker.session.timeout.ms, 9 s by default). commitTxn
-// then commits again, until the transaction timeout since begun has nearly
-// passed; after that, or on any other error, it returns the error and the
-// caller aborts (endTxn). A retried commit is safe: the coordinator ends a
-// transaction once, and a commit it refuses leaves it to be aborted.
+// noticed the loss (broker.session.timeout.ms, 9 s by default) and the new
+// coordinator has loaded the transaction, which with sarama's retries spent
+// is often just past the transaction timeout. commitTxn then commits again,
+// until twice the transaction timeout since begun; after that, or on any
+// answer that settles it (committed, fenced, refused), it returns and on an
+// error the caller aborts (endTxn). Committing late is safe: the
+// coordinator decides a transaction once, and one it has meanwhile aborted
+// for its timeout refuses the commit (the producer is fenced), which the
+// caller then treats as aborted. A late commit spares the partition its
+// rewind and restore, and the group the rebalance that restarting the
+// session may cause.
 func (e *Engine) commitTxn(pr sarama.SyncProducer, begun time.Time) error {
-	deadline := begun.Add(e.cfg.TransactionTimeout - txnEndBackoff)
+	deadline := begun.Add(2 * e.cfg.TransactionTimeout)
 	for attempt := 1; ; attempt++ {
 		err := pr.CommitTxn()
 		if err == nil || !ending(pr) || !time.Now().Before(deadline) {
