@@ -161,15 +161,19 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 			return err
 		}
 	}
+	end := e.route.writes.begin("partition " + itoa(int64(t.p)))
 	if t.producer != nil {
 		if err := t.commitTxn(job.msgs, job.next, job.commit); err != nil {
+			end()
 			return err
 		}
 	} else if len(job.msgs) > 0 {
 		if err := e.producer.SendMessages(job.msgs); err != nil {
+			end()
 			return fmt.Errorf("send changelog and averages: %w", sendErr(err))
 		}
 	}
+	end()
 	e.c.dead.Add(int64(job.dead))
 	if len(job.docs) > 0 {
 		checkpoint := int64(-1)

@@ -47,6 +47,13 @@ func (r *restartLog) recentLocked(now time.Time) []time.Time {
 	return r.at[i:]
 }
 
+// lastCause returns the error of the last restart (nil: none).
+func (r *restartLog) lastCause() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
 // failing returns an error when the group restarted restartLimit times or
 // more within restartWindow, else nil.
 func (r *restartLog) failing() error {
