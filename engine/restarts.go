@@ -47,10 +47,14 @@ func (r *restartLog) recentLocked(now time.Time) []time.Time {
 	return r.at[i:]
 }
 
-// lastCause returns the error of the last restart (nil: none).
+// lastCause returns the error of the last restart if it happened within
+// restartWindow (nil: none).
 func (r *restartLog) lastCause() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.recentLocked(r.clock())) == 0 {
+		return nil
+	}
 	return r.last
 }
 
