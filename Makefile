@@ -7,8 +7,10 @@
 #                     then the few built only without it (NORACE_RUN)
 #   make integration  TestIntegration*/TestE2E* on one real Apache Kafka broker (without
 #                     -race: the unit run already races the same tests on kfake)
+#   make integration-cluster  TestCluster* on a three-node Apache Kafka KRaft cluster
+#                     (broker faults: kills, pauses, rolling restart; logs STALL lines)
 #   make fuzz         short fuzz runs: Avro rating decoder, API query and id parsing
-#   make test         deps + lint + unit + fuzz + integration
+#   make test         deps + lint + unit + fuzz + integration + integration-cluster
 #   make bench        benchmarks
 #   make bench-e2e    end-to-end `keepstate bench`: Zipf and uniform, clover and redis (scripts/bench-e2e.sh)
 #   make bench-compare  keepstate vs goka vs Kafka Streams on one Apache Kafka broker (scripts/bench-compare.sh)
@@ -33,6 +35,9 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 UNIT_TIMEOUT ?= 12m
 INTEGRATION_TIMEOUT ?= 12m
 INTEGRATION_RUN ?= Integration|E2E
+CLUSTER_TIMEOUT ?= 15m
+CLUSTER_RUN ?= ^TestCluster
+CLUSTER_PKGS ?= $(shell grep -rlE --include='*_test.go' '^func TestCluster' . | grep -vE '^\./(compare|deploytest)/' | xargs -r -n1 dirname | sort -u | sed 's|$$|/|')
 # Tests built only without -race (//go:build !race: a fault that makes a
 # dependency race with itself); unit runs them in a second pass.
 NORACE_PKGS ?= $(if $(filter ./...,$(PKGS)),./app/)
@@ -50,7 +55,7 @@ BENCH_TIME ?= 1s
 BENCH_TIMEOUT ?= 15m
 IMAGE ?= keepstate:dev
 
-.PHONY: all build deps lint unit integration fuzz test bench bench-e2e bench-compare demo image clean
+.PHONY: all build deps lint unit integration integration-cluster fuzz test bench bench-e2e bench-compare demo image clean
 
 all: build
 
@@ -75,7 +80,7 @@ lint:
 	done
 
 unit:
-	$(if $(PKGS),$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) $(PKGS))
+	$(if $(PKGS),$(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) -skip '$(CLUSTER_RUN)' $(PKGS))
 	$(if $(NORACE_PKGS),$(GO) test -count=1 -timeout $(UNIT_TIMEOUT) -run '$(NORACE_RUN)' $(NORACE_PKGS))
 	@set -e; for m in $(MODULES); do \
 		echo "cd $$m && $(GO) test -race -count=1 -timeout $(UNIT_TIMEOUT) ./..."; \
@@ -101,11 +106,26 @@ integration:
 	KEEPSTATE_TEST_KAFKA=real KEEPSTATE_KAFKA_BROKERS="$$brokers" \
 		$(GO) test -count=1 -timeout $(INTEGRATION_TIMEOUT) -run '$(INTEGRATION_RUN)' $(if $(filter ./...,$(PKGS)),$(INTEGRATION_PKGS),$(PKGS))
 
+# The test process starts the cluster (testkit.RealKafkaCluster) once and
+# shares it between the tests; its TestMain stops it, and the script stops
+# it by itself should the process die. Without -race: an outage makes
+# sarama's transactional producer race with itself (see brokeroutage_test.go).
+integration-cluster:
+	@set -euo pipefail; \
+	if ! why="$$(scripts/kafka.sh check 2>&1)"; then \
+		if [[ "$${KEEPSTATE_REQUIRE_SERVICES:-}" == 1 ]]; then \
+			echo "integration-cluster: $$why" >&2; exit 1; \
+		fi; \
+		echo "integration-cluster: skipped: $$why" >&2; exit 0; \
+	fi; \
+	KEEPSTATE_TEST_KAFKA_CLUSTER=1 \
+		$(GO) test -count=1 -timeout $(CLUSTER_TIMEOUT) -run '$(CLUSTER_RUN)' $(if $(filter ./...,$(PKGS)),$(CLUSTER_PKGS),$(PKGS))
+
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeRating -fuzztime=$(FUZZ_TIME) -timeout 3m ./avro
 	$(GO) test -run='^$$' -fuzz=FuzzParseQuery -fuzztime=$(FUZZ_TIME) -timeout 3m ./web
 
-test: deps lint unit fuzz integration
+test: deps lint unit fuzz integration integration-cluster
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCH_TIME) -timeout $(BENCH_TIMEOUT) $(PKGS)

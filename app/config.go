@@ -67,6 +67,7 @@ type Config struct {
 	InstanceID        string        // --instance-id: static group membership id (empty: dynamic)
 	Partitions        int32         // --partitions: partitions of created topics (0: as many as the input topic)
 	ReplicationFactor int16         // --replication-factor: of created topics
+	MinInsyncReplicas int16         // --min-insync-replicas: min.insync.replicas of created topics (0: the broker's default)
 	Fsync             bool          // --fsync: clover fsyncs every batch (off risks the last batches on power loss)
 	// --store-cache-mib: clover's block cache, MiB
 	StoreCacheMiB int64
@@ -163,6 +164,7 @@ func Default() Config {
 		LogLevel:            "info",
 		Partitions:          0,
 		ReplicationFactor:   e.ReplicationFactor,
+		MinInsyncReplicas:   e.MinInsyncReplicas,
 		Fsync:               true,
 		StoreCacheMiB:       docstore.DefaultCacheSize >> 20,
 		StoreWriteCache:     docstore.DefaultWriteCache,
@@ -310,6 +312,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReplicationFactor < 1 {
 		bad("replication-factor", "must be at least 1")
+	}
+	if c.MinInsyncReplicas < 0 || c.MinInsyncReplicas > c.ReplicationFactor {
+		bad("min-insync-replicas", "must be 0 (the broker's default) up to --replication-factor")
 	}
 	if len(errs) == 0 {
 		return nil

@@ -38,6 +38,7 @@ func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 		InstanceID:        c.InstanceID,
 		Partitions:        c.Partitions,
 		ReplicationFactor: c.ReplicationFactor,
+		MinInsyncReplicas: c.MinInsyncReplicas,
 		RepartitionTopic:  c.ApplicationID + movies.RepartitionSuffix,
 		ChangelogTopic:    c.ApplicationID + movies.ChangelogSuffix,
 		AdvertiseAddr:     c.AdvertiseAddr,

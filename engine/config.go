@@ -58,6 +58,10 @@ type Config struct {
 	Partitions int32
 	// ReplicationFactor of the topics the engine creates.
 	ReplicationFactor int16
+	// MinInsyncReplicas, when positive, is min.insync.replicas of the
+	// topics the engine creates: how many replicas must have a record
+	// before an acks=all write succeeds. 0 keeps the broker's default.
+	MinInsyncReplicas int16
 	// AdvertiseAddr is the host:port other instances use to reach this
 	// instance's API; it travels in the group membership metadata so that
 	// queries for keys owned elsewhere can be routed (see Owner).
@@ -153,6 +157,9 @@ func (c Config) Validate() error {
 	}
 	if c.AcceptableLag < 0 {
 		errs = append(errs, errors.New("acceptable lag must not be negative"))
+	}
+	if c.MinInsyncReplicas < 0 || c.MinInsyncReplicas > c.ReplicationFactor {
+		errs = append(errs, fmt.Errorf("min insync replicas %d: want 0 (the broker's default) up to the replication factor %d", c.MinInsyncReplicas, c.ReplicationFactor))
 	}
 	if c.ReplicationFactor < 1 || c.Partitions < 0 {
 		errs = append(errs, errors.New("replication factor must be >= 1 and partitions >= 0"))

@@ -35,8 +35,11 @@ type Engine struct {
 	localStore bool
 	log        *slog.Logger
 
-	c     counters
-	route *Router
+	c counters
+	// setups counts the group sessions that began (Setup ran), so that
+	// Run tells a session that ended from a join that never got one.
+	setups atomic.Int64
+	route  *Router
 	// budget is the cache budget in effect (Config.CacheBudgetDocs, then
 	// SetCacheBudget).
 	budget atomic.Int64
@@ -117,7 +120,10 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Producer.Idempotent = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Return.Successes = true
-	sc.Producer.Retry.Max = 10
+	// A produce to a partition whose leader died is retried, refreshing
+	// the metadata, for 10 s: long enough for Kafka to notice the loss
+	// (broker.session.timeout.ms, 9 s by default) and elect a new leader.
+	sc.Producer.Retry.Max = 50
 	sc.Producer.Retry.Backoff = 200 * time.Millisecond
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
 	sc.Producer.Flush.Messages = 1000
@@ -168,7 +174,9 @@ func (e *Engine) connect(ctx context.Context) error {
 	// The producer gets its own connections: on the consumer group's, each
 	// produce request would queue behind a fetch that the broker may hold
 	// for up to Consumer.MaxWaitTime (500 ms), delaying every hop.
-	producer, err := e.kafka.NewSyncProducer(e.saramaConfig())
+	pc := e.saramaConfig()
+	producerTimeouts(pc)
+	producer, err := e.kafka.NewSyncProducer(pc)
 	if err != nil {
 		return fmt.Errorf("engine: producer: %w", err)
 	}
@@ -217,6 +225,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(2*e.cfg.TransactionTimeout/gc.Metadata.Retry.Backoff))
 		e.abortPredecessor(ctx)
 	}
+	// sarama's heartbeat loop retries a heartbeat that failed on the
+	// connection Metadata.Retry.Max times, and the group's client makes
+	// each such retry last Metadata.Retry.Backoff (newSaramaGroup): let
+	// them outlast the session timeout, in which Kafka elects a new
+	// group coordinator after losing one and the group keeps its
+	// generation.
+	gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(e.cfg.SessionTimeout/gc.Metadata.Retry.Backoff))
 	e.dropStaleMembership(ctx)
 	group, err := e.kafka.NewConsumerGroup(e.cfg.ApplicationID, gc)
 	if err != nil {
@@ -237,6 +252,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.mu.Lock()
 		e.cancelSession = cancel
 		e.mu.Unlock()
+		setups := e.setups.Load()
 		err := group.Consume(sessCtx, topics, h)
 		cancel()
 		e.mu.Lock()
@@ -253,6 +269,17 @@ func (e *Engine) Run(ctx context.Context) error {
 			// A setting no retry can fix: say so at once.
 			return fmt.Errorf("engine: --session-timeout=%v is outside the range the brokers allow (group.min.session.timeout.ms to group.max.session.timeout.ms, 6s to 30m by default): %w",
 				e.cfg.SessionTimeout, err)
+		case err != nil && e.setups.Load() == setups:
+			// No session began: the join failed (the group coordinator
+			// is being failed over, or Kafka is unreachable). Retrying it
+			// is no restart loop, so /readyz does not count it; it says
+			// why it is not ready through the lapsed read lease or the
+			// partitions not running.
+			e.c.restarts.Add(1)
+			e.log.Warn("could not join the consumer group", "err", err, "retry_in", backoff)
+			if !sleepCtx(ctx, backoff) {
+				return nil
+			}
 		case err != nil:
 			e.route.restarts.note(err)
 			e.c.restarts.Add(1)

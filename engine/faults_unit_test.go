@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/testkit"
 )
 
 // TestUnitTransientFailures injects one failure between two batches of
@@ -35,9 +36,10 @@ func TestUnitTransientFailures(t *testing.T) {
 	commits := func(req kmsg.Request) bool { return req.(*kmsg.EndTxnRequest).Commit }
 	topics := engine.Config{ApplicationID: "unit"}.Topics()
 	task, rekey := topics.TransactionalID(0), topics.RekeyTransactionalID(0)
-	// The shared producer retries NOT_ENOUGH_REPLICAS ten times (engine
-	// saramaConfig: Producer.Retry.Max); the eleventh answer reaches the engine.
-	const sendAttempts = 11
+	// The shared producer retries NOT_ENOUGH_REPLICAS fifty times (engine
+	// saramaConfig: Producer.Retry.Max, 200 ms apart, to wait out a leader
+	// failover); the fifty-first answer reaches the engine.
+	const sendAttempts = 51
 	tests := []struct {
 		name        string
 		g           engine.Guarantee
@@ -83,7 +85,8 @@ func TestUnitTransientFailures(t *testing.T) {
 			r.serde.mu.Unlock()
 			r.store.mu.Unlock()
 			r.rate(t, 0, second...)
-			eventually(t, "both batches stored", r.storeHas(totals(first, second)))
+			// A send fault takes sendAttempts answers, 200 ms apart.
+			testkit.Eventually(t, 3*unitTimeout, "both batches stored", r.storeHas(totals(first, second)))
 			if got := r.e.Stats().GroupRestarts > 0; got != tt.wantRestart {
 				t.Errorf("GroupRestarts > 0: got %v (%d), want %v", got, r.e.Stats().GroupRestarts, tt.wantRestart)
 			}

@@ -161,15 +161,19 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 			return err
 		}
 	}
+	end := e.route.writes.begin("partition " + itoa(int64(t.p)))
 	if t.producer != nil {
 		if err := t.commitTxn(job.msgs, job.next, job.commit); err != nil {
+			end()
 			return err
 		}
 	} else if len(job.msgs) > 0 {
 		if err := e.producer.SendMessages(job.msgs); err != nil {
+			end()
 			return fmt.Errorf("send changelog and averages: %w", sendErr(err))
 		}
 	}
+	end()
 	e.c.dead.Add(int64(job.dead))
 	if len(job.docs) > 0 {
 		checkpoint := int64(-1)
@@ -238,6 +242,7 @@ func (t *task) awaitPersist() error {
 // ErrFenced when the broker refused this instance as the partition's owner.
 func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool) error {
 	e, pr := t.e, t.producer
+	begun := time.Now()
 	step, err := "begin", pr.BeginTxn()
 	if err == nil && len(msgs) > 0 {
 		step, err = "produce", sendErr(pr.SendMessages(msgs))
@@ -249,7 +254,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool
 		step, err = "add offsets", pr.AddOffsetsToTxnWithGroupMetadata(offsets, e.groupMetadata(t.sess))
 	}
 	if err == nil {
-		step, err = "commit", pr.CommitTxn()
+		step, err = "commit", e.commitTxn(pr, begun)
 	}
 	if err == nil {
 		e.c.txnCommitted.Add(1)

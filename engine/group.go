@@ -14,6 +14,7 @@ type groupHandler struct{ e *Engine }
 // starts the session's read lease keeper (lease.go).
 func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e := h.e
+	e.setups.Add(1)
 	ps := s.Claims()[e.topics.Repartition]
 	for _, p := range ps {
 		e.route.parts.set(p, Restoring)

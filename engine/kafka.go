@@ -35,9 +35,10 @@ func (k saramaKafka) NewClusterAdmin(cfg *sarama.Config) (sarama.ClusterAdmin, e
 	return sarama.NewClusterAdmin(k.brokers, cfg)
 }
 
-// NewConsumerGroup joins consumer group id.
+// NewConsumerGroup joins consumer group id, on a client that keeps the
+// session through the loss of the group coordinator (see newSaramaGroup).
 func (k saramaKafka) NewConsumerGroup(group string, cfg *sarama.Config) (sarama.ConsumerGroup, error) {
-	return sarama.NewConsumerGroup(k.brokers, group, cfg)
+	return newSaramaGroup(k.brokers, group, cfg)
 }
 
 // NewLog returns the changelog reader over client (a client NewClient

@@ -175,6 +175,9 @@ func (r *Router) Ready() error {
 	if err := r.restarts.failing(); err != nil {
 		return err
 	}
+	if err := r.writes.stuck(r.restarts.lastCause()); err != nil {
+		return err
+	}
 	if len(r.parts.states) > 0 && !r.leaseValid() {
 		return fmt.Errorf("group membership unconfirmed: no heartbeat answered within the session timeout (read lease lapsed)")
 	}

@@ -35,9 +35,10 @@ type rekeyer struct {
 	pr   sarama.SyncProducer
 
 	inTxn      bool
-	next       int64 // input offset to commit: last forwarded + 1
-	forwarded  int64 // records forwarded in the open transaction
-	dead       int64 // dead letters in the open transaction
+	begun      time.Time // when the open transaction began
+	next       int64     // input offset to commit: last forwarded + 1
+	forwarded  int64     // records forwarded in the open transaction
+	dead       int64     // dead letters in the open transaction
 	lastCommit time.Time
 }
 
@@ -98,7 +99,9 @@ func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupC
 
 // send produces out inside the open transaction, beginning one if needed.
 func (r *rekeyer) send(out []*sarama.ProducerMessage) error {
+	defer r.e.route.writes.begin("input partition " + itoa(int64(r.p)))()
 	if !r.inTxn {
+		r.begun = time.Now()
 		if err := r.pr.BeginTxn(); err != nil {
 			return r.e.endTxn(r.pr, r.name(), "begin", err)
 		}
@@ -114,6 +117,7 @@ func (r *rekeyer) send(out []*sarama.ProducerMessage) error {
 // commit commits the open transaction with the input offset; without one
 // it does nothing.
 func (r *rekeyer) commit() error {
+	defer r.e.route.writes.begin("input partition " + itoa(int64(r.p)))()
 	r.lastCommit = time.Now()
 	if !r.inTxn {
 		return nil
@@ -126,7 +130,7 @@ func (r *rekeyer) commit() error {
 	if err := r.pr.AddOffsetsToTxnWithGroupMetadata(offsets, e.groupMetadata(r.sess)); err != nil {
 		return e.endTxn(r.pr, r.name(), "add offsets", err)
 	}
-	if err := r.pr.CommitTxn(); err != nil {
+	if err := e.commitTxn(r.pr, r.begun); err != nil {
 		return e.endTxn(r.pr, r.name(), "commit", err)
 	}
 	e.c.txnCommitted.Add(1)

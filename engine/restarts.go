@@ -47,6 +47,17 @@ func (r *restartLog) recentLocked(now time.Time) []time.Time {
 	return r.at[i:]
 }
 
+// lastCause returns the error of the last restart if it happened within
+// restartWindow (nil: none).
+func (r *restartLog) lastCause() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.recentLocked(r.clock())) == 0 {
+		return nil
+	}
+	return r.last
+}
+
 // failing returns an error when the group restarted restartLimit times or
 // more within restartWindow, else nil.
 func (r *restartLog) failing() error {

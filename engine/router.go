@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -27,12 +28,17 @@ type Router struct {
 	lease    readLease // see lease.go
 	owners   owners
 	restarts restartLog
+	writes   writeWaits
 	numParts atomic.Int32        // aggregate partitions; 0 until connected
 	admin    sarama.ClusterAdmin // guarded by owners.mu
 }
 
 func newRouter(cfg Config, log *slog.Logger) *Router {
-	return &Router{appID: cfg.ApplicationID, self: cfg.AdvertiseAddr, repartition: cfg.Topics().Repartition, log: log}
+	r := &Router{appID: cfg.ApplicationID, self: cfg.AdvertiseAddr, repartition: cfg.Topics().Repartition, log: log}
+	// Past the producers' retries (twice the transaction timeout) a write
+	// has failed or the cluster takes none.
+	r.writes.stuckAfter = 2*cfg.TransactionTimeout + 5*time.Second
+	return r
 }
 
 // Router returns the engine's routing and readiness state.

@@ -1,6 +1,11 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+)
 
 // TestSaramaConfigBuffersRecords: Config.BufferedRecords is what sarama
 // buffers per claimed partition (its ChannelBufferSize), for every client
@@ -21,3 +26,37 @@ func TestSaramaConfigBuffersRecords(t *testing.T) {
 
 // nopTable is a Table that is never called (NewJob only checks it is set).
 type nopTable struct{ Table }
+
+// TestSaramaConfigForCluster: every producer writes with acks=all and
+// idempotence; the shared producer retries a produce (refreshing the
+// metadata after NOT_LEADER_OR_FOLLOWER) for long enough to see a leader
+// fail over; a transactional one gives up within a couple of seconds (its
+// transaction is then aborted and the partition restored), so that no
+// failing send holds the engine, or its shutdown, for longer.
+func TestSaramaConfigForCluster(t *testing.T) {
+	cfg := DefaultConfig()
+	e, err := NewJob(cfg, nopTable{}, benchJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const failover = 9 * time.Second // Kafka's broker.session.timeout.ms default
+	for name, sc := range map[string]*sarama.Config{
+		"base":          e.saramaConfig(),
+		"transactional": e.txnProducerConfig("id", "-x"),
+	} {
+		if sc.Producer.RequiredAcks != sarama.WaitForAll || !sc.Producer.Idempotent {
+			t.Errorf("%s: acks %v idempotent %v, want WaitForAll and true", name, sc.Producer.RequiredAcks, sc.Producer.Idempotent)
+		}
+		if err := sc.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	base := e.saramaConfig()
+	if span := time.Duration(base.Producer.Retry.Max) * base.Producer.Retry.Backoff; span < failover {
+		t.Errorf("shared producer: produce retries span %v, want >= %v", span, failover)
+	}
+	tx := e.txnProducerConfig("id", "-x")
+	if span := time.Duration(tx.Producer.Retry.Max) * tx.Producer.Retry.Backoff; span > 2*time.Second {
+		t.Errorf("transactional produce retries span %v, want <= 2s", span)
+	}
+}

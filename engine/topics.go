@@ -18,6 +18,31 @@ const topicMetadataWait = 30 * time.Second
 // Config.Partitions is 0.
 const defaultInputPartitions = 3
 
+// topicConfig is the configuration of a topic the engine creates:
+// min.insync.replicas when configured; for a topic the engine writes
+// (written), a max.message.bytes that accepts the largest record its
+// producer sends (MaxRecordBytes) whatever the broker's default; and for
+// the changelog (compacted), cleanup.policy=compact. nil when empty.
+func (e *Engine) topicConfig(written, compacted bool) map[string]*string {
+	entries := map[string]*string{}
+	if n := e.cfg.MinInsyncReplicas; n > 0 {
+		s := strconv.Itoa(int(n))
+		entries["min.insync.replicas"] = &s
+	}
+	if written {
+		s := strconv.Itoa(topicMaxMessageBytes)
+		entries["max.message.bytes"] = &s
+	}
+	if compacted {
+		s := "compact"
+		entries["cleanup.policy"] = &s
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	return entries
+}
+
 // ensureTopics creates the topics the engine needs and records their
 // partition counts. Internal topics get as many partitions as the input
 // topic (or Config.Partitions); the changelog is compacted.
@@ -33,19 +58,15 @@ func (e *Engine) ensureTopics(ctx context.Context, admin sarama.ClusterAdmin) er
 	if n == 0 {
 		n = defaultInputPartitions
 	}
-	compact, maxBytes := "compact", strconv.Itoa(topicMaxMessageBytes)
-	// Every topic the engine writes accepts the largest record its
-	// producer sends (MaxRecordBytes), whatever the broker's default.
-	sized := map[string]*string{"max.message.bytes": &maxBytes}
 	want := []struct {
 		name    string
 		entries map[string]*string
 	}{
-		{e.topics.Input, nil},
-		{e.topics.Repartition, sized},
-		{e.topics.Changelog, map[string]*string{"cleanup.policy": &compact, "max.message.bytes": &maxBytes}},
-		{e.topics.Output, sized},
-		{e.topics.DLQ, sized},
+		{e.topics.Input, e.topicConfig(false, false)},
+		{e.topics.Repartition, e.topicConfig(true, false)},
+		{e.topics.Changelog, e.topicConfig(true, true)},
+		{e.topics.Output, e.topicConfig(true, false)},
+		{e.topics.DLQ, e.topicConfig(true, false)},
 	}
 	for _, w := range want {
 		if w.name == "" { // a job without output
@@ -64,7 +85,8 @@ func (e *Engine) ensureTopics(ctx context.Context, admin sarama.ClusterAdmin) er
 		if err != nil && !(errors.As(err, &te) && te.Err == sarama.ErrTopicAlreadyExists) {
 			return fmt.Errorf("engine: create topic %s: %w", w.name, err)
 		}
-		e.log.Info("created topic", "topic", w.name, "partitions", n)
+		e.log.Info("created topic", "topic", w.name, "partitions", n,
+			"replication_factor", e.cfg.ReplicationFactor, "min_insync_replicas", e.cfg.MinInsyncReplicas)
 	}
 	if err := e.client.RefreshMetadata(); err != nil {
 		return fmt.Errorf("%w: metadata: %v", ErrKafkaUnavailable, err)

@@ -47,6 +47,10 @@ func (t Topics) RekeyTransactionalID(p int32) string {
 	return t.Repartition + "-txn-" + strconv.Itoa(int(p))
 }
 
+// txnProduceBackoff is the pause between two tries of a transactional
+// produce that failed.
+const txnProduceBackoff = 250 * time.Millisecond
+
 // newTaskProducer opens the transactional producer of aggregate partition
 // p (see newTxnProducer).
 func (e *Engine) newTaskProducer(p int32) (sarama.SyncProducer, error) {
@@ -63,6 +67,16 @@ func (e *Engine) newRekeyProducer(p int32) (sarama.SyncProducer, error) {
 // Opening it fences every earlier producer with the same id and waits for
 // the broker to abort their open transaction.
 func (e *Engine) newTxnProducer(id, clientSuffix string) (sarama.SyncProducer, error) {
+	sc := e.txnProducerConfig(id, clientSuffix)
+	pr, err := e.kafka.NewSyncProducer(sc)
+	if err != nil {
+		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
+	}
+	return pr, nil
+}
+
+// txnProducerConfig is the configuration of newTxnProducer's producer.
+func (e *Engine) txnProducerConfig(id, clientSuffix string) *sarama.Config {
 	sc := e.saramaConfig()
 	sc.ClientID = e.cfg.ApplicationID + clientSuffix
 	sc.Producer.Transaction.ID = id
@@ -72,12 +86,27 @@ func (e *Engine) newTxnProducer(id, clientSuffix string) (sarama.SyncProducer, e
 	sc.Producer.Transaction.Retry.Max = 100
 	sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Transaction.Retry.BackoffFunc = nil
+	// A failed transactional produce is retried a few times, then the
+	// transaction is aborted and the partition rewound and restored: a
+	// longer budget (to wait out a leader failover, 10-14 s on a loaded
+	// cluster) would hold every failing send, fatal ones included, and the
+	// engine's shutdown behind it for as long.
+	sc.Producer.Retry.Backoff = txnProduceBackoff
 	sc.Producer.Retry.Max = 5
-	pr, err := e.kafka.NewSyncProducer(sc)
-	if err != nil {
-		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
-	}
-	return pr, nil
+	producerTimeouts(sc)
+	return sc
+}
+
+// producerTimeouts bounds how long a producer waits for a broker's answer
+// to Producer.Timeout (how long the broker may wait for its in-sync
+// replicas) plus 2 s, rather than sarama's 30 s: a broker that stopped
+// answering without closing its connections (paused, cut off) holds a
+// request, and with it the transaction, only that long; the request then
+// fails, the metadata is refreshed and it is retried on the new leader or
+// coordinator (Kafka elects them once it has fenced the silent broker).
+// Only producers: a JoinGroup may rightly wait longer.
+func producerTimeouts(sc *sarama.Config) {
+	sc.Net.ReadTimeout = sc.Producer.Timeout + 2*time.Second
 }
 
 // isFencing reports whether err says another owner took over: the broker
@@ -188,17 +217,11 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 }
 
 // endTxn finishes a failed transaction of pr: it aborts it when the
-// producer still can, counts it, and returns err wrapped in ErrTxnAborted
-// (and ErrFenced when the broker refused this instance as the owner).
-// what names the transaction in the error.
+// producer still can (abortTxn), counts it, and returns err wrapped in
+// ErrTxnAborted (and ErrFenced when the broker refused this instance as the
+// owner). what names the transaction in the error.
 func (e *Engine) endTxn(pr sarama.SyncProducer, what, step string, err error) error {
-	st := pr.TxnStatus()
-	open := st&(sarama.ProducerTxnFlagInTransaction|sarama.ProducerTxnFlagAbortableError) != 0
-	if open && st&sarama.ProducerTxnFlagFatalError == 0 {
-		if aerr := pr.AbortTxn(); aerr != nil {
-			e.log.Debug("abort transaction", "txn", what, "err", aerr)
-		}
-	}
+	e.abortTxn(pr, what, fmt.Errorf("%s: %w", step, err))
 	e.c.txnAborted.Add(1)
 	if isFencing(err) {
 		e.c.fenced.Add(1)

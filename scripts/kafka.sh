@@ -7,6 +7,11 @@
 #   scripts/kafka.sh libs         print the cached jar folder
 #   scripts/kafka.sh start DIR    format DIR, start a broker, print 127.0.0.1:PORT
 #   scripts/kafka.sh stop DIR     stop the broker started in DIR
+#   scripts/kafka.sh cluster-start DIR [N]  format and start N (default 3) KRaft
+#                                 nodes (broker+controller each) in DIR/node-1..N,
+#                                 print their bootstrap servers, comma separated
+#   scripts/kafka.sh node-start DIR/node-I  start a stopped cluster node again
+#   scripts/kafka.sh cluster-stop DIR       stop every node of the cluster in DIR
 #
 # The jars come from Maven's default central repository through
 # `mvn dependency:copy-dependencies` on a generated pom; they are cached in
@@ -15,7 +20,7 @@
 # Environment:
 #   KEEPSTATE_KAFKA_VERSION   Kafka version (default below)
 #   KEEPSTATE_KAFKA_CACHE     cache root (default ${XDG_CACHE_HOME:-~/.cache}/keepstate)
-#   KEEPSTATE_KAFKA_HEAP      broker heap (default 512m)
+#   KEEPSTATE_KAFKA_HEAP      broker heap (default 512m; cluster nodes 320m)
 #   KEEPSTATE_KAFKA_OWNER_PID when set by `start`, the broker is stopped once
 #                             this process has exited (a test binary that died)
 set -euo pipefail
@@ -38,7 +43,7 @@ die() {
 }
 
 usage() {
-	sed -n '2,9p' "$SELF" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,14p' "$SELF" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -310,6 +315,168 @@ cmd_stop() {
 	rm -f "$dir/pid"
 }
 
+# write_node_config writes the server.properties of cluster node id in dir:
+# every node is broker and controller, the voters are all nodes.
+write_node_config() {
+	local dir="$1" id="$2" port="$3" cport="$4" voters="$5" n="$6"
+	local rf=$((n < 3 ? n : 3)) isr=$((n < 3 ? 1 : 2))
+	write_config "$dir" "$port" "$cport"
+	sed -i -e "s/^node.id=.*/node.id=$id/" \
+		-e "s/^controller.quorum.voters=.*/controller.quorum.voters=$voters/" \
+		-e "s/^default.replication.factor=.*/default.replication.factor=$rf/" \
+		-e "s/^min.insync.replicas=.*/min.insync.replicas=$isr/" \
+		-e "s/^offsets.topic.replication.factor=.*/offsets.topic.replication.factor=$rf/" \
+		-e "s/^transaction.state.log.replication.factor=.*/transaction.state.log.replication.factor=$rf/" \
+		-e "s/^transaction.state.log.min.isr=.*/transaction.state.log.min.isr=$isr/" \
+		-e "s/^share.coordinator.state.topic.replication.factor=.*/share.coordinator.state.topic.replication.factor=$rf/" \
+		-e "s/^share.coordinator.state.topic.min.isr=.*/share.coordinator.state.topic.min.isr=$isr/" \
+		-e "s/^num.io.threads=.*/num.io.threads=1/" \
+		"$dir/server.properties"
+	# Kafka's failure detection (a killed node is fenced after
+	# broker.session.timeout.ms, 9 s by default) stays at its default, so
+	# that the stalls measured on this cluster are those of a production one.
+	echo "unclean.leader.election.enable=false" >>"$dir/server.properties"
+	echo "$port" >"$dir/port"
+}
+
+# node_launch starts the node configured (and formatted) in dir and waits
+# until it serves: 0 when up, 3 when a port was taken, 1 otherwise.
+node_launch() {
+	local dir="$1" port pid deadline started
+	port="$(cat "$dir/port")"
+	rm -f "$dir/pid"
+	touch "$dir/kafka.log"
+	started="$(grep -c "Kafka Server started" "$dir/kafka.log" || true)"
+	# shellcheck disable=SC2016,SC2046
+	setsid bash -c 'echo $$ >"$1/pid"; shift; exec "$@"' _ "$dir" \
+		java $(java_opts "$dir") -cp "$LIBS/*" kafka.Kafka "$dir/server.properties" \
+		</dev/null >>"$dir/kafka.log" 2>&1 &
+	for _ in $(seq 1 50); do
+		[[ -s "$dir/pid" ]] && break
+		sleep 0.05
+	done
+	pid="$(cat "$dir/pid")"
+	deadline=$((SECONDS + START_DEADLINE))
+	while ((SECONDS < deadline)); do
+		if ! pid_alive "$pid"; then
+			if tail -n 50 "$dir/kafka.log" | grep -q "Address already in use"; then
+				return 3
+			fi
+			echo "kafka.sh: node exited during start; last lines of $dir/kafka.log:" >&2
+			tail -n 30 "$dir/kafka.log" >&2
+			return 1
+		fi
+		if (($(grep -c "Kafka Server started" "$dir/kafka.log" || true) > started)) && port_open "$port"; then
+			if [[ -n "${KEEPSTATE_KAFKA_OWNER_PID:-}" ]]; then
+				watch_owner "$dir" "$KEEPSTATE_KAFKA_OWNER_PID"
+			fi
+			return 0
+		fi
+		sleep 0.2
+	done
+	echo "kafka.sh: node not ready after ${START_DEADLINE}s; last lines of $dir/kafka.log:" >&2
+	tail -n 30 "$dir/kafka.log" >&2
+	kill -9 "$pid" 2>/dev/null || true
+	return 1
+}
+
+# cluster_once formats and starts n nodes on fresh ports (like start_once).
+# The nodes start together: none reports itself started before a majority
+# of the voters runs.
+cluster_once() {
+	local dir="$1" n="$2" i voters="" cluster_id=- ports=() cports=()
+	for i in $(seq 1 "$n"); do
+		ports+=("$(free_port)")
+		cports+=("$(free_port)")
+		voters+="${voters:+,}$i@127.0.0.1:${cports[$((i - 1))]}"
+	done
+	while [[ "$cluster_id" == -* ]]; do
+		cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+	done
+	for i in $(seq 1 "$n"); do
+		local nd="$dir/node-$i"
+		rm -rf "$nd"
+		mkdir -p "$nd"
+		write_node_config "$nd" "$i" "${ports[$((i - 1))]}" "${cports[$((i - 1))]}" "$voters" "$n"
+		# shellcheck disable=SC2046
+		if ! java $(java_opts "$nd") -cp "$LIBS/*" kafka.tools.StorageTool format \
+			-t "$cluster_id" -c "$nd/server.properties" >"$nd/format.log" 2>&1; then
+			cat "$nd/format.log" >&2
+			return 1
+		fi
+	done
+	local pids=() rc=0 r
+	for i in $(seq 1 "$n"); do
+		node_launch "$dir/node-$i" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		r=0
+		wait "${pids[$i]}" || r=$?
+		if ((r == 3)); then
+			rc=3
+		elif ((r != 0 && rc == 0)); then
+			rc=1
+		fi
+	done
+	if ((rc != 0)); then
+		cmd_cluster_stop "$dir"
+	fi
+	return "$rc"
+}
+
+cmd_cluster_start() {
+	local dir="${1:-}" n="${2:-3}"
+	[[ -n "$dir" ]] || usage
+	cmd_check
+	HEAP="${KEEPSTATE_KAFKA_HEAP:-320m}"
+	mkdir -p "$dir"
+	dir="$(cd "$dir" && pwd)"
+	local try rc i out=""
+	for try in 1 2 3; do
+		rc=0
+		cluster_once "$dir" "$n" || rc=$?
+		case "$rc" in
+		0)
+			for i in $(seq 1 "$n"); do
+				out+="${out:+,}127.0.0.1:$(cat "$dir/node-$i/port")"
+			done
+			echo "$out"
+			return 0
+			;;
+		3) echo "kafka.sh: port taken, retrying ($try)" >&2 ;;
+		*) die "cluster did not start (logs: $dir/node-*/kafka.log)" ;;
+		esac
+	done
+	die "cluster did not start: ports kept being taken"
+}
+
+cmd_node_start() {
+	local dir="${1:-}"
+	[[ -n "$dir" && -f "$dir/server.properties" ]] || die "node-start: $dir is not a cluster node directory"
+	cmd_check
+	HEAP="${KEEPSTATE_KAFKA_HEAP:-320m}"
+	if [[ -f "$dir/pid" ]] && pid_alive "$(cat "$dir/pid")"; then
+		die "the node in $dir already runs (pid $(cat "$dir/pid"))"
+	fi
+	node_launch "$dir" || die "the node in $dir did not start (log: $dir/kafka.log)"
+	echo "127.0.0.1:$(cat "$dir/port")"
+}
+
+cmd_cluster_stop() {
+	local dir="${1:-}" nd
+	[[ -n "$dir" ]] || usage
+	for nd in "$dir"/node-*; do
+		[[ -d "$nd" ]] || continue
+		# A paused (SIGSTOP) node does not act on SIGTERM.
+		if [[ -f "$nd/pid" ]]; then
+			kill -CONT "$(cat "$nd/pid")" 2>/dev/null || true
+		fi
+		cmd_stop "$nd" &
+	done
+	wait
+}
+
 case "${1:-}" in
 fetch) cmd_fetch ;;
 check) cmd_check ;;
@@ -319,5 +486,8 @@ libs)
 	;;
 start) cmd_start "${2:-}" ;;
 stop) cmd_stop "${2:-}" ;;
+cluster-start) cmd_cluster_start "${2:-}" "${3:-3}" ;;
+node-start) cmd_node_start "${2:-}" ;;
+cluster-stop) cmd_cluster_stop "${2:-}" ;;
 *) usage ;;
 esac

@@ -58,6 +58,14 @@ func CommonFlags(fs *flag.FlagSet, c *app.Config) {
 		c.ReplicationFactor = n
 		return nil
 	})
+	fs.Func("min-insync-replicas", "min.insync.replicas of the topics keepstate creates: replicas that must have a write before it succeeds (default 0: the broker's)", func(s string) error {
+		var n int16
+		if _, err := fmt.Sscan(s, &n); err != nil {
+			return fmt.Errorf("not a number: %q", s)
+		}
+		c.MinInsyncReplicas = n
+		return nil
+	})
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "host:port other instances use to reach this API (default: hostname and the --http-addr port)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long a silent instance keeps its partitions")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's profiler (/debug/pprof) on this address, e.g. localhost:6060 (off when empty; never exposed on --http-addr)")

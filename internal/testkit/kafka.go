@@ -84,9 +84,9 @@ func RealKafka(t testing.TB) []string {
 	return brokers
 }
 
-// Main runs the tests of a package and then stops the broker RealKafka may
-// have started and the Redis setups SharedRedisCluster and
-// SharedRedisSentinel may have started. Call it from TestMain: func TestMain(m *testing.M) {
+// Main runs the tests of a package and then stops what RealKafka,
+// RealKafkaCluster, SharedRedisCluster and SharedRedisSentinel may have
+// started. Call it from TestMain: func TestMain(m *testing.M) {
 // testkit.Main(m) }. It does not return.
 func Main(m *testing.M) {
 	code := m.Run()
@@ -96,6 +96,9 @@ func Main(m *testing.M) {
 	}
 	if err := StopSharedRedis(); err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
+	}
+	if err := stopKafkaCluster(); err != nil {
+		fmt.Fprintln(os.Stderr, "testkit: stop the Kafka cluster:", err)
 	}
 	os.Exit(code)
 }

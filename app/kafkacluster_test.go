@@ -1,0 +1,591 @@
+//go:build unix
+
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/app"
+	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// clusterRig is two keepstate instances (child processes) on the shared
+// three-node Kafka cluster, their topics created with replication factor
+// 3 and min.insync.replicas 2, ratings flowing into the input topic, and
+// a monitor of how the outputs advance.
+type clusterRig struct {
+	t    *testing.T
+	kc   *testkit.KafkaCluster
+	cc   *crashCluster
+	inst []*crashInstance
+	feed *ratingFeed
+	mon  *stallMonitor
+}
+
+// clusterMovies is how many distinct movies the feed rates.
+const clusterMovies = 500
+
+// newClusterRig starts the rig on store (app.StoreClover or StoreRedis)
+// and waits until both instances are ready and the outputs advance.
+func newClusterRig(t *testing.T, store string) *clusterRig {
+	kc := testkit.RealKafkaCluster(t)
+	kc.Restore(t, 90*time.Second)
+	reg := testkit.StartRegistry(t)
+	cc := &crashCluster{t: t, bin: testkit.Keepstate(t), cfg: testConfig(t, kc.Brokers(), reg.URL())}
+	if store == app.StoreRedis {
+		useRedis(t, &cc.cfg)
+	}
+	c := cc.cfg
+	createReplicated(t, c.Brokers, c.InputTopic)
+	r := &clusterRig{t: t, kc: kc, cc: cc}
+	for _, name := range []string{"a", "b"} {
+		in := cc.newInstance(name, true)
+		in.extraArgs = []string{"--replication-factor", "3", "--min-insync-replicas", "2", "--session-timeout", "10s"}
+		r.inst = append(r.inst, in)
+		cc.start(in)
+	}
+	for _, in := range r.inst {
+		cc.waitReady(in, 90*time.Second)
+	}
+	r.feed = startFeed(t, c, 400)
+	t.Cleanup(r.feed.stop)
+	r.mon = startStallMonitor(t, c.Brokers, []string{c.OutputTopic, c.EngineConfig(nil).Topics().Changelog})
+	// Later tests share the cluster: leave every node running and in sync
+	// (first of the cleanups, so that the feed's last send can end).
+	t.Cleanup(func() { kc.Restore(t, 120*time.Second) })
+	r.waitFlowing(60 * time.Second)
+	return r
+}
+
+// createReplicated creates topic with 3 partitions, replication factor 3
+// and min.insync.replicas 2.
+func createReplicated(t *testing.T, brokers []string, topic string) {
+	t.Helper()
+	two := "2"
+	err := testAdmin(t, brokers).CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 3, ReplicationFactor: 3,
+		ConfigEntries: map[string]*string{"min.insync.replicas": &two}}, false)
+	if err != nil {
+		t.Fatalf("create %s: %v", topic, err)
+	}
+}
+
+// waitFlowing waits until every monitored partition has advanced within
+// the last second.
+func (r *clusterRig) waitFlowing(timeout time.Duration) {
+	r.t.Helper()
+	testkit.Eventually(r.t, timeout, "every output partition advancing", func() error {
+		return r.mon.allAdvancedSince(time.Now().Add(-time.Second))
+	})
+}
+
+// fault runs inject (which breaks something and, unless it returns early,
+// repairs it), then waits until the outputs flow again and the cluster is
+// in sync, and logs the stall it caused: the longest time a monitored
+// partition's committed end did not advance, from the fault until flowing
+// again, and how long each instance's /readyz was not 200 (with the last
+// reason it gave). It returns the stall.
+func (r *clusterRig) fault(name string, inject func()) time.Duration {
+	r.t.Helper()
+	from := time.Now()
+	gens := r.assignments()
+	ready := startReadyWatch(r.inst)
+	inject()
+	r.kc.Restore(r.t, 120*time.Second)
+	r.waitFlowing(120 * time.Second)
+	until := time.Now()
+	stall, where := r.mon.longestGap(from, until)
+	r.t.Logf("STALL %s: %v (longest on %s; whole fault %v); %s; assignments received: %d (each instance one per rebalance)", name, stall.Round(10*time.Millisecond), where,
+		until.Sub(from).Round(100*time.Millisecond), ready.stop(), r.generationsSince(gens))
+	return stall
+}
+
+// checkExact pauses the feed, waits until every output is exact (API on
+// both instances, last changelog record and average per movie, the
+// repartition topic), and resumes the feed.
+//
+// The truth is computed from the input topic itself: a send that failed
+// on a broker's loss may still have written its ratings (the producer
+// cannot tell), so the feed's own count is only compared and logged.
+func (r *clusterRig) checkExact(when string) {
+	r.t.Helper()
+	fed := r.feed.pause()
+	defer r.feed.resume()
+	c := r.cc.cfg
+	truth := inputTruth(r.t, c)
+	if !maps.Equal(fed, truth) {
+		r.t.Logf("%s: the input topic holds ratings of %d movies, the feed's acknowledged sends %d (failed sends: %d); checking against the input",
+			when, len(truth), len(fed), r.feed.failures())
+	}
+	for _, in := range r.inst {
+		r.waitReady(in, 120*time.Second)
+	}
+	st := waitOutputsExact(r.t, c, "http://"+r.inst[0].api, truth, when)
+	waitAllExact(r.t, r.inst[1].api, truth)
+	if err := diffRepartition(r.t, c); err != nil {
+		r.t.Errorf("%s: %v", when, err)
+	}
+	r.t.Logf("%s: exact on %d movies (%d ratings); a: %d transactions committed, %d aborted, %d group restarts",
+		when, len(truth), ratingsIn(truth), st.Stats.TransactionsCommitted, st.Stats.TransactionsAborted, st.Stats.GroupRestarts)
+}
+
+// ratingsIn returns how many ratings truth counts.
+func ratingsIn(truth map[int64]testkit.Movie) int64 {
+	var n int64
+	for _, m := range truth {
+		n += m.Count
+	}
+	return n
+}
+
+// inputTruth reads every rating in c's input topic and returns each
+// movie's count and average, summed in offset order (a movie's ratings are
+// all in one partition, which is the order the job sums them in).
+func inputTruth(t *testing.T, c app.Config) map[int64]testkit.Movie {
+	t.Helper()
+	reg, err := app.OpenRegistry(context.Background(), app.Config{SchemaRegistry: c.SchemaRegistry}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth, sums := map[int64]testkit.Movie{}, map[int64]float64{}
+	for _, m := range readTopic(t, c.Brokers, c.InputTopic) {
+		rt, err := reg.DecodeRating(context.Background(), m.Value)
+		if err != nil {
+			t.Fatalf("input %d/%d: %v", m.Partition, m.Offset, err)
+		}
+		mv := truth[rt.MovieID]
+		mv.MovieID = rt.MovieID
+		mv.Count++
+		sums[rt.MovieID] += rt.Rating
+		mv.Rating = sums[rt.MovieID] / float64(mv.Count)
+		truth[rt.MovieID] = mv
+	}
+	return truth
+}
+
+// waitReady waits until in answers /readyz with 200 (crashCluster's
+// waitReady fails its own test, the parent of a subtest).
+func (r *clusterRig) waitReady(in *crashInstance, timeout time.Duration) {
+	r.t.Helper()
+	testkit.Eventually(r.t, timeout, in.name+" ready", func() error {
+		if in.proc.Exited() {
+			return fmt.Errorf("%s exited: %v", in.name, in.proc.Err())
+		}
+		if !in.ready() {
+			return fmt.Errorf("%s not ready", in.name)
+		}
+		return nil
+	})
+}
+
+// step runs fn as subtest name of the rig's test, with the rig's helpers
+// failing the subtest.
+func (r *clusterRig) step(name string, fn func(t *testing.T)) bool {
+	parent := r.t
+	defer func() { r.t = parent }()
+	return parent.Run(name, func(t *testing.T) {
+		r.t = t
+		t.Cleanup(func() { r.kc.Restore(t, 120*time.Second) })
+		fn(t)
+	})
+}
+
+// assignments counts, per instance process, the "partitions assigned"
+// lines (one per group generation it joined) in its log.
+func (r *clusterRig) assignments() map[*testkit.Process]int {
+	out := map[*testkit.Process]int{}
+	for _, in := range r.inst {
+		out[in.proc] = strings.Count(in.proc.Output(), "partitions assigned")
+	}
+	return out
+}
+
+// generationsSince returns how many group generations the instances
+// joined since before (an assignments result); a restarted instance's
+// whole log counts.
+func (r *clusterRig) generationsSince(before map[*testkit.Process]int) int {
+	n := 0
+	for p, c := range r.assignments() {
+		n += c - before[p]
+	}
+	return n
+}
+
+// childLogs returns the instances' output so far.
+func (r *clusterRig) childLogs() string {
+	var b strings.Builder
+	for _, in := range r.inst {
+		b.WriteString(in.proc.Output())
+	}
+	return b.String()
+}
+
+// ratingFeed sends generated ratings into a topic in small synchronous
+// batches, with an idempotent producer whose retries outlast a broker
+// failover, and keeps the ground truth of what was acknowledged.
+type ratingFeed struct {
+	mu      sync.Mutex
+	truth   map[int64]testkit.Movie
+	sums    map[int64]float64
+	n       int64
+	err     error
+	nFailed int // sends that failed
+	paused  bool
+	cond    *sync.Cond
+	quit    chan struct{}
+	done    chan struct{}
+	stopped sync.Once
+}
+
+// startFeed sends about rate ratings per second to c's input topic until
+// stop; a send error ends it (reported by pause and stop as a test error).
+func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
+	t.Helper()
+	reg, err := app.OpenRegistry(context.Background(), app.Config{SchemaRegistry: c.SchemaRegistry}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := engine.NewSaramaConfig("cluster-feed")
+	sc.Producer.Return.Successes = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Idempotent = true
+	sc.Net.MaxOpenRequests = 1
+	sc.Producer.Partitioner = engine.NewJavaPartitioner
+	sc.Producer.Retry.Max = 1200 // x 100 ms: outlasts every fault of these tests
+	sc.Producer.Retry.Backoff = 100 * time.Millisecond
+	sc.Metadata.Retry.Max = 5
+	pr, err := sarama.NewSyncProducer(c.Brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &ratingFeed{truth: map[int64]testkit.Movie{}, sums: map[int64]float64{}, quit: make(chan struct{}), done: make(chan struct{})}
+	f.cond = sync.NewCond(&f.mu)
+	const batch = 20
+	subject := c.InputTopic + "-value"
+	go func() {
+		defer close(f.done)
+		defer pr.Close()
+		g := app.NewGenerator(clusterMovies, 7)
+		tick := time.NewTicker(time.Second * batch / time.Duration(rate))
+		defer tick.Stop()
+		for {
+			f.mu.Lock()
+			for f.paused {
+				f.cond.Wait()
+			}
+			f.mu.Unlock()
+			select {
+			case <-f.quit:
+				return
+			case <-tick.C:
+			}
+			msgs := make([]*sarama.ProducerMessage, batch)
+			rs := make([]testkit.Movie, batch)
+			for i := range msgs {
+				rt := g.Next()
+				v, err := reg.EncodeRating(context.Background(), subject, rt)
+				if err != nil {
+					f.fail(err)
+					return
+				}
+				rs[i] = testkit.Movie{MovieID: rt.MovieID, Rating: rt.Rating}
+				msgs[i] = &sarama.ProducerMessage{Topic: c.InputTopic, Key: sarama.ByteEncoder(engine.Int64Keys.Append(nil, rt.MovieID)), Value: sarama.ByteEncoder(v)}
+			}
+			if err := pr.SendMessages(msgs); err != nil {
+				// Some of them may be written all the same: the truth is
+				// read back from the topic (checkExact).
+				f.mu.Lock()
+				f.nFailed++
+				f.mu.Unlock()
+				continue
+			}
+			f.mu.Lock()
+			for _, r := range rs {
+				m := f.truth[r.MovieID]
+				m.MovieID = r.MovieID
+				m.Count++
+				f.sums[r.MovieID] += r.Rating
+				m.Rating = f.sums[r.MovieID] / float64(m.Count)
+				f.truth[r.MovieID] = m
+			}
+			f.n += batch
+			f.mu.Unlock()
+		}
+	}()
+	return f
+}
+
+func (f *ratingFeed) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = err
+}
+
+// pause stops sending after the batch in flight and returns a copy of
+// the truth; resume sends again.
+func (f *ratingFeed) pause() map[int64]testkit.Movie {
+	f.mu.Lock()
+	f.paused = true
+	f.mu.Unlock()
+	// The batch in flight ends within its retries; wait for it by taking
+	// the lock the sender holds while it adds a batch.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		f.mu.Lock()
+		n := f.n
+		f.mu.Unlock()
+		time.Sleep(300 * time.Millisecond) // > one batch interval: no batch started after paused was set
+		f.mu.Lock()
+		same := f.n == n
+		f.mu.Unlock()
+		if same || time.Now().After(deadline) {
+			break
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.truth)
+}
+
+func (f *ratingFeed) resume() {
+	f.mu.Lock()
+	f.paused = false
+	f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+// failures returns how many sends failed.
+func (f *ratingFeed) failures() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nFailed
+}
+
+// failed returns the error that ended the feed, if any.
+func (f *ratingFeed) failed() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// stop ends the feed and waits up to a minute for its last send.
+func (f *ratingFeed) stop() {
+	f.stopped.Do(func() {
+		close(f.quit)
+		f.resume()
+		select {
+		case <-f.done:
+		case <-time.After(time.Minute):
+		}
+	})
+}
+
+// stallMonitor polls the read_committed end (last stable offset) of every
+// partition of some topics every 100 ms and remembers when each advanced.
+type stallMonitor struct {
+	mu       sync.Mutex
+	advanced map[string][]time.Time // "topic/p" -> times it advanced
+	last     map[string]int64
+}
+
+func startStallMonitor(t *testing.T, brokers []string, topics []string) *stallMonitor {
+	m := &stallMonitor{advanced: map[string][]time.Time{}, last: map[string]int64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		var client sarama.Client
+		defer func() {
+			if client != nil {
+				_ = client.Close()
+			}
+		}()
+		for ctx.Err() == nil {
+			if client == nil {
+				sc := sarama.NewConfig()
+				sc.Version = sarama.V3_6_0_0
+				sc.Net.DialTimeout = time.Second
+				sc.Net.ReadTimeout = 2 * time.Second
+				sc.Metadata.Retry.Max = 0
+				c, err := sarama.NewClient(brokers, sc)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				client = c
+			}
+			for _, topic := range topics {
+				for p := int32(0); p < 3; p++ {
+					off, err := stableEnd(client, topic, p)
+					if err != nil {
+						_ = client.RefreshMetadata(topic)
+						continue
+					}
+					m.observe(fmt.Sprintf("%s/%d", topic, p), off)
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return m
+}
+
+// stableEnd returns the last stable offset of topic/p.
+func stableEnd(client sarama.Client, topic string, p int32) (int64, error) {
+	b, err := client.Leader(topic, p)
+	if err != nil {
+		return 0, err
+	}
+	req := sarama.NewOffsetRequest(client.Config().Version)
+	req.IsolationLevel = sarama.ReadCommitted
+	req.AddBlock(topic, p, sarama.OffsetNewest, 1)
+	resp, err := b.GetAvailableOffsets(req)
+	if err != nil {
+		return 0, err
+	}
+	blk := resp.GetBlock(topic, p)
+	if blk == nil {
+		return 0, sarama.ErrIncompleteResponse
+	}
+	if !errors.Is(blk.Err, sarama.ErrNoError) {
+		return 0, blk.Err
+	}
+	if blk.Offset != 0 || len(blk.Offsets) == 0 {
+		return blk.Offset, nil
+	}
+	return blk.Offsets[0], nil
+}
+
+func (m *stallMonitor) observe(key string, off int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prev, ok := m.last[key]; ok && off <= prev {
+		return
+	}
+	m.last[key] = off
+	m.advanced[key] = append(m.advanced[key], time.Now())
+}
+
+// allAdvancedSince returns nil when every partition advanced after since.
+func (m *stallMonitor) allAdvancedSince(since time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.advanced) < 6 {
+		return fmt.Errorf("%d partitions seen", len(m.advanced))
+	}
+	for k, ts := range m.advanced {
+		if len(ts) == 0 || ts[len(ts)-1].Before(since) {
+			return fmt.Errorf("%s has not advanced since %v", k, since.Format("15:04:05.000"))
+		}
+	}
+	return nil
+}
+
+// longestGap returns the longest time within [from, until] that one
+// partition did not advance, and which.
+func (m *stallMonitor) longestGap(from, until time.Time) (time.Duration, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var worst time.Duration
+	where := ""
+	for k, ts := range m.advanced {
+		prev := from
+		for _, at := range ts {
+			if at.Before(from) {
+				continue
+			}
+			if at.After(until) {
+				break
+			}
+			if g := at.Sub(prev); g > worst {
+				worst, where = g, k
+			}
+			prev = at
+		}
+		if g := until.Sub(prev); g > worst {
+			worst, where = g, k
+		}
+	}
+	return worst, where
+}
+
+// readyWatch samples the instances' /readyz every 200 ms and records how
+// long each was not ready and the last reason it gave.
+type readyWatch struct {
+	quit chan struct{}
+	done chan struct{}
+	down map[string]time.Duration
+	why  map[string]string
+}
+
+func startReadyWatch(inst []*crashInstance) *readyWatch {
+	w := &readyWatch{quit: make(chan struct{}), done: make(chan struct{}), down: map[string]time.Duration{}, why: map[string]string{}}
+	go func() {
+		defer close(w.done)
+		for {
+			for _, in := range inst {
+				code, reason, err := readyz(in.api)
+				if err != nil || code != http.StatusOK {
+					w.down[in.name] += 200 * time.Millisecond
+					if err != nil {
+						reason = err.Error()
+					}
+					if reason != "" {
+						w.why[in.name] = reason
+					}
+				}
+			}
+			select {
+			case <-w.quit:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// readyz returns the status code of GET /readyz on api and the reason it
+// gives when not ready.
+func readyz(api string) (int, string, error) {
+	resp, err := http.Get("http://" + api + "/readyz")
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body.Reason, err
+}
+
+// stop ends the watch and describes what it saw.
+func (w *readyWatch) stop() string {
+	close(w.quit)
+	<-w.done
+	var parts []string
+	for _, name := range []string{"a", "b"} {
+		s := fmt.Sprintf("/readyz of %s not 200 for ~%v", name, w.down[name])
+		if w.why[name] != "" {
+			s += fmt.Sprintf(" (last: %q)", w.why[name])
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
