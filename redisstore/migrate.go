@@ -232,24 +232,18 @@ func (m *migration) run(ctx context.Context) error {
 	return nil
 }
 
-// scan calls fn with each page of the keys matching pattern.
+// scan calls fn with each page of the keys matching pattern (the old
+// layout ran on a single server only).
 func (m *migration) scan(ctx context.Context, pattern string, fn func([]string) error) error {
-	var cursor uint64
-	for {
-		page, next, err := m.s.client.Scan(ctx, cursor, pattern, int64(m.chunk)).Result()
-		if err != nil {
-			return wrap("migrate movie layout: scan", err)
-		}
-		if len(page) > 0 {
-			if err := fn(page); err != nil {
-				return err
-			}
-		}
-		if next == 0 {
-			return nil
-		}
-		cursor = next
+	var fnErr error
+	err := scanNode(ctx, m.s.client, pattern, int64(m.chunk), func(page []string) error {
+		fnErr = fn(page)
+		return fnErr
+	})
+	if err != nil && fnErr == nil {
+		return wrap("migrate movie layout: scan", err)
 	}
+	return err
 }
 
 // partitions is step 1.
