@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,7 @@ type ownedGroup struct {
 // Close leaves the group and closes the client.
 func (g *ownedGroup) Close() error {
 	err := g.ConsumerGroup.Close()
-	if cerr := g.client.Close(); err == nil && cerr != nil && cerr != sarama.ErrClosedClient {
+	if cerr := g.client.Close(); err == nil && cerr != nil && !errors.Is(cerr, sarama.ErrClosedClient) {
 		err = cerr
 	}
 	return err
