@@ -32,8 +32,8 @@ MODULES ?= $(if $(filter ./...,$(PKGS)),deploytest)
 GOFMT_DIRS = $(patsubst %/...,%,$(PKGS))
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 # Timeouts make a hung test fail instead of eating CI's budget (CI: 2 cores).
-UNIT_TIMEOUT ?= 12m
-INTEGRATION_TIMEOUT ?= 12m
+UNIT_TIMEOUT ?= 20m
+INTEGRATION_TIMEOUT ?= 20m
 INTEGRATION_RUN ?= Integration|E2E
 CLUSTER_TIMEOUT ?= 15m
 CLUSTER_RUN ?= ^TestCluster
