@@ -283,15 +283,20 @@ const verifyInterval = 5 * time.Second
 // its state) returns an error wrapping ErrFenced, which breaks the task and
 // restarts the group session: the partition is then claimed again and
 // restored. Once the session has ended, an unavailable store (a full
-// disk) is not waited for: the member would hold up the whole group's
-// rebalance meanwhile. Whatever the batch committed is in the
+// disk) is waited for only storeWaitAfterSession (long enough for a
+// connection broken by a pause to be redialled): the member would hold up
+// the whole group's rebalance meanwhile. Whatever the batch committed is in the
 // changelog, so the store is only left behind it, and the partition's
 // next restore or standby here replays the difference. Called by persist.
+// storeWaitAfterSession is how long a store write still waits for an
+// unavailable store once its group session has ended (see task.write).
+const storeWaitAfterSession = 2 * time.Second
+
 func (t *task) write(ctx context.Context, job *persistJob, b DocBatch) error {
 	e := t.e
 	waitCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	defer context.AfterFunc(t.sess.Context(), stop)()
+	defer context.AfterFunc(t.sess.Context(), func() { time.AfterFunc(storeWaitAfterSession, stop) })()
 	err := e.retryUnavailable(waitCtx, "apply", func() error { return e.table.Apply(ctx, b) })
 	if err != nil && waitCtx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("the session ended while the store was unavailable: %w", ErrUnavailable)
