@@ -11,6 +11,7 @@ package app_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
+	"github.com/keepstate/keepstate/web"
 )
 
 // TestBrokerOutageExact cuts the broker off at a commit, for longer than
@@ -108,19 +110,23 @@ func brokerOutage(t *testing.T, store string) {
 	// that leaves the rest of the group running: on clover (its own copy
 	// of the state) it answers as owner only while its read lease runs,
 	// which a heartbeat sent before the cut carries for at most the
-	// session timeout less a tenth; then 503. Redis is shared: the state
-	// it answers from is whoever's is current, so it answers throughout.
+	// session timeout less a tenth; then 503, or, when no other instance
+	// answers, its copy marked unconfirmed (Keepstate-Replica), never an
+	// unmarked 200. Redis is shared: the state it answers from is
+	// whoever's is current, so it answers throughout.
 	leaseEnds := c.SessionTimeout - c.SessionTimeout/10
 	answered, refused := 0, 0
 	for time.Since(cut) < outage {
 		// The fault's duration, not synchronisation: the API is asked
 		// throughout it.
 		since := time.Since(cut)
-		code, err := testkit.GetJSON(in.api+stored, nil)
+		code, marked, err := getMarked(in.api + stored)
 		switch {
+		case err == nil && code == http.StatusOK && marked && store == app.StoreClover:
+			refused++ // not as owner: its copy, marked unconfirmed
 		case err == nil && code == http.StatusOK:
 			if store == app.StoreClover && since > leaseEnds+time.Second {
-				t.Fatalf("GET %s %v into the outage: 200; want 503 once the read lease ran out (%v)", stored, since.Round(time.Millisecond), leaseEnds)
+				t.Fatalf("GET %s %v into the outage: 200 unmarked; want 503 or a copy marked unconfirmed once the read lease ran out (%v)", stored, since.Round(time.Millisecond), leaseEnds)
 			}
 			answered++
 		case err == nil && code == http.StatusServiceUnavailable && store == app.StoreClover && since > leaseEnds-c.SessionTimeout/5:
@@ -141,4 +147,16 @@ func brokerOutage(t *testing.T, store string) {
 	}
 	t.Logf("outage %v from a commit: %d requests refused, %d API answers during it (%d 503 after the lease lapsed); %d transactions committed, %d aborted, %d group restarts",
 		outage, dropped.Load(), answered, refused, st.Stats.TransactionsCommitted, st.Stats.TransactionsAborted, st.Stats.GroupRestarts)
+}
+
+// getMarked GETs url and reports the status and whether the answer is
+// marked as an unconfirmed copy's (web.ReplicaHeader).
+func getMarked(url string) (code int, marked bool, err error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get(web.ReplicaHeader) == "unconfirmed", err
 }
