@@ -48,7 +48,7 @@ type rekeyer struct {
 // read again from the last committed offset.
 func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
 	ctx := s.Context()
-	pr, err := e.newRekeyProducer(c.Partition())
+	pr, err := e.newRekeyProducer(ctx, c.Partition())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

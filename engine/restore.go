@@ -35,7 +35,7 @@ const restoreBatchDocs = 5000
 func (t *task) restore(ctx context.Context) error {
 	e := t.e
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
-		pr, err := e.newTaskProducer(t.p)
+		pr, err := e.newTaskProducer(ctx, t.p)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -30,9 +31,9 @@ type nopTable struct{ Table }
 // TestSaramaConfigForCluster: every producer writes with acks=all and
 // idempotence; the shared producer retries a produce (refreshing the
 // metadata after NOT_LEADER_OR_FOLLOWER) for long enough to see a leader
-// fail over; a transactional one gives up within a couple of seconds (its
-// transaction is then aborted and the partition restored), so that no
-// failing send holds the engine, or its shutdown, for longer.
+// fail over, and so does a transactional one while its session lasts; once
+// the session ended, a transactional produce spends its last tries without
+// a pause, so that no failing send holds the engine's shutdown.
 func TestSaramaConfigForCluster(t *testing.T) {
 	cfg := DefaultConfig()
 	e, err := NewJob(cfg, nopTable{}, benchJob())
@@ -42,7 +43,7 @@ func TestSaramaConfigForCluster(t *testing.T) {
 	const failover = 9 * time.Second // Kafka's broker.session.timeout.ms default
 	for name, sc := range map[string]*sarama.Config{
 		"base":          e.saramaConfig(),
-		"transactional": e.txnProducerConfig("id", "-x"),
+		"transactional": e.txnProducerConfig("id", "-x", &txnRetry{ctx: context.Background()}),
 	} {
 		if sc.Producer.RequiredAcks != sarama.WaitForAll || !sc.Producer.Idempotent {
 			t.Errorf("%s: acks %v idempotent %v, want WaitForAll and true", name, sc.Producer.RequiredAcks, sc.Producer.Idempotent)
@@ -55,8 +56,19 @@ func TestSaramaConfigForCluster(t *testing.T) {
 	if span := time.Duration(base.Producer.Retry.Max) * base.Producer.Retry.Backoff; span < failover {
 		t.Errorf("shared producer: produce retries span %v, want >= %v", span, failover)
 	}
-	tx := e.txnProducerConfig("id", "-x")
-	if span := time.Duration(tx.Producer.Retry.Max) * tx.Producer.Retry.Backoff; span > 2*time.Second {
-		t.Errorf("transactional produce retries span %v, want <= 2s", span)
+	ctx, cancel := context.WithCancel(context.Background())
+	tx := e.txnProducerConfig("id", "-x", &txnRetry{ctx: ctx})
+	span := func() (d time.Duration) {
+		for i := 1; i <= tx.Producer.Retry.Max; i++ {
+			d += tx.Producer.Retry.BackoffFunc(i, tx.Producer.Retry.Max)
+		}
+		return d
+	}
+	if got := span(); got < failover {
+		t.Errorf("transactional produce retries span %v during the session, want >= %v", got, failover)
+	}
+	cancel()
+	if got, want := span(), time.Duration(txnQuickRetries)*txnProduceBackoff; got > want {
+		t.Errorf("transactional produce retries span %v once the session ended, want <= %v", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -53,30 +54,63 @@ const txnProduceBackoff = 250 * time.Millisecond
 
 // newTaskProducer opens the transactional producer of aggregate partition
 // p (see newTxnProducer).
-func (e *Engine) newTaskProducer(p int32) (sarama.SyncProducer, error) {
-	return e.newTxnProducer(e.topics.TransactionalID(p), "-task-"+strconv.Itoa(int(p)))
+func (e *Engine) newTaskProducer(ctx context.Context, p int32) (sarama.SyncProducer, error) {
+	return e.newTxnProducer(ctx, e.topics.TransactionalID(p), "-task-"+strconv.Itoa(int(p)))
 }
 
 // newRekeyProducer opens the transactional producer of input partition p
 // (see newTxnProducer).
-func (e *Engine) newRekeyProducer(p int32) (sarama.SyncProducer, error) {
-	return e.newTxnProducer(e.topics.RekeyTransactionalID(p), "-rekey-"+strconv.Itoa(int(p)))
+func (e *Engine) newRekeyProducer(ctx context.Context, p int32) (sarama.SyncProducer, error) {
+	return e.newTxnProducer(ctx, e.topics.RekeyTransactionalID(p), "-rekey-"+strconv.Itoa(int(p)))
 }
 
 // newTxnProducer opens a transactional producer with transactional id id.
 // Opening it fences every earlier producer with the same id and waits for
-// the broker to abort their open transaction.
-func (e *Engine) newTxnProducer(id, clientSuffix string) (sarama.SyncProducer, error) {
-	sc := e.txnProducerConfig(id, clientSuffix)
+// the broker to abort their open transaction. Its produce retries are
+// paced by a txnRetry on ctx (see txnProducerConfig).
+func (e *Engine) newTxnProducer(ctx context.Context, id, clientSuffix string) (sarama.SyncProducer, error) {
+	r := &txnRetry{ctx: ctx}
+	sc := e.txnProducerConfig(id, clientSuffix, r)
 	pr, err := e.kafka.NewSyncProducer(sc)
 	if err != nil {
 		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
 	}
+	r.pr.Store(pr)
 	return pr, nil
 }
 
-// txnProducerConfig is the configuration of newTxnProducer's producer.
-func (e *Engine) txnProducerConfig(id, clientSuffix string) *sarama.Config {
+// txnQuickRetries is how many times a transactional produce is still
+// retried, at txnProduceBackoff, once its txnRetry's context is done.
+const txnQuickRetries = 5
+
+// txnRetry paces the produce retries of one transactional producer. A
+// produce that failed because a partition's leader or a broker went away
+// is retried every txnProduceBackoff for twice the transaction timeout, to
+// ride out a leader failover (10-14 s on a loaded cluster) without
+// aborting the transaction. Retrying is pointless, and the remaining tries
+// are spent without a pause, once the producer's transaction is in error
+// (it can only abort), or, after txnQuickRetries, once ctx is done (the
+// session or the engine is ending and must not wait for a failover).
+// Safe for concurrent use.
+type txnRetry struct {
+	ctx context.Context
+	pr  atomic.Value // sarama.SyncProducer, once opened
+}
+
+// backoff is the producer's Retry.BackoffFunc.
+func (r *txnRetry) backoff(retries, _ int) time.Duration {
+	if pr, ok := r.pr.Load().(sarama.SyncProducer); ok && pr.TxnStatus()&sarama.ProducerTxnFlagInError != 0 {
+		return 0
+	}
+	if r.ctx.Err() != nil && retries > txnQuickRetries {
+		return 0
+	}
+	return txnProduceBackoff
+}
+
+// txnProducerConfig is the configuration of newTxnProducer's producer;
+// retry paces its produce retries.
+func (e *Engine) txnProducerConfig(id, clientSuffix string, retry *txnRetry) *sarama.Config {
 	sc := e.saramaConfig()
 	sc.ClientID = e.cfg.ApplicationID + clientSuffix
 	sc.Producer.Transaction.ID = id
@@ -86,13 +120,12 @@ func (e *Engine) txnProducerConfig(id, clientSuffix string) *sarama.Config {
 	sc.Producer.Transaction.Retry.Max = 100
 	sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Transaction.Retry.BackoffFunc = nil
-	// A failed transactional produce is retried a few times, then the
-	// transaction is aborted and the partition rewound and restored: a
-	// longer budget (to wait out a leader failover, 10-14 s on a loaded
-	// cluster) would hold every failing send, fatal ones included, and the
-	// engine's shutdown behind it for as long.
+	// A failed transactional produce is retried for twice the transaction
+	// timeout, paced by retry (see txnRetry); then the transaction is
+	// aborted and the partition rewound and restored.
 	sc.Producer.Retry.Backoff = txnProduceBackoff
-	sc.Producer.Retry.Max = 5
+	sc.Producer.Retry.Max = max(txnQuickRetries, int(2*e.cfg.TransactionTimeout/txnProduceBackoff))
+	sc.Producer.Retry.BackoffFunc = retry.backoff
 	producerTimeouts(sc)
 	return sc
 }
@@ -196,12 +229,12 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 			}
 		}
 	}
-	abort := func(open func(int32) (sarama.SyncProducer, error), stage string, ps []int32) {
+	abort := func(open func(context.Context, int32) (sarama.SyncProducer, error), stage string, ps []int32) {
 		for _, p := range ps {
 			if ctx.Err() != nil {
 				return
 			}
-			pr, err := open(p)
+			pr, err := open(ctx, p)
 			if err != nil {
 				e.log.Warn("could not abort the previous incarnation's transaction", "stage", stage, "partition", p, "err", err)
 				continue
