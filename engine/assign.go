@@ -56,6 +56,9 @@ type memberState struct {
 	// Copies maps each partition its store holds to the partition's
 	// changelog checkpoint there.
 	Copies map[int32]int64
+	// Inputs are the input partitions it read in its last generation (nil
+	// from a member of an older build, which does not report them).
+	Inputs []int32
 }
 
 // memberPlan is one member's share of a plan.
@@ -92,7 +95,8 @@ func (s memberState) encode() []byte {
 		b = binary.AppendUvarint(b, uint64(p))
 		b = binary.AppendVarint(b, s.Copies[p])
 	}
-	return b
+	// Inputs come last: an older build's decoder ignores them.
+	return appendPartitions(b, s.Inputs)
 }
 
 // decodeMemberState reads subscription user data: this assignor's, or an
@@ -111,6 +115,9 @@ func decodeMemberState(b []byte) (memberState, error) {
 	for range n {
 		p := r.partition()
 		s.Copies[p] = r.varint()
+	}
+	if len(r.b) > 0 {
+		s.Inputs = r.partitions()
 	}
 	if r.err != nil {
 		return memberState{}, r.err

@@ -291,13 +291,20 @@ func reported(plan map[string]*memberPlan, states map[string]memberState) map[st
 }
 
 func TestUserDataRoundTrip(t *testing.T) {
-	s := memberState{Addr: "10.0.0.7:8080", Shared: false, Actives: []int32{3, 1}, Standbys: []int32{9}, Copies: map[int32]int64{1: 77, 3: 1 << 40, 9: 0}}
+	s := memberState{Addr: "10.0.0.7:8080", Shared: false, Actives: []int32{3, 1}, Standbys: []int32{9}, Copies: map[int32]int64{1: 77, 3: 1 << 40, 9: 0}, Inputs: []int32{0, 4}}
 	got, err := decodeMemberState(s.encode())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, s) {
 		t.Errorf("decode(encode(s)) = %+v, want %+v", got, s)
+	}
+	// A build before inputs were reported ends after the copies.
+	noInputs := s
+	noInputs.Inputs = nil
+	b := noInputs.encode()
+	if got, err := decodeMemberState(b[:len(b)-1]); err != nil || got.Inputs != nil || !reflect.DeepEqual(got.Actives, s.Actives) {
+		t.Errorf("user data without inputs: got %+v, %v; want no inputs and the actives %v", got, err, s.Actives)
 	}
 	old, err := decodeMemberState([]byte("10.0.0.8:8080"))
 	if err != nil || old.Addr != "10.0.0.8:8080" || len(old.Copies) != 0 {
@@ -313,5 +320,34 @@ func TestUserDataRoundTrip(t *testing.T) {
 	}
 	if _, _, err := decodeReplicas(nil); err == nil {
 		t.Error("empty assignment user data decoded without error")
+	}
+}
+
+func TestDeparted(t *testing.T) {
+	tests := []struct {
+		name               string
+		states             map[string]memberState
+		wantParts, wantIns []int32
+	}{
+		{"first generation: nobody ran anything", map[string]memberState{
+			"a": {Inputs: []int32{}}, "b": {Inputs: []int32{}}}, nil, nil},
+		{"everyone present", map[string]memberState{
+			"a": {Actives: []int32{0, 1}, Inputs: []int32{0, 2}},
+			"b": {Actives: []int32{2, 3}, Inputs: []int32{1, 3}}}, nil, nil},
+		{"a member killed", map[string]memberState{
+			"a": {Actives: []int32{0, 1}, Inputs: []int32{0, 2}}}, []int32{2, 3}, []int32{1, 3}},
+		{"a killed member back with nothing", map[string]memberState{
+			"a": {Actives: []int32{0, 1}, Inputs: []int32{0, 2}},
+			"b": {Inputs: []int32{}}}, []int32{2, 3}, []int32{1, 3}},
+		{"an older build reports no inputs", map[string]memberState{
+			"a": {Actives: []int32{0, 1}}}, []int32{2, 3}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parts, ins := departed(tt.states, 4, 4)
+			if !slices.Equal(parts, tt.wantParts) || !slices.Equal(ins, tt.wantIns) {
+				t.Errorf("departed = %v, %v; want %v, %v", parts, ins, tt.wantParts, tt.wantIns)
+			}
+		})
 	}
 }

@@ -59,6 +59,7 @@ func (a *assignor) Plan(members map[string]sarama.ConsumerGroupMemberMetadata, t
 	}
 	plan := sarama.BalanceStrategyPlan{}
 	repart := int32(len(topics[e.topics.Repartition]))
+	e.fenceDeparted(states, repart, int32(len(topics[e.topics.Input])))
 	plans := planPartitions(ids, states, repart, e.cfg.StandbyReplicas, e.cfg.AcceptableLag)
 	for id, mp := range plans {
 		if len(mp.Actives) > 0 {

@@ -66,9 +66,10 @@ type Engine struct {
 	standby standbySet
 	copies  copies
 	meters  replayMeters
-	// actives are the partitions run here in the last session (reported
-	// to the assignor, which keeps them here); guarded by mu.
-	actives []int32
+	// actives and inputs are the aggregate and input partitions run here
+	// in the last session (reported to the assignor, which keeps them
+	// here); guarded by mu.
+	actives, inputs []int32
 }
 
 // NewJob checks cfg and returns an engine that runs job (see Job.Runner)
@@ -135,6 +136,10 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	// A partition whose leader went away is looked up again every 500 ms
+	// (sarama: 2 s), so that fetching resumes within half a second of
+	// Kafka electing the new leader.
+	sc.Consumer.Retry.Backoff = 500 * time.Millisecond
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{e.asg,
 		rangeStrategy{BalanceStrategy: sarama.NewBalanceStrategyRange(), addr: e.cfg.AdvertiseAddr}}
@@ -151,6 +156,20 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	// docs/benchmarks.md.
 	sc.ChannelBufferSize = e.cfg.BufferedRecords
 	return sc
+}
+
+// groupTimeouts bounds how long the group's client waits for a broker's
+// answer to the session timeout (at least 5 s), rather than sarama's 30 s.
+// A broker that stopped answering without closing its connections
+// (paused, cut off) then holds a heartbeat or a fetch only that long: the
+// request fails, the client finds the new group coordinator or partition
+// leader (Kafka elects them once it has fenced the silent broker,
+// broker.session.timeout.ms, 9 s by default) and the session goes on in
+// its generation; with 30 s the heartbeat outlived the session and the
+// group rebalanced. A JoinGroup that waits longer for a slow member fails
+// and sarama sends it again (Rebalance.Retry), as the same member.
+func groupTimeouts(gc *sarama.Config, session time.Duration) {
+	gc.Net.ReadTimeout = max(session, 5*time.Second)
 }
 
 // connect opens the client, the admin and the producer, and creates the
@@ -232,6 +251,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	// group coordinator after losing one and the group keeps its
 	// generation.
 	gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(e.cfg.SessionTimeout/gc.Metadata.Retry.Backoff))
+	groupTimeouts(gc, e.cfg.SessionTimeout)
 	e.dropStaleMembership(ctx)
 	group, err := e.kafka.NewConsumerGroup(e.cfg.ApplicationID, gc)
 	if err != nil {
@@ -312,6 +332,13 @@ func (e *Engine) lastActives() []int32 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.actives)
+}
+
+// lastInputs returns the input partitions read here in the last session.
+func (e *Engine) lastInputs() []int32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.inputs)
 }
 
 // restartSession ends the current group session so that the instance

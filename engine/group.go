@@ -27,6 +27,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.mu.Lock()
 	was := e.actives
 	e.actives = slices.Clone(ps)
+	e.inputs = slices.Clone(s.Claims()[e.topics.Input])
 	e.mu.Unlock()
 	standbys, warmups := e.asg.replicas(s.GenerationID())
 	e.setReplicas(was, ps, standbys, warmups)

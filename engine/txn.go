@@ -197,58 +197,6 @@ func dedupErrs(errs []error) []error {
 	return out
 }
 
-// abortPredecessor runs before a static member (--instance-id) joins. A
-// restarted instance finds its previous incarnation still listed in the
-// group (until the session timeout) with its partitions; initialising
-// those partitions' transactional producers aborts any transaction the
-// dead process left open, so the new session's offset fetch does not wait
-// out the transaction timeout. Failures are logged: the broker aborts
-// such a transaction after the timeout anyway.
-func (e *Engine) abortPredecessor(ctx context.Context) {
-	if e.cfg.InstanceID == "" {
-		return
-	}
-	admin := e.route.adminClient()
-	if admin == nil {
-		return
-	}
-	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
-	if err != nil {
-		e.log.Debug("describe group before joining", "err", err)
-		return
-	}
-	var parts, inputs []int32
-	for _, g := range groups {
-		for _, m := range g.Members {
-			if m.GroupInstanceId == nil || *m.GroupInstanceId != e.cfg.InstanceID {
-				continue
-			}
-			if asg, err := m.GetMemberAssignment(); err == nil && asg != nil {
-				parts = append(parts, asg.Topics[e.topics.Repartition]...)
-				inputs = append(inputs, asg.Topics[e.topics.Input]...)
-			}
-		}
-	}
-	abort := func(open func(context.Context, int32) (sarama.SyncProducer, error), stage string, ps []int32) {
-		for _, p := range ps {
-			if ctx.Err() != nil {
-				return
-			}
-			pr, err := open(ctx, p)
-			if err != nil {
-				e.log.Warn("could not abort the previous incarnation's transaction", "stage", stage, "partition", p, "err", err)
-				continue
-			}
-			_ = pr.Close()
-		}
-	}
-	abort(e.newTaskProducer, "aggregate", parts)
-	abort(e.newRekeyProducer, "rekey", inputs)
-	if len(parts)+len(inputs) > 0 {
-		e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs)
-	}
-}
-
 // endTxn finishes a failed transaction of pr: it aborts it when the
 // producer still can (abortTxn), counts it, and returns err wrapped in
 // ErrTxnAborted (and ErrFenced when the broker refused this instance as the

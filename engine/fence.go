@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// A member that dies in the middle of a transaction leaves it open on the
+// broker, and with it any offsets the transaction committed: the group's
+// offset fetch of those partitions is refused (UNSTABLE_OFFSET_COMMIT)
+// until the transaction ends, and sarama fetches the offsets of a new
+// session before it starts processing any partition. Left alone, the
+// broker aborts such a transaction only after the transaction timeout,
+// and every partition of the next generation waits for it. Initialising a
+// producer with the transaction's id aborts it at once (and fences the
+// producer, should its process still be alive). Two places do that:
+// abortPredecessor, for a restarted instance's previous run, and
+// fenceDeparted, run by the group's leader for the partitions of members
+// that left the group without a word.
+
+// fenceTimeout bounds how long the group's leader spends fencing before it
+// hands out a plan: well inside the session timeout, which the other
+// members wait in SyncGroup.
+func (e *Engine) fenceTimeout() time.Duration {
+	return min(2*time.Second, e.cfg.SessionTimeout/3)
+}
+
+// fenceTransactions initialises (and closes) the transactional producers
+// of aggregate partitions parts and input partitions inputs, several at a
+// time, until ctx is done; it returns how many it could not.
+func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, inputs []int32) (failed int) {
+	type job struct {
+		open  func(context.Context, int32) (sarama.SyncProducer, error)
+		stage string
+		p     int32
+	}
+	var jobs []job
+	for _, p := range parts {
+		jobs = append(jobs, job{e.newTaskProducer, "aggregate", p})
+	}
+	for _, p := range inputs {
+		jobs = append(jobs, job{e.newRekeyProducer, "rekey", p})
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, 8)
+	)
+	for _, j := range jobs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return failed + 1
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			pr, err := j.open(ctx, j.p)
+			if err != nil {
+				e.log.Warn("could not abort a transaction left open", "why", why, "stage", j.stage, "partition", j.p, "err", err)
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				return
+			}
+			_ = pr.Close()
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// abortPredecessor runs before a static member (--instance-id) joins. A
+// restarted instance finds its previous incarnation still listed in the
+// group (until the session timeout) with its partitions; it fences their
+// transactions (see above). Failures are logged: the broker aborts such a
+// transaction after the timeout anyway.
+func (e *Engine) abortPredecessor(ctx context.Context) {
+	if e.cfg.InstanceID == "" {
+		return
+	}
+	admin := e.route.adminClient()
+	if admin == nil {
+		return
+	}
+	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+	if err != nil {
+		e.log.Debug("describe group before joining", "err", err)
+		return
+	}
+	var parts, inputs []int32
+	for _, g := range groups {
+		for _, m := range g.Members {
+			if m.GroupInstanceId == nil || *m.GroupInstanceId != e.cfg.InstanceID {
+				continue
+			}
+			if asg, err := m.GetMemberAssignment(); err == nil && asg != nil {
+				parts = append(parts, asg.Topics[e.topics.Repartition]...)
+				inputs = append(inputs, asg.Topics[e.topics.Input]...)
+			}
+		}
+	}
+	if len(parts)+len(inputs) == 0 {
+		return
+	}
+	e.fenceTransactions(ctx, "previous run of this instance", parts, inputs)
+	e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs)
+}
+
+// departed returns the aggregate and input partitions that a group ran in
+// its last generation (some member reports actives) but that no member of
+// the new one reports having run: their owner left the group without
+// leaving it (killed, cut off) or cleanly. Nothing when no member reports
+// actives (the group's first generation, or every member restarted) or,
+// for inputs, when a member does not report its inputs (an older build).
+func departed(states map[string]memberState, aggregates, inputs int32) (parts, ins []int32) {
+	ran, read := map[int32]bool{}, map[int32]bool{}
+	reportsInputs := true
+	for _, s := range states {
+		for _, p := range s.Actives {
+			ran[p] = true
+		}
+		for _, p := range s.Inputs {
+			read[p] = true
+		}
+		if s.Inputs == nil && len(s.Actives) > 0 {
+			reportsInputs = false
+		}
+	}
+	if len(ran) == 0 {
+		return nil, nil
+	}
+	for p := range aggregates {
+		if !ran[p] {
+			parts = append(parts, p)
+		}
+	}
+	if reportsInputs {
+		for p := range inputs {
+			if !read[p] {
+				ins = append(ins, p)
+			}
+		}
+	}
+	return parts, ins
+}
+
+// fenceDeparted is run by the group's leader before it hands out a plan:
+// it fences the transactions of the partitions whose owner departed (see
+// departed), within fenceTimeout, so that their next owners' offset fetch
+// does not wait for the transaction timeout. A fence still running at the
+// deadline may later fence a next owner's producer; that owner then
+// restarts its session, exact.
+func (e *Engine) fenceDeparted(states map[string]memberState, aggregates, inputs int32) {
+	if e.cfg.ProcessingGuarantee != ExactlyOnce {
+		return
+	}
+	parts, ins := departed(states, aggregates, inputs)
+	if len(parts)+len(ins) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.fenceTimeout())
+	defer cancel()
+	began := time.Now()
+	failed := e.fenceTransactions(ctx, "owner departed", parts, ins)
+	e.log.Info("fenced the transactions of partitions whose owner departed", "partitions", parts,
+		"input_partitions", ins, "failed", failed, "took", time.Since(began).Round(time.Millisecond))
+}
