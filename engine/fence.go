@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -30,7 +29,9 @@ func (e *Engine) fenceTimeout() time.Duration {
 
 // fenceTransactions initialises (and closes) the transactional producers
 // of aggregate partitions parts and input partitions inputs, several at a
-// time, until ctx is done; it returns how many it could not.
+// time, and returns how many it could not, or had not yet when ctx ended:
+// it does not wait for those (sarama cannot cancel a producer's
+// initialisation), which go on in the background.
 func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, inputs []int32) (failed int) {
 	type job struct {
 		open  func(context.Context, int32) (sarama.SyncProducer, error)
@@ -44,31 +45,38 @@ func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, input
 	for _, p := range inputs {
 		jobs = append(jobs, job{e.newRekeyProducer, "rekey", p})
 	}
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, 8)
-	)
-	for _, j := range jobs {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return failed + 1
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			pr, err := j.open(ctx, j.p)
-			if err != nil {
-				e.log.Warn("could not abort a transaction left open", "why", why, "stage", j.stage, "partition", j.p, "err", err)
-				mu.Lock()
-				failed++
-				mu.Unlock()
+	sem := make(chan struct{}, 8)
+	done := make(chan bool, len(jobs)) // buffered: a late job never blocks
+	go func() {
+		for _, j := range jobs {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
 				return
 			}
-			_ = pr.Close()
-		})
+			go func() {
+				defer func() { <-sem }()
+				pr, err := j.open(ctx, j.p)
+				if err != nil {
+					e.log.Warn("could not abort a transaction left open", "why", why, "stage", j.stage, "partition", j.p, "err", err)
+					done <- false
+					return
+				}
+				_ = pr.Close()
+				done <- true
+			}()
+		}
+	}()
+	for finished := range len(jobs) {
+		select {
+		case ok := <-done:
+			if !ok {
+				failed++
+			}
+		case <-ctx.Done():
+			return failed + len(jobs) - finished
+		}
 	}
-	wg.Wait()
 	return failed
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -25,19 +26,26 @@ import (
 // the new one and heartbeats on within the session timeout, keeping the
 // generation.
 //
-// Two changes to the client give sarama's loop that behaviour: every
+// Four changes to the client give sarama's loop that behaviour: every
 // failed dial returns only after Metadata.Retry.Backoff, so the loop's
 // tries last Metadata.Retry.Max x Backoff (the caller sizes that to the
 // session timeout); and every failed dial starts one background
 // RefreshCoordinator, which asks the other brokers until Kafka has elected
 // the new coordinator and then points the client (and so the next
-// heartbeat) at it. The dial pause also spaces out the reconnects of
-// fetches to a dead partition leader, which is harmless.
+// heartbeat) at it; and a read that times out (a broker that stopped
+// answering but still accepts connections) makes its broker fail dials
+// for half the read timeout, with a refresh, as if it were dead
+// (watchedConn); and a coordinator lookup that yields a broker it cannot
+// connect to takes the backoff too (pacedClient). The dial pause also
+// spaces out the reconnects of fetches to a dead partition leader, which
+// is harmless.
 func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (sarama.ConsumerGroup, error) {
 	d := &groupDialer{
 		dialer:  net.Dialer{Timeout: cfg.Net.DialTimeout, KeepAlive: cfg.Net.KeepAlive, LocalAddr: cfg.Net.LocalAddr},
 		backoff: cfg.Metadata.Retry.Backoff,
+		quiet:   max(cfg.Metadata.Retry.Backoff, cfg.Net.ReadTimeout/2),
 		group:   group,
+		silent:  map[string]time.Time{},
 	}
 	if !cfg.Net.Proxy.Enable {
 		cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, d
@@ -47,7 +55,7 @@ func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (sarama.
 		return nil, err
 	}
 	d.setClient(client)
-	cg, err := sarama.NewConsumerGroupFromClient(group, client)
+	cg, err := sarama.NewConsumerGroupFromClient(group, &pacedClient{Client: client, backoff: d.backoff})
 	if err != nil {
 		_ = client.Close()
 		return nil, err
@@ -62,8 +70,12 @@ type groupDialer struct {
 	backoff time.Duration
 	group   string
 
+	// quiet is how long a broker whose read timed out is not dialed.
+	quiet time.Duration
+
 	mu         sync.Mutex
 	client     sarama.Client
+	silent     map[string]time.Time // broker address → not dialed before
 	refreshing atomic.Bool
 }
 
@@ -73,16 +85,49 @@ func (d *groupDialer) setClient(c sarama.Client) {
 	d.client = c
 }
 
-// Dial connects to addr; a failed dial starts a coordinator refresh and
-// returns after the backoff.
+// Dial connects to addr; a failed dial, or one to a broker that went
+// silent lately (see watchedConn), starts a coordinator refresh and
+// returns an error after the backoff.
 func (d *groupDialer) Dial(network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	until, silent := d.silent[addr]
+	d.mu.Unlock()
+	if silent && time.Now().Before(until) {
+		d.refresh()
+		time.Sleep(d.backoff)
+		return nil, fmt.Errorf("broker %s stopped answering (a read timed out); not dialing it until %s", addr, until.Format(time.TimeOnly))
+	}
 	c, err := d.dialer.Dial(network, addr)
 	if err == nil {
-		return c, nil
+		return &watchedConn{Conn: c, d: d, addr: addr}, nil
 	}
 	d.refresh()
 	time.Sleep(d.backoff)
 	return nil, err
+}
+
+// watchedConn is a connection of the group's client whose read timeouts
+// mark its broker silent for a while and refresh the group's coordinator.
+// A broker that stopped answering without closing its connections
+// (paused, cut off) still accepts new ones: without the mark, sarama's
+// heartbeat loop would dial the same broker again (its cached
+// coordinator), send its next heartbeat there and wait out another read
+// timeout, long after Kafka moved the group to a live coordinator.
+type watchedConn struct {
+	net.Conn
+	d    *groupDialer
+	addr string
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		c.d.mu.Lock()
+		c.d.silent[c.addr] = time.Now().Add(c.d.quiet)
+		c.d.mu.Unlock()
+		c.d.refresh() // in the background: this goroutine reads the answers
+	}
+	return n, err
 }
 
 // refresh asks the brokers for the group's coordinator in the background,
@@ -98,6 +143,30 @@ func (d *groupDialer) refresh() {
 		defer d.refreshing.Store(false)
 		_ = client.RefreshCoordinator(d.group)
 	}()
+}
+
+// pacedClient makes a coordinator lookup that returns a broker it cannot
+// connect to take at least the backoff. sarama's heartbeat loop retries a
+// failed heartbeat at once; when the coordinator's broker is down but its
+// connection already failed (sarama then answers "broker not connected"
+// without dialing again), its retries would be spent within a few seconds,
+// before Kafka has elected a new coordinator, and the session would end.
+type pacedClient struct {
+	sarama.Client
+	backoff time.Duration
+}
+
+// Coordinator returns the group's coordinator, after the backoff when the
+// broker is not connected once its dial (which Coordinator starts) ended.
+func (c *pacedClient) Coordinator(group string) (*sarama.Broker, error) {
+	b, err := c.Client.Coordinator(group)
+	if err != nil {
+		return nil, err
+	}
+	if ok, _ := b.Connected(); !ok { // waits for a dial in progress
+		time.Sleep(c.backoff)
+	}
+	return b, nil
 }
 
 // ownedGroup is a consumer group that closes its own client.
