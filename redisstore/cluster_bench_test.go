@@ -36,7 +36,7 @@ func benchMovieMemory(b *testing.B, mode Mode, url string) {
 		tb := openTable(b, s, movieTableSpec)
 		node := redis.Cmdable(s.client)
 		if cc, ok := s.client.(*redis.ClusterClient); ok {
-			m, err := cc.MasterForKey(ctx, tb.keys.spec())
+			m, err := cc.MasterForKey(ctx, tb.keys.spec(0))
 			if err != nil {
 				b.Fatal(err)
 			}

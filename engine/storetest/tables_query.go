@@ -363,7 +363,7 @@ func testTableQueryInvalid(t *testing.T, open TablesOpener, sh shape) {
 // testTableTiesAscending checks a table whose spec sets TiesAscending:
 // descending queries order equal values by key ascending.
 func testTableTiesAscending(t *testing.T, open TablesOpener) {
-	spec := engine.TableSpec{Name: "ranked", Indexes: cloneSpec(OrderShape).Indexes, TiesAscending: true}
+	spec := engine.TableSpec{Name: "ranked", Indexes: cloneSpec(OrderShape).Indexes, TiesAscending: true, Partitions: Partitions}
 	sh := shape{name: "ranked", spec: spec, key: customerKey}
 	_, tb := openTable(t, open, spec)
 	docs := tableData(sh, 3, 60, 0)
