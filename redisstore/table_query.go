@@ -314,7 +314,7 @@ func (t *table) Reset(ctx context.Context) error {
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := t.s.client.Unlink(ctx, batch...).Err(); err != nil {
+		if err := t.s.unlink(ctx, batch); err != nil {
 			return err
 		}
 		deleted += len(batch)
