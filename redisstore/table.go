@@ -1,7 +1,7 @@
 package redisstore
 
-// A table lives under "<prefix>t:<table>:" (K; the key layout is in
-// doc.go).
+// A table lives under "<prefix>t:<table>:" (K), on a cluster under one
+// hash tag per partition (the key layout is in doc.go).
 //
 // Document keys are hex in key names (arbitrary bytes cannot break the
 // layout or a SCAN pattern) and raw in set and sorted set members. A hash
