@@ -106,8 +106,11 @@ var (
 // table) first migrates the movie layout found under the store's prefix
 // into it (see migrate.go): the first such open of a database written by
 // an older build takes about as long as the migration, and waits for
-// another instance that is migrating. Tables share the store's client and are closed with it. Safe for
-// concurrent use.
+// another instance that is migrating (never on a cluster). On a cluster
+// spec.Partitions must be set (engine.ErrInvalid otherwise), and a table
+// in the layout that kept it under one hash tag is refused with
+// ErrOldLayout. Tables share the store's client and are closed with it.
+// Safe for concurrent use.
 func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("redisstore: open table: %w", err)
