@@ -100,11 +100,11 @@
 //
 // WithTableStream gives a table a stream, <prefix><Key> (on a cluster one
 // per partition, T stream:<Key>, each in its partition's order), that
-// receives one entry per document an Apply writes, in the batch's order and in the
-// same MULTI/EXEC (so a reader never sees a write that did not happen, nor
-// misses one that did), trimmed to about MaxLen entries. The movie job's
-// table writes <prefix>rating-averages-stream with the fields movieId, avg
-// and count.
+// receives one entry per document an Apply writes, in the batch's order
+// and in the same MULTI/EXEC (so a reader never sees a write that did not
+// happen, nor misses one that did), trimmed to about MaxLen entries (each
+// of a cluster's streams). The movie job's table writes
+// <prefix>rating-averages-stream with the fields movieId, avg and count.
 //
 // # Migration of the movie layout
 //
