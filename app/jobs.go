@@ -80,6 +80,19 @@ func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.C
 	return ec
 }
 
+// partitionedStore is a store that keeps a partition's keys together (a
+// Redis Cluster): it opens a table only knowing its partition count,
+// engine.TableSpec.Partitions.
+type partitionedStore interface {
+	NeedsPartitions() bool
+}
+
+// oldLayoutRemover is a store that can delete what an older key layout
+// left for a table, which it refuses to open until then (a Redis Cluster).
+type oldLayoutRemover interface {
+	RemoveOldLayout(ctx context.Context, table string) (bool, error)
+}
+
 // start builds j's engine on store and registers its table in opts.
 func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registry, advertise string, log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
 	runner, ec := j.runner, c.JobConfig(log, j.name(), j.input, j.output)
@@ -90,7 +103,17 @@ func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registr
 		}
 		runner, ec = r, c.EngineConfig(log)
 	}
-	table, err := store.OpenTable(ctx, runner.Spec())
+	spec := runner.Spec()
+	if ps, ok := store.(partitionedStore); ok && ps.NeedsPartitions() {
+		// The engine creates the topics here rather than in Run, so that
+		// the table is opened knowing its partition count.
+		n, err := engine.PrepareTopics(ctx, ec)
+		if err != nil {
+			return nil, fmt.Errorf("job %s: %w", j.name(), err)
+		}
+		spec.Partitions = n
+	}
+	table, err := store.OpenTable(ctx, spec)
 	if errors.Is(err, engine.ErrInvalid) {
 		// Most likely the job's indexes changed since the table was made.
 		return nil, fmt.Errorf("%w: job %s: %w; to rebuild the table from its changelog with the new indexes, delete it (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)

@@ -75,8 +75,8 @@ func ResetJobs(ctx context.Context, c Config, reprocess bool, log *slog.Logger, 
 		return err
 	}
 	defer store.Close()
-	for _, j := range jobs {
-		if err := j.resetState(ctx, c, store); err != nil {
+	for i, j := range jobs {
+		if err := j.resetState(ctx, c, store, admin, configs[i].Topics().Repartition); err != nil {
 			return err
 		}
 		log.Info("state reset; the next start restores it from the changelog", "job", j.name(), "store", c.Store)
@@ -102,11 +102,29 @@ func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
 }
 
 // resetState wipes j's table in store (engine.TableResetter), keeping its
-// spec and epochs.
-func (j Job) resetState(ctx context.Context, c Config, store Store) error {
+// spec and epochs, and what an older key layout left of it. A store that
+// keeps a partition's keys together opens the table with the partition
+// count of its repartition topic (read with admin), or 1 when the topic
+// is gone: a reset does not depend on it.
+func (j Job) resetState(ctx context.Context, c Config, store Store, admin sarama.ClusterAdmin, repartition string) error {
 	spec := movies.Spec
 	if !j.movies {
 		spec = j.runner.Spec()
+	}
+	if r, ok := store.(oldLayoutRemover); ok {
+		if _, err := r.RemoveOldLayout(ctx, spec.Name); err != nil {
+			return fmt.Errorf("job %s: %w", j.name(), err)
+		}
+	}
+	if ps, ok := store.(partitionedStore); ok && ps.NeedsPartitions() {
+		spec.Partitions = 1
+		md, err := admin.DescribeTopics([]string{repartition})
+		if err != nil {
+			return fmt.Errorf("%w: describe topic %s: %w", ErrUnavailable, repartition, err)
+		}
+		if len(md) == 1 && md[0].Err == sarama.ErrNoError && len(md[0].Partitions) > 0 {
+			spec.Partitions = int32(len(md[0].Partitions))
+		}
 	}
 	t, err := store.OpenTable(ctx, spec)
 	if errors.Is(err, engine.ErrInvalid) {

@@ -190,6 +190,10 @@ func (e *Engine) connect(ctx context.Context) error {
 	if err := e.ensureTopics(ctx, admin); err != nil {
 		return err
 	}
+	if n := e.table.Spec().Partitions; n != 0 && n != e.nParts {
+		return fmt.Errorf("engine: table %s was opened for %d partitions but %s has %d: %w",
+			e.job.Spec().Name, n, e.topics.Repartition, e.nParts, ErrInvalid)
+	}
 	// The producer gets its own connections: on the consumer group's, each
 	// produce request would queue behind a fetch that the broker may hold
 	// for up to Consumer.MaxWaitTime (500 ms), delaying every hop.

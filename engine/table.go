@@ -63,12 +63,24 @@ type TableSpec struct {
 	// highest value first, ties by key). By default a descending query is
 	// the exact reverse of an ascending one.
 	TiesAscending bool
+	// Partitions is the number of partitions the table's documents are
+	// spread over by PartitionFor (a document's Partition is
+	// PartitionFor(Key, Partitions)); 0 when unknown. A store may keep a
+	// partition's keys together: such a store needs it to find a
+	// document by its key, refuses to open a table without it and refuses
+	// a document of another partition (ErrInvalid). It is not part of the
+	// table's identity: reopening a table with another count is no
+	// conflict.
+	Partitions int32
 }
 
 // Validate checks the spec (wrapping ErrInvalid).
 func (s TableSpec) Validate() error {
 	if !validName(s.Name, 64, true) {
 		return fmt.Errorf("table name %q: want [a-z][a-z0-9_-]{0,63}: %w", s.Name, ErrInvalid)
+	}
+	if s.Partitions < 0 {
+		return fmt.Errorf("table %s: %d partitions: %w", s.Name, s.Partitions, ErrInvalid)
 	}
 	if len(s.Indexes) > MaxIndexes {
 		return fmt.Errorf("table %s: %d indexes, at most %d: %w", s.Name, len(s.Indexes), MaxIndexes, ErrInvalid)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -41,6 +44,37 @@ func (e *Engine) topicConfig(written, compacted bool) map[string]*string {
 		return nil
 	}
 	return entries
+}
+
+// PrepareTopics creates the topics an engine of cfg needs, as Run does,
+// and returns the partition count of its repartition and changelog
+// topics: the TableSpec.Partitions of its table, for a store that keeps a
+// partition's keys together and must know it before the engine runs. The
+// error wraps ErrKafkaUnavailable when the brokers cannot be reached.
+func PrepareTopics(ctx context.Context, cfg Config) (int32, error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: log, kafka: saramaKafka{brokers: cfg.Brokers}}
+	client, err := e.kafka.NewClient(e.saramaConfig())
+	if err != nil {
+		return 0, fmt.Errorf("%w: cannot reach brokers %s (%v)", ErrKafkaUnavailable, strings.Join(cfg.Brokers, ","), err)
+	}
+	defer client.Close()
+	e.client = client
+	admin, err := e.kafka.NewClusterAdmin(e.saramaConfig())
+	if err != nil {
+		return 0, fmt.Errorf("%w: admin client: %v", ErrKafkaUnavailable, err)
+	}
+	defer admin.Close()
+	if err := e.ensureTopics(ctx, admin); err != nil {
+		return 0, err
+	}
+	return e.nParts, nil
 }
 
 // ensureTopics creates the topics the engine needs and records their

@@ -5,9 +5,10 @@
 //
 // # Key layout
 //
-// Every key lives under a prefix (WithPrefix, default "keepstate:"); a
-// table's keys under "<prefix>t:<table>:" (K below), each table with its
-// own epochs and checkpoints:
+// Every key lives under a prefix (WithPrefix, default "keepstate:"); on a
+// single server or a Sentinel master a table's keys are under
+// "<prefix>t:<table>:" (K below; on a cluster see Deployments), each table
+// with its own epochs and checkpoints:
 //
 //	K spec                     string: "1|<index>:<kind>,..." — the declared indexes, in
 //	                           order, then ";ties-ascending" when the spec sets TiesAscending
@@ -37,10 +38,10 @@
 // part of a batch, a refused batch writes nothing, and a claim of the
 // partition between the read and EXEC makes EXEC write nothing. (A Lua
 // script did the same for 1.5× the server CPU.) Claim and DropPartition
-// are scripts. The scripts and transactions name keys they derive from
-// the table's base, so all of a table's keys must live on one node: on a
-// single server or a Sentinel master they do, and on a Redis Cluster the
-// base carries a hash tag (below).
+// are scripts. The scripts and transactions name keys of one partition
+// (and the table's indexes), so those must live on one node: on a single
+// server or a Sentinel master they do, and on a Redis Cluster each
+// partition's keys carry a hash tag of their own (below).
 //
 // A batch that finds, under its own epoch, another batch token than the
 // last one this Store wrote (or sent without learning the outcome) is
@@ -57,15 +58,39 @@
 // ParseClusterURL or ParseFailoverURL) and which client it builds: one
 // server (ModeSingle), a Redis Cluster (ModeCluster) or a master found
 // through Sentinels (ModeSentinel). Every table operation goes through
-// redis.UniversalClient, so one code path serves the three. On a cluster a
-// table's keys are "{<prefix>t:<table>}:..." instead of
-// "<prefix>t:<table>:...", and its stream "{<prefix>t:<table>}:stream:<Key>":
-// the hash tag puts every key of the table in one slot, so that a batch is
-// one MULTI/EXEC, and a claim, a drop or a query page one script, on the
-// node that serves the slot. A table is thus held by one master (and its
-// replicas); different tables (and applications, by prefix) spread over
-// the masters. go-redis follows MOVED and ASK redirections and reloads the
-// slot map after a failover; what outlives its retries (a master being
+// redis.UniversalClient, so one code path serves the three.
+//
+// On a cluster a table's keys carry one hash tag per partition p, T =
+// "{<prefix>t:<table>:<p>}:", and the table keeps everything one Apply
+// touches in that slot:
+//
+//	T spec            the spec (as K spec), one copy per partition; Claim checks it
+//	T d:<hex of key>  hash: a document of partition p (as K d:)
+//	T i:<index>       sorted set: the index entries of partition p's documents
+//	T members         set of the raw keys of partition p's documents
+//	T checkpoint      string: next changelog offset of p
+//	T epoch           string: fencing epoch of p
+//	T batch           string: token of the last batch applied to p
+//	T stream:<Key>    stream: partition p's share of the change stream
+//
+// A batch is one MULTI/EXEC, and a claim or a drop one script, on the node
+// that serves the partition's slot, so the partitions of one table spread
+// over the masters (more partitions, more spread). Get and Load find a
+// document's partition by its key, engine.PartitionFor over
+// engine.TableSpec.Partitions, so OpenTable refuses a table without
+// Partitions (engine.ErrInvalid) and Apply a document whose key hashes to
+// another partition. Load reads each partition's documents in one
+// MULTI/EXEC. A query page runs the page script of the single server on
+// every partition's index (at most Limit members each, concurrently) and
+// merges the pages in the query's order (engine.TableSpec.Before, which
+// honours TiesAscending); cursors are the same (value, key) pairs. Reset
+// SCANs every master. A table left by the layout that kept a whole table
+// under one tag, "{<prefix>t:<table>}:...", is refused (ErrOldLayout) until
+// RemoveOldLayout (keepstate reset) deletes it. Different tables and
+// applications (by prefix) spread over the masters too.
+//
+// go-redis follows MOVED and ASK redirections and reloads the slot map
+// after a failover; what outlives its retries (a master being
 // replaced, a slot being migrated, CLUSTERDOWN, TRYAGAIN) is
 // engine.ErrUnavailable, so the partition waits and retries. The movie
 // layout migration below never runs on a cluster (that layout ran on
@@ -73,12 +98,13 @@
 //
 // # Change stream
 //
-// WithTableStream gives a table a stream, <prefix><Key>, that receives
-// one entry per document an Apply writes, in the batch's order and in the
-// same MULTI/EXEC (so a reader never sees a write that did not happen, nor
-// misses one that did), trimmed to about MaxLen entries. The movie job's
-// table writes <prefix>rating-averages-stream with the fields movieId, avg
-// and count.
+// WithTableStream gives a table a stream, <prefix><Key> (on a cluster one
+// per partition, T stream:<Key>, each in its partition's order), that
+// receives one entry per document an Apply writes, in the batch's order
+// and in the same MULTI/EXEC (so a reader never sees a write that did not
+// happen, nor misses one that did), trimmed to about MaxLen entries (each
+// of a cluster's streams). The movie job's table writes
+// <prefix>rating-averages-stream with the fields movieId, avg and count.
 //
 // # Migration of the movie layout
 //

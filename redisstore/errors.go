@@ -8,6 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// ErrOldLayout means OpenTable found the table in the key layout that kept
+// a whole table under one hash tag on a Redis Cluster; `keepstate reset`
+// (Store.RemoveOldLayout) wipes it.
+var ErrOldLayout = errors.New("table in an older cluster key layout")
+
 // transient reports whether err means Redis cannot serve the request right
 // now (so the caller should pause and retry) rather than a refusal of the
 // request itself. Everything that is not an error reply of the server

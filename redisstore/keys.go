@@ -4,8 +4,8 @@ import "strings"
 
 // keys builds the key names of one store: every key starts with its
 // prefix (see the package doc; tables in table_keys.go, the movie layout
-// the migration reads in migrate_legacy.go). On a cluster each table's
-// keys carry one hash tag, so that they share a hash slot.
+// the migration reads in migrate_legacy.go). On a cluster each partition
+// of a table has a hash tag of its own, so that its keys share a slot.
 type keys struct {
 	prefix  string
 	cluster bool

@@ -35,7 +35,7 @@ func TestTableLostWritesFence(t *testing.T) {
 	// The second batch is lost: token and checkpoint go back.
 	redisCmd(t, r, "SET", tb.keys.batch(0), before)
 	redisCmd(t, r, "SET", tb.keys.checkpoint(0), "1")
-	redisCmd(t, r, "DEL", tb.keys.doc([]byte("b")))
+	redisCmd(t, r, "DEL", tb.keys.doc(0, []byte("b")))
 	err = apply(3, odoc("c", 0, 1, 3, "x"))
 	if !errors.Is(err, engine.ErrFenced) {
 		t.Fatalf("Apply after Redis lost a batch = %v; want ErrFenced", err)

@@ -354,13 +354,13 @@ func (m *migration) moveChunk(ctx context.Context, mks []string) error {
 		if mv.count != 0 {
 			avg = mv.sum / float64(mv.count)
 		}
-		args = append(args, mks[i], mv.version, m.t.keys.doc(key), m.t.keys.members(mv.partition), string(key),
+		args = append(args, mks[i], mv.version, m.t.keys.doc(0, key), m.t.keys.members(mv.partition), string(key),
 			formatInt(int64(mv.partition)), mv.sources, string(val), storedIndex(engine.Num(avg), engine.IndexNumber))
 	}
 	if len(args) == 0 {
 		return nil
 	}
-	n, err := migrateMoviesScript.Run(ctx, m.s.client, []string{m.t.idx[0]}, args...).Int()
+	n, err := migrateMoviesScript.Run(ctx, m.s.client, []string{m.t.keys.index(0, m.t.spec.Indexes[0].Name)}, args...).Int()
 	if err != nil {
 		return wrap("migrate movie layout: move movies", err)
 	}

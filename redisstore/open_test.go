@@ -125,7 +125,7 @@ func TestOpenURLForms(t *testing.T) {
 			tapply(t, tb, 0, 1, odoc("a", 0, 1, 5, "x"))
 			for db := range 6 {
 				got, err := testkit.RedisDo(r.Addr(), 2*time.Second, []string{"AUTH", "pw0"},
-					[]string{"SELECT", strconv.Itoa(db)}, []string{"EXISTS", tb.keys.doc([]byte("a"))})
+					[]string{"SELECT", strconv.Itoa(db)}, []string{"EXISTS", tb.keys.doc(0, []byte("a"))})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -44,3 +44,18 @@ func scanNode(ctx context.Context, c redis.Cmdable, pattern string, count int64,
 		cursor = next
 	}
 }
+
+// unlink deletes keys: in one UNLINK, or on a cluster (where they may be
+// in different slots) in one pipeline of an UNLINK per key.
+func (s *Store) unlink(ctx context.Context, keys []string) error {
+	if !s.keys.cluster {
+		return s.client.Unlink(ctx, keys...).Err()
+	}
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Unlink(ctx, k)
+		}
+		return nil
+	})
+	return err
+}

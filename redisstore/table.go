@@ -1,7 +1,7 @@
 package redisstore
 
-// A table lives under "<prefix>t:<table>:" (K; the key layout is in
-// doc.go).
+// A table lives under "<prefix>t:<table>:" (K), on a cluster under one
+// hash tag per partition (the key layout is in doc.go).
 //
 // Document keys are hex in key names (arbitrary bytes cannot break the
 // layout or a SCAN pattern) and raw in set and sorted set members. A hash
@@ -58,10 +58,8 @@ type table struct {
 	specV  string   // the spec as stored in K spec
 	fields []string // the hash fields read back into a Doc, in order
 	kinds  string   // one letter per index, "n" or "s", for the scripts
-	idx    []string // the index sorted sets, in declaration order
 
-	stream    *TableStream // nil without a stream (WithTableStream)
-	streamKey string
+	stream *TableStream // nil without a stream (WithTableStream)
 }
 
 // tiesSuffix ends the stored spec of a TiesAscending table.
@@ -108,14 +106,20 @@ var (
 // table) first migrates the movie layout found under the store's prefix
 // into it (see migrate.go): the first such open of a database written by
 // an older build takes about as long as the migration, and waits for
-// another instance that is migrating. Tables share the store's client and are closed with it. Safe for
-// concurrent use.
+// another instance that is migrating (never on a cluster). On a cluster
+// spec.Partitions must be set (engine.ErrInvalid otherwise), and a table
+// in the layout that kept it under one hash tag is refused with
+// ErrOldLayout. Tables share the store's client and are closed with it.
+// Safe for concurrent use.
 func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("redisstore: open table: %w", err)
 	}
 	t := newTable(s, spec)
-	stored, err := specScript.Run(ctx, s.client, []string{t.keys.spec()}, t.specV).Text()
+	if err := t.checkLayout(ctx); err != nil {
+		return nil, err
+	}
+	stored, err := specScript.Run(ctx, s.client, []string{t.keys.spec(0)}, t.specV).Text()
 	if err != nil {
 		return nil, wrap("open table "+spec.Name, err)
 	}
@@ -140,7 +144,6 @@ func newTable(s *Store, spec engine.TableSpec) *table {
 	for i, ix := range spec.Indexes {
 		parts[i] = ix.Name + ":" + ix.Kind.String()
 		t.fields = append(t.fields, strconv.Itoa(i))
-		t.idx = append(t.idx, t.keys.index(ix.Name))
 		if ix.Kind == engine.IndexNumber {
 			kinds.WriteByte('n')
 		} else {
@@ -153,9 +156,22 @@ func newTable(s *Store, spec engine.TableSpec) *table {
 	}
 	t.kinds = kinds.String()
 	if st, ok := s.opts.streams[spec.Name]; ok && st.MaxLen > 0 {
-		t.stream, t.streamKey = &st, s.keys.stream(spec.Name, st.Key)
+		t.stream = &st
 	}
 	return t
+}
+
+// streamKey is the key of the stream an Apply to partition p writes.
+func (t *table) streamKey(p int32) string { return t.keys.stream(t.s.keys.prefix, p, t.stream.Key) }
+
+// indexKeys returns the sorted sets of partition p's index values, in
+// declaration order (on a single server, the table's).
+func (t *table) indexKeys(p int32) []string {
+	out := make([]string, len(t.spec.Indexes))
+	for i, ix := range t.spec.Indexes {
+		out[i] = t.keys.index(p, ix.Name)
+	}
+	return out
 }
 
 // sameSpec compares the spec stored in Redis with t's.
@@ -190,7 +206,7 @@ func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	// Epochs start again at 1 after Redis lost them: what this store wrote
 	// under an earlier claim says nothing of the new one.
 	t.s.written.forget(t.keys.batch(p))
-	reply, err := claimScript.Run(ctx, t.s.client, []string{t.keys.spec(), t.keys.epoch(p)}, t.specV).Slice()
+	reply, err := claimScript.Run(ctx, t.s.client, []string{t.keys.spec(p), t.keys.epoch(p)}, t.specV).Slice()
 	if err != nil {
 		return 0, wrap(fmt.Sprintf("table %s: claim partition %d", t.spec.Name, p), err)
 	}
@@ -233,7 +249,7 @@ func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
 	if len(key) == 0 || len(key) > engine.MaxKeyBytes {
 		return engine.Doc{}, fmt.Errorf("redisstore: table %s: get key of %d bytes: %w", t.spec.Name, len(key), engine.ErrNotFound)
 	}
-	vals, err := t.s.client.HMGet(ctx, t.keys.doc(key), t.fields...).Result()
+	vals, err := t.s.client.HMGet(ctx, t.keys.doc(t.home(key), key), t.fields...).Result()
 	if err != nil {
 		return engine.Doc{}, wrap(fmt.Sprintf("table %s: get %x", t.spec.Name, key), err)
 	}
@@ -248,40 +264,54 @@ func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
 }
 
 // Load returns the stored documents of keys by string(key), read in one
-// MULTI/EXEC round trip so they come from the same moment; keys without a
-// document (or longer than engine.MaxKeyBytes) are absent from the map.
-// Safe for concurrent use.
+// MULTI/EXEC round trip so they come from the same moment (on a cluster,
+// one per partition: a partition's documents come from the same moment);
+// keys without a document (or longer than engine.MaxKeyBytes) are absent
+// from the map. Safe for concurrent use.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	out := make(map[string]engine.Doc, len(keys))
-	want := make([][]byte, 0, len(keys))
+	byPart := make(map[int32][][]byte, 1)
+	var order []int32
 	for _, k := range keys {
 		if len(k) > 0 && len(k) <= engine.MaxKeyBytes {
-			want = append(want, k)
+			p := t.home(k)
+			if _, ok := byPart[p]; !ok {
+				order = append(order, p)
+			}
+			byPart[p] = append(byPart[p], k)
 		}
 	}
-	if len(want) == 0 {
-		return out, nil
+	for _, p := range order {
+		if err := t.loadPartition(ctx, p, byPart[p], out); err != nil {
+			return nil, err
+		}
 	}
+	return out, nil
+}
+
+// loadPartition reads the documents of keys, all in partition p, into out
+// in one MULTI/EXEC.
+func (t *table) loadPartition(ctx context.Context, p int32, want [][]byte, out map[string]engine.Doc) error {
 	cmds := make([]*redis.SliceCmd, len(want))
-	_, err := t.s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := t.s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, k := range want {
-			cmds[i] = p.HMGet(ctx, t.keys.doc(k), t.fields...)
+			cmds[i] = pipe.HMGet(ctx, t.keys.doc(p, k), t.fields...)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, wrap(fmt.Sprintf("table %s: load %d documents", t.spec.Name, len(want)), err)
+		return wrap(fmt.Sprintf("table %s: load %d documents", t.spec.Name, len(want)), err)
 	}
 	for i, c := range cmds {
 		d, ok, err := t.decode(want[i], c.Val())
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: table %s: load %x: %w", t.spec.Name, want[i], err)
+			return fmt.Errorf("redisstore: table %s: load %x: %w", t.spec.Name, want[i], err)
 		}
 		if ok {
 			out[string(want[i])] = d
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // decode builds the document of key from the values of t.fields; ok is

@@ -59,7 +59,8 @@ var tableDropScript = redis.NewScript(tableDropLua)
 // MULTI/EXEC of the writes: one ZREM and one ZADD per index and one SADD
 // for the whole batch, and one HSET per written key. It returns an error
 // wrapping engine.ErrInvalid (checked before anything is sent) when a
-// document fails Doc.Validate or belongs to another partition than b;
+// document fails Doc.Validate or belongs to another partition than b (on
+// a cluster: or its key's PartitionFor is another partition);
 // engine.ErrFenced when b.Epoch is not the partition's claimed epoch (a
 // newer claim, or Redis lost the claim with its data) or (unless b.Replay)
 // a document is not newer than the stored one; engine.ErrUnavailable when
@@ -96,7 +97,11 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 			return nil, fmt.Errorf("redisstore: table %s: apply partition %d: key %x belongs to partition %d: %w",
 				t.spec.Name, p, d.Key, d.Partition, engine.ErrInvalid)
 		}
-		w := tableWrite{hk: t.keys.doc(d.Key), key: string(d.Key), version: formatInt(d.Version), v: d.Version,
+		if h := t.home(d.Key); t.keys.cluster && h != p {
+			return nil, fmt.Errorf("redisstore: table %s: apply partition %d: key %x hashes to partition %d of %d (PartitionFor): %w",
+				t.spec.Name, p, d.Key, h, t.spec.Partitions, engine.ErrInvalid)
+		}
+		w := tableWrite{hk: t.keys.doc(p, d.Key), key: string(d.Key), version: formatInt(d.Version), v: d.Version,
 			sources: encodeSources(d.Sources), value: string(d.Value), hasSources: d.Sources != nil, hasValue: d.Value != nil,
 			index: index[i*ni : (i+1)*ni : (i+1)*ni]}
 		for j, ix := range t.spec.Indexes {
@@ -104,15 +109,15 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 		}
 		docs[i] = w
 	}
-	members := t.keys.members(p)
+	members, idx := t.keys.members(p), t.indexKeys(p)
 	tx := newBatchTx(fmt.Sprintf("table %s: apply partition %d", t.spec.Name, p), "table "+t.spec.Name+": ",
 		p, b.Epoch, b.Checkpoint, t.keys.epoch(p), t.keys.checkpoint(p), t.keys.batch(p))
 	tx.typed = append(tx.typed, typedKey{members, "set"})
-	for _, k := range t.idx {
+	for _, k := range idx {
 		tx.typed = append(tx.typed, typedKey{k, "zset"})
 	}
 	if t.stream != nil {
-		tx.typed = append(tx.typed, typedKey{t.streamKey, "stream"})
+		tx.typed = append(tx.typed, typedKey{t.streamKey(p), "stream"})
 	}
 	fields := make([]string, 0, 1+ni)
 	fields = append(fields, fieldVersion)
@@ -190,10 +195,10 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 					add = append(add, redis.Z{Member: d.index[j] + sep[j] + d.key})
 				}
 				if len(gone) > 0 {
-					pipe.ZRem(ctx, t.idx[j], gone...)
+					pipe.ZRem(ctx, idx[j], gone...)
 				}
 				if len(add) > 0 {
-					pipe.ZAdd(ctx, t.idx[j], add...)
+					pipe.ZAdd(ctx, idx[j], add...)
 				}
 			}
 			keys := make([]any, 0, len(last))
@@ -227,7 +232,7 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 			pipe.SAdd(ctx, members, keys...)
 			if st := t.stream; st != nil {
 				for _, i := range apply {
-					pipe.XAdd(ctx, &redis.XAddArgs{Stream: t.streamKey, MaxLen: st.MaxLen, Approx: true,
+					pipe.XAdd(ctx, &redis.XAddArgs{Stream: t.streamKey(p), MaxLen: st.MaxLen, Approx: true,
 						Values: st.Fields(b.Docs[i])})
 				}
 			}
@@ -242,9 +247,9 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 // is not an error. The script blocks Redis for the time it takes (about a
 // second per few hundred thousand documents). Safe for concurrent use.
 func (t *table) DropPartition(ctx context.Context, p int32) error {
-	keys := append([]string{t.keys.members(p), t.keys.checkpoint(p), t.keys.batch(p)}, t.idx...)
+	keys := append([]string{t.keys.members(p), t.keys.checkpoint(p), t.keys.batch(p)}, t.indexKeys(p)...)
 	n, err := tableDropScript.Run(ctx, t.s.client, keys,
-		t.keys.docPrefix(), formatInt(int64(p)), t.kinds).Int64()
+		t.keys.docPrefix(p), formatInt(int64(p)), t.kinds).Int64()
 	t.s.written.forget(t.keys.batch(p))
 	if err != nil {
 		return wrap(fmt.Sprintf("table %s: drop partition %d", t.spec.Name, p), err)

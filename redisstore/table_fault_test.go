@@ -57,7 +57,7 @@ func TestTableApplyRefusedWritesNothing(t *testing.T) {
 			// Another program wrote a plain string where a document's hash
 			// lives: the read of the stored version fails, and nothing is
 			// written (no panic on the empty reply either).
-			redisCmd(t, r, "SET", tb.keys.doc([]byte("d")), "not a hash")
+			redisCmd(t, r, "SET", tb.keys.doc(0, []byte("d")), "not a hash")
 			// No token yet, as before a partition's first batch: the absent
 			// token is the pipeline's first "error", ahead of the failed read.
 			redisCmd(t, r, "DEL", tb.keys.batch(0))
@@ -68,7 +68,7 @@ func TestTableApplyRefusedWritesNothing(t *testing.T) {
 		{"stream key of another type", func(t *testing.T, s *Store, tb *table) engine.DocBatch {
 			// Another program wrote a plain string where the stream lives:
 			// Apply must notice before its first write.
-			redisCmd(t, r, "SET", tb.streamKey, "not a stream")
+			redisCmd(t, r, "SET", tb.streamKey(0), "not a stream")
 			e, _ := tb.Claim(ctxT(t), 0)
 			return engine.DocBatch{Partition: 0, Epoch: e, Checkpoint: 50, Docs: []engine.Doc{odoc("c", 0, 1, 5, "x")}}
 		}, nil},
@@ -77,7 +77,7 @@ func TestTableApplyRefusedWritesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, tb := openOrders(t, r)
 			tapply(t, tb, 0, 5, odoc("a", 0, 5, 1, "x"))
-			streamLen := redisCmd(t, r, "XLEN", tb.streamKey)
+			streamLen := redisCmd(t, r, "XLEN", tb.streamKey(0))
 			b := tc.prepare(t, s, tb)
 			err := tb.Apply(ctxT(t), b)
 			if err == nil {
@@ -91,14 +91,14 @@ func TestTableApplyRefusedWritesNothing(t *testing.T) {
 					t.Fatalf("Apply = %v; must not wrap %v", err, sentinel)
 				}
 			}
-			if got := redisCmd(t, r, "EXISTS", tb.keys.doc([]byte("c"))); got != "0" {
+			if got := redisCmd(t, r, "EXISTS", tb.keys.doc(0, []byte("c"))); got != "0" {
 				t.Errorf("document c exists after a refused batch")
 			}
 			if got := redisCmd(t, r, "GET", tb.keys.checkpoint(0)); got != "5" {
 				t.Errorf("checkpoint after a refused batch = %q, want 5", got)
 			}
 			for _, ix := range orderSpec.Indexes {
-				if got := redisCmd(t, r, "ZCARD", tb.keys.index(ix.Name)); got != "1" {
+				if got := redisCmd(t, r, "ZCARD", tb.keys.index(0, ix.Name)); got != "1" {
 					t.Errorf("ZCARD %s after a refused batch = %s, want 1", ix.Name, got)
 				}
 			}
@@ -106,7 +106,7 @@ func TestTableApplyRefusedWritesNothing(t *testing.T) {
 				t.Errorf("SCARD members after a refused batch = %s, want 1", got)
 			}
 			if tc.want != nil {
-				if got := redisCmd(t, r, "XLEN", tb.streamKey); got != streamLen {
+				if got := redisCmd(t, r, "XLEN", tb.streamKey(0)); got != streamLen {
 					t.Errorf("XLEN after a refused batch = %s, want %s", got, streamLen)
 				}
 			}
@@ -158,7 +158,7 @@ func TestTableRetriedApplyIsNotFenced(t *testing.T) {
 			t.Fatalf("attempt %d of the same batch: %v", i+1, err)
 		}
 	}
-	if got := redisCmd(t, r, "XLEN", tb.streamKey); got != "1" {
+	if got := redisCmd(t, r, "XLEN", tb.streamKey(0)); got != "1" {
 		t.Errorf("XLEN after a retried batch = %s, want 1", got)
 	}
 	// The same documents in a new call are a stale write.
@@ -204,7 +204,7 @@ func TestTableApplyRacingAChangeWritesNothing(t *testing.T) {
 				if _, err := tb.Get(ctxT(t), []byte("a")); !errors.Is(err, engine.ErrNotFound) {
 					t.Errorf("Get of the refused document = %v; want ErrNotFound", err)
 				}
-				if got := redisCmd(t, r, "EXISTS", tb.streamKey); got != "0" {
+				if got := redisCmd(t, r, "EXISTS", tb.streamKey(0)); got != "0" {
 					t.Errorf("EXISTS stream after a refused batch = %s, want 0", got)
 				}
 				return

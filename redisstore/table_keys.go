@@ -11,11 +11,18 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// tableKeys builds the key names of one table (see table.go for the
+// tableKeys builds the key names of one table (see doc.go for the
 // layout). Table names are [a-z][a-z0-9_-]* and index names [a-z][a-z0-9_]*,
 // so neither contains ':' or a SCAN pattern character.
+//
+// On a single server or a Sentinel master every key of a table starts with
+// its root "<prefix>t:<table>:", and the partition p passed to a builder
+// only names the partition's own keys. On a cluster each partition has a
+// hash tag of its own, "{<prefix>t:<table>:<p>}:": everything one Apply,
+// claim, drop or query script touches is in one slot, and the partitions
+// of a table spread over the masters.
 type tableKeys struct {
-	base    string // "<prefix>t:<table>:", on a cluster "{<prefix>t:<table>}:"
+	root    string // "<prefix>t:<table>:", on a cluster "{<prefix>t:<table>:"
 	cluster bool
 }
 
@@ -25,45 +32,67 @@ const tablesNamespace = "t:"
 
 func (k keys) table(name string) tableKeys {
 	if k.cluster {
-		// One hash tag for every key of the table: a batch, a claim, a
-		// query's script and a drop each touch one slot.
-		return tableKeys{base: "{" + k.prefix + tablesNamespace + name + "}:", cluster: true}
+		return tableKeys{root: "{" + k.prefix + tablesNamespace + name + ":", cluster: true}
 	}
-	return tableKeys{base: k.prefix + tablesNamespace + name + ":"}
+	return tableKeys{root: k.prefix + tablesNamespace + name + ":"}
 }
 
-// stream is the key of the table's change stream named key: under the
-// prefix on a single server or Sentinel master, under the table's hash
-// tag on a cluster (it is written in the same MULTI/EXEC as the table).
-func (k keys) stream(table, key string) string {
+// clusterTableSpec is the spec key of a table in the layout that kept a
+// whole table under one hash tag on a cluster.
+func (k keys) clusterTableSpec(name string) string {
+	return "{" + k.prefix + tablesNamespace + name + "}:spec"
+}
+
+// base is where the keys of partition p start: the root on a single
+// server, the partition's hash tag on a cluster.
+func (k tableKeys) base(p int32) string {
 	if k.cluster {
-		return k.table(table).base + "stream:" + key
+		return k.root + strconv.FormatInt(int64(p), 10) + "}:"
 	}
-	return k.prefix + key
+	return k.root
 }
 
-func (k tableKeys) spec() string { return k.base + "spec" }
+// stream is the key of the table's change stream named key (for partition
+// p): under the prefix on a single server or Sentinel master, one per
+// partition under the partition's hash tag on a cluster (it is written in
+// the same MULTI/EXEC as the partition).
+func (k tableKeys) stream(prefix string, p int32, key string) string {
+	if k.cluster {
+		return k.base(p) + "stream:" + key
+	}
+	return prefix + key
+}
+
+// spec is the key of the table's spec: one per table on a single server,
+// one per partition on a cluster (where a claim checks it in its slot).
+func (k tableKeys) spec(p int32) string { return k.base(p) + "spec" }
 
 // migrated marks a table that the movie layout was migrated into (or
 // found absent); migrating is the lock of the instance migrating it.
-func (k tableKeys) migrated() string  { return k.base + "migrated" }
-func (k tableKeys) migrating() string { return k.base + "migrating" }
+// Neither exists on a cluster.
+func (k tableKeys) migrated() string  { return k.root + "migrated" }
+func (k tableKeys) migrating() string { return k.root + "migrating" }
 
-// docPrefix is followed by the hex of a document key.
-func (k tableKeys) docPrefix() string { return k.base + "d:" }
+// docPrefix is followed by the hex of a document key of partition p.
+func (k tableKeys) docPrefix(p int32) string { return k.base(p) + "d:" }
 
-func (k tableKeys) doc(key []byte) string {
-	p := k.docPrefix()
-	b := make([]byte, len(p)+2*len(key))
-	copy(b, p)
-	hex.Encode(b[len(p):], key)
+func (k tableKeys) doc(p int32, key []byte) string {
+	pre := k.docPrefix(p)
+	b := make([]byte, len(pre)+2*len(key))
+	copy(b, pre)
+	hex.Encode(b[len(pre):], key)
 	return string(b)
 }
 
-func (k tableKeys) index(name string) string { return k.base + "i:" + name }
+// index is the sorted set of the index called name: one per table on a
+// single server, one per partition on a cluster.
+func (k tableKeys) index(p int32, name string) string { return k.base(p) + "i:" + name }
 
 func (k tableKeys) partition(p int32, what string) string {
-	return k.base + "p:" + strconv.FormatInt(int64(p), 10) + ":" + what
+	if k.cluster {
+		return k.base(p) + what
+	}
+	return k.root + "p:" + strconv.FormatInt(int64(p), 10) + ":" + what
 }
 
 func (k tableKeys) members(p int32) string    { return k.partition(p, "members") }
@@ -71,13 +100,21 @@ func (k tableKeys) checkpoint(p int32) string { return k.partition(p, "checkpoin
 func (k tableKeys) epoch(p int32) string      { return k.partition(p, "epoch") }
 func (k tableKeys) batch(p int32) string      { return k.partition(p, "batch") }
 
-// isEpoch reports whether key is one of the table's partition epochs.
-func (k tableKeys) isEpoch(key string) bool {
-	return strings.HasPrefix(key, k.base+"p:") && strings.HasSuffix(key, ":epoch")
+// kept reports whether key is one that Reset keeps: a partition's epoch
+// or a spec (and, on a single server, the migration marker).
+func (k tableKeys) kept(key string) bool {
+	if !strings.HasPrefix(key, k.root) {
+		return false
+	}
+	if k.cluster {
+		return strings.HasSuffix(key, "}:epoch") || strings.HasSuffix(key, "}:spec")
+	}
+	return key == k.spec(0) || key == k.migrated() ||
+		(strings.HasPrefix(key, k.root+"p:") && strings.HasSuffix(key, ":epoch"))
 }
 
 // pattern is a SCAN MATCH pattern for every key of the table.
-func (k tableKeys) pattern() string { return keys{prefix: k.base}.pattern() }
+func (k tableKeys) pattern() string { return keys{prefix: k.root}.pattern() }
 
 // numberPrefix is the 8-byte member prefix of a number index value: the
 // float's bits made order-preserving (big-endian, sign bit flipped for

@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/redis/go-redis/v9"
@@ -155,41 +157,83 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 	script, args := tableQueryScript, make([]any, 0, 7+len(t.fields))
 	if ties {
 		script = tableTiesScript
-		args = append(args, start, stop, q.Limit, t.keys.docPrefix(), kindArg, groupFrom, groupTo)
+		args = append(args, start, stop, q.Limit, "", kindArg, groupFrom, groupTo)
 	} else {
-		args = append(args, start, stop, q.Limit, t.keys.docPrefix(), kindArg, rev, "")
+		args = append(args, start, stop, q.Limit, "", kindArg, rev, "")
 	}
 	for _, f := range t.fields {
 		args = append(args, f)
 	}
-	vals, err := script.Run(ctx, t.s.client, []string{t.idx[pos]}, args...).Slice()
-	if err != nil {
-		return engine.DocPage{}, wrap(fmt.Sprintf("table %s: query %s", t.spec.Name, q.Index), err)
+	n := t.partitions()
+	pages := make([][]engine.Doc, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for p := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pages[p], errs[p] = t.queryPartition(ctx, script, p, pos, args)
+		}()
 	}
-	stride := 1 + len(t.fields)
-	if len(vals)%stride != 0 {
-		return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: %d values in reply: %w", t.spec.Name, len(vals), errCorrupt)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return engine.DocPage{}, err
 	}
-	page := engine.DocPage{Docs: make([]engine.Doc, 0, len(vals)/stride)}
-	for i := 0; i < len(vals); i += stride {
-		key, ok := vals[i].(string)
-		if !ok {
-			return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: key of type %T: %w", t.spec.Name, vals[i], errCorrupt)
-		}
-		d, ok, err := t.decode([]byte(key), vals[i+1:i+stride])
-		if err != nil {
-			return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: key %x: %w", t.spec.Name, key, err)
-		}
-		if !ok {
-			return engine.DocPage{}, fmt.Errorf("redisstore: table %s: query: empty document %x: %w", t.spec.Name, key, errCorrupt)
-		}
-		page.Docs = append(page.Docs, d)
+	page := engine.DocPage{Docs: pages[0]}
+	if n > 1 {
+		// Each partition's page is in the query's order: merged, the
+		// first Limit documents are the table's page.
+		page.Docs = slices.Concat(pages...)
+		slices.SortStableFunc(page.Docs, func(a, b engine.Doc) int {
+			ca := engine.IndexCursor{Value: a.Index[pos], Key: a.Key}
+			cb := engine.IndexCursor{Value: b.Index[pos], Key: b.Key}
+			switch {
+			case t.spec.Before(ca, cb, kind, q.Desc):
+				return -1
+			case t.spec.Before(cb, ca, kind, q.Desc):
+				return 1
+			}
+			return 0
+		})
+		page.Docs = page.Docs[:min(len(page.Docs), q.Limit)]
 	}
 	if n := len(page.Docs); n > 0 && n == q.Limit {
 		last := page.Docs[n-1]
 		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: append([]byte(nil), last.Key...)}
 	}
 	return page, nil
+}
+
+// queryPartition runs a query script on the indexes of partition p (the
+// table's on a single server); args are the script's with an empty
+// document key prefix, which it fills in.
+func (t *table) queryPartition(ctx context.Context, script *redis.Script, p int32, pos int, args []any) ([]engine.Doc, error) {
+	args = slices.Clone(args)
+	args[3] = t.keys.docPrefix(p)
+	vals, err := script.Run(ctx, t.s.client, []string{t.keys.index(p, t.spec.Indexes[pos].Name)}, args...).Slice()
+	if err != nil {
+		return nil, wrap(fmt.Sprintf("table %s: query %s", t.spec.Name, t.spec.Indexes[pos].Name), err)
+	}
+	stride := 1 + len(t.fields)
+	if len(vals)%stride != 0 {
+		return nil, fmt.Errorf("redisstore: table %s: query: %d values in reply: %w", t.spec.Name, len(vals), errCorrupt)
+	}
+	docs := make([]engine.Doc, 0, len(vals)/stride)
+	for i := 0; i < len(vals); i += stride {
+		key, ok := vals[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("redisstore: table %s: query: key of type %T: %w", t.spec.Name, vals[i], errCorrupt)
+		}
+		d, ok, err := t.decode([]byte(key), vals[i+1:i+stride])
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: table %s: query: key %x: %w", t.spec.Name, key, err)
+		}
+		if !ok {
+			return nil, fmt.Errorf("redisstore: table %s: query: empty document %x: %w", t.spec.Name, key, errCorrupt)
+		}
+		docs = append(docs, d)
+	}
+	return docs, nil
 }
 
 // scanChunk is the SSCAN/SCAN page size and the pipelined read size.
@@ -234,7 +278,7 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 	cmds := make([]*redis.SliceCmd, len(keys))
 	_, err := t.s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = pl.HMGet(ctx, t.keys.doc(k), t.fields...)
+			cmds[i] = pl.HMGet(ctx, t.keys.doc(p, k), t.fields...)
 		}
 		return nil
 	})
@@ -263,17 +307,14 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 // its migration marker (see migrate.go). Writes running concurrently may
 // survive it. Other tables are untouched. Safe for concurrent use.
 func (t *table) Reset(ctx context.Context) error {
-	keep := func(key string) bool {
-		return key == t.keys.spec() || key == t.keys.migrated() || t.keys.isEpoch(key)
-	}
-	t.s.written.forget(t.keys.base)
+	t.s.written.forget(t.keys.root)
 	deleted := 0
 	err := t.s.scanKeys(ctx, t.keys.pattern(), scanChunk, func(batch []string) error {
-		batch = slices.DeleteFunc(batch, keep)
+		batch = slices.DeleteFunc(batch, t.keys.kept)
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := t.s.client.Unlink(ctx, batch...).Err(); err != nil {
+		if err := t.s.unlink(ctx, batch); err != nil {
 			return err
 		}
 		deleted += len(batch)
@@ -282,8 +323,8 @@ func (t *table) Reset(ctx context.Context) error {
 	if err != nil {
 		return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
 	}
-	if t.stream != nil {
-		n, err := t.s.client.Unlink(ctx, t.streamKey).Result()
+	if t.stream != nil && !t.keys.cluster { // on a cluster the streams matched the pattern
+		n, err := t.s.client.Unlink(ctx, t.streamKey(0)).Result()
 		if err != nil {
 			return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
 		}

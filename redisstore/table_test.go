@@ -296,7 +296,7 @@ func TestTableApplyRules(t *testing.T) {
 	// One key twice in a batch: the later version wins, no stale members.
 	tapply(t, tb, 1, 13, odoc("a", 1, 7, 100, "m"), odoc("a", 1, 8, 50, "n"))
 	wantKeys(t, tb, engine.IndexQuery{Index: "total", Desc: true, Limit: 10}, "a", "c", "b")
-	if got := redisCmd(t, r, "ZCARD", tb.keys.index("tier")); got != "3" {
+	if got := redisCmd(t, r, "ZCARD", tb.keys.index(0, "tier")); got != "3" {
 		t.Errorf("ZCARD tier = %s, want 3", got)
 	}
 	// An empty batch moves the checkpoint and confirms the claim.
@@ -405,7 +405,7 @@ func TestTableDropScanReset(t *testing.T) {
 	if _, ok, _ := tb.Checkpoint(ctxT(t), 0); ok {
 		t.Error("checkpoint of a dropped partition survived")
 	}
-	if n := redisCmd(t, r, "EVAL", "return #redis.call('KEYS', ARGV[1])", "0", tb.keys.docPrefix()+"*"); n != "1" {
+	if n := redisCmd(t, r, "EVAL", "return #redis.call('KEYS', ARGV[1])", "0", tb.keys.docPrefix(0)+"*"); n != "1" {
 		t.Errorf("%s document hashes left after the drop, want 1", n)
 	}
 	e0, _ := tb.Claim(ctxT(t), 0)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/app/demo"
+	"github.com/keepstate/keepstate/redisstore"
 )
 
 // Phases of `keepstate bench`, run in this order.
@@ -58,6 +59,7 @@ type Config struct {
 	Dist           string        // --zipf / --uniform: DistZipf or DistUniform
 	Store          string        // --store: clover or redis
 	RedisURL       string        // --redis-url
+	RedisMode      string        // --redis-mode: single, cluster or sentinel (how RedisURL is read)
 	Phases         []string      // --phases: subset of fill,run,query,restart,restore
 	Partitions     int32         // --partitions of the input topic
 	Seed           uint64        // --seed of the workload
@@ -85,7 +87,7 @@ type Config struct {
 // clover, every phase, in-process broker; about a minute on 2 cores.
 func Default() Config {
 	return Config{Job: JobMovies, Movies: 62000, Ratings: 1000000, Queries: 40000, Dist: DistZipf, Store: app.StoreClover,
-		RedisURL: app.Default().RedisURL, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1, Instances: 1,
+		RedisURL: app.Default().RedisURL, RedisMode: app.Default().RedisMode, Phases: slices.Clone(benchPhases), Partitions: 3, Seed: 1, Instances: 1,
 		ProfileFor: 10 * time.Second, Timeout: 10 * time.Minute, Out: io.Discard}
 }
 
@@ -100,6 +102,9 @@ func (b Config) Validate() error {
 	}
 	if b.Store != app.StoreClover && b.Store != app.StoreRedis {
 		errs = append(errs, fmt.Errorf("--store: unknown store %q", b.Store))
+	}
+	if _, err := redisstore.ParseMode(b.RedisMode); err != nil && b.RedisMode != "" {
+		errs = append(errs, fmt.Errorf("--redis-mode: unknown mode %q (want single, cluster or sentinel)", b.RedisMode))
 	}
 	if len(b.Phases) == 0 {
 		errs = append(errs, errors.New("--phases: at least one phase"))

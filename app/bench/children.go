@@ -18,6 +18,7 @@ func (b *bench) childArgs(i int) []string {
 	}
 	args := []string{"run", "--brokers", strings.Join(b.brokers, ","), "--schema-registry", b.registry,
 		"--store", b.cfg.Store, "--data-dir", store, "--redis-url", b.cfg.RedisURL,
+		"--redis-mode", b.cfg.RedisMode,
 		"--http-addr", addr, "--advertise-addr", addr, "--application-id", b.appID,
 		"--input-topic", b.encode.Topic, "--output-topic", b.appID + "-averages", "--instance-id", fmt.Sprintf("bench-%d", i)}
 	if b.cfg.Instances > 1 {

@@ -148,13 +148,15 @@ func (b *bench) wipeStore(ctx context.Context) error {
 		return nil
 	}
 	c := app.Default()
-	c.Store, c.RedisURL, c.ApplicationID, c.DataDir = b.cfg.Store, b.cfg.RedisURL, b.appID, dir
+	c.Store, c.RedisURL, c.RedisMode, c.ApplicationID, c.DataDir = b.cfg.Store, b.cfg.RedisURL, b.cfg.RedisMode, b.appID, dir
 	s, err := app.OpenStore(ctx, c, b.log)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	t, err := s.OpenTable(ctx, movies.Spec)
+	spec := movies.Spec
+	spec.Partitions = b.cfg.Partitions // the internal topics have as many as the input topic
+	t, err := s.OpenTable(ctx, spec)
 	if err != nil {
 		return err
 	}

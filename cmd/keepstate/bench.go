@@ -31,6 +31,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&uniform, "uniform", false, "run phase: every movie equally likely")
 	fs.StringVar(&b.Store, "store", b.Store, "state store of the child: clover or redis")
 	fs.StringVar(&b.RedisURL, "redis-url", b.RedisURL, "Redis URL with --store redis")
+	fs.StringVar(&b.RedisMode, "redis-mode", b.RedisMode, "how --redis-url is read: single, cluster or sentinel")
 	phases := fs.String("phases", strings.Join(b.Phases, ","), "phases to run, in order: fill,run,query,restart,restore")
 	fs.Func("partitions", "partitions of the input topic (default 3)", func(s string) error {
 		_, err := fmt.Sscan(s, &b.Partitions)

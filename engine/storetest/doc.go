@@ -7,7 +7,10 @@
 // index queries in both orders with ties, bounds and cursors (checked
 // against a model and a seeded random run), whole-batch visibility for
 // concurrent readers, and the optional TableScanner and TableResetter
-// abilities when a store's tables have them.
+// abilities when a store's tables have them. Every table it opens has
+// TableSpec.Partitions (Partitions), and every document it writes is in
+// its key's PartitionFor partition, as the engine's are, so a store that
+// keeps a partition's keys together (a Redis Cluster) runs it too.
 //
 // A store's test calls RunTables with a function that opens a fresh, empty
 // store:

@@ -21,26 +21,29 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 		name string
 		doc  engine.Doc
 	}{
-		{"plain", engine.Doc{Key: sh.key(362), Version: 7, Sources: map[int32]int64{0: 11},
+		{"plain", engine.Doc{Key: sh.keyIn(362, 0), Version: 7, Sources: map[int32]int64{0: 11},
 			Value: []byte(`{"count":2,"sum":18}`), Index: index(sh.spec, 9, "gold")}},
-		{"many sources", engine.Doc{Key: sh.key(1), Version: 1 << 40,
+		{"many sources", engine.Doc{Key: sh.keyIn(1, 0), Version: 1 << 40,
 			Sources: map[int32]int64{0: 3, 1: 1 << 50, 2: 0, 17: 99, math.MaxInt32: math.MaxInt64},
 			Value:   []byte("x"), Index: index(sh.spec, 0.1+0.2, "silver")}},
-		{"nil sources and nil value", engine.Doc{Key: sh.key(2), Version: 0, Index: index(sh.spec, 0, "")}},
-		{"empty sources and empty value", engine.Doc{Key: sh.key(3), Version: 1, Sources: map[int32]int64{},
+		{"nil sources and nil value", engine.Doc{Key: sh.keyIn(2, 0), Version: 0, Index: index(sh.spec, 0, "")}},
+		{"empty sources and empty value", engine.Doc{Key: sh.keyIn(3, 0), Version: 1, Sources: map[int32]int64{},
 			Value: []byte{}, Index: index(sh.spec, 1.0/3, " ")}},
-		{"binary value", engine.Doc{Key: sh.key(4), Version: 2, Sources: map[int32]int64{3: 4},
+		{"binary value", engine.Doc{Key: sh.keyIn(4, 0), Version: 2, Sources: map[int32]int64{3: 4},
 			Value: binary, Index: index(sh.spec, -2.5, "z\x01")}},
-		{"largest numbers and longest string", engine.Doc{Key: sh.key(5), Version: math.MaxInt64 - 1,
+		{"largest numbers and longest string", engine.Doc{Key: sh.keyIn(5, 0), Version: math.MaxInt64 - 1,
 			Sources: map[int32]int64{0: 1}, Value: []byte("big"), Index: index(sh.spec, math.MaxFloat64, long)}},
-		{"most negative number", engine.Doc{Key: sh.key(-6), Version: 3, Sources: map[int32]int64{0: 1},
+		{"most negative number", engine.Doc{Key: sh.keyIn(-6, 0), Version: 3, Sources: map[int32]int64{0: 1},
 			Value: []byte("neg"), Index: index(sh.spec, -math.MaxFloat64, "\U0001F600")}},
-		{"smallest denormal", engine.Doc{Key: sh.key(-7), Version: 4, Sources: map[int32]int64{0: 2},
+		{"smallest denormal", engine.Doc{Key: sh.keyIn(-7, 0), Version: 4, Sources: map[int32]int64{0: 2},
 			Value: []byte("tiny"), Index: index(sh.spec, 5e-324, "\uffff")}},
-		{"integer beyond 2^53", engine.Doc{Key: sh.key(8), Version: 5, Sources: map[int32]int64{0: 2},
+		{"integer beyond 2^53", engine.Doc{Key: sh.keyIn(8, 0), Version: 5, Sources: map[int32]int64{0: 2},
 			Value: []byte("int"), Index: index(sh.spec, 1<<60, "Z")}},
-		{"key 0", engine.Doc{Key: sh.key(0), Version: 6, Value: []byte("zero"), Index: index(sh.spec, 7.5, "a")}},
-		{"longest key", engine.Doc{Key: bytes.Repeat(sh.key(9), engine.MaxKeyBytes/len(sh.key(9))+1)[:engine.MaxKeyBytes],
+		{"key 0", engine.Doc{Key: sh.keyIn(0, 0), Version: 6, Value: []byte("zero"), Index: index(sh.spec, 7.5, "a")}},
+		{"longest key", engine.Doc{Key: findKey(0, func(m int) []byte {
+			k := sh.key(9 + m<<36)
+			return bytes.Repeat(k, engine.MaxKeyBytes/len(k)+1)[:engine.MaxKeyBytes]
+		}),
 			Version: 8, Value: []byte("long key"), Index: index(sh.spec, 2.5, "b")}},
 	}
 	var docs []engine.Doc
@@ -54,7 +57,7 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 	}
 
 	t.Run("negative zero", func(t *testing.T) {
-		d := engine.Doc{Key: sh.key(10), Version: 9, Value: []byte("-0"), Index: index(sh.spec, negZero, "")}
+		d := engine.Doc{Key: sh.keyIn(10, 0), Version: 9, Value: []byte("-0"), Index: index(sh.spec, negZero, "")}
 		tapply(t, tb, 0, 101, d)
 		got, err := tb.Get(ctx(t), d.Key)
 		if err != nil {
@@ -69,10 +72,11 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 	})
 
 	t.Run("other partition", func(t *testing.T) {
-		d := tdoc(sh, 11, 1<<20, 1, 5, "gold")
-		tapply(t, tb, 1<<20, 3, d)
+		last := Partitions - 1
+		d := tdoc(sh, 11, last, 1, 5, "gold")
+		tapply(t, tb, last, 3, d)
 		wantTDoc(t, tb, d)
-		wantTCheckpoint(t, tb, 1<<20, 3, true)
+		wantTCheckpoint(t, tb, last, 3, true)
 		wantTCheckpoint(t, tb, 0, 101, true)
 		docs = append(docs, d)
 	})
@@ -183,7 +187,7 @@ func testTableLoadMissing(t *testing.T, open TablesOpener, sh shape) {
 	}
 	d := tdoc(sh, 1, 0, 1, 5, "gold")
 	tapply(t, tb, 0, 1, d)
-	got, err := tb.Load(ctx(t), [][]byte{sh.key(2), sh.key(1), sh.key(3), sh.key(1)})
+	got, err := tb.Load(ctx(t), [][]byte{sh.keyIn(2, 0), d.Key, sh.keyIn(3, 0), d.Key})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}

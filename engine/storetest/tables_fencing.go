@@ -110,7 +110,7 @@ func testTableVersionFencing(t *testing.T, open TablesOpener, sh shape) {
 			}
 			wantTDoc(t, tb, a)
 			wantTDoc(t, tb, b)
-			wantTAbsent(t, tb, sh.key(3))
+			wantTAbsent(t, tb, sh.keyIn(3, 0))
 			wantTCheckpoint(t, tb, 0, 10, true)
 			for _, ix := range sh.spec.Indexes {
 				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
@@ -178,7 +178,7 @@ func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
 	if err := tb.Apply(ctx(t), batch); !errors.Is(err, engine.ErrFenced) {
 		t.Fatalf("replay Apply with an old epoch = %v; want ErrFenced", err)
 	}
-	wantTAbsent(t, tb, sh.key(4))
+	wantTAbsent(t, tb, sh.keyIn(4, 0))
 	wantTCheckpoint(t, tb, 0, 22, true)
 }
 
@@ -256,7 +256,7 @@ func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 		if err := tb.Apply(ctx(t), b); !errors.Is(err, engine.ErrFenced) {
 			t.Fatalf("Apply to partition 1 with an old epoch = %v; want ErrFenced", err)
 		}
-		wantTAbsent(t, tb, sh.key(3))
+		wantTAbsent(t, tb, sh.keyIn(3, 1))
 		wantTCheckpoint(t, tb, 1, 3, true)
 		wantTCheckpoint(t, tb, 0, 7, true)
 	})

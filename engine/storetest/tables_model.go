@@ -125,14 +125,21 @@ func randValue(r *rand.Rand, kind engine.IndexKind, wide bool) engine.IndexValue
 	return engine.Str(strPool[r.IntN(len(strPool))])
 }
 
-// seededTable opens a table of sh holding n generated documents in
-// partition 0 and returns it with its model.
+// seededTable opens a table of sh holding n generated documents spread
+// over partitions 0, 1 and 2 (so that a store keeping each partition's
+// index apart merges them) and returns it with its model.
 func seededTable(t *testing.T, open TablesOpener, sh shape, n int) (engine.Table, tmodel) {
 	t.Helper()
 	_, tb := openTable(t, open, sh.spec)
-	docs := tableData(sh, uint64(n), n, 0)
-	tapply(t, tb, 0, int64(n), docs...)
-	return tb, tmodelOf(docs)
+	var all []engine.Doc
+	for p := range int32(3) {
+		docs := tableData(sh, uint64(n)+uint64(p), (n+2-int(p))/3, p)
+		if len(docs) > 0 {
+			tapply(t, tb, p, int64(n), docs...)
+		}
+		all = append(all, docs...)
+	}
+	return tb, tmodelOf(all)
 }
 
 // wantTPage runs q and compares the page with the model's first q.Limit

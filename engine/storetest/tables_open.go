@@ -199,7 +199,7 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 // testTableWithoutIndexes checks a table that declares no index: documents
 // carry no index values and every query is invalid.
 func testTableWithoutIndexes(t *testing.T, open TablesOpener) {
-	spec := engine.TableSpec{Name: "plain"}
+	spec := engine.TableSpec{Name: "plain", Partitions: Partitions}
 	sh := shape{name: "plain", spec: spec, key: customerKey}
 	_, tb := openTable(t, open, spec)
 	d := tdoc(sh, 1, 0, 1, 0, "")

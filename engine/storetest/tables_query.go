@@ -363,11 +363,15 @@ func testTableQueryInvalid(t *testing.T, open TablesOpener, sh shape) {
 // testTableTiesAscending checks a table whose spec sets TiesAscending:
 // descending queries order equal values by key ascending.
 func testTableTiesAscending(t *testing.T, open TablesOpener) {
-	spec := engine.TableSpec{Name: "ranked", Indexes: cloneSpec(OrderShape).Indexes, TiesAscending: true}
+	spec := engine.TableSpec{Name: "ranked", Indexes: cloneSpec(OrderShape).Indexes, TiesAscending: true, Partitions: Partitions}
 	sh := shape{name: "ranked", spec: spec, key: customerKey}
 	_, tb := openTable(t, open, spec)
-	docs := tableData(sh, 3, 60, 0)
-	tapply(t, tb, 0, 1, docs...)
+	var docs []engine.Doc
+	for p := range int32(3) { // spread, so that a store merging partitions merges ties
+		d := tableData(sh, 3+uint64(p), 20, p)
+		tapply(t, tb, p, 1, d...)
+		docs = append(docs, d...)
+	}
 	md := tmodelOf(docs)
 	if got := tb.Spec(); !got.TiesAscending {
 		t.Fatalf("Spec() = %+v; want TiesAscending", got)

@@ -144,7 +144,8 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 			}
 			ckpt[p] = int64(op)
 		case x < 58:
-			key := sh.key(r.IntN(keys + 4))
+			i := r.IntN(keys + 4)
+			key := sh.keyIn(i, int32(i%parts))
 			if want, ok := md[string(key)]; ok {
 				wantTDoc(t, tb, want)
 			} else {
@@ -153,7 +154,8 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		case x < 62:
 			var ks [][]byte
 			for range r.IntN(8) {
-				ks = append(ks, sh.key(r.IntN(keys+4)))
+				i := r.IntN(keys + 4)
+				ks = append(ks, sh.keyIn(i, int32(i%parts)))
 			}
 			got, err := tb.Load(ctx(t), ks)
 			if err != nil {

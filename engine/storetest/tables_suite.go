@@ -26,17 +26,24 @@ type TablesOpener func(t *testing.T) engine.Tables
 // big-endian and one number index, the average rating, whose descending
 // order ties by key ascending (TiesAscending). The suite runs every
 // per-shape test over it, OrderShape and TagShape. Treat it as read-only.
-var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}, TiesAscending: true}
+var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}, TiesAscending: true,
+	Partitions: Partitions}
 
 // OrderShape is the table of an order-totals job: string keys (customer
 // ids), a number index (the total) and a string index (the tier). Treat it
 // as read-only.
 var OrderShape = engine.TableSpec{Name: "customers", Indexes: []engine.IndexSpec{
-	{Name: "total", Kind: engine.IndexNumber}, {Name: "tier", Kind: engine.IndexString}}}
+	{Name: "total", Kind: engine.IndexNumber}, {Name: "tier", Kind: engine.IndexString}}, Partitions: Partitions}
 
 // TagShape is the table of a job keyed by arbitrary bytes (keys holding
 // 0x00 and 0xff) with one string index. Treat it as read-only.
-var TagShape = engine.TableSpec{Name: "tags", Indexes: []engine.IndexSpec{{Name: "tag", Kind: engine.IndexString}}}
+var TagShape = engine.TableSpec{Name: "tags", Indexes: []engine.IndexSpec{{Name: "tag", Kind: engine.IndexString}}, Partitions: Partitions}
+
+// Partitions is the TableSpec.Partitions of every table the suite opens:
+// each document it writes is in partition PartitionFor(Key, Partitions),
+// as the engine's documents are, so a store that keeps a partition's keys
+// together finds them.
+const Partitions int32 = 8
 
 // RunTables runs the table conformance suite against the stores open
 // returns. Every sub-test opens its own store, so open must return an empty
@@ -115,6 +122,25 @@ func shapes() []shape {
 	}
 }
 
+// keyIn returns the key of the i-th aggregate of partition p: the first of
+// sh.key(i), sh.key(i+2^36), sh.key(i+2*2^36)... that PartitionFor puts in
+// p. Distinct i give distinct keys.
+func (sh shape) keyIn(i int, p int32) []byte {
+	return findKey(p, func(m int) []byte { return sh.key(i + m<<36) })
+}
+
+// findKey returns the first of key(0), key(1)... in partition p.
+func findKey(p int32, key func(m int) []byte) []byte {
+	if p < 0 || p >= Partitions {
+		panic(fmt.Sprintf("storetest: partition %d of %d", p, Partitions))
+	}
+	for m := 0; ; m++ {
+		if k := key(m); engine.PartitionFor(k, Partitions) == p {
+			return k
+		}
+	}
+}
+
 func movieKey(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(int64(i))) }
 
 func customerKey(i int) []byte { return []byte(fmt.Sprintf("cust-%d", i)) }
@@ -142,7 +168,7 @@ func index(spec engine.TableSpec, n float64, s string) []engine.IndexValue {
 
 // tdoc builds a valid document of the i-th key of sh in partition p.
 func tdoc(sh shape, i int, p int32, version int64, n float64, s string) engine.Doc {
-	return engine.Doc{Key: sh.key(i), Partition: p, Version: version,
+	return engine.Doc{Key: sh.keyIn(i, p), Partition: p, Version: version,
 		Sources: map[int32]int64{p: version}, Value: []byte(fmt.Sprintf("v%d@%d\x00\xff", i, version)),
 		Index: index(sh.spec, n, s)}
 }
