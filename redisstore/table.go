@@ -208,7 +208,7 @@ func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	t.s.written.forget(t.keys.batch(p))
 	reply, err := claimScript.Run(ctx, t.s.client, []string{t.keys.spec(p), t.keys.epoch(p)}, t.specV).Slice()
 	if err != nil {
-		return 0, wrap(fmt.Sprintf("table %s: claim partition %d", t.spec.Name, p), err)
+		return 0, wrap(fmt.Sprintf("table %s: claim partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 	}
 	if len(reply) == 2 {
 		switch reply[0] {

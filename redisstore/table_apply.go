@@ -110,7 +110,7 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 		docs[i] = w
 	}
 	members, idx := t.keys.members(p), t.indexKeys(p)
-	tx := newBatchTx(fmt.Sprintf("table %s: apply partition %d", t.spec.Name, p), "table "+t.spec.Name+": ",
+	tx := newBatchTx(fmt.Sprintf("table %s: apply partition %d%s", t.spec.Name, p, t.keys.where(p)), "table "+t.spec.Name+": ",
 		p, b.Epoch, b.Checkpoint, t.keys.epoch(p), t.keys.checkpoint(p), t.keys.batch(p))
 	tx.typed = append(tx.typed, typedKey{members, "set"})
 	for _, k := range idx {

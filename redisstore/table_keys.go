@@ -52,6 +52,16 @@ func (k tableKeys) base(p int32) string {
 	return k.root
 }
 
+// where names, for errors, the hash slot of partition p's keys on a
+// cluster (by their hash tag, which CLUSTER KEYSLOT turns into the slot);
+// nothing on a single server.
+func (k tableKeys) where(p int32) string {
+	if !k.cluster {
+		return ""
+	}
+	return " (hash slot of " + strings.TrimSuffix(k.base(p), ":") + ")"
+}
+
 // stream is the key of the table's change stream named key (for partition
 // p): under the prefix on a single server or Sentinel master, one per
 // partition under the partition's hash tag on a cluster (it is written in
