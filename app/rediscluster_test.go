@@ -129,6 +129,8 @@ func TestE2ERedisClusterMasterKilled(t *testing.T) {
 		}
 		if body := unready(); body == "" {
 			t.Errorf("/readyz never said 503 naming the store while the master was replaced")
+		} else if !strings.Contains(body, "hash slot of {") {
+			t.Errorf("/readyz during the failover: %s; want it to name the hash slot of the partition waiting", body)
 		} else {
 			t.Logf("/readyz during the failover: %s", body)
 		}

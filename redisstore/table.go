@@ -234,7 +234,7 @@ func (t *table) Checkpoint(ctx context.Context, p int32) (int64, bool, error) {
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, wrap(fmt.Sprintf("table %s: checkpoint of partition %d", t.spec.Name, p), err)
+		return 0, false, wrap(fmt.Sprintf("table %s: checkpoint of partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 	}
 	next, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
@@ -251,7 +251,7 @@ func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
 	}
 	vals, err := t.s.client.HMGet(ctx, t.keys.doc(t.home(key), key), t.fields...).Result()
 	if err != nil {
-		return engine.Doc{}, wrap(fmt.Sprintf("table %s: get %x", t.spec.Name, key), err)
+		return engine.Doc{}, wrap(fmt.Sprintf("table %s: get %x%s", t.spec.Name, key, t.keys.where(t.home(key))), err)
 	}
 	d, ok, err := t.decode(key, vals)
 	if err != nil {
@@ -300,7 +300,7 @@ func (t *table) loadPartition(ctx context.Context, p int32, want [][]byte, out m
 		return nil
 	})
 	if err != nil {
-		return wrap(fmt.Sprintf("table %s: load %d documents", t.spec.Name, len(want)), err)
+		return wrap(fmt.Sprintf("table %s: load %d documents%s", t.spec.Name, len(want), t.keys.where(p)), err)
 	}
 	for i, c := range cmds {
 		d, ok, err := t.decode(want[i], c.Val())

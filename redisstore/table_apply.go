@@ -252,7 +252,7 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 		t.keys.docPrefix(p), formatInt(int64(p)), t.kinds).Int64()
 	t.s.written.forget(t.keys.batch(p))
 	if err != nil {
-		return wrap(fmt.Sprintf("table %s: drop partition %d", t.spec.Name, p), err)
+		return wrap(fmt.Sprintf("table %s: drop partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 	}
 	t.s.log.Info("partition dropped", "table", t.spec.Name, "partition", p, "documents", n)
 	return nil

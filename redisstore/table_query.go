@@ -252,7 +252,7 @@ func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) 
 	for {
 		members, next, err := t.s.client.SScan(ctx, t.keys.members(p), cursor, "", scanChunk).Result()
 		if err != nil {
-			return wrap(fmt.Sprintf("table %s: scan partition %d", t.spec.Name, p), err)
+			return wrap(fmt.Sprintf("table %s: scan partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 		}
 		keys := make([][]byte, 0, len(members))
 		for _, m := range members {
@@ -283,7 +283,7 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 		return nil
 	})
 	if err != nil {
-		return wrap(fmt.Sprintf("table %s: scan partition %d", t.spec.Name, p), err)
+		return wrap(fmt.Sprintf("table %s: scan partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 	}
 	for i, c := range cmds {
 		d, ok, err := t.decode(keys[i], c.Val())
