@@ -319,6 +319,22 @@ func (s TableSpec) Before(a, b IndexCursor, kind IndexKind, desc bool) bool {
 	return k < 0
 }
 
+// DocOrder returns the comparison (for slices.SortFunc) that orders
+// documents by their index at pos as Before orders their cursors.
+func (s TableSpec) DocOrder(pos int, kind IndexKind, desc bool) func(a, b Doc) int {
+	return func(a, b Doc) int {
+		ca := IndexCursor{Value: a.Index[pos], Key: a.Key}
+		cb := IndexCursor{Value: b.Index[pos], Key: b.Key}
+		switch {
+		case s.Before(ca, cb, kind, desc):
+			return -1
+		case s.Before(cb, ca, kind, desc):
+			return 1
+		}
+		return 0
+	}
+}
+
 // InRange reports whether v lies within q's bounds.
 func (q IndexQuery) InRange(v IndexValue, kind IndexKind) bool {
 	if q.HasMin && v.compare(q.Min, kind) < 0 {

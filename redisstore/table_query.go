@@ -184,17 +184,7 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 		// Each partition's page is in the query's order: merged, the
 		// first Limit documents are the table's page.
 		page.Docs = slices.Concat(pages...)
-		slices.SortStableFunc(page.Docs, func(a, b engine.Doc) int {
-			ca := engine.IndexCursor{Value: a.Index[pos], Key: a.Key}
-			cb := engine.IndexCursor{Value: b.Index[pos], Key: b.Key}
-			switch {
-			case t.spec.Before(ca, cb, kind, q.Desc):
-				return -1
-			case t.spec.Before(cb, ca, kind, q.Desc):
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(page.Docs, t.spec.DocOrder(pos, kind, q.Desc))
 		page.Docs = page.Docs[:min(len(page.Docs), q.Limit)]
 	}
 	if n := len(page.Docs); n > 0 && n == q.Limit {

@@ -201,16 +201,7 @@ func (t *table) Query(_ context.Context, q engine.IndexQuery) (engine.DocPage, e
 		match = append(match, d)
 	}
 	t.mu.RUnlock()
-	slices.SortFunc(match, func(a, b engine.Doc) int {
-		ca, cb := cursorAt(a, pos), cursorAt(b, pos)
-		switch {
-		case t.spec.Before(ca, cb, kind, q.Desc):
-			return -1
-		case t.spec.Before(cb, ca, kind, q.Desc):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(match, t.spec.DocOrder(pos, kind, q.Desc))
 	var page engine.DocPage
 	match = match[:min(len(match), q.Limit)]
 	for _, d := range match {
