@@ -75,6 +75,7 @@ func listOffset(client sarama.Client, topic string, p int32, iso sarama.Isolatio
 	req.AddBlock(topic, p, sarama.OffsetNewest, 1)
 	resp, err := broker.GetAvailableOffsets(req)
 	if err != nil {
+		_ = broker.Close() // sarama keeps a connection whose read timed out, dead, until closed
 		_ = client.RefreshMetadata(topic)
 		return 0, err
 	}
@@ -181,6 +182,7 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 		req.AddBlock(r.topic, r.p, next, r.maxBytes, -1)
 		resp, err := broker.Fetch(req)
 		if err != nil {
+			_ = broker.Close() // sarama keeps a connection whose read timed out, dead, until closed
 			_ = r.client.RefreshMetadata(r.topic)
 			if !sleepCtx(ctx, 100*time.Millisecond) {
 				return ctx.Err()

@@ -140,6 +140,13 @@ func (e *Engine) heartbeat(client sarama.Client, member string, gen int32) error
 	}
 	resp, err := b.Heartbeat(req)
 	if err != nil {
+		// A sarama connection whose read failed (timed out on a paused
+		// broker, reset by a dead one) fails every later request until it
+		// is closed, and the coordinator may have moved meanwhile: close
+		// it, so the next heartbeat dials again, and look the coordinator
+		// up again.
+		_ = b.Close()
+		_ = client.RefreshCoordinator(e.cfg.ApplicationID)
 		return err
 	}
 	if resp.Err == sarama.ErrNoError {

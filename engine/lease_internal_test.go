@@ -1,8 +1,15 @@
 package engine
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keepstate/keepstate/internal/testkit"
 )
 
 // TestReadLease pins the lease's bookkeeping: a renewal runs the lease to
@@ -80,5 +87,44 @@ func TestUnconfirmedCopy(t *testing.T) {
 	r.lease.revoke(tok)
 	if got, now := time.Duration(r.lease.proven.Load()), monoNow(); got > now {
 		t.Errorf("revoked: the copy counts as current until %v, beyond now (%v)", got, now)
+	}
+}
+
+// TestLeaseHeartbeatRedialsDeadConnection lets a lease heartbeat's read
+// time out (a paused broker): the next heartbeat must reach the
+// coordinator again. sarama keeps a connection whose read timed out, and
+// fails every later request on it with the same timeout, until it is
+// closed; a lease keeper that did not close it lost its lease for good
+// after a coordinator's pause.
+func TestLeaseHeartbeatRedialsDeadConnection(t *testing.T) {
+	const readTimeout = 200 * time.Millisecond
+	k := testkit.StartKfake(t)
+	var paused atomic.Bool
+	k.Cluster().ControlKey(int16(kmsg.Heartbeat), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		if paused.CompareAndSwap(false, true) {
+			time.Sleep(3 * readTimeout) // the broker is paused past the read timeout
+		}
+		return nil, nil, false
+	})
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Net.ReadTimeout = readTimeout
+	client, err := sarama.NewClient(k.Brokers(), cfg)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer client.Close()
+	e := &Engine{cfg: Config{ApplicationID: "lease-redial"}}
+
+	if err := e.heartbeat(client, "m", 1); err == nil || errors.As(err, new(sarama.KError)) {
+		t.Fatalf("heartbeat to the paused broker: got %v, want a read timeout", err)
+	}
+	for i := range 3 {
+		// There is no such group: the coordinator answers with an error
+		// code, a dead connection with the read timeout again.
+		if err := e.heartbeat(client, "m", 1); !errors.As(err, new(sarama.KError)) {
+			t.Fatalf("heartbeat %d after the pause: got %v, want an answer of the coordinator (an error code)", i+1, err)
+		}
 	}
 }
