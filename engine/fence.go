@@ -93,12 +93,26 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 	if admin == nil {
 		return
 	}
-	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+	parts, inputs, err := e.lastAssignment(admin)
 	if err != nil {
 		e.log.Debug("describe group before joining", "err", err)
 		return
 	}
-	var parts, inputs []int32
+	if len(parts)+len(inputs) == 0 {
+		return
+	}
+	e.fenceTransactions(ctx, "previous run of this instance", parts, inputs)
+	e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs)
+}
+
+// lastAssignment returns the aggregate and input partitions the group
+// description gives this instance's static membership (none when it has
+// none).
+func (e *Engine) lastAssignment(admin sarama.ClusterAdmin) (parts, inputs []int32, err error) {
+	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, g := range groups {
 		for _, m := range g.Members {
 			if m.GroupInstanceId == nil || *m.GroupInstanceId != e.cfg.InstanceID {
@@ -110,11 +124,7 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 			}
 		}
 	}
-	if len(parts)+len(inputs) == 0 {
-		return
-	}
-	e.fenceTransactions(ctx, "previous run of this instance", parts, inputs)
-	e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs)
+	return parts, inputs, nil
 }
 
 // departed returns the aggregate and input partitions that a group ran in

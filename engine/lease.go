@@ -157,7 +157,8 @@ func (e *Engine) heartbeat(client sarama.Client, member string, gen int32) error
 
 // keepLease renews the read lease for session s until s ends: a heartbeat
 // every heartbeat interval, each answered without error extending the
-// lease. An answer saying the member left the generation ends it.
+// lease. An answer saying the member is not in the generation revokes it
+// until an answer says it is again.
 func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) {
 	l := &e.route.lease
 	token := l.begin()
@@ -166,6 +167,7 @@ func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) 
 	t := time.NewTicker(every)
 	defer t.Stop()
 	ctx := s.Context()
+	revoked := false
 	for {
 		sent := monoNow()
 		err := e.heartbeat(client, s.MemberID(), s.GenerationID())
@@ -173,6 +175,7 @@ func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) 
 		case ctx.Err() != nil:
 			return
 		case err == nil:
+			revoked = false
 			prev, ok := l.renew(token, sent, span)
 			switch now := monoNow(); {
 			case !ok:
@@ -184,10 +187,19 @@ func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) 
 					"generation", s.GenerationID(), "lapsed_for", (now - prev).Round(time.Millisecond))
 			}
 		case errors.Is(err, sarama.ErrUnknownMemberId), errors.Is(err, sarama.ErrIllegalGeneration), errors.Is(err, sarama.ErrFencedInstancedId):
+			// Revoked, but the keeper goes on: a coordinator that was
+			// paused and lost the group to another broker answers so
+			// from its stale state until it learns it, while the member
+			// is still in the generation on the new coordinator. If the
+			// group did go on without it, the session ends, and with it
+			// this keeper; if not, a later answer renews the lease.
+			if !revoked {
+				revoked = true
+				e.c.leaseLapses.Add(1)
+				e.log.Warn("read lease revoked: the coordinator does not know this member in this generation", "generation", s.GenerationID(), "err", err)
+			}
 			l.revoke(token)
-			e.c.leaseLapses.Add(1)
-			e.log.Warn("read lease revoked: the group went on without this member", "generation", s.GenerationID(), "err", err)
-			return
+			_ = client.RefreshCoordinator(e.cfg.ApplicationID)
 		case errors.Is(err, sarama.ErrNotCoordinatorForConsumer), errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable):
 			_ = client.RefreshCoordinator(e.cfg.ApplicationID)
 		}

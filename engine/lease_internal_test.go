@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keepstate/keepstate/internal/testkit"
@@ -127,4 +131,79 @@ func TestLeaseHeartbeatRedialsDeadConnection(t *testing.T) {
 			t.Fatalf("heartbeat %d after the pause: got %v, want an answer of the coordinator (an error code)", i+1, err)
 		}
 	}
+}
+
+// leaseSession is the part of a group session the lease keeper reads.
+type leaseSession struct {
+	sarama.ConsumerGroupSession
+	ctx context.Context
+}
+
+func (s leaseSession) Context() context.Context { return s.ctx }
+func (s leaseSession) MemberID() string         { return "m" }
+func (s leaseSession) GenerationID() int32      { return 1 }
+
+// TestLeaseRevokedThenRenewed has the coordinator answer the lease's
+// heartbeats "unknown member" for a while, then OK again, as a paused
+// coordinator does when it wakes up from its stale state before it learns
+// that another broker took the group over: the lease must be revoked at
+// once, and proven again by the next answer that says the member is in
+// the generation. A keeper that stopped at the first "unknown member"
+// left the instance answering nothing as owner for the rest of a session
+// that went on.
+func TestLeaseRevokedThenRenewed(t *testing.T) {
+	k := testkit.StartKfake(t)
+	var phase atomic.Int32 // 0: answer OK, 1: unknown member, 2: OK
+	var unknown atomic.Int32
+	k.Cluster().ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		if phase.Load() == 1 {
+			unknown.Add(1)
+			resp.ErrorCode = kerr.UnknownMemberID.Code
+		}
+		return resp, nil, true
+	})
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_8_0_0
+	client, err := sarama.NewClient(k.Brokers(), cfg)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer client.Close()
+	e := &Engine{cfg: Config{ApplicationID: "lease-revoked", SessionTimeout: time.Second}, log: slog.New(slog.DiscardHandler), route: &Router{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.keepLease(leaseSession{ctx: ctx}, client)
+	}()
+	defer func() { cancel(); <-done }()
+
+	testkit.Eventually(t, 10*time.Second, "lease proven", func() error {
+		if !e.route.leaseValid() {
+			return errors.New("lease not valid")
+		}
+		return nil
+	})
+	phase.Store(1)
+	testkit.Eventually(t, 10*time.Second, "lease revoked by an unknown-member answer", func() error {
+		if e.route.leaseValid() {
+			return fmt.Errorf("lease still valid after %d unknown-member answers", unknown.Load())
+		}
+		return nil
+	})
+	testkit.Eventually(t, 10*time.Second, "more unknown-member answers", func() error {
+		if n := unknown.Load(); n < 3 {
+			return fmt.Errorf("%d unknown-member answers", n)
+		}
+		return nil
+	})
+	phase.Store(2)
+	testkit.Eventually(t, 10*time.Second, "lease proven again once the coordinator knows the member", func() error {
+		if !e.route.leaseValid() {
+			return errors.New("lease not valid")
+		}
+		return nil
+	})
 }

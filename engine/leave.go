@@ -68,20 +68,9 @@ func (e *Engine) dropStaleMembership(ctx context.Context) {
 	if e.cfg.InstanceID == "" || admin == nil || !e.localStore || e.cfg.StandbyReplicas == 0 {
 		return
 	}
-	groups, err := admin.DescribeConsumerGroups([]string{e.cfg.ApplicationID})
+	old, _, err := e.lastAssignment(admin)
 	if err != nil {
 		return
-	}
-	var old []int32
-	for _, g := range groups {
-		for _, m := range g.Members {
-			if m.GroupInstanceId == nil || *m.GroupInstanceId != e.cfg.InstanceID {
-				continue
-			}
-			if asg, err := m.GetMemberAssignment(); err == nil && asg != nil {
-				old = append(old, asg.Topics[e.topics.Repartition]...)
-			}
-		}
 	}
 	for _, p := range old {
 		end, err := e.clog.LastStable(ctx, e.topics.Changelog, p)
