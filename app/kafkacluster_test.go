@@ -106,8 +106,12 @@ func (r *clusterRig) fault(name string, inject func()) time.Duration {
 	r.waitFlowing(120 * time.Second)
 	until := time.Now()
 	stall, where := r.mon.longestGap(from, until)
-	r.t.Logf("STALL %s: %v (longest on %s; whole fault %v); %s; assignments received: %d (each instance one per rebalance)", name, stall.Round(10*time.Millisecond), where,
-		until.Sub(from).Round(100*time.Millisecond), ready.stop(), r.generationsSince(gens))
+	detected := "Kafka fenced no broker"
+	if d, ok := r.mon.fencedAfter(from, until); ok {
+		detected = fmt.Sprintf("Kafka fenced a broker after %v, the stall ran %v past that", d.Round(10*time.Millisecond), (stall - d).Round(10*time.Millisecond))
+	}
+	r.t.Logf("STALL %s: %v (longest on %s; whole fault %v); %s; %s; assignments received: %d (each instance one per rebalance)", name, stall.Round(10*time.Millisecond), where,
+		until.Sub(from).Round(100*time.Millisecond), detected, ready.stop(), r.generationsSince(gens))
 	return stall
 }
 
@@ -393,19 +397,27 @@ func (f *ratingFeed) stop() {
 
 // stallMonitor polls the read_committed end (last stable offset) of every
 // partition of some topics every 100 ms and remembers when each advanced.
+// It also asks the cluster for its brokers every 100 ms and remembers
+// when an answer left one out: Kafka had fenced it (its failure
+// detection).
 type stallMonitor struct {
 	mu       sync.Mutex
 	advanced map[string][]time.Time // "topic/p" -> times it advanced
 	last     map[string]int64
+	fewer    []time.Time // answers that listed fewer brokers than the cluster has
 }
 
 func startStallMonitor(t *testing.T, brokers []string, topics []string) *stallMonitor {
 	m := &stallMonitor{advanced: map[string][]time.Time{}, last: map[string]int64{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
+	done := make(chan struct{}, 2)
+	t.Cleanup(func() { cancel(); <-done; <-done })
 	go func() {
-		defer close(done)
+		defer func() { done <- struct{}{} }()
+		m.watchBrokers(ctx, brokers)
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
 		var client sarama.Client
 		defer func() {
 			if client != nil {
@@ -456,6 +468,7 @@ func stableEnd(client sarama.Client, topic string, p int32) (int64, error) {
 	req.AddBlock(topic, p, sarama.OffsetNewest, 1)
 	resp, err := b.GetAvailableOffsets(req)
 	if err != nil {
+		_ = b.Close() // sarama keeps a connection whose read timed out dead until closed
 		return 0, err
 	}
 	blk := resp.GetBlock(topic, p)
@@ -469,6 +482,56 @@ func stableEnd(client sarama.Client, topic string, p int32) (int64, error) {
 		return blk.Offset, nil
 	}
 	return blk.Offsets[0], nil
+}
+
+// watchBrokers asks the brokers in turn for the cluster's brokers every
+// 100 ms until ctx ends, and records each answer listing fewer than all.
+func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string) {
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V3_6_0_0
+	sc.Net.DialTimeout, sc.Net.ReadTimeout = 500*time.Millisecond, 500*time.Millisecond
+	conns := map[string]*sarama.Broker{}
+	defer func() {
+		for _, b := range conns {
+			_ = b.Close()
+		}
+	}()
+	for i := 0; ctx.Err() == nil; i++ {
+		addr := addrs[i%len(addrs)]
+		b := conns[addr]
+		if b == nil {
+			b = sarama.NewBroker(addr)
+			conns[addr] = b
+		}
+		_ = b.Open(sc)
+		resp, err := b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
+		if err != nil {
+			_ = b.Close()
+			continue // the next broker, at once
+		}
+		if len(resp.Brokers) < len(addrs) {
+			m.mu.Lock()
+			m.fewer = append(m.fewer, time.Now())
+			m.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// fencedAfter returns how long after from an answer first left a broker
+// out, and false when none did before until.
+func (m *stallMonitor) fencedAfter(from, until time.Time) (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, at := range m.fewer {
+		if at.After(from) && at.Before(until) {
+			return at.Sub(from), true
+		}
+	}
+	return 0, false
 }
 
 func (m *stallMonitor) observe(key string, off int64) {

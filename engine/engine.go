@@ -45,12 +45,16 @@ type Engine struct {
 	budget atomic.Int64
 
 	kafka    saramaKafka
+	watch    *brokerWatch // dials every client's connections (brokerwatch.go)
 	client   sarama.Client
 	clog     changelogLog // reads the changelog for restores, over client
 	producer sarama.SyncProducer
-	nParts   int32 // repartition/changelog partitions
-	nOut     int32 // output topic partitions
-	nDLQ     int32
+	// leaseClient sends the read lease's heartbeats: the group's own
+	// client; set before the group's first session.
+	leaseClient sarama.Client
+	nParts      int32 // repartition/changelog partitions
+	nOut        int32 // output topic partitions
+	nDLQ        int32
 
 	mu            sync.Mutex
 	cancelSession context.CancelFunc
@@ -94,6 +98,7 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 	l, ok := table.(InstanceLocal)
 	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: saramaKafka{brokers: cfg.Brokers},
 		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}
+	e.watch = newBrokerWatch(cfg.Brokers, NewSaramaConfig(cfg.ApplicationID))
 	e.budget.Store(int64(cfg.CacheBudgetDocs))
 	e.asg = &assignor{e: e}
 	e.standby.wake = make(chan struct{}, 1)
@@ -116,6 +121,9 @@ func (e *Engine) Topics() Topics { return e.topics }
 // generation (TxnOffsetCommit v3, KIP-447), which is what fences a zombie.
 func (e *Engine) saramaConfig() *sarama.Config {
 	sc := NewSaramaConfig(e.cfg.ApplicationID)
+	if e.watch != nil {
+		sc.Net.Proxy.Enable, sc.Net.Proxy.Dialer = true, e.watch
+	}
 	sc.Metadata.Retry.Max = 2
 	sc.Metadata.Retry.Backoff = 200 * time.Millisecond
 	sc.Producer.Idempotent = true
@@ -215,6 +223,18 @@ func (e *Engine) connect(ctx context.Context) error {
 // any task meets it). Other task errors restart the group session. It
 // closes its Kafka clients before returning but not the store.
 func (e *Engine) Run(ctx context.Context) error {
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		if e.watch != nil {
+			e.watch.run(watchCtx, e.log)
+		}
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
 	if err := e.connect(ctx); err != nil {
 		e.close()
 		return err
@@ -263,6 +283,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	defer e.leave() // after the group is closed: see leave.go
 	defer group.Close()
+	e.leaseClient = e.client
+	if g, ok := group.(*ownedGroup); ok {
+		// The lease's heartbeats go where sarama's go, on the client that
+		// follows the group's coordinator through its loss (groupclient.go).
+		e.leaseClient = g.client
+	}
 	go func() {
 		for err := range group.Errors() {
 			e.log.Warn("consumer group error", "err", err)

@@ -40,16 +40,18 @@ import (
 // spaces out the reconnects of fetches to a dead partition leader, which
 // is harmless.
 func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (sarama.ConsumerGroup, error) {
+	var under dialer = &net.Dialer{Timeout: cfg.Net.DialTimeout, KeepAlive: cfg.Net.KeepAlive, LocalAddr: cfg.Net.LocalAddr}
+	if cfg.Net.Proxy.Enable {
+		under = cfg.Net.Proxy.Dialer
+	}
 	d := &groupDialer{
-		dialer:  net.Dialer{Timeout: cfg.Net.DialTimeout, KeepAlive: cfg.Net.KeepAlive, LocalAddr: cfg.Net.LocalAddr},
+		dialer:  under,
 		backoff: cfg.Metadata.Retry.Backoff,
 		quiet:   max(cfg.Metadata.Retry.Backoff, cfg.Net.ReadTimeout/2),
 		group:   group,
 		silent:  map[string]time.Time{},
 	}
-	if !cfg.Net.Proxy.Enable {
-		cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, d
-	}
+	cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, d
 	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return nil, err
@@ -63,10 +65,15 @@ func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (sarama.
 	return &ownedGroup{ConsumerGroup: cg, client: client}, nil
 }
 
+// dialer dials a broker connection (net.Dialer, brokerWatch).
+type dialer interface {
+	Dial(network, addr string) (net.Conn, error)
+}
+
 // groupDialer dials broker connections for a consumer group's client (see
 // newSaramaGroup).
 type groupDialer struct {
-	dialer  net.Dialer
+	dialer  dialer
 	backoff time.Duration
 	group   string
 

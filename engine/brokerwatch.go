@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// brokerWatch dials every broker connection of the engine's clients and
+// cuts the ones to a broker the cluster has fenced.
+//
+// A broker that stops answering without closing its connections (paused,
+// frozen VM, cut off) holds every request sent to it until the client's
+// read timeout, 10 to 30 s, long after Kafka noticed: the controller
+// fences a broker that missed its heartbeats for broker.session.timeout.ms
+// (9 s by default), moves its leaderships and coordinators to the others,
+// and leaves it out of every metadata answer. sarama keeps waiting on the
+// old connection meanwhile, and may dial the silent broker again (it
+// still accepts connections) before it refreshes its metadata.
+//
+// The watch asks the cluster for its brokers every pollEvery. A broker
+// that was in the last answer and is missing from this one is fenced:
+// every connection to it is closed, which fails the requests waiting on
+// it at once (the clients retry them on the new leaders and coordinators),
+// and dials to it fail until it is back in an answer. A killed broker's
+// connections fail on their own; the watch changes nothing there.
+// Safe for concurrent use.
+type brokerWatch struct {
+	dialer net.Dialer
+	seeds  []string
+	cfg    *sarama.Config // of the watch's own metadata requests
+
+	mu     sync.Mutex
+	conns  map[string]map[*trackedConn]struct{} // broker address → open connections
+	listed map[string]bool                      // brokers in the last answer
+	fenced map[string]bool                      // brokers left out of an answer since
+	failed map[string]bool                      // brokers whose last metadata answer failed
+	probes map[string]*sarama.Broker
+}
+
+// pollEvery is how often the watch asks for the cluster's brokers.
+const pollEvery = 250 * time.Millisecond
+
+// newBrokerWatch returns a watch for the cluster at seeds, dialing with
+// sc's dial timeout and keep-alive.
+func newBrokerWatch(seeds []string, sc *sarama.Config) *brokerWatch {
+	cfg := NewSaramaConfig(sc.ClientID)
+	cfg.Net.DialTimeout, cfg.Net.ReadTimeout = time.Second, time.Second
+	return &brokerWatch{
+		dialer: net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive},
+		seeds:  slices.Clone(seeds),
+		cfg:    cfg,
+		conns:  map[string]map[*trackedConn]struct{}{},
+		listed: map[string]bool{},
+		fenced: map[string]bool{},
+		failed: map[string]bool{},
+		probes: map[string]*sarama.Broker{},
+	}
+}
+
+// errBrokerFenced marks a dial refused because the cluster fenced the
+// broker.
+var errBrokerFenced = errors.New("fenced by the cluster (left out of its metadata); not dialing it until it is back")
+
+// Dial connects to addr, unless the cluster has fenced it.
+func (w *brokerWatch) Dial(network, addr string) (net.Conn, error) {
+	w.mu.Lock()
+	fenced := w.fenced[addr]
+	w.mu.Unlock()
+	if fenced {
+		return nil, fmt.Errorf("broker %s: %w", addr, errBrokerFenced)
+	}
+	c, err := w.dialer.Dial(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	wc := &trackedConn{Conn: c, w: w, addr: addr}
+	w.mu.Lock()
+	if w.conns[addr] == nil {
+		w.conns[addr] = map[*trackedConn]struct{}{}
+	}
+	w.conns[addr][wc] = struct{}{}
+	w.mu.Unlock()
+	return wc, nil
+}
+
+// run polls the cluster's brokers until ctx ends.
+func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	defer w.closeProbes()
+	for {
+		if addrs, ok := w.poll(); ok {
+			for _, a := range w.observe(addrs) {
+				log.Warn("broker fenced by the cluster: cutting its connections, so requests waiting on it go to the new leaders and coordinators", "broker", a)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// poll asks the known brokers, one after another, for the cluster's
+// brokers, and returns the first answer.
+func (w *brokerWatch) poll() ([]string, bool) {
+	w.mu.Lock()
+	ask := slices.Clone(w.seeds)
+	for a := range w.listed {
+		if !slices.Contains(ask, a) {
+			ask = append(ask, a)
+		}
+	}
+	// A broker whose last answer failed is asked last: a silent one
+	// would hold the poll for the read timeout.
+	slices.SortFunc(ask, func(a, b string) int {
+		if w.failed[a] != w.failed[b] {
+			if w.failed[a] {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
+	w.mu.Unlock()
+	for _, addr := range ask {
+		if w.isFenced(addr) {
+			continue
+		}
+		b := w.probe(addr)
+		resp, err := b.GetMetadata(sarama.NewMetadataRequest(w.cfg.Version, []string{}))
+		w.mu.Lock()
+		w.failed[addr] = err != nil
+		w.mu.Unlock()
+		if err != nil {
+			_ = b.Close() // sarama keeps a connection whose read timed out dead until closed
+			continue
+		}
+		addrs := make([]string, 0, len(resp.Brokers))
+		for _, rb := range resp.Brokers {
+			addrs = append(addrs, rb.Addr())
+		}
+		return addrs, true
+	}
+	return nil, false
+}
+
+// probe returns the watch's own connection to addr, opening it if need be.
+func (w *brokerWatch) probe(addr string) *sarama.Broker {
+	w.mu.Lock()
+	b := w.probes[addr]
+	if b == nil {
+		b = sarama.NewBroker(addr)
+		w.probes[addr] = b
+	}
+	w.mu.Unlock()
+	_ = b.Open(w.cfg) // a broker already open says so; a failed dial fails the request
+	return b
+}
+
+func (w *brokerWatch) closeProbes() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, b := range w.probes {
+		_ = b.Close()
+	}
+}
+
+func (w *brokerWatch) isFenced(addr string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fenced[addr]
+}
+
+// observe takes the brokers of one answer: a broker of the last answer
+// missing from it is fenced and its connections closed (returned), one in
+// it is not fenced.
+func (w *brokerWatch) observe(addrs []string) (cut []string) {
+	now := map[string]bool{}
+	for _, a := range addrs {
+		now[a] = true
+	}
+	var cutConns []*trackedConn
+	w.mu.Lock()
+	for a := range w.listed {
+		if !now[a] && !w.fenced[a] {
+			w.fenced[a] = true
+			cut = append(cut, a)
+			for c := range w.conns[a] {
+				cutConns = append(cutConns, c)
+			}
+		}
+	}
+	for a := range now {
+		delete(w.fenced, a)
+	}
+	w.listed = now
+	w.mu.Unlock()
+	for _, c := range cutConns {
+		_ = c.Close()
+	}
+	slices.Sort(cut)
+	return cut
+}
+
+// forget drops a closed connection.
+func (w *brokerWatch) forget(c *trackedConn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.conns[c.addr], c)
+}
+
+// trackedConn is a broker connection the watch can cut.
+type trackedConn struct {
+	net.Conn
+	w    *brokerWatch
+	addr string
+	once sync.Once
+}
+
+// Close closes the connection once and forgets it.
+func (c *trackedConn) Close() error {
+	err := net.ErrClosed
+	c.once.Do(func() {
+		c.w.forget(c)
+		err = c.Conn.Close()
+	})
+	return err
+}

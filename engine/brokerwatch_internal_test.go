@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"errors"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/keepstate/keepstate/internal/testkit"
+)
+
+// TestBrokerWatchCutsFencedBroker: a broker missing from the cluster's
+// answer after being in the one before has its connections closed (a
+// request waiting on one fails at once) and is not dialed until it is
+// listed again.
+func TestBrokerWatchCutsFencedBroker(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a broker that accepts and never answers, like a paused one
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	addr, other := ln.Addr().String(), "127.0.0.1:1"
+	w := newBrokerWatch([]string{addr}, NewSaramaConfig("t"))
+
+	if cut := w.observe([]string{addr, other}); len(cut) != 0 {
+		t.Fatalf("first answer cut %v, want nothing", cut)
+	}
+	c, err := w.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial a listed broker: %v", err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		read <- err
+	}()
+	if cut := w.observe([]string{other}); !slices.Equal(cut, []string{addr}) {
+		t.Fatalf("answer without %s: cut %v, want [%s]", addr, cut, addr)
+	}
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Fatal("read on a cut connection: got no error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a read waiting on the fenced broker was not failed")
+	}
+	if _, err := w.Dial("tcp", addr); !errors.Is(err, errBrokerFenced) {
+		t.Fatalf("dial a fenced broker: got %v, want %v", err, errBrokerFenced)
+	}
+	if cut := w.observe([]string{other}); len(cut) != 0 {
+		t.Fatalf("a broker still fenced was cut again: %v", cut)
+	}
+	w.observe([]string{addr, other})
+	c, err = w.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial a broker listed again: %v", err)
+	}
+	c.Close()
+}
+
+// TestBrokerWatchPoll: the watch reads the cluster's brokers from a live
+// cluster.
+func TestBrokerWatchPoll(t *testing.T) {
+	k := testkit.StartKfake(t)
+	w := newBrokerWatch(k.Brokers(), NewSaramaConfig("t"))
+	defer w.closeProbes()
+	got, ok := w.poll()
+	if !ok || !slices.Equal(got, k.Brokers()) {
+		t.Fatalf("poll: got %v, %v; want %v, true", got, ok, k.Brokers())
+	}
+}
