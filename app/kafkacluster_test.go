@@ -110,8 +110,8 @@ func (r *clusterRig) fault(name string, inject func()) time.Duration {
 	if d, ok := r.mon.fencedAfter(from, until); ok {
 		detected = fmt.Sprintf("Kafka fenced a broker after %v, the stall ran %v past that", d.Round(10*time.Millisecond), (stall - d).Round(10*time.Millisecond))
 	}
-	r.t.Logf("STALL %s: %v (longest on %s; whole fault %v); %s; %s; assignments received: %d (each instance one per rebalance)", name, stall.Round(10*time.Millisecond), where,
-		until.Sub(from).Round(100*time.Millisecond), detected, ready.stop(), r.generationsSince(gens))
+	r.t.Logf("STALL %s: %v (longest on %s; fault from %s, whole fault %v); %s; %s; assignments received: %d (each instance one per rebalance)", name, stall.Round(10*time.Millisecond), where,
+		from.Format("15:04:05.000"), until.Sub(from).Round(100*time.Millisecond), detected, ready.stop(), r.generationsSince(gens))
 	return stall
 }
 
