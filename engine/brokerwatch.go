@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -27,10 +26,11 @@ import (
 // still accepts connections) before it refreshes its metadata.
 //
 // The watch asks the cluster for its brokers every pollEvery. A broker
-// that was in the last answer and is missing from this one is fenced:
-// every connection to it is closed, which fails the requests waiting on
-// it at once (the clients retry them on the new leaders and coordinators),
-// and dials to it fail until it is back in an answer. A killed broker's
+// that answers listed, and that two answers in a row from two brokers
+// leave out, is fenced: every connection to it is closed, which fails the
+// requests waiting on it at once (the clients retry them on the new
+// leaders and coordinators), and dials to it fail until it is back in an
+// answer. A killed broker's
 // connections fail on their own; the watch changes nothing there.
 // Safe for concurrent use.
 type brokerWatch struct {
@@ -38,12 +38,14 @@ type brokerWatch struct {
 	seeds  []string
 	cfg    *sarama.Config // of the watch's own metadata requests
 
-	mu     sync.Mutex
-	conns  map[string]map[*trackedConn]struct{} // broker address → open connections
-	listed map[string]bool                      // brokers in the last answer
-	fenced map[string]bool                      // brokers left out of an answer since
-	failed map[string]bool                      // brokers whose last metadata answer failed
-	probes map[string]*sarama.Broker
+	mu      sync.Mutex
+	conns   map[string]map[*trackedConn]struct{} // broker address → open connections
+	listed  map[string]bool                      // brokers ever in an answer
+	missing map[string]string                    // broker → who answered without it last
+	fenced  map[string]bool                      // brokers left out of two answers since
+	next    int                                  // where the next poll starts
+	failed  map[string]bool                      // brokers whose last metadata answer failed
+	probes  map[string]*sarama.Broker
 }
 
 // pollEvery is how often the watch asks for the cluster's brokers.
@@ -55,14 +57,15 @@ func newBrokerWatch(seeds []string, sc *sarama.Config) *brokerWatch {
 	cfg := NewSaramaConfig(sc.ClientID)
 	cfg.Net.DialTimeout, cfg.Net.ReadTimeout = time.Second, time.Second
 	return &brokerWatch{
-		dialer: net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive},
-		seeds:  slices.Clone(seeds),
-		cfg:    cfg,
-		conns:  map[string]map[*trackedConn]struct{}{},
-		listed: map[string]bool{},
-		fenced: map[string]bool{},
-		failed: map[string]bool{},
-		probes: map[string]*sarama.Broker{},
+		dialer:  net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive},
+		seeds:   slices.Clone(seeds),
+		cfg:     cfg,
+		conns:   map[string]map[*trackedConn]struct{}{},
+		listed:  map[string]bool{},
+		fenced:  map[string]bool{},
+		missing: map[string]string{},
+		failed:  map[string]bool{},
+		probes:  map[string]*sarama.Broker{},
 	}
 }
 
@@ -98,8 +101,8 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 	defer t.Stop()
 	defer w.closeProbes()
 	for {
-		if addrs, ok := w.poll(); ok {
-			for _, a := range w.observe(addrs) {
+		if from, addrs, ok := w.poll(); ok {
+			for _, a := range w.observe(from, addrs) {
 				log.Warn("broker fenced by the cluster: cutting its connections, so requests waiting on it go to the new leaders and coordinators", "broker", a)
 			}
 		}
@@ -112,8 +115,11 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 }
 
 // poll asks the known brokers, one after another, for the cluster's
-// brokers, and returns the first answer.
-func (w *brokerWatch) poll() ([]string, bool) {
+// brokers, and returns the first answer and who gave it. Each poll starts
+// with the next broker (answers from different brokers confirm each
+// other, see observe); a broker whose last answer failed is asked last (a
+// silent one would hold the poll for the read timeout).
+func (w *brokerWatch) poll() (from string, addrs []string, ok bool) {
 	w.mu.Lock()
 	ask := slices.Clone(w.seeds)
 	for a := range w.listed {
@@ -121,16 +127,18 @@ func (w *brokerWatch) poll() ([]string, bool) {
 			ask = append(ask, a)
 		}
 	}
-	// A broker whose last answer failed is asked last: a silent one
-	// would hold the poll for the read timeout.
-	slices.SortFunc(ask, func(a, b string) int {
-		if w.failed[a] != w.failed[b] {
-			if w.failed[a] {
-				return 1
-			}
-			return -1
+	slices.Sort(ask)
+	w.next++
+	n := w.next % len(ask)
+	ask = append(ask[n:], ask[:n]...)
+	slices.SortStableFunc(ask, func(a, b string) int {
+		switch {
+		case w.failed[a] == w.failed[b]:
+			return 0
+		case w.failed[a]:
+			return 1
 		}
-		return strings.Compare(a, b)
+		return -1
 	})
 	w.mu.Unlock()
 	for _, addr := range ask {
@@ -150,9 +158,9 @@ func (w *brokerWatch) poll() ([]string, bool) {
 		for _, rb := range resp.Brokers {
 			addrs = append(addrs, rb.Addr())
 		}
-		return addrs, true
+		return addr, addrs, true
 	}
-	return nil, false
+	return "", nil, false
 }
 
 // probe returns the watch's own connection to addr, opening it if need be.
@@ -182,10 +190,12 @@ func (w *brokerWatch) isFenced(addr string) bool {
 	return w.fenced[addr]
 }
 
-// observe takes the brokers of one answer: a broker of the last answer
-// missing from it is fenced and its connections closed (returned), one in
-// it is not fenced.
-func (w *brokerWatch) observe(addrs []string) (cut []string) {
+// observe takes the brokers of one answer, given by broker from: a
+// broker ever listed and missing from two answers in a row, of two
+// different brokers (one broker's metadata can lag, a restarted one's
+// most of all), is fenced and its connections closed (returned); one
+// listed is not fenced.
+func (w *brokerWatch) observe(from string, addrs []string) (cut []string) {
 	now := map[string]bool{}
 	for _, a := range addrs {
 		now[a] = true
@@ -193,7 +203,13 @@ func (w *brokerWatch) observe(addrs []string) (cut []string) {
 	var cutConns []*trackedConn
 	w.mu.Lock()
 	for a := range w.listed {
-		if !now[a] && !w.fenced[a] {
+		switch by, seen := w.missing[a]; {
+		case now[a]:
+			delete(w.missing, a)
+			delete(w.fenced, a)
+		case !seen || by == from:
+			w.missing[a] = from
+		case !w.fenced[a]:
 			w.fenced[a] = true
 			cut = append(cut, a)
 			for c := range w.conns[a] {
@@ -202,9 +218,8 @@ func (w *brokerWatch) observe(addrs []string) (cut []string) {
 		}
 	}
 	for a := range now {
-		delete(w.fenced, a)
+		w.listed[a] = true
 	}
-	w.listed = now
 	w.mu.Unlock()
 	for _, c := range cutConns {
 		_ = c.Close()
