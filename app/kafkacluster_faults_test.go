@@ -72,6 +72,31 @@ func TestClusterBrokerFaults(t *testing.T) {
 				t.Errorf("stall %v after the transaction coordinator's kill, want <= %v (failure detection + 2 s, + 8 s for a loaded machine)", stall, limit)
 			}
 		}},
+		{"kill-txn-coordinator-mid-commit", func(t *testing.T) {
+			// The same coordinator stopped (SIGSTOP) for a second, then
+			// killed while stopped: a transaction is open from its first
+			// produce (AddPartitionsToTxn) to EndTxn and one begins every
+			// 200 ms, so the commit in flight when the node stopped is
+			// caught between AddPartitionsToTxn and EndTxn, and its
+			// coordinator dies with it unanswered. keepstate must end it
+			// once Kafka has a new coordinator, within the same bound.
+			txnID := topics.TransactionalID(0)
+			n, err := r.kc.TxnCoordinator(txnID)
+			mustNode(t, err)
+			before := strings.Count(r.childLogs(), "committing again")
+			stall := r.fault(fmt.Sprintf("SIGSTOP of node %d, transaction coordinator of %s, for 1 s, then kill -9", n.ID, txnID), func() {
+				mustNode(t, n.Pause())
+				time.Sleep(time.Second) // the fault's shape: a commit is caught in flight
+				mustNode(t, n.Kill())
+				r.waitFlowing(90 * time.Second)
+			})
+			logs := r.childLogs()
+			t.Logf("commits retried after the kill: %d; aborts after the coordinator came back: %d",
+				strings.Count(logs, "committing again")-before, strings.Count(logs, "transaction aborted after its coordinator came back"))
+			if limit := failureDetection + 2*time.Second + 8*time.Second; stall > limit {
+				t.Errorf("stall %v after the transaction coordinator's kill mid-commit, want <= %v (failure detection + 2 s, + 8 s for a loaded machine)", stall, limit)
+			}
+		}},
 		{"kill-group-coordinator", func(t *testing.T) {
 			// kill -9 of the group coordinator's node while the group is
 			// stable: the members heartbeat on to the new coordinator

@@ -25,27 +25,27 @@ import (
 // old connection meanwhile, and may dial the silent broker again (it
 // still accepts connections) before it refreshes its metadata.
 //
-// The watch asks the cluster for its brokers every pollEvery. A broker
-// that answers listed, and that two answers in a row from two brokers
-// leave out, is fenced: every connection to it is closed, which fails the
-// requests waiting on it at once (the clients retry them on the new
-// leaders and coordinators), and dials to it fail until it is back in an
-// answer. A killed broker's
-// connections fail on their own; the watch changes nothing there.
+// The watch asks the cluster for its brokers every pollEvery, each poll
+// starting with the next broker. A broker that a recent answer leaves out
+// is fenced (see observe): every connection to it is closed, which fails
+// the requests waiting on it at once (the clients retry them on the new
+// leaders and coordinators), and dials to it fail until every recent
+// answer lists it again. A killed broker's connections fail on their
+// own; the watch changes nothing there.
 // Safe for concurrent use.
 type brokerWatch struct {
 	dialer net.Dialer
 	seeds  []string
 	cfg    *sarama.Config // of the watch's own metadata requests
 
-	mu      sync.Mutex
-	conns   map[string]map[*trackedConn]struct{} // broker address → open connections
-	listed  map[string]bool                      // brokers ever in an answer
-	missing map[string]string                    // broker → who answered without it last
-	fenced  map[string]bool                      // brokers left out of two answers since
-	next    int                                  // where the next poll starts
-	failed  map[string]bool                      // brokers whose last metadata answer failed
-	probes  map[string]*sarama.Broker
+	mu     sync.Mutex
+	conns  map[string]map[*trackedConn]struct{} // broker address → open connections
+	listed map[string]bool                      // brokers ever in an answer
+	views  map[string]brokerView                // each broker's last answer
+	fenced map[string]bool                      // brokers left out of two answers since
+	next   int                                  // where the next poll starts
+	failed map[string]bool                      // brokers whose last metadata answer failed
+	probes map[string]*sarama.Broker
 }
 
 // pollEvery is how often the watch asks for the cluster's brokers.
@@ -57,15 +57,15 @@ func newBrokerWatch(seeds []string, sc *sarama.Config) *brokerWatch {
 	cfg := NewSaramaConfig(sc.ClientID)
 	cfg.Net.DialTimeout, cfg.Net.ReadTimeout = time.Second, time.Second
 	return &brokerWatch{
-		dialer:  net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive},
-		seeds:   slices.Clone(seeds),
-		cfg:     cfg,
-		conns:   map[string]map[*trackedConn]struct{}{},
-		listed:  map[string]bool{},
-		fenced:  map[string]bool{},
-		missing: map[string]string{},
-		failed:  map[string]bool{},
-		probes:  map[string]*sarama.Broker{},
+		dialer: net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive},
+		seeds:  slices.Clone(seeds),
+		cfg:    cfg,
+		conns:  map[string]map[*trackedConn]struct{}{},
+		listed: map[string]bool{},
+		fenced: map[string]bool{},
+		views:  map[string]brokerView{},
+		failed: map[string]bool{},
+		probes: map[string]*sarama.Broker{},
 	}
 }
 
@@ -87,11 +87,18 @@ func (w *brokerWatch) Dial(network, addr string) (net.Conn, error) {
 	}
 	wc := &trackedConn{Conn: c, w: w, addr: addr}
 	w.mu.Lock()
-	if w.conns[addr] == nil {
-		w.conns[addr] = map[*trackedConn]struct{}{}
+	fenced = w.fenced[addr] // fenced while dialing: its cut missed this one
+	if !fenced {
+		if w.conns[addr] == nil {
+			w.conns[addr] = map[*trackedConn]struct{}{}
+		}
+		w.conns[addr][wc] = struct{}{}
 	}
-	w.conns[addr][wc] = struct{}{}
 	w.mu.Unlock()
+	if fenced {
+		_ = c.Close()
+		return nil, fmt.Errorf("broker %s: %w", addr, errBrokerFenced)
+	}
 	return wc, nil
 }
 
@@ -102,7 +109,7 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 	defer w.closeProbes()
 	for {
 		if from, addrs, ok := w.poll(); ok {
-			for _, a := range w.observe(from, addrs) {
+			for _, a := range w.observe(from, addrs, time.Now()) {
 				log.Warn("broker fenced by the cluster: cutting its connections, so requests waiting on it go to the new leaders and coordinators", "broker", a)
 			}
 		}
@@ -116,8 +123,8 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 
 // poll asks the known brokers, one after another, for the cluster's
 // brokers, and returns the first answer and who gave it. Each poll starts
-// with the next broker (answers from different brokers confirm each
-// other, see observe); a broker whose last answer failed is asked last (a
+// with the next broker, so every live broker's view is recent (see
+// observe); a broker whose last answer failed is asked last (a
 // silent one would hold the poll for the read timeout).
 func (w *brokerWatch) poll() (from string, addrs []string, ok bool) {
 	w.mu.Lock()
@@ -190,35 +197,41 @@ func (w *brokerWatch) isFenced(addr string) bool {
 	return w.fenced[addr]
 }
 
-// observe takes the brokers of one answer, given by broker from: a
-// broker ever listed and missing from two answers in a row, of two
-// different brokers (one broker's metadata can lag, a restarted one's
-// most of all), is fenced and its connections closed (returned); one
-// listed is not fenced.
-func (w *brokerWatch) observe(from string, addrs []string) (cut []string) {
-	now := map[string]bool{}
+// observe takes the brokers of one answer, given by broker from (at now),
+// and returns the brokers it fenced, whose connections it closed. A broker
+// ever listed is fenced while a recent answer (of the last viewAge) of
+// some broker leaves it out, and no longer once every recent answer lists
+// it. Leaving out is what counts: brokers apply the cluster's metadata in
+// one order, so one that still lists a fenced broker is only behind (as
+// one is while the controller it follows is the silent node).
+func (w *brokerWatch) observe(from string, addrs []string, now time.Time) (cut []string) {
+	view := map[string]bool{}
 	for _, a := range addrs {
-		now[a] = true
+		view[a] = true
 	}
 	var cutConns []*trackedConn
 	w.mu.Lock()
+	w.views[from] = brokerView{at: now, addrs: view}
+	for a := range view {
+		w.listed[a] = true
+	}
 	for a := range w.listed {
-		switch by, seen := w.missing[a]; {
-		case now[a]:
-			delete(w.missing, a)
-			delete(w.fenced, a)
-		case !seen || by == from:
-			w.missing[a] = from
-		case !w.fenced[a]:
+		out := false
+		for _, v := range w.views {
+			if now.Sub(v.at) <= viewAge && !v.addrs[a] {
+				out = true
+			}
+		}
+		switch {
+		case out && !w.fenced[a]:
 			w.fenced[a] = true
 			cut = append(cut, a)
 			for c := range w.conns[a] {
 				cutConns = append(cutConns, c)
 			}
+		case !out:
+			delete(w.fenced, a)
 		}
-	}
-	for a := range now {
-		w.listed[a] = true
 	}
 	w.mu.Unlock()
 	for _, c := range cutConns {
@@ -227,6 +240,15 @@ func (w *brokerWatch) observe(from string, addrs []string) (cut []string) {
 	slices.Sort(cut)
 	return cut
 }
+
+// brokerView is one broker's last answer: the brokers it listed.
+type brokerView struct {
+	at    time.Time
+	addrs map[string]bool
+}
+
+// viewAge is how long a broker's answer counts.
+const viewAge = 2 * time.Second
 
 // forget drops a closed connection.
 func (w *brokerWatch) forget(c *trackedConn) {
