@@ -3,11 +3,15 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/internal/testkit"
@@ -73,19 +77,36 @@ func TestClusterBrokerFaults(t *testing.T) {
 			}
 		}},
 		{"kill-txn-coordinator-mid-commit", func(t *testing.T) {
-			// The same coordinator stopped (SIGSTOP) for a second, then
-			// killed while stopped: a transaction is open from its first
-			// produce (AddPartitionsToTxn) to EndTxn and one begins every
-			// 200 ms, so the commit in flight when the node stopped is
-			// caught between AddPartitionsToTxn and EndTxn, and its
-			// coordinator dies with it unanswered. keepstate must end it
-			// once Kafka has a new coordinator, within the same bound.
+			// The same coordinator stopped (SIGSTOP) the moment it
+			// reports the transaction Ongoing (AddPartitionsToTxn
+			// answered, EndTxn not received), and killed a second later
+			// while stopped: the commit is caught between
+			// AddPartitionsToTxn and EndTxn and its coordinator dies with
+			// it unanswered. keepstate must end it once Kafka has a new
+			// coordinator, within the same bound.
 			txnID := topics.TransactionalID(0)
 			n, err := r.kc.TxnCoordinator(txnID)
 			mustNode(t, err)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
 			before := strings.Count(r.childLogs(), "committing again")
-			stall := r.fault(fmt.Sprintf("SIGSTOP of node %d, transaction coordinator of %s, for 1 s, then kill -9", n.ID, txnID), func() {
-				mustNode(t, n.Pause())
+			stall := r.fault(fmt.Sprintf("SIGSTOP of node %d, transaction coordinator of %s, with the transaction Ongoing, for 1 s, then kill -9", n.ID, txnID), func() {
+				testkit.Eventually(t, 60*time.Second, txnID+" ongoing", func() error {
+					req := kmsg.NewPtrDescribeTransactionsRequest()
+					req.TransactionalIDs = []string{txnID}
+					resp, err := req.RequestWith(context.Background(), cl)
+					switch {
+					case err != nil:
+						return err
+					case len(resp.TransactionStates) != 1 || resp.TransactionStates[0].State != "Ongoing":
+						return fmt.Errorf("transaction states %+v", resp.TransactionStates)
+					}
+					mustNode(t, n.Pause())
+					return nil
+				})
 				time.Sleep(time.Second) // the fault's shape: a commit is caught in flight
 				mustNode(t, n.Kill())
 				r.waitFlowing(90 * time.Second)
