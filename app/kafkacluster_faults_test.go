@@ -66,15 +66,7 @@ func TestClusterBrokerFaults(t *testing.T) {
 				mustNode(t, n.Kill())
 				r.waitFlowing(90 * time.Second)
 			})
-			logs := r.childLogs()
-			t.Logf("commits retried after the kill: %d; aborts after the coordinator came back: %d",
-				strings.Count(logs, "committing again")-before, strings.Count(logs, "transaction aborted after its coordinator came back"))
-			// Without keepstate ending it, the open transaction waits
-			// for the broker's transaction timeout (10 s) after the new
-			// coordinator is up: 20 s and more.
-			if limit := failureDetection + 2*time.Second + 8*time.Second; stall > limit {
-				t.Errorf("stall %v after the transaction coordinator's kill, want <= %v (failure detection + 2 s, + 8 s for a loaded machine)", stall, limit)
-			}
+			r.checkTxnCoordinatorLoss(t, before, stall)
 		}},
 		{"kill-txn-coordinator-mid-commit", func(t *testing.T) {
 			// The same coordinator stopped (SIGSTOP) the moment it
@@ -111,12 +103,7 @@ func TestClusterBrokerFaults(t *testing.T) {
 				mustNode(t, n.Kill())
 				r.waitFlowing(90 * time.Second)
 			})
-			logs := r.childLogs()
-			t.Logf("commits retried after the kill: %d; aborts after the coordinator came back: %d",
-				strings.Count(logs, "committing again")-before, strings.Count(logs, "transaction aborted after its coordinator came back"))
-			if limit := failureDetection + 2*time.Second + 8*time.Second; stall > limit {
-				t.Errorf("stall %v after the transaction coordinator's kill mid-commit, want <= %v (failure detection + 2 s, + 8 s for a loaded machine)", stall, limit)
-			}
+			r.checkTxnCoordinatorLoss(t, before, stall)
 		}},
 		{"kill-group-coordinator", func(t *testing.T) {
 			// kill -9 of the group coordinator's node while the group is
@@ -259,5 +246,21 @@ func mustNode(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkTxnCoordinatorLoss logs how keepstate ended the transactions a
+// lost transaction coordinator left open (before: the "committing again"
+// lines logged before the fault) and fails t when the stall passed the
+// bound. Without keepstate ending it, an open transaction waits for the
+// broker's transaction timeout (10 s) after the new coordinator is up:
+// 20 s and more.
+func (r *clusterRig) checkTxnCoordinatorLoss(t *testing.T, before int, stall time.Duration) {
+	t.Helper()
+	logs := r.childLogs()
+	t.Logf("commits retried after the kill: %d; aborts after the coordinator came back: %d",
+		strings.Count(logs, "committing again")-before, strings.Count(logs, "transaction aborted after its coordinator came back"))
+	if limit := failureDetection + 2*time.Second + 8*time.Second; stall > limit {
+		t.Errorf("stall %v after the transaction coordinator's loss, want <= %v (failure detection + 2 s, + 8 s for a loaded machine)", stall, limit)
 	}
 }
