@@ -410,51 +410,50 @@ type stallMonitor struct {
 func startStallMonitor(t *testing.T, brokers []string, topics []string) *stallMonitor {
 	m := &stallMonitor{advanced: map[string][]time.Time{}, last: map[string]int64{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	t.Cleanup(func() { cancel(); <-done; <-done })
-	go func() {
-		defer func() { done <- struct{}{} }()
-		m.watchBrokers(ctx, brokers)
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		var client sarama.Client
-		defer func() {
-			if client != nil {
-				_ = client.Close()
-			}
-		}()
-		for ctx.Err() == nil {
-			if client == nil {
-				sc := sarama.NewConfig()
-				sc.Version = sarama.V3_6_0_0
-				sc.Net.DialTimeout = time.Second
-				sc.Net.ReadTimeout = 2 * time.Second
-				sc.Metadata.Retry.Max = 0
-				c, err := sarama.NewClient(brokers, sc)
-				if err != nil {
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				client = c
-			}
-			for _, topic := range topics {
-				for p := int32(0); p < 3; p++ {
-					off, err := stableEnd(client, topic, p)
-					if err != nil {
-						_ = client.RefreshMetadata(topic)
-						continue
-					}
-					m.observe(fmt.Sprintf("%s/%d", topic, p), off)
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	wg.Go(func() { m.watchBrokers(ctx, brokers) })
+	// One poller per partition, each on a client of its own with short
+	// timeouts: a poll held by a silent broker delays no other partition's.
+	for _, topic := range topics {
+		for p := int32(0); p < 3; p++ {
+			wg.Go(func() { m.pollPartition(ctx, brokers, topic, p) })
+		}
+	}
+	return m
+}
+
+// pollPartition observes the last stable offset of topic/p every 100 ms
+// until ctx ends.
+func (m *stallMonitor) pollPartition(ctx context.Context, brokers []string, topic string, p int32) {
+	var client sarama.Client
+	defer func() {
+		if client != nil {
+			_ = client.Close()
 		}
 	}()
-	return m
+	for ctx.Err() == nil {
+		if client == nil {
+			sc := sarama.NewConfig()
+			sc.Version = sarama.V3_6_0_0
+			sc.Net.DialTimeout, sc.Net.ReadTimeout = 500*time.Millisecond, 500*time.Millisecond
+			sc.Metadata.Retry.Max = 0
+			if c, err := sarama.NewClient(brokers, sc); err == nil {
+				client = c
+			}
+		}
+		if client != nil {
+			if off, err := stableEnd(client, topic, p); err == nil {
+				m.observe(fmt.Sprintf("%s/%d", topic, p), off)
+			} else {
+				_ = client.RefreshMetadata(topic)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // stableEnd returns the last stable offset of topic/p.
