@@ -49,12 +49,9 @@ type Engine struct {
 	client   sarama.Client
 	clog     changelogLog // reads the changelog for restores, over client
 	producer sarama.SyncProducer
-	// leaseClient sends the read lease's heartbeats: the group's own
-	// client; set before the group's first session.
-	leaseClient sarama.Client
-	nParts      int32 // repartition/changelog partitions
-	nOut        int32 // output topic partitions
-	nDLQ        int32
+	nParts   int32 // repartition/changelog partitions
+	nOut     int32 // output topic partitions
+	nDLQ     int32
 
 	mu            sync.Mutex
 	cancelSession context.CancelFunc
@@ -283,12 +280,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	defer e.leave() // after the group is closed: see leave.go
 	defer group.Close()
-	e.leaseClient = e.client
-	if g, ok := group.(*ownedGroup); ok {
-		// The lease's heartbeats go where sarama's go, on the client that
-		// follows the group's coordinator through its loss (groupclient.go).
-		e.leaseClient = g.client
-	}
 	go func() {
 		for err := range group.Errors() {
 			e.log.Warn("consumer group error", "err", err)

@@ -31,7 +31,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.mu.Unlock()
 	standbys, warmups := e.asg.replicas(s.GenerationID())
 	e.setReplicas(was, ps, standbys, warmups)
-	go e.keepLease(s, e.leaseClient)
+	go e.keepLease(s, e.client)
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "standby", standbys, "warmup", warmups, "input", s.Claims()[e.topics.Input])
 	return nil
