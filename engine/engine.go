@@ -69,8 +69,9 @@ type Engine struct {
 	meters  replayMeters
 	// actives and inputs are the aggregate and input partitions run here
 	// in the last session (reported to the assignor, which keeps them
-	// here); guarded by mu.
+	// here); guarded by mu. activesGen is the generation they ran in.
 	actives, inputs []int32
+	activesGen      int32
 }
 
 // NewJob checks cfg and returns an engine that runs job (see Job.Runner)
@@ -346,6 +347,24 @@ func (e *Engine) rejoin(reason string) {
 	e.c.rejoins.Add(1)
 	e.cancelSession()
 	e.cancelSession = nil
+}
+
+// startSession records the aggregate and input partitions of the session
+// of generation gen and returns the aggregate partitions the last session
+// ran here, if gen directly follows its generation: only then did nobody
+// else run them in between, so this instance's copies of them hold every
+// record written to their changelog until now. After a pause past the
+// session timeout the group went on without this member and the copies
+// are behind (a woken instance's standby answered a page short of three
+// movies as caught up, seen in the woken-instance test).
+func (e *Engine) startSession(gen int32, actives, inputs []int32) (was []int32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.actives != nil && gen == e.activesGen+1 {
+		was = e.actives
+	}
+	e.actives, e.inputs, e.activesGen = slices.Clone(actives), slices.Clone(inputs), gen
+	return was
 }
 
 // lastActives returns the partitions run here in the last session.

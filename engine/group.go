@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"slices"
-
 	"github.com/IBM/sarama"
 )
 
@@ -24,11 +22,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.route.parts.setJoined()
 	e.route.owners.invalidate()
 	e.onAssigned(ps, s.GenerationID())
-	e.mu.Lock()
-	was := e.actives
-	e.actives = slices.Clone(ps)
-	e.inputs = slices.Clone(s.Claims()[e.topics.Input])
-	e.mu.Unlock()
+	was := e.startSession(s.GenerationID(), ps, s.Claims()[e.topics.Input])
 	standbys, warmups := e.asg.replicas(s.GenerationID())
 	e.setReplicas(was, ps, standbys, warmups)
 	go e.keepLease(s, e.client)
