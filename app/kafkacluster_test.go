@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,10 +106,13 @@ func (r *clusterRig) fault(name string, inject func()) time.Duration {
 	r.kc.Restore(r.t, 120*time.Second)
 	r.waitFlowing(120 * time.Second)
 	until := time.Now()
-	stall, where := r.mon.longestGap(from, until)
+	stall, where, ended := r.mon.longestGap(from, until)
 	detected := "Kafka fenced no broker"
 	if d, ok := r.mon.fencedAfter(from, until); ok {
-		detected = fmt.Sprintf("Kafka fenced a broker after %v, the stall ran %v past that", d.Round(10*time.Millisecond), (stall - d).Round(10*time.Millisecond))
+		// How long after Kafka's own failure detection the longest stall
+		// ended: the bound. (A stall that began after the fault
+		// is not "stall - d".)
+		detected = fmt.Sprintf("Kafka fenced a broker after %v, the stall ended %v after that", d.Round(10*time.Millisecond), ended.Sub(from.Add(d)).Round(10*time.Millisecond))
 	}
 	r.t.Logf("STALL %s: %v (longest on %s; fault from %s, whole fault %v); %s; %s; assignments received: %d (each instance one per rebalance)", name, stall.Round(10*time.Millisecond), where,
 		from.Format("15:04:05.000"), until.Sub(from).Round(100*time.Millisecond), detected, ready.stop(), r.generationsSince(gens))
@@ -235,14 +239,18 @@ func (r *clusterRig) childLogs() string {
 	return b.String()
 }
 
-// ratingFeed sends generated ratings into a topic in small synchronous
-// batches, with an idempotent producer whose retries outlast a broker
-// failover, and keeps the ground truth of what was acknowledged.
+// ratingFeed sends generated ratings into a topic, each partition's in
+// small synchronous batches of its own sender, with an idempotent producer
+// whose retries outlast a broker failover, and keeps the ground truth of
+// what was acknowledged. One sender per partition, as a producer keeps one
+// queue per partition: a batch held by a silent leader delays only its
+// partition, and the other partitions' ratings go on arriving (one batch
+// across all partitions stalled the whole feed until a paused broker woke,
+// which the stall monitor then counted as keepstate's).
 type ratingFeed struct {
 	mu      sync.Mutex
 	truth   map[int64]testkit.Movie
 	sums    map[int64]float64
-	n       int64
 	err     error
 	nFailed int // sends that failed
 	paused  bool
@@ -250,7 +258,12 @@ type ratingFeed struct {
 	quit    chan struct{}
 	done    chan struct{}
 	stopped sync.Once
+	// queued counts ratings generated and not yet acknowledged or failed.
+	queued atomic.Int64
 }
+
+// feedPartitions is the input topic's partition count (createReplicated).
+const feedPartitions = 3
 
 // startFeed sends about rate ratings per second to c's input topic until
 // stop; a send error ends it (reported by pause and stop as a test error).
@@ -277,9 +290,21 @@ func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
 	f.cond = sync.NewCond(&f.mu)
 	const batch = 20
 	subject := c.InputTopic + "-value"
+	queues := make([]chan *sarama.ProducerMessage, feedPartitions)
+	var senders sync.WaitGroup
+	for p := range queues {
+		queues[p] = make(chan *sarama.ProducerMessage, 4*rate) // a few seconds of the partition's ratings
+		senders.Go(func() { f.send(pr, queues[p], batch) })
+	}
 	go func() {
 		defer close(f.done)
 		defer pr.Close()
+		defer senders.Wait()
+		defer func() {
+			for _, q := range queues {
+				close(q)
+			}
+		}()
 		g := app.NewGenerator(clusterMovies, 7)
 		tick := time.NewTicker(time.Second * batch / time.Duration(rate))
 		defer tick.Stop()
@@ -294,40 +319,65 @@ func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
 				return
 			case <-tick.C:
 			}
-			msgs := make([]*sarama.ProducerMessage, batch)
-			rs := make([]testkit.Movie, batch)
-			for i := range msgs {
+			for range batch {
 				rt := g.Next()
 				v, err := reg.EncodeRating(context.Background(), subject, rt)
 				if err != nil {
 					f.fail(err)
 					return
 				}
-				rs[i] = testkit.Movie{MovieID: rt.MovieID, Rating: rt.Rating}
-				msgs[i] = &sarama.ProducerMessage{Topic: c.InputTopic, Key: sarama.ByteEncoder(engine.Int64Keys.Append(nil, rt.MovieID)), Value: sarama.ByteEncoder(v)}
+				key := engine.Int64Keys.Append(nil, rt.MovieID)
+				m := &sarama.ProducerMessage{Topic: c.InputTopic, Key: sarama.ByteEncoder(key), Value: sarama.ByteEncoder(v),
+					Metadata: testkit.Movie{MovieID: rt.MovieID, Rating: rt.Rating}}
+				select {
+				case queues[engine.PartitionFor(key, feedPartitions)] <- m:
+					f.queued.Add(1)
+				default: // its partition's sender is held up: never sent, not in the truth
+				}
 			}
-			if err := pr.SendMessages(msgs); err != nil {
-				// Some of them may be written all the same: the truth is
-				// read back from the topic (checkExact).
-				f.mu.Lock()
-				f.nFailed++
-				f.mu.Unlock()
-				continue
-			}
-			f.mu.Lock()
-			for _, r := range rs {
-				m := f.truth[r.MovieID]
-				m.MovieID = r.MovieID
-				m.Count++
-				f.sums[r.MovieID] += r.Rating
-				m.Rating = f.sums[r.MovieID] / float64(m.Count)
-				f.truth[r.MovieID] = m
-			}
-			f.n += batch
-			f.mu.Unlock()
 		}
 	}()
 	return f
+}
+
+// send sends the ratings of q in batches of at most max, each as soon as
+// the one before it is acknowledged, and adds the acknowledged ones to
+// the truth.
+func (f *ratingFeed) send(pr sarama.SyncProducer, q <-chan *sarama.ProducerMessage, max int) {
+	for m := range q {
+		msgs := []*sarama.ProducerMessage{m}
+	fill:
+		for len(msgs) < max {
+			select {
+			case m, ok := <-q:
+				if !ok {
+					break fill
+				}
+				msgs = append(msgs, m)
+			default:
+				break fill
+			}
+		}
+		err := pr.SendMessages(msgs)
+		f.mu.Lock()
+		if err != nil {
+			// Some of them may be written all the same: the truth is
+			// read back from the topic (checkExact).
+			f.nFailed++
+		} else {
+			for _, m := range msgs {
+				r := m.Metadata.(testkit.Movie)
+				t := f.truth[r.MovieID]
+				t.MovieID = r.MovieID
+				t.Count++
+				f.sums[r.MovieID] += r.Rating
+				t.Rating = f.sums[r.MovieID] / float64(t.Count)
+				f.truth[r.MovieID] = t
+			}
+		}
+		f.mu.Unlock()
+		f.queued.Add(-int64(len(msgs)))
+	}
 }
 
 func (f *ratingFeed) fail(err error) {
@@ -336,26 +386,23 @@ func (f *ratingFeed) fail(err error) {
 	f.err = err
 }
 
-// pause stops sending after the batch in flight and returns a copy of
-// the truth; resume sends again.
+// pause stops generating ratings, waits (up to 2 minutes) until every
+// one generated is acknowledged or failed, and returns a copy of the
+// truth; resume sends again.
 func (f *ratingFeed) pause() map[int64]testkit.Movie {
 	f.mu.Lock()
 	f.paused = true
 	f.mu.Unlock()
-	// The batch in flight ends within its retries; wait for it by taking
-	// the lock the sender holds while it adds a batch.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		f.mu.Lock()
-		n := f.n
-		f.mu.Unlock()
-		time.Sleep(300 * time.Millisecond) // > one batch interval: no batch started after paused was set
-		f.mu.Lock()
-		same := f.n == n
-		f.mu.Unlock()
-		if same || time.Now().After(deadline) {
-			break
+	// The generator may be adding one tick's ratings: wait for a queue
+	// that stays empty across more than one tick.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		if f.queued.Load() == 0 {
+			time.Sleep(100 * time.Millisecond) // > one tick: no rating generated after paused was set
+			if f.queued.Load() == 0 {
+				break
+			}
 		}
+		time.Sleep(20 * time.Millisecond) // polling interval
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -559,12 +606,12 @@ func (m *stallMonitor) allAdvancedSince(since time.Time) error {
 }
 
 // longestGap returns the longest time within [from, until] that one
-// partition did not advance, and which.
-func (m *stallMonitor) longestGap(from, until time.Time) (time.Duration, string) {
+// partition did not advance, which, and when that gap ended.
+func (m *stallMonitor) longestGap(from, until time.Time) (time.Duration, string, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var worst time.Duration
-	where := ""
+	where, ended := "", until
 	for k, ts := range m.advanced {
 		prev := from
 		for _, at := range ts {
@@ -575,15 +622,15 @@ func (m *stallMonitor) longestGap(from, until time.Time) (time.Duration, string)
 				break
 			}
 			if g := at.Sub(prev); g > worst {
-				worst, where = g, k
+				worst, where, ended = g, k, at
 			}
 			prev = at
 		}
 		if g := until.Sub(prev); g > worst {
-			worst, where = g, k
+			worst, where, ended = g, k, until
 		}
 	}
-	return worst, where
+	return worst, where, ended
 }
 
 // readyWatch samples the instances' /readyz every 200 ms and records how
