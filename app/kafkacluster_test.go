@@ -240,10 +240,10 @@ func (r *clusterRig) childLogs() string {
 }
 
 // ratingFeed sends generated ratings into a topic, each partition's in
-// small synchronous batches of its own sender, with an idempotent producer
+// small synchronous batches of its own sender and producer, idempotent,
 // whose retries outlast a broker failover, and keeps the ground truth of
-// what was acknowledged. One sender per partition, as a producer keeps one
-// queue per partition: a batch held by a silent leader delays only its
+// what was acknowledged. One sender per partition, as the Java producer
+// keeps one queue per partition: a batch held by a silent leader delays only its
 // partition, and the other partitions' ratings go on arriving (one batch
 // across all partitions stalled the whole feed until a paused broker woke,
 // which the stall monitor then counted as keepstate's).
@@ -282,9 +282,20 @@ func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
 	sc.Producer.Retry.Max = 1200 // x 100 ms: outlasts every fault of these tests
 	sc.Producer.Retry.Backoff = 100 * time.Millisecond
 	sc.Metadata.Retry.Max = 5
-	pr, err := sarama.NewSyncProducer(c.Brokers, sc)
-	if err != nil {
-		t.Fatal(err)
+	// Short request timeouts, so that a request held by a paused broker
+	// is retried on the new leader soon after Kafka fenced it (sarama's
+	// default read timeout, 30 s, held the feed for a whole 30 s pause,
+	// which the stall monitor then counted as keepstate's).
+	sc.Producer.Timeout = 2 * time.Second
+	sc.Net.ReadTimeout = 3 * time.Second
+	// A producer per partition: sarama dispatches a topic's messages in
+	// one goroutine, so a partition whose leader holds a request blocks
+	// the others' once its buffer is full.
+	prs := make([]sarama.SyncProducer, feedPartitions)
+	for p := range prs {
+		if prs[p], err = sarama.NewSyncProducer(c.Brokers, sc); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f := &ratingFeed{truth: map[int64]testkit.Movie{}, sums: map[int64]float64{}, quit: make(chan struct{}), done: make(chan struct{})}
 	f.cond = sync.NewCond(&f.mu)
@@ -294,11 +305,13 @@ func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
 	var senders sync.WaitGroup
 	for p := range queues {
 		queues[p] = make(chan *sarama.ProducerMessage, 4*rate) // a few seconds of the partition's ratings
-		senders.Go(func() { f.send(pr, queues[p], batch) })
+		senders.Go(func() {
+			defer prs[p].Close()
+			f.send(prs[p], queues[p], batch)
+		})
 	}
 	go func() {
 		defer close(f.done)
-		defer pr.Close()
 		defer senders.Wait()
 		defer func() {
 			for _, q := range queues {
