@@ -67,7 +67,45 @@ func newClusterRig(t *testing.T, store string) *clusterRig {
 	// (first of the cleanups, so that the feed's last send can end).
 	t.Cleanup(func() { kc.Restore(t, 120*time.Second) })
 	r.waitFlowing(60 * time.Second)
+	r.waitSettled(60 * time.Second)
 	return r
+}
+
+// waitSettled waits until the group has no warm-up left and runs every
+// partition, one instance at least one, so that the first fault does not
+// fall in a hand-over (a warm-up's rejoin is a rebalance of its own).
+func (r *clusterRig) waitSettled(timeout time.Duration) {
+	r.t.Helper()
+	testkit.Eventually(r.t, timeout, "no warm-up left and every partition active", func() error {
+		actives := 0
+		for _, in := range r.inst {
+			var st struct {
+				Partitions map[string][]engine.PartitionRole `json:"partitions"`
+			}
+			if _, err := testkit.GetJSON("http://"+in.api+"/api/stats", &st); err != nil {
+				return err
+			}
+			mine := 0
+			for _, roles := range st.Partitions {
+				for _, pr := range roles {
+					switch pr.Role {
+					case engine.RoleWarmup:
+						return fmt.Errorf("%s warms up partition %d", in.name, pr.Partition)
+					case engine.RoleActive:
+						mine++
+					}
+				}
+			}
+			if mine == 0 {
+				return fmt.Errorf("%s runs no partition", in.name)
+			}
+			actives += mine
+		}
+		if actives != 3 {
+			return fmt.Errorf("%d actives, want 3", actives)
+		}
+		return nil
+	})
 }
 
 // createReplicated creates topic with 3 partitions, replication factor 3
