@@ -164,13 +164,33 @@ func newRedis(bin, dir string, ownDir bool, opts []RedisOption) (*Redis, error) 
 	return nil, lastErr
 }
 
+// givenPorts are the ports freePort has returned in this process: the
+// kernel may hand a port that was just closed out again at once, and two
+// children of one test were given the same API port (one then failed
+// with "address already in use").
+var givenPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
+// freePort returns a loopback port that was free a moment ago and that it
+// has not returned before in this process.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+	givenPorts.Lock()
+	defer givenPorts.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !givenPorts.m[p] {
+			givenPorts.m[p] = true
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("find a free port: every port the kernel offered was given out before")
 }
 
 // Addr returns host:port of the server.
