@@ -32,7 +32,8 @@ MODULES ?= $(if $(filter ./...,$(PKGS)),deploytest)
 GOFMT_DIRS = $(patsubst %/...,%,$(PKGS))
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 # Timeouts make a hung test fail instead of eating CI's budget (CI: 2 cores).
-UNIT_TIMEOUT ?= 20m
+# The app package's -race run alone took 12-19 min in fresh-clone CI runs.
+UNIT_TIMEOUT ?= 30m
 INTEGRATION_TIMEOUT ?= 20m
 INTEGRATION_RUN ?= Integration|E2E
 CLUSTER_TIMEOUT ?= 15m
