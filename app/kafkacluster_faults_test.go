@@ -162,7 +162,7 @@ func TestClusterBrokerFaults(t *testing.T) {
 			// leaderships move, and when it resumes with a stale view
 			// nothing it still holds may commit or count twice.
 			n := r.leaderOf(topics.Changelog, 1)
-			pause := engine.DefaultConfig().TransactionTimeout + 5*time.Second
+			pause := app.Default().TransactionTimeout + 5*time.Second
 			r.fault(fmt.Sprintf("SIGSTOP of node %d (leader of %s/1) for %v, then SIGCONT", n.ID, topics.Changelog, pause), func() {
 				mustNode(t, n.Pause())
 				time.Sleep(pause) // the fault's length, not synchronisation
