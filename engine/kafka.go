@@ -15,18 +15,42 @@ type changelogLog struct{ client sarama.Client }
 
 // saramaKafka opens the engine's sarama clients, dialed to brokers; every
 // method receives the configuration the engine built for that client.
-type saramaKafka struct{ brokers []string }
+// With a watch, the clients and producers it opens are refreshed when the
+// watch fences a broker (watchedclients.go).
+type saramaKafka struct {
+	brokers []string
+	watch   *brokerWatch
+}
 
 // NewClient dials the engine's metadata client.
 func (k saramaKafka) NewClient(cfg *sarama.Config) (sarama.Client, error) {
-	return sarama.NewClient(k.brokers, cfg)
+	c, err := sarama.NewClient(k.brokers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if k.watch == nil {
+		return c, nil
+	}
+	return &trackedClient{Client: c, untrack: k.watch.track(c, "")}, nil
 }
 
 // NewSyncProducer dials a producer: the shared idempotent one, or a
 // transactional one when cfg.Producer.Transaction.ID is set (opening one
 // fences every earlier producer with the same id).
 func (k saramaKafka) NewSyncProducer(cfg *sarama.Config) (sarama.SyncProducer, error) {
-	return sarama.NewSyncProducer(k.brokers, cfg)
+	if k.watch == nil {
+		return sarama.NewSyncProducer(k.brokers, cfg)
+	}
+	c, err := sarama.NewClient(k.brokers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := sarama.NewSyncProducerFromClient(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &trackedProducer{SyncProducer: p, client: c, untrack: k.watch.track(c, "")}, nil
 }
 
 // NewClusterAdmin dials the admin client that creates topics and describes
@@ -38,7 +62,14 @@ func (k saramaKafka) NewClusterAdmin(cfg *sarama.Config) (sarama.ClusterAdmin, e
 // NewConsumerGroup joins consumer group id, on a client that keeps the
 // session through the loss of the group coordinator (see newSaramaGroup).
 func (k saramaKafka) NewConsumerGroup(group string, cfg *sarama.Config) (sarama.ConsumerGroup, error) {
-	return newSaramaGroup(k.brokers, group, cfg)
+	g, err := newSaramaGroup(k.brokers, group, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if k.watch != nil {
+		g.untrack = k.watch.track(g.client, group)
+	}
+	return g, nil
 }
 
 // NewLog returns the changelog reader over client (a client NewClient
