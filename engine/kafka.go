@@ -20,6 +20,9 @@ type changelogLog struct{ client sarama.Client }
 type saramaKafka struct {
 	brokers []string
 	watch   *brokerWatch
+	// group is the consumer group whose coordinator the producers'
+	// transactional offset commits go to.
+	group string
 }
 
 // NewClient dials the engine's metadata client.
@@ -50,7 +53,7 @@ func (k saramaKafka) NewSyncProducer(cfg *sarama.Config) (sarama.SyncProducer, e
 		_ = c.Close()
 		return nil, err
 	}
-	return &trackedProducer{SyncProducer: p, client: c, untrack: k.watch.track(c, "")}, nil
+	return &trackedProducer{SyncProducer: p, client: c, untrack: k.watch.track(c, k.group)}, nil
 }
 
 // NewClusterAdmin dials the admin client that creates topics and describes

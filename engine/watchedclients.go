@@ -18,7 +18,9 @@ import (
 // its leaders and coordinators up again at once.
 
 // watchedClient is a client the watch refreshes on a fence; group, when
-// set, is the consumer group whose coordinator it looks up again too.
+// set, is the consumer group whose coordinator it looks up again too (the
+// group's own client, and the transactional producers, which commit
+// offsets to it).
 type watchedClient struct {
 	c     sarama.Client
 	group string
