@@ -79,9 +79,10 @@ func (k saramaKafka) NewConsumerGroup(group string, cfg *sarama.Config) (sarama.
 // returned): list-offsets and fetch requests to the partition leaders.
 func (k saramaKafka) NewLog(client sarama.Client) changelogLog { return changelogLog{client: client} }
 
-// Start returns the first offset of topic/p (the log start offset).
-func (l changelogLog) Start(_ context.Context, topic string, p int32) (int64, error) {
-	n, err := l.client.GetOffset(topic, p, sarama.OffsetOldest)
+// Start returns the first offset of topic/p (the log start offset),
+// waiting while the partition has no reachable leader.
+func (l changelogLog) Start(ctx context.Context, topic string, p int32) (int64, error) {
+	n, err := listOffset(ctx, l.client, topic, p, sarama.OffsetOldest, sarama.ReadUncommitted)
 	if err != nil {
 		return 0, fmt.Errorf("start of %s/%d: %w", topic, p, err)
 	}
@@ -96,9 +97,10 @@ func (l changelogLog) StableEnd(ctx context.Context, topic string, p int32) (int
 }
 
 // LastStable returns topic/p's last stable offset: every transaction with
-// a record below it is decided. It does not wait.
-func (l changelogLog) LastStable(_ context.Context, topic string, p int32) (int64, error) {
-	n, err := listOffset(l.client, topic, p, sarama.ReadCommitted)
+// a record below it is decided. It does not wait for open transactions,
+// only while the partition has no reachable leader.
+func (l changelogLog) LastStable(ctx context.Context, topic string, p int32) (int64, error) {
+	n, err := listOffset(ctx, l.client, topic, p, sarama.OffsetNewest, sarama.ReadCommitted)
 	if err != nil {
 		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
 	}
