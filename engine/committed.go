@@ -129,7 +129,7 @@ func listOffsetOnce(client sarama.Client, topic string, p int32, ts int64, iso s
 // waitStable returns the high watermark of the partition once its last
 // stable offset has reached it: every transaction that wrote below it is
 // then decided (committed or aborted), so a read_committed reader can read
-// everything below it.
+// everything below it. It polls until ctx ends.
 func waitStable(ctx context.Context, client sarama.Client, topic string, p int32) (int64, error) {
 	hwm, err := listOffset(ctx, client, topic, p, sarama.OffsetNewest, sarama.ReadUncommitted)
 	if err != nil {
