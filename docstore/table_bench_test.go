@@ -135,3 +135,45 @@ func BenchmarkTableQuery(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTableQueryTiesDesc measures a page of 1000, descending, on a
+// TiesAscending table of 20,000 documents with nearly distinct values
+// (running averages): the whole page, and the page of one partition in
+// three (an instance's own among its standbys' documents).
+func BenchmarkTableQueryTiesDesc(b *testing.B) {
+	const n, parts = 20_000, 3
+	s := openTemp(b, WithFsync(false))
+	b.Cleanup(func() { _ = s.Close() })
+	tb := mustTable(b, s, moviesSpec)
+	ctx := context.Background()
+	epoch, err := tb.Claim(ctx, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	docs := make([]engine.Doc, 0, n)
+	for i := range n {
+		k := []byte(strconv.Itoa(i))
+		docs = append(docs, engine.Doc{Key: k, Partition: 0, Version: 1, Sources: map[int32]int64{0: 1},
+			Value: []byte(`{}`), Index: []engine.IndexValue{engine.Num(float64(i%997) + float64(i)/n)}})
+	}
+	if err := tb.Apply(ctx, engine.DocBatch{Partition: 0, Epoch: epoch, Docs: docs, Checkpoint: 1}); err != nil {
+		b.Fatal(err)
+	}
+	q := engine.IndexQuery{Index: "avg", Desc: true, Limit: 1000}
+	for _, bc := range []struct {
+		name string
+		keep func([]byte) bool
+	}{
+		{"all", nil},
+		{"one-partition-in-three", func(k []byte) bool { return engine.PartitionFor(k, parts) == 0 }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				page, err := tb.QueryFiltered(ctx, q, bc.keep)
+				if err != nil || len(page.Docs) != q.Limit {
+					b.Fatal(len(page.Docs), err)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -151,5 +152,59 @@ func TestTableQueryIsServedByTheIndex(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTableQueryFiltered: a filtered query reads only the documents it
+// keeps (the others are skipped in the index walk), on a plain and a
+// TiesAscending table, both ways; and a query whose context is cancelled
+// mid-walk stops within walkCheckEvery entries with the context's error.
+func TestTableQueryFiltered(t *testing.T) {
+	const n, limit = 3000, 10
+	s := openTemp(t, WithFsync(false))
+	defer s.Close()
+	ctx := context.Background()
+	orders := mustTable(t, s, ordersSpec)
+	ranked := mustTable(t, s, engine.TableSpec{Name: "ranked", Indexes: ordersSpec.Indexes, TiesAscending: true})
+	fillTable(t, orders, n, 1000)
+	fillTable(t, ranked, n, 1000)
+	quarter := func(key []byte) bool { return engine.PartitionFor(key, 4) == 1 }
+	for _, tb := range []*table{orders, ranked} {
+		for _, desc := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/desc=%v", tb.spec.Name, desc), func(t *testing.T) {
+				q := engine.IndexQuery{Index: "total", Desc: desc, Limit: limit}
+				s.counts.reset()
+				page, err := tb.QueryFiltered(ctx, q, quarter)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(page.Docs) != limit || page.Next == nil {
+					t.Fatalf("got %d documents, next %v; want a full page of %d with a cursor", len(page.Docs), page.Next, limit)
+				}
+				for _, d := range page.Docs {
+					if !quarter(d.Key) {
+						t.Fatalf("document %s is not kept by the filter", d.Key)
+					}
+				}
+				if docs := s.counts.docsRead(); docs > limit {
+					t.Fatalf("read %d documents; want at most the limit, %d (the others skipped unread)", docs, limit)
+				}
+
+				cctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				calls := 0
+				_, err = tb.QueryFiltered(cctx, engine.IndexQuery{Index: "total", Desc: desc, Limit: n}, func([]byte) bool {
+					calls++
+					cancel()
+					return false
+				})
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("query cancelled mid-walk = %v; want context.Canceled", err)
+				}
+				if calls > walkCheckEvery {
+					t.Fatalf("the walk went on for %d entries after its context was cancelled; want at most %d", calls, walkCheckEvery)
+				}
+			})
+		}
 	}
 }

@@ -9,14 +9,23 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
+var _ engine.FilteredQuerier = (*table)(nil)
+
 // Query answers q from the entries of its index: one iterator walk over
 // the entries between the bounds (backwards when q.Desc), starting after
 // q.After, stopping after q.Limit entries (a descending query on a
 // TiesAscending table walks value groups instead, walkTiesAscending); it
 // reads the page's documents and nothing else, whatever the table's size.
 // Next is set when the page is full. All from one snapshot. An unknown
-// index or a bad bound is ErrInvalid.
+// index or a bad bound is ErrInvalid; a cancelled ctx stops the walk.
 func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
+	return t.QueryFiltered(ctx, q, nil)
+}
+
+// QueryFiltered is Query skipping the entries whose key keep rejects
+// (nil keeps all) before their documents are read: see
+// engine.FilteredQuerier.
+func (t *table) QueryFiltered(ctx context.Context, q engine.IndexQuery, keep func(key []byte) bool) (engine.DocPage, error) {
 	pos, kind, err := q.Validate(t.spec)
 	if err != nil {
 		return engine.DocPage{}, fmt.Errorf("table %s: query: %w", t.spec.Name, err)
@@ -35,13 +44,18 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 		if tiesAsc {
 			walk = t.walkTiesAscending
 		}
-		keys, err := walk(r, pos, kind, q, lower, upper)
+		keys, err := walk(walker{ctx: ctx, keep: keep}, r, pos, kind, q, lower, upper)
 		if err != nil || len(keys) == 0 {
 			return err
 		}
 		page.Docs = make([]engine.Doc, 0, len(keys))
 		var buf []byte
-		for _, k := range keys {
+		for i, k := range keys {
+			if i%walkCheckEvery == walkCheckEvery-1 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			t.s.counts.docGets.Add(1)
 			buf = t.l.docKey(buf[:0], k)
 			raw, err := r.get(buf)
@@ -69,9 +83,34 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 	return page, nil
 }
 
+// walkCheckEvery is how many steps a query takes between checks of its
+// context: a query its caller gave up on stops soon, instead of holding
+// a core for a page nobody reads.
+const walkCheckEvery = 256
+
+// walker is what an index walk checks as it steps: its query's context
+// and the keys it keeps (nil keeps all).
+type walker struct {
+	ctx   context.Context
+	keep  func(key []byte) bool
+	steps int
+}
+
+// step counts one step and returns the context's error every
+// walkCheckEvery steps.
+func (w *walker) step() error {
+	if w.steps++; w.steps%walkCheckEvery == 0 {
+		return w.ctx.Err()
+	}
+	return nil
+}
+
+// kept reports whether key is kept.
+func (w *walker) kept(key []byte) bool { return w.keep == nil || w.keep(key) }
+
 // walkIndex returns the keys of the first q.Limit entries of the index at
-// pos within [lower, upper), in q's order.
-func (t *table) walkIndex(r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) (_ [][]byte, err error) {
+// pos within [lower, upper) that w keeps, in q's order.
+func (t *table) walkIndex(w walker, r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) (_ [][]byte, err error) {
 	it, err := r.iter(lower, upper, q.Desc)
 	if err != nil {
 		return nil, err
@@ -85,11 +124,14 @@ func (t *table) walkIndex(r kvReader, pos int, kind engine.IndexKind, q engine.I
 	var keys [][]byte
 	for ok := it.seek(start); ok; ok = it.next() {
 		t.s.counts.indexSteps.Add(1)
+		if err := w.step(); err != nil {
+			return nil, err
+		}
 		v, key, good := splitIndexValue(it.key()[prefix:], kind)
 		if !good || len(key) == 0 {
 			return nil, fmt.Errorf("corrupt index entry %x", it.key())
 		}
-		if !q.InRange(v, kind) { // never, with the bounds of queryBounds
+		if !q.InRange(v, kind) || !w.kept(key) { // out of range: never, with the bounds of queryBounds
 			continue
 		}
 		if keys = append(keys, bytes.Clone(key)); len(keys) == q.Limit {

@@ -7,15 +7,17 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// walkTiesAscending returns the keys of the first q.Limit entries of a
-// descending query on a table whose spec sets TiesAscending: values
-// descending, equal values by key ascending, within [lower, upper) (q's
-// bounds) and after q.After. The entries sort by (value, key) ascending,
-// so it walks value groups from the top: a reverse seek finds the next
-// lower value, a forward walk reads that value's entries in key order.
-// Every group visited yields at least one key, so it steps over O(Limit)
-// entries however many documents tie.
-func (t *table) walkTiesAscending(r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) (_ [][]byte, err error) {
+// walkTiesAscending returns the keys of the first q.Limit entries w
+// keeps of a descending query on a table whose spec sets TiesAscending:
+// values descending, equal values by key ascending, within [lower, upper)
+// (q's bounds) and after q.After. The entries sort by (value, key)
+// ascending, so it walks them backwards with one iterator, gathering each
+// value group's kept keys and adding them in key order once the group's
+// first entry is passed: one seek, then one step per entry. A group with
+// more kept keys than the page still needs ends the page: its first keys
+// are read forwards from its first entry instead. So it steps over
+// O(Limit) entries (of those w keeps) however many documents tie.
+func (t *table) walkTiesAscending(w walker, r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) (_ [][]byte, err error) {
 	fwd, err := r.iter(lower, upper, false)
 	if err != nil {
 		return nil, err
@@ -28,14 +30,20 @@ func (t *table) walkTiesAscending(r kvReader, pos int, kind engine.IndexKind, q 
 	defer closeInto(rev, &err)
 	ip := len(t.l.indexPrefix(pos))
 	var keys [][]byte
-	// group appends the keys of the entries from start on that begin with
-	// gs (the first entry key of one value), up to the limit.
+	// group appends the kept keys of the entries from start on that begin
+	// with gs (the first entry key of one value), up to the limit.
 	group := func(gs, start []byte) error {
 		for ok := fwd.seek(start); ok && bytes.HasPrefix(fwd.key(), gs); ok = fwd.next() {
 			t.s.counts.indexSteps.Add(1)
+			if err := w.step(); err != nil {
+				return err
+			}
 			_, key, good := splitIndexValue(fwd.key()[ip:], kind)
 			if !good || len(key) == 0 {
 				return fmt.Errorf("corrupt index entry %x", fwd.key())
+			}
+			if !w.kept(key) {
+				continue
 			}
 			if keys = append(keys, bytes.Clone(key)); len(keys) == q.Limit {
 				return nil
@@ -57,19 +65,41 @@ func (t *table) walkTiesAscending(r kvReader, pos int, kind engine.IndexKind, q 
 		}
 	}
 	// hi is upper (excluded by the iterator) or a value's first entry key
-	// (no entry equals it: keys are not empty), so the last key <= hi is
-	// the last entry below it.
-	for len(keys) < q.Limit && rev.seek(hi) {
+	// (no entry equals it: keys are not empty), so the reverse seek lands
+	// on the last entry below it.
+	var gs []byte     // the first entry key of the group being gathered
+	var held [][]byte // its kept keys so far, descending
+	for ok := len(keys) < q.Limit && rev.seek(hi); ok; ok = rev.next() {
 		t.s.counts.indexSteps.Add(1)
-		v, _, good := splitIndexValue(rev.key()[ip:], kind)
-		if !good {
-			return nil, fmt.Errorf("corrupt index entry %x", rev.key())
-		}
-		gs := t.valueStart(pos, kind, v)
-		if err := group(gs, gs); err != nil {
+		if err := w.step(); err != nil {
 			return nil, err
 		}
-		hi = gs
+		v, key, good := splitIndexValue(rev.key()[ip:], kind)
+		if !good || len(key) == 0 {
+			return nil, fmt.Errorf("corrupt index entry %x", rev.key())
+		}
+		if gs == nil || !bytes.HasPrefix(rev.key(), gs) { // a lower value
+			keys, held = appendReversed(keys, held), held[:0]
+			if len(keys) == q.Limit {
+				return keys, nil
+			}
+			gs = t.valueStart(pos, kind, v)
+		}
+		if !w.kept(key) {
+			continue
+		}
+		if held = append(held, bytes.Clone(key)); len(held) > q.Limit-len(keys) {
+			// More ties than the page needs: its first ones, forwards.
+			return keys, group(gs, gs)
+		}
 	}
-	return keys, nil
+	return appendReversed(keys, held), nil
+}
+
+// appendReversed appends the keys of held to keys, last first.
+func appendReversed(keys, held [][]byte) [][]byte {
+	for i := len(held) - 1; i >= 0; i-- {
+		keys = append(keys, held[i])
+	}
+	return keys
 }

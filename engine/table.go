@@ -414,6 +414,18 @@ type TableScanner interface {
 	ScanPartition(ctx context.Context, p int32, fn func(Doc) error) error
 }
 
+// FilteredQuerier is an optional ability of a Table: Query that skips,
+// inside its index walk and before reading them, the documents whose key
+// keep rejects. Skipped documents do not count toward q.Limit, so a page
+// holds up to Limit documents keep accepts, in q's order, and Next is set
+// when it is full. It is how an instance answers for some partitions of a
+// store that holds others too (standbys, copies of partitions that
+// moved) without reading those. keep is called from the calling goroutine
+// only. A walk cancelled by ctx stops with ctx's error.
+type FilteredQuerier interface {
+	QueryFiltered(ctx context.Context, q IndexQuery, keep func(key []byte) bool) (DocPage, error)
+}
+
 // TableResetter is an optional ability of a Table: deleting all its
 // documents and checkpoints while keeping (or raising) its epochs.
 type TableResetter interface {

@@ -130,21 +130,40 @@ func (v *TableView) QueryReplicas(ctx context.Context, q IndexQuery) (DocPage, [
 	})
 }
 
-// queryParts pages through the index until q.Limit documents of the
-// partitions in parts() are found; partitions that left parts() meanwhile
-// are taken out of the answer.
+// queryParts answers q with the documents of the partitions in parts():
+// a FilteredQuerier skips the others inside its walk; any other store is
+// paged through until q.Limit documents of them are found. Partitions
+// that left parts() meanwhile are taken out of the answer.
 func (v *TableView) queryParts(ctx context.Context, q IndexQuery, parts func() map[int32]bool) (DocPage, []int32, error) {
-	spec := v.e.table.Spec()
 	running := parts()
 	var out DocPage
 	if len(running) == 0 {
 		return out, []int32{}, nil
 	}
+	if fq, ok := v.e.table.(FilteredQuerier); ok {
+		n := v.e.route.numParts.Load()
+		page, err := fq.QueryFiltered(ctx, q, func(key []byte) bool { return running[PartitionFor(key, n)] })
+		if err != nil {
+			return DocPage{}, nil, err
+		}
+		out = page
+	} else if err := v.pageParts(ctx, q, running, &out); err != nil {
+		return DocPage{}, nil, err
+	}
+	var covered []int32
+	out.Docs, covered = stillCovered(running, parts(), out.Docs, func(d Doc) int32 { return d.Partition })
+	return out, covered, nil
+}
+
+// pageParts pages through the index into out until q.Limit documents of
+// the partitions in running are found.
+func (v *TableView) pageParts(ctx context.Context, q IndexQuery, running map[int32]bool, out *DocPage) error {
+	spec := v.e.table.Spec()
 	inner := q
 	for done := false; !done; {
 		page, err := v.e.table.Query(ctx, inner)
 		if err != nil {
-			return DocPage{}, nil, err
+			return err
 		}
 		for _, d := range page.Docs {
 			if !running[d.Partition] {
@@ -163,9 +182,7 @@ func (v *TableView) queryParts(ctx context.Context, q IndexQuery, parts func() m
 		}
 		inner.After = page.Next
 	}
-	var covered []int32
-	out.Docs, covered = stillCovered(running, parts(), out.Docs, func(d Doc) int32 { return d.Partition })
-	return out, covered, nil
+	return nil
 }
 
 // replicaSet returns the partitions whose standby copy here may answer.

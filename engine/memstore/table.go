@@ -181,10 +181,18 @@ func (t *table) Get(_ context.Context, key []byte) (engine.Doc, error) {
 	return d.Clone(), nil
 }
 
+var _ engine.FilteredQuerier = (*table)(nil)
+
 // Query scans every document and returns copies of the page q selects, in
 // the order of TableSpec.Before; Next is set when the page is full. An
 // invalid query fails with engine.ErrInvalid.
-func (t *table) Query(_ context.Context, q engine.IndexQuery) (engine.DocPage, error) {
+func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
+	return t.QueryFiltered(ctx, q, nil)
+}
+
+// QueryFiltered is Query over the documents whose key keep accepts (nil
+// accepts all): see engine.FilteredQuerier.
+func (t *table) QueryFiltered(_ context.Context, q engine.IndexQuery, keep func(key []byte) bool) (engine.DocPage, error) {
 	pos, kind, err := q.Validate(t.spec)
 	if err != nil {
 		return engine.DocPage{}, fmt.Errorf("query table %s: %w", t.spec.Name, err)
@@ -192,7 +200,7 @@ func (t *table) Query(_ context.Context, q engine.IndexQuery) (engine.DocPage, e
 	t.mu.RLock()
 	var match []engine.Doc
 	for _, d := range t.docs {
-		if !q.InRange(d.Index[pos], kind) {
+		if !q.InRange(d.Index[pos], kind) || (keep != nil && !keep(d.Key)) {
 			continue
 		}
 		if q.After != nil && !t.spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc) {

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/keepstate/keepstate/engine"
@@ -145,4 +147,65 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 	for _, ix := range sh.spec.Indexes {
 		wantTPage(t, tb, tmodelOf([]engine.Doc{again}), engine.IndexQuery{Index: ix.Name, Limit: 10})
 	}
+}
+
+// filteredTable is a Table whose Query is QueryFiltered with keep, so the
+// query checks of the suite run on it.
+type filteredTable struct {
+	engine.Table
+	fq   engine.FilteredQuerier
+	keep func(key []byte) bool
+}
+
+func (f filteredTable) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
+	return f.fq.QueryFiltered(ctx, q, f.keep)
+}
+
+// keepOnly returns a keep function accepting the keys of parts, and the
+// documents of md it accepts.
+func keepOnly(md tmodel, parts ...int32) (func(key []byte) bool, tmodel) {
+	keep := func(key []byte) bool { return slices.Contains(parts, engine.PartitionFor(key, Partitions)) }
+	out := tmodel{}
+	for k, d := range md {
+		if keep(d.Key) {
+			out[k] = d
+		}
+	}
+	return keep, out
+}
+
+// checkFiltered pages through every index of tb, both ways, keeping each
+// set of partitions in turn, and checks every page against the model.
+func checkFiltered(t *testing.T, tb engine.Table, md tmodel, sh shape) {
+	t.Helper()
+	fq, ok := tb.(engine.FilteredQuerier)
+	if !ok {
+		t.Skip("table does not implement engine.FilteredQuerier")
+	}
+	for _, parts := range [][]int32{{0, 2}, {1}, {}} {
+		keep, want := keepOnly(md, parts...)
+		ft := filteredTable{Table: tb, fq: fq, keep: keep}
+		eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
+			for _, desc := range []bool{false, true} {
+				for _, limit := range []int{1, 4, 100} {
+					q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit}
+					if got := tpageAll(t, ft, want, q); len(got) != len(want) {
+						t.Fatalf("paging %s keeping partitions %v returned %d docs; want %d", showQuery(q), parts, len(got), len(want))
+					}
+				}
+				for _, c := range arbitraryCursors[ix.Kind] {
+					after := c
+					wantTPage(t, ft, want, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 3, After: &after})
+				}
+				for _, bc := range boundCases[ix.Kind] {
+					wantTPage(t, ft, want, rangeQuery(ix, bc.min, bc.max, desc, 2))
+				}
+			}
+		})
+	}
+}
+
+func testTableFilteredQuerier(t *testing.T, open TablesOpener, sh shape) {
+	tb, md := seededTable(t, open, sh, 80)
+	checkFiltered(t, tb, md, sh)
 }

@@ -393,4 +393,7 @@ func testTableTiesAscending(t *testing.T, open TablesOpener) {
 			}
 		}
 	})
+	if _, ok := tb.(engine.FilteredQuerier); ok {
+		t.Run("filtered", func(t *testing.T) { checkFiltered(t, tb, md, sh) })
+	}
 }

@@ -79,6 +79,7 @@ func RunTables(t *testing.T, open TablesOpener) {
 		{"ConcurrentReadersSeeWholeBatches", testTableConcurrentReaders},
 		{"TableScanner", testTableScanner},
 		{"TableResetter", testTableResetter},
+		{"FilteredQuerier", testTableFilteredQuerier},
 		{"RandomizedModel", testTableRandomModel},
 	}
 	for _, tc := range perShape {
