@@ -46,6 +46,8 @@ type brokerWatch struct {
 	next   int                                  // where the next poll starts
 	failed map[string]bool                      // brokers whose last metadata answer failed
 	probes map[string]*sarama.Broker
+	// clients are refreshed when a broker is fenced (watchedclients.go).
+	clients map[*watchedClient]struct{}
 }
 
 // pollEvery is how often the watch asks for the cluster's brokers.
@@ -109,8 +111,12 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 	defer w.closeProbes()
 	for {
 		if from, addrs, ok := w.poll(); ok {
-			for _, a := range w.observe(from, addrs, time.Now()) {
+			cut := w.observe(from, addrs, time.Now())
+			for _, a := range cut {
 				log.Warn("broker fenced by the cluster: cutting its connections, so requests waiting on it go to the new leaders and coordinators", "broker", a)
+			}
+			if len(cut) > 0 {
+				w.refreshClients()
 			}
 		}
 		select {

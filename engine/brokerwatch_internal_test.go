@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
@@ -91,4 +92,42 @@ func TestBrokerWatchPoll(t *testing.T) {
 	if !ok || !slices.Equal(got, k.Brokers()) || from != k.Brokers()[0] {
 		t.Fatalf("poll: got %v from %q, %v; want %v from %q, true", got, from, ok, k.Brokers(), k.Brokers()[0])
 	}
+}
+
+// TestBrokerWatchRefreshesClients: a client keeps a partition's leader
+// from its last lookup; once the watch refreshes its clients (as it does
+// when it fences a broker), the client names the new leader without a
+// failed request first.
+func TestBrokerWatchRefreshesClients(t *testing.T) {
+	k := testkit.StartKfake(t, testkit.WithBrokers(2), testkit.WithTopics(1, "t"))
+	w := newBrokerWatch(k.Brokers(), NewSaramaConfig("t"))
+	c, err := (saramaKafka{brokers: k.Brokers(), watch: w}).NewClient(NewSaramaConfig("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	leader := func() (int32, error) {
+		b, err := c.Leader("t", 0)
+		if err != nil {
+			return -1, err
+		}
+		return b.ID(), nil
+	}
+	was, err := leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Cluster().MoveTopicPartition("t", 0, 1-was); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := leader(); got != was {
+		t.Fatalf("leader before any refresh: got %d, want the cached %d", got, was)
+	}
+	w.refreshClients()
+	testkit.Eventually(t, 10*time.Second, "the client names the new leader", func() error {
+		if got, err := leader(); err != nil || got != 1-was {
+			return fmt.Errorf("leader %d, %v; want %d", got, err, 1-was)
+		}
+		return nil
+	})
 }

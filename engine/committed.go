@@ -63,21 +63,51 @@ const controlAbort = 0
 // (v13 switched to topic ids). Kafka 2.3 and later serve it.
 const fetchVersion = 11
 
-// listOffset returns the partition's end offset: the high watermark with
-// sarama.ReadUncommitted, the last stable offset with sarama.ReadCommitted.
-func listOffset(client sarama.Client, topic string, p int32, iso sarama.IsolationLevel) (int64, error) {
+// errLeaderGone marks a request for a partition's offsets that failed on
+// its way (the leader's broker died, was fenced or cut off) or found no
+// leader (an election under way): retried, it succeeds once Kafka has a
+// new leader.
+var errLeaderGone = errors.New("partition leader unreachable")
+
+// listOffset returns the partition's offset at ts: sarama.OffsetOldest
+// (the log start), or sarama.OffsetNewest, the end: the high watermark
+// with sarama.ReadUncommitted, the last stable offset with
+// sarama.ReadCommitted. It retries while the leader is gone (backing off
+// from 100 ms to 1 s, as a fetch does in committedReader.read), so a
+// leader failover delays a restore or a standby instead of failing it, and
+// returns ctx's error if ctx ends first.
+func listOffset(ctx context.Context, client sarama.Client, topic string, p int32, ts int64, iso sarama.IsolationLevel) (int64, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		n, err := listOffsetOnce(client, topic, p, ts, iso)
+		if !errors.Is(err, errLeaderGone) {
+			return n, err
+		}
+		if !sleepCtx(ctx, backoff) {
+			return 0, ctx.Err()
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// listOffsetOnce is one try of listOffset; its errors wrap errLeaderGone
+// where a retry may succeed.
+func listOffsetOnce(client sarama.Client, topic string, p int32, ts int64, iso sarama.IsolationLevel) (int64, error) {
 	broker, err := client.Leader(topic, p)
 	if err != nil {
+		if errors.Is(err, sarama.ErrLeaderNotAvailable) || errors.Is(err, sarama.ErrOutOfBrokers) || errors.Is(err, sarama.ErrNotLeaderForPartition) {
+			err = fmt.Errorf("%w: %w", errLeaderGone, err)
+		}
 		return 0, err
 	}
 	req := sarama.NewOffsetRequest(client.Config().Version)
 	req.IsolationLevel = iso
-	req.AddBlock(topic, p, sarama.OffsetNewest, 1)
+	req.AddBlock(topic, p, ts, 1)
 	resp, err := broker.GetAvailableOffsets(req)
 	if err != nil {
 		_ = broker.Close() // sarama keeps a connection whose read timed out, dead, until closed
 		_ = client.RefreshMetadata(topic)
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", errLeaderGone, err)
 	}
 	b := resp.GetBlock(topic, p)
 	if b == nil {
@@ -85,6 +115,9 @@ func listOffset(client sarama.Client, topic string, p int32, iso sarama.Isolatio
 	}
 	if !errors.Is(b.Err, sarama.ErrNoError) {
 		_ = client.RefreshMetadata(topic)
+		if errors.Is(b.Err, sarama.ErrNotLeaderForPartition) || errors.Is(b.Err, sarama.ErrLeaderNotAvailable) {
+			return 0, fmt.Errorf("%w: %w", errLeaderGone, b.Err)
+		}
 		return 0, b.Err
 	}
 	if b.Offset != 0 || len(b.Offsets) == 0 {
@@ -96,15 +129,15 @@ func listOffset(client sarama.Client, topic string, p int32, iso sarama.Isolatio
 // waitStable returns the high watermark of the partition once its last
 // stable offset has reached it: every transaction that wrote below it is
 // then decided (committed or aborted), so a read_committed reader can read
-// up to it. It polls until ctx ends.
+// everything below it. It polls until ctx ends.
 func waitStable(ctx context.Context, client sarama.Client, topic string, p int32) (int64, error) {
-	hwm, err := listOffset(client, topic, p, sarama.ReadUncommitted)
+	hwm, err := listOffset(ctx, client, topic, p, sarama.OffsetNewest, sarama.ReadUncommitted)
 	if err != nil {
 		return 0, fmt.Errorf("high watermark of %s/%d: %w", topic, p, err)
 	}
 	backoff := 20 * time.Millisecond
 	for {
-		lso, err := listOffset(client, topic, p, sarama.ReadCommitted)
+		lso, err := listOffset(ctx, client, topic, p, sarama.OffsetNewest, sarama.ReadCommitted)
 		if err != nil {
 			return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
 		}

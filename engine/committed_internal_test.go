@@ -2,10 +2,15 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/keepstate/keepstate/internal/testkit"
 )
 
 // TestCommittedReaderForgetsAbortsBetweenFetches replays, with sarama's
@@ -122,4 +127,48 @@ func scriptedClient(t *testing.T, mb *sarama.MockBroker, topic string, fetch sar
 	}
 	t.Cleanup(func() { client.Close() })
 	return client
+}
+
+// TestListOffsetWaitsForLeader: a request for a partition's offsets that
+// finds no leader (an election after a broker's loss) is retried until one
+// answers, so a restore or a standby waits through a leader failover
+// instead of failing (which restarted the whole group session).
+func TestListOffsetWaitsForLeader(t *testing.T) {
+	k := testkit.StartKfake(t, testkit.WithTopics(1, "t"))
+	var refused atomic.Int32
+	k.Cluster().ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		if refused.Load() >= 3 {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		r := req.(*kmsg.ListOffsetsRequest)
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	client, err := sarama.NewClient(k.Brokers(), NewSaramaConfig("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := listOffset(ctx, client, "t", 0, sarama.OffsetNewest, sarama.ReadCommitted)
+	if err != nil || got != 0 {
+		t.Fatalf("listOffset while the leader is away: got %d, %v; want 0, nil", got, err)
+	}
+	if n := refused.Load(); n != 3 {
+		t.Errorf("requests refused: got %d, want 3", n)
+	}
 }

@@ -75,6 +75,14 @@ type Config struct {
 	ProcessingGuarantee Guarantee
 	// TransactionTimeout is how long the broker waits before it aborts a
 	// transaction its producer left open (a crashed or paused instance).
+	// The default, 30 s, is above Kafka's failure detection (9 s of
+	// broker.session.timeout.ms plus heartbeats and elections, 7.5-13 s
+	// measured): a transaction whose coordinator was lost is then
+	// committed on the new coordinator, not aborted by it for its timeout
+	// (which fences the producer and restarts the group session). A long
+	// timeout delays nobody when a partition moves: its next owner's
+	// producer, with the same per-partition transactional id, aborts the
+	// old owner's transaction at once.
 	TransactionTimeout time.Duration
 	// StaleDropAfter, when positive, deletes a partition's documents from
 	// an InstanceLocal store this long after the partition moved away (see
@@ -113,7 +121,7 @@ func DefaultConfig() Config {
 		AcceptableLag:     10000,
 
 		ProcessingGuarantee: ExactlyOnce,
-		TransactionTimeout:  10 * time.Second,
+		TransactionTimeout:  30 * time.Second,
 	}
 }
 

@@ -97,6 +97,7 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: saramaKafka{brokers: cfg.Brokers},
 		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}
 	e.watch = newBrokerWatch(cfg.Brokers, NewSaramaConfig(cfg.ApplicationID))
+	e.kafka.watch, e.kafka.group = e.watch, cfg.ApplicationID
 	e.budget.Store(int64(cfg.CacheBudgetDocs))
 	e.asg = &assignor{e: e}
 	e.standby.wake = make(chan struct{}, 1)

@@ -39,7 +39,7 @@ import (
 // connect to takes the backoff too (pacedClient). The dial pause also
 // spaces out the reconnects of fetches to a dead partition leader, which
 // is harmless.
-func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (sarama.ConsumerGroup, error) {
+func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (*ownedGroup, error) {
 	var under dialer = &net.Dialer{Timeout: cfg.Net.DialTimeout, KeepAlive: cfg.Net.KeepAlive, LocalAddr: cfg.Net.LocalAddr}
 	if cfg.Net.Proxy.Enable {
 		under = cfg.Net.Proxy.Dialer
@@ -179,11 +179,15 @@ func (c *pacedClient) Coordinator(group string) (*sarama.Broker, error) {
 // ownedGroup is a consumer group that closes its own client.
 type ownedGroup struct {
 	sarama.ConsumerGroup
-	client sarama.Client
+	client  sarama.Client
+	untrack func() // stops the broker watch's refreshes of client, if set
 }
 
 // Close leaves the group and closes the client.
 func (g *ownedGroup) Close() error {
+	if g.untrack != nil {
+		g.untrack()
+	}
 	err := g.ConsumerGroup.Close()
 	if cerr := g.client.Close(); err == nil && cerr != nil && !errors.Is(cerr, sarama.ErrClosedClient) {
 		err = cerr

@@ -15,18 +15,45 @@ type changelogLog struct{ client sarama.Client }
 
 // saramaKafka opens the engine's sarama clients, dialed to brokers; every
 // method receives the configuration the engine built for that client.
-type saramaKafka struct{ brokers []string }
+// With a watch, the clients and producers it opens are refreshed when the
+// watch fences a broker (watchedclients.go).
+type saramaKafka struct {
+	brokers []string
+	watch   *brokerWatch
+	// group is the consumer group whose coordinator the producers'
+	// transactional offset commits go to.
+	group string
+}
 
 // NewClient dials the engine's metadata client.
 func (k saramaKafka) NewClient(cfg *sarama.Config) (sarama.Client, error) {
-	return sarama.NewClient(k.brokers, cfg)
+	c, err := sarama.NewClient(k.brokers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if k.watch == nil {
+		return c, nil
+	}
+	return &trackedClient{Client: c, untrack: k.watch.track(c, "")}, nil
 }
 
 // NewSyncProducer dials a producer: the shared idempotent one, or a
 // transactional one when cfg.Producer.Transaction.ID is set (opening one
 // fences every earlier producer with the same id).
 func (k saramaKafka) NewSyncProducer(cfg *sarama.Config) (sarama.SyncProducer, error) {
-	return sarama.NewSyncProducer(k.brokers, cfg)
+	if k.watch == nil {
+		return sarama.NewSyncProducer(k.brokers, cfg)
+	}
+	c, err := sarama.NewClient(k.brokers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := sarama.NewSyncProducerFromClient(c)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &trackedProducer{SyncProducer: p, client: c, untrack: k.watch.track(c, k.group)}, nil
 }
 
 // NewClusterAdmin dials the admin client that creates topics and describes
@@ -38,16 +65,24 @@ func (k saramaKafka) NewClusterAdmin(cfg *sarama.Config) (sarama.ClusterAdmin, e
 // NewConsumerGroup joins consumer group id, on a client that keeps the
 // session through the loss of the group coordinator (see newSaramaGroup).
 func (k saramaKafka) NewConsumerGroup(group string, cfg *sarama.Config) (sarama.ConsumerGroup, error) {
-	return newSaramaGroup(k.brokers, group, cfg)
+	g, err := newSaramaGroup(k.brokers, group, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if k.watch != nil {
+		g.untrack = k.watch.track(g.client, group)
+	}
+	return g, nil
 }
 
 // NewLog returns the changelog reader over client (a client NewClient
 // returned): list-offsets and fetch requests to the partition leaders.
 func (k saramaKafka) NewLog(client sarama.Client) changelogLog { return changelogLog{client: client} }
 
-// Start returns the first offset of topic/p (the log start offset).
-func (l changelogLog) Start(_ context.Context, topic string, p int32) (int64, error) {
-	n, err := l.client.GetOffset(topic, p, sarama.OffsetOldest)
+// Start returns the first offset of topic/p (the log start offset),
+// waiting while the partition has no reachable leader.
+func (l changelogLog) Start(ctx context.Context, topic string, p int32) (int64, error) {
+	n, err := listOffset(ctx, l.client, topic, p, sarama.OffsetOldest, sarama.ReadUncommitted)
 	if err != nil {
 		return 0, fmt.Errorf("start of %s/%d: %w", topic, p, err)
 	}
@@ -62,9 +97,10 @@ func (l changelogLog) StableEnd(ctx context.Context, topic string, p int32) (int
 }
 
 // LastStable returns topic/p's last stable offset: every transaction with
-// a record below it is decided. It does not wait.
-func (l changelogLog) LastStable(_ context.Context, topic string, p int32) (int64, error) {
-	n, err := listOffset(l.client, topic, p, sarama.ReadCommitted)
+// a record below it is decided. It does not wait for open transactions,
+// only while the partition has no reachable leader.
+func (l changelogLog) LastStable(ctx context.Context, topic string, p int32) (int64, error) {
+	n, err := listOffset(ctx, l.client, topic, p, sarama.OffsetNewest, sarama.ReadCommitted)
 	if err != nil {
 		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
 	}

@@ -246,3 +246,20 @@ func TestUnitNewRejectsInvalidConfig(t *testing.T) {
 		t.Errorf("New without a store: got %v, want ErrInvalid", err)
 	}
 }
+
+// TestUnitWarmupOfEmptyPartition: a second instance joins while no record
+// was ever written, so every changelog is empty and its store holds no
+// checkpoint. Its warm-up is still caught up (an empty copy of an empty
+// changelog is exact) and must take its share of the actives, not ask for
+// a rebalance every few seconds for ever.
+func TestUnitWarmupOfEmptyPartition(t *testing.T) {
+	c := newCluster(t)
+	cfg := unitConfig(c, engine.ExactlyOnce)
+	cfg.Partitions = 2
+	a := newRig(t, c, cfg, memstore.New(memstore.Local())).start(t)
+	eventually(t, "first instance runs both partitions", owns(a.e, 0, 1))
+	cfgB := cfg
+	cfgB.AdvertiseAddr = "127.0.0.1:7002"
+	b := newRig(t, c, cfgB, memstore.New(memstore.Local())).start(t)
+	split(t, a.e, b.e)
+}

@@ -33,11 +33,17 @@ type Router struct {
 	admin    sarama.ClusterAdmin // guarded by owners.mu
 }
 
+// maxStuckAfter is the longest a Kafka write waits before /readyz reports
+// it (see writeWaits).
+const maxStuckAfter = 25 * time.Second
+
 func newRouter(cfg Config, log *slog.Logger) *Router {
 	r := &Router{appID: cfg.ApplicationID, self: cfg.AdvertiseAddr, repartition: cfg.Topics().Repartition, log: log}
-	// Past the producers' retries (twice the transaction timeout) a write
-	// has failed or the cluster takes none.
-	r.writes.stuckAfter = 2*cfg.TransactionTimeout + 5*time.Second
+	// A write still waiting past Kafka's failure detection (about 13 s at
+	// most) and the elections after it waits on a cluster that takes
+	// none: report it then, or past the producers' retries (twice the
+	// transaction timeout) when that is sooner.
+	r.writes.stuckAfter = min(2*cfg.TransactionTimeout+5*time.Second, maxStuckAfter)
 	return r
 }
 

@@ -291,6 +291,13 @@ func (e *Engine) tail(ctx context.Context, r *replica) (behind bool, err error) 
 		}
 		r.checkpoint.Store(cp)
 	}
+	if _, ok := e.copies.get(r.p); !ok && cp == end {
+		// Read to the end with nothing to write (an empty changelog):
+		// the store holds no checkpoint, yet the copy is exact. Report
+		// it, or the leader never counts this warm-up caught up and its
+		// member rejoins for it again and again.
+		e.copies.set(r.p, cp)
+	}
 	r.end.Store(end)
 	r.readAt.Store(int64(monoNow()))
 	return cp < end, nil

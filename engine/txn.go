@@ -116,9 +116,10 @@ func (e *Engine) txnProducerConfig(id, clientSuffix string, retry *txnRetry) *sa
 	sc.Producer.Transaction.ID = id
 	sc.Producer.Transaction.Timeout = e.cfg.TransactionTimeout
 	// Offset-fetch and coordinator retries must outlast an open
-	// transaction of a dead predecessor (the transaction timeout).
-	sc.Producer.Transaction.Retry.Max = 100
+	// transaction of a dead predecessor (the transaction timeout), and a
+	// lost coordinator until Kafka has elected the next (7.5-13 s).
 	sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
+	sc.Producer.Transaction.Retry.Max = max(100, int(e.cfg.TransactionTimeout/sc.Producer.Transaction.Retry.Backoff))
 	sc.Producer.Transaction.Retry.BackoffFunc = nil
 	// A failed transactional produce is retried for twice the transaction
 	// timeout, paced by retry (see txnRetry); then the transaction is
