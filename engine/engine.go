@@ -143,10 +143,10 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	// A partition whose leader went away is looked up again every 200 ms
-	// (sarama: 2 s), so that fetching resumes within a fifth of a second
-	// of Kafka electing the new leader (a lookup is one metadata request).
-	sc.Consumer.Retry.Backoff = 200 * time.Millisecond
+	// A partition whose leader went away is looked up again every 500 ms
+	// (sarama: 2 s), so that fetching resumes within half a second of
+	// Kafka electing the new leader.
+	sc.Consumer.Retry.Backoff = 500 * time.Millisecond
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{e.asg,
 		rangeStrategy{BalanceStrategy: sarama.NewBalanceStrategyRange(), addr: e.cfg.AdvertiseAddr}}

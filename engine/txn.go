@@ -49,9 +49,8 @@ func (t Topics) RekeyTransactionalID(p int32) string {
 }
 
 // txnProduceBackoff is the pause between two tries of a transactional
-// produce that failed: short, because each pause after a leader moves
-// adds to the stall of every partition the transaction writes.
-const txnProduceBackoff = 100 * time.Millisecond
+// produce that failed.
+const txnProduceBackoff = 250 * time.Millisecond
 
 // newTaskProducer opens the transactional producer of aggregate partition
 // p (see newTxnProducer).
