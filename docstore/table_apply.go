@@ -21,7 +21,8 @@ import (
 // ErrInvalid and nothing is written; see engine.Table for the version
 // rules. It reads the stored document of each key the write cache
 // (tableCaches) does not hold. A replay batch into an empty table takes
-// the bulk-load path instead (tableBulk): it reads nothing, and it is
+// the bulk-load path instead (tableBulk): it reads only keys the load
+// may have written before and its cache no longer holds, and it is
 // durable once its buffer is written out rather than on return; Apply
 // keeps its documents (not copies) until then, so the caller must not
 // change a replay batch's documents after passing them.

@@ -37,11 +37,14 @@ import (
 // the rest again; nothing the engine committed to Kafka depends on a
 // restore's batches.
 //
-// The first write of any other kind to the table (a batch of documents
-// that is not a replay, or replays into a partition that was not empty, a
-// drop, a reset), or a full cache, ends the load (a batch of a checkpoint
-// alone does not: a partition's restore ends with one); later batches read what the cache does not hold. A crash
-// ends it too: the reopened store reads. It is used only on an engine that
+// A full cache does not end the load: the keys it cannot hold are
+// remembered approximately (seenKeys), and only a key that may have been
+// written before is read. The first write of any other kind to the table
+// (a batch of documents that is not a replay, or replays into a partition
+// that was not empty, a drop, a reset) ends the load (a batch of a
+// checkpoint alone does not: a partition's restore ends with one); later
+// batches read what the cache does not hold. A crash ends it too: the
+// reopened store reads. It is used only on an engine that
 // ingests (kvIngester: Pebble). Guarded by Store.wmu.
 type tableBulk struct {
 	on    bool
@@ -55,9 +58,11 @@ type tableBulk struct {
 	timer       *time.Timer     // writes the buffer out after ingestIdle
 	job         *tableIngestJob // the buffer being ingested, or nil
 	// overflow is set when the full cache refused a document the load
-	// wrote: the cache no longer knows every document, so the next
-	// buffer reads what it does not hold, and the load ends (bulkFor).
+	// wrote: the cache no longer knows every document, so from the next
+	// buffer on, a key it does not hold is read when seen may hold it.
 	overflow bool
+	// seen holds every key the load has written out.
+	seen seenKeys
 }
 
 func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints) == 0 }
@@ -104,9 +109,6 @@ func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool,
 func (t *table) bulkFor(r kvReader, p int32) (bool, error) {
 	s, tc := t.s, t.cache
 	bulk := &tc.bulk
-	if bulk.on && s.tcache.full(tc, s.cacheMax) {
-		return false, s.endTableBulk(tc)
-	}
 	if bulk.on && bulk.parts[p] {
 		return true, nil
 	}

@@ -137,6 +137,53 @@ func TestTableBulkLoadMatchesReadingPath(t *testing.T) {
 	}
 }
 
+// TestTableBulkLoadOverflowReadsOnlySeenKeys restores keys that each
+// appear once (a compacted changelog) into a table whose pinned cache
+// holds a sixth of them: the load goes on past the full cache, looks up
+// no document (a key the load never wrote is not read), and ends with
+// the same documents, index entries and size as the reading path. With
+// keys rewritten after the cache filled (tableReplayLog), the rewritten
+// keys are read and the result is the same too (the cases of
+// TestTableBulkLoadMatchesReadingPath).
+func TestTableBulkLoadOverflowReadsOnlySeenKeys(t *testing.T) {
+	var log []engine.DocBatch
+	var want []engine.Doc
+	for round := int64(1); round <= 4; round++ {
+		for p := range int32(3) {
+			b := engine.DocBatch{Partition: p, Checkpoint: round * 10, Replay: true}
+			for i := range 60 {
+				d := orderDoc(int(round)*1000+int(p)*100+i, p, round)
+				b.Docs = append(b.Docs, d)
+				want = append(want, d)
+			}
+			log = append(log, b)
+		}
+	}
+	slices.SortFunc(want, func(a, b engine.Doc) int { return slices.Compare(a.Key, b.Key) })
+	s, err := Open(t.TempDir(), WithFsync(false), withIngestChunk(50), WithWriteCache(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.bulkMax = 120
+	tb := mustTable(t, s, ordersSpec)
+	replayTable(t, tb, log)
+	wantCheckpoints(t, tb, 3, 40) // writes the buffer out
+	if !tb.cache.bulk.overflow {
+		t.Fatalf("the pinned cache did not overflow (%d keys cached); the test needs it to", tb.cache.m.len())
+	}
+	if !tb.cache.bulk.on {
+		t.Errorf("the bulk load ended when the cache filled; want it on until another kind of write")
+	}
+	if n := s.counts.docGets.Load(); n != 0 {
+		t.Errorf("the restore looked up %d documents; want 0 (every key was new)", n)
+	}
+	if n := s.counts.ingests.Load(); n < 2 {
+		t.Errorf("%d ingestions; want several", n)
+	}
+	wantTableDocs(t, s, tb, want)
+}
+
 // TestTableBulkLoadEndsOnOtherWrites starts a bulk load and then writes
 // the table otherwise: a batch of documents, a drop or a reset ends the
 // load, its buffer written out first; a checkpoint alone or a claim does

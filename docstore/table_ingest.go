@@ -45,7 +45,7 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 	for _, d := range job.docs {
 		if p, ok := tc.m.get(string(d.Key)); ok && p.exists {
 			job.olds[string(d.Key)] = p
-		} else if bulk.overflow {
+		} else if bulk.overflow && bulk.seen.mayContain(d.Key) {
 			unknown = append(unknown, d.Key)
 		}
 	}
@@ -136,6 +136,9 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 		}
 		tc.buffered.Store(true)
 		return job.err
+	}
+	for _, w := range job.written {
+		tc.bulk.seen.add([]byte(w.key))
 	}
 	s.tcache.putAll(tc, job.written, s.cacheMax)
 	return nil
