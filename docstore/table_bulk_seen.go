@@ -13,8 +13,8 @@ import (
 // without reading the store. A key it does not contain was never written
 // by the load, so the load writes it blind; only a key it may contain is
 // read (about one new key in a hundred, and every key written before).
-// A restore from a compacted changelog, one record per key, so reads next
-// to nothing however large it is.
+// A restore from a compacted changelog (one record per key) therefore
+// reads next to nothing, however large it is.
 //
 // It is a chain of Bloom filters, each with twice the capacity of the one
 // before, so it needs no size up front: about 1.2 bytes per key at a 1 %
