@@ -14,6 +14,8 @@
 #   make bench        benchmarks
 #   make bench-e2e    end-to-end `keepstate bench`: Zipf and uniform, clover and redis (scripts/bench-e2e.sh)
 #   make bench-compare  keepstate vs goka vs Kafka Streams on one Apache Kafka broker (scripts/bench-compare.sh)
+#   make bench-groupchange  scale-out, rolling restart, scale-in, lost nodes: keepstate vs Kafka Streams
+#                     with standbys (scripts/bench-compare.sh groupchange, compare/groupchange)
 #   make demo         everything in one process (kfake, srfake, clover, API on :7001)
 #   make image        docker image, when a docker engine answers
 #
@@ -56,7 +58,7 @@ BENCH_TIME ?= 1s
 BENCH_TIMEOUT ?= 15m
 IMAGE ?= keepstate:dev
 
-.PHONY: all build deps lint unit integration integration-cluster fuzz test bench bench-e2e bench-compare demo image clean
+.PHONY: all build deps lint unit integration integration-cluster fuzz test bench bench-e2e bench-compare bench-groupchange demo image clean
 
 all: build
 
@@ -137,6 +139,9 @@ bench-e2e:
 
 bench-compare:
 	scripts/bench-compare.sh
+
+bench-groupchange:
+	scripts/bench-compare.sh groupchange
 
 demo:
 	$(GO) run ./cmd/keepstate demo

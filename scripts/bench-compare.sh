@@ -11,6 +11,8 @@
 #   scripts/bench-compare.sh --uniform --movies 1000000   the uniform workload
 #   scripts/bench-compare.sh --runs 1 --systems keepstate-clover,kstreams-alos
 #   scripts/bench-compare.sh --markdown docs/benchmarks.md
+#   scripts/bench-compare.sh groupchange --movies 600000  the group changes side by side
+#                                         (compare/groupchange: keepstate and Kafka Streams)
 #
 # Environment:
 #   REDIS_URL   a running Redis (default: a redis-server started here)
@@ -18,6 +20,11 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+driver=throughput
+if [[ "${1:-}" == groupchange ]]; then
+	driver=groupchange
+	shift
+fi
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/keepstate-bench-compare.XXXXXX")"
 redis_pid=""
 kafka_started=""
@@ -31,8 +38,8 @@ trap 'exit 130' INT TERM
 
 echo "bench-compare: building keepstate, compare/goka, compare/kstreams ..." >&2
 CGO_ENABLED=0 go build -o bin/keepstate ./cmd/keepstate
-go build -o "$scratch/throughput" ./compare/throughput
-(cd compare/goka && go build -o bin/goka-compare .)
+go build -o "$scratch/$driver" "./compare/$driver"
+[[ "$driver" == groupchange ]] || (cd compare/goka && go build -o bin/goka-compare .)
 (cd compare/kstreams && { mvn -B -q -o package -DskipTests >/dev/null 2>&1 || mvn -B -q clean package -DskipTests; })
 
 if [[ -z "${BROKERS:-}" ]]; then
@@ -41,6 +48,11 @@ if [[ -z "${BROKERS:-}" ]]; then
 	BROKERS="$(KEEPSTATE_KAFKA_OWNER_PID=$$ scripts/kafka.sh start "$scratch/kafka")"
 	kafka_started=1
 	echo "bench-compare: Apache Kafka at $BROKERS" >&2
+fi
+if [[ "$driver" == groupchange ]]; then
+	"$scratch/groupchange" --brokers "$BROKERS" --keepstate-bin bin/keepstate \
+		--kstreams-jar compare/kstreams/target/kstreams-ratings-1.jar "$@"
+	exit
 fi
 if [[ -z "${REDIS_URL:-}" ]]; then
 	command -v redis-server >/dev/null || { echo "bench-compare: redis-server not found (install it or set REDIS_URL)" >&2; exit 2; }

@@ -4,11 +4,20 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.SortedSet;
+import java.util.TreeSet;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 
 import org.apache.avro.Schema;
 import org.apache.avro.generic.GenericDatumReader;
@@ -25,10 +34,13 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.TaskMetadata;
+import org.apache.kafka.streams.ThreadMetadata;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.TaskId;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -55,6 +67,14 @@ import org.slf4j.LoggerFactory;
  * --commit-interval-ms N          default: Kafka Streams' own (30000 ALOS, 100 EOS)
  * --threads N                     num.stream.threads (default 1)
  * --session-timeout-ms N          consumer session.timeout.ms (default 10000)
+ * --standby-replicas N            num.standby.replicas (default: Kafka Streams' own, 0)
+ * --probing-rebalance-interval-ms N  probing.rebalance.interval.ms (default: Kafka Streams' own)
+ * --acceptable-recovery-lag N     acceptable.recovery.lag (default: Kafka Streams' own)
+ * --max-warmup-replicas N         max.warmup.replicas (default: Kafka Streams' own)
+ * --status-file PATH              every 100 ms, when it changed, write the client's state and
+ *                                 the tasks its threads hold as one JSON line to PATH
+ *                                 (atomically, through PATH.tmp), e.g.
+ *                                 {"state":"RUNNING","active":["0_1","1_3"],"standby":["1_4"]}
  * </pre>
  */
 public final class RatingsApp {
@@ -92,6 +112,18 @@ public final class RatingsApp {
         if (flags.containsKey("instance-id")) {
             p.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG), flags.get("instance-id"));
         }
+        if (flags.containsKey("standby-replicas")) {
+            p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, flags.get("standby-replicas"));
+        }
+        if (flags.containsKey("probing-rebalance-interval-ms")) {
+            p.put(StreamsConfig.PROBING_REBALANCE_INTERVAL_MS_CONFIG, flags.get("probing-rebalance-interval-ms"));
+        }
+        if (flags.containsKey("acceptable-recovery-lag")) {
+            p.put(StreamsConfig.ACCEPTABLE_RECOVERY_LAG_CONFIG, flags.get("acceptable-recovery-lag"));
+        }
+        if (flags.containsKey("max-warmup-replicas")) {
+            p.put(StreamsConfig.MAX_WARMUP_REPLICAS_CONFIG, flags.get("max-warmup-replicas"));
+        }
 
         StreamsBuilder b = new StreamsBuilder();
         RatingDecoder decoder = new RatingDecoder(loadSchema());
@@ -109,6 +141,7 @@ public final class RatingsApp {
             .to(flags.getOrDefault("output-topic", "rating-averages"), Produced.with(Serdes.Long(), Serdes.Double()));
 
         KafkaStreams streams = new KafkaStreams(b.build(), p);
+        StatusFile status = flags.containsKey("status-file") ? new StatusFile(streams, Paths.get(flags.get("status-file"))) : null;
         CountDownLatch done = new CountDownLatch(1);
         streams.setUncaughtExceptionHandler(e -> {
             LOG.error("stream thread failed", e);
@@ -121,11 +154,20 @@ public final class RatingsApp {
             }
         });
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            if (status != null) {
+                status.stop();
+            }
             streams.close();
             done.countDown();
         }));
         streams.start();
+        if (status != null) {
+            status.start();
+        }
         done.await();
+        if (status != null) {
+            status.stop();
+        }
         streams.close();
     }
 
@@ -148,6 +190,105 @@ public final class RatingsApp {
             }
         }
         return m;
+    }
+
+    /**
+     * Writes the client's state and the tasks its stream threads hold to a
+     * file, every 100 ms when they changed: one JSON line such as
+     * {"state":"RUNNING","active":["0_1","1_3"],"standby":["1_4"]}, the task
+     * ids sorted and de-duplicated. The file is replaced atomically (written
+     * to PATH.tmp, then renamed), so a reader never sees a partial line.
+     */
+    static final class StatusFile {
+        private final KafkaStreams streams;
+        private final Path path;
+        private final Path tmp;
+        private final ScheduledExecutorService exec;
+        private String last;
+        private String lastError;
+
+        StatusFile(KafkaStreams streams, Path path) {
+            this.streams = streams;
+            this.path = path;
+            this.tmp = Paths.get(path + ".tmp");
+            this.exec = Executors.newSingleThreadScheduledExecutor(r -> {
+                Thread t = new Thread(r, "status-file");
+                t.setDaemon(true);
+                return t;
+            });
+        }
+
+        void start() {
+            exec.scheduleWithFixedDelay(this::poll, 0, 100, TimeUnit.MILLISECONDS);
+        }
+
+        /** Stops the polling; a write under way finishes first. */
+        void stop() {
+            exec.shutdown();
+            try {
+                if (!exec.awaitTermination(2, TimeUnit.SECONDS)) {
+                    exec.shutdownNow();
+                }
+            } catch (InterruptedException e) {
+                exec.shutdownNow();
+                Thread.currentThread().interrupt();
+            }
+        }
+
+        private void poll() {
+            try {
+                String json = snapshot();
+                lastError = null;
+                if (json.equals(last)) {
+                    return;
+                }
+                Files.write(tmp, (json + "\n").getBytes(StandardCharsets.UTF_8));
+                Files.move(tmp, path, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+                last = json;
+                LOG.info("tasks {}", json);
+            } catch (Exception e) {
+                // metadataForLocalThreads throws while the client is not
+                // running or rebalancing; log each distinct error once.
+                String msg = e.toString();
+                if (!msg.equals(lastError)) {
+                    LOG.warn("status file: {}", msg);
+                    lastError = msg;
+                }
+            }
+        }
+
+        private String snapshot() {
+            String state = streams.state().name();
+            SortedSet<TaskId> active = new TreeSet<>();
+            SortedSet<TaskId> standby = new TreeSet<>();
+            for (ThreadMetadata t : streams.metadataForLocalThreads()) {
+                for (TaskMetadata tm : t.activeTasks()) {
+                    active.add(tm.taskId());
+                }
+                for (TaskMetadata tm : t.standbyTasks()) {
+                    standby.add(tm.taskId());
+                }
+            }
+            StringBuilder sb = new StringBuilder();
+            sb.append("{\"state\":\"").append(state).append("\",\"active\":");
+            appendIds(sb, active);
+            sb.append(",\"standby\":");
+            appendIds(sb, standby);
+            return sb.append('}').toString();
+        }
+
+        private static void appendIds(StringBuilder sb, SortedSet<TaskId> ids) {
+            sb.append('[');
+            boolean first = true;
+            for (TaskId id : ids) {
+                if (!first) {
+                    sb.append(',');
+                }
+                first = false;
+                sb.append('"').append(id).append('"');
+            }
+            sb.append(']');
+        }
     }
 
     /** Loads rating.avsc (the repository's avro/rating.avsc) from the classpath. */
