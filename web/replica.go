@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -84,13 +85,16 @@ func setStaleHeaders(c echo.Context, st *staleJSON) {
 }
 
 // replicaDoc answers key from this instance's standby copy, or from its
-// unconfirmed own copy (see engine.Staleness.Unconfirmed), whose "not
-// found" may be out of date for longer than the acceptable lag and so is
-// ErrUnavailable rather than ErrNotFound.
+// unconfirmed own copy (see engine.Staleness.Unconfirmed). A key missing
+// from a copy is ErrUnavailable, not ErrNotFound: the copy may be behind
+// (a warm-up that just came within the acceptable lag lacks the keys
+// created in the records it has still to read), and a "not found" carries
+// no staleness, so it would pass for the current answer.
 func (s *Server) replicaDoc(ctx context.Context, rr ReplicaReader, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	d, st, err := rr.GetReplica(ctx, key)
-	if errors.Is(err, engine.ErrNotFound) && st.Unconfirmed {
-		return tableItem{}, fmt.Errorf("%s key %s: not in this instance's unconfirmed copy: %w", spec.Name, quoteInput(t.FormatKey(key)), engine.ErrUnavailable)
+	if errors.Is(err, engine.ErrNotFound) {
+		return tableItem{}, fmt.Errorf("%s key %s: not in this instance's copy (%d records behind at its last read, %v ago): %w",
+			spec.Name, quoteInput(t.FormatKey(key)), st.Records, st.Age.Round(time.Millisecond), engine.ErrUnavailable)
 	}
 	if err != nil {
 		return tableItem{}, err

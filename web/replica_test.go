@@ -96,6 +96,17 @@ func TestReplicaAnswers(t *testing.T) {
 	if rec := get(t, h, target(onNeither)); rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("no active, no standby: %d %s, want 503", rec.Code, rec.Body.String())
 	}
+	// A key the standby does not hold may have been created in records it
+	// has still to read: unavailable, never a 404 that passes for current.
+	missing := ""
+	for i := 1000; missing == ""; i++ {
+		if k := fmt.Sprintf("c%d", i); engine.PartitionFor([]byte(k), f.n) == onReplica.Partition {
+			missing = k
+		}
+	}
+	if rec := get(t, h, "/tables/customers/"+missing); rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("key missing from the standby: %d %s, want 503", rec.Code, rec.Body.String())
+	}
 	rec = get(t, h, target(onActive))
 	if rec.Code != http.StatusOK || rec.Header().Get(ReplicaHeader) != "" {
 		t.Fatalf("active key: %d (replica header %q), want 200 unmarked", rec.Code, rec.Header().Get(ReplicaHeader))

@@ -61,7 +61,8 @@ func (s *Server) getTableDoc(c echo.Context) error {
 // is an error wrapping engine.ErrNotFound. When the partition's active
 // cannot answer (restoring, moving, its instance dead or paused), a
 // caught-up standby copy answers instead (this instance's, else a
-// peer's), its staleness in the item, unless the request asks for the
+// peer's), its staleness in the item (a key missing from a copy is
+// unavailable: only an active's "not found" is an answer), unless the request asks for the
 // active only (activeOnly=true) or was forwarded. This instance's own copy
 // of a partition it runs answers while its group membership is
 // unconfirmed only when no peer's copy does.
@@ -83,9 +84,9 @@ func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engi
 		c.QueryParam(ActiveOnlyParam) == "true" {
 		return it, err
 	}
-	rit, rerr := s.replicaDoc(ctx, rr, t, spec, key)
-	if (rerr == nil && !rit.stale.Unconfirmed) || errors.Is(rerr, engine.ErrNotFound) {
-		return rit, rerr
+	rit, rerr := s.replicaDoc(ctx, rr, t, spec, key) // never ErrNotFound: a copy may be behind
+	if rerr == nil && !rit.stale.Unconfirmed {
+		return rit, nil
 	}
 	if pit, perr := s.peerReplicaDoc(ctx, t, spec, key); perr == nil || errors.Is(perr, engine.ErrNotFound) {
 		return pit, perr
