@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -84,6 +85,7 @@ type probes struct {
 	gapAt     string
 	asks, oks int            // API asks this phase, and those answered
 	failed    map[string]int // the others, by status or error
+	verbose   io.Writer      // where the first failure of each kind is told, or nil
 	sendErr   error
 	wg        sync.WaitGroup
 	stopFlow  chan struct{}
@@ -253,6 +255,19 @@ func (pr *probes) waitAnswered(t time.Time, timeout time.Duration) error {
 	return err
 }
 
+// primed reports whether the first two ratings of every probe key have
+// reached the output topic (the keys exist everywhere).
+func (pr *probes) primed() error {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, k := range pr.keys {
+		if q := pr.pending[k]; pr.rated[k] < 2 || (len(q) > 0 && q[0].n <= 2) {
+			return fmt.Errorf("probe key %d: %d ratings sent, the first two not seen yet", k, pr.rated[k])
+		}
+	}
+	return nil
+}
+
 // worstStall returns the longest time a probe rating took this phase, with
 // its partition, and starts the next phase's count.
 func (pr *probes) worstStall() (time.Duration, int32) {
@@ -307,9 +322,12 @@ func (pr *probes) ask(api string, k int64, stop chan struct{}) {
 	var m struct {
 		Count int64 `json:"count"`
 	}
-	ok := err == nil && resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&m) == nil
+	var body []byte
+	ok := err == nil && resp.StatusCode == http.StatusOK
 	if err == nil {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
+		ok = ok && json.Unmarshal(body, &m) == nil
 	}
 	now := time.Now()
 	id := fmt.Sprintf("%s key %d", api, k)
@@ -324,7 +342,10 @@ func (pr *probes) ask(api string, k int64, stop chan struct{}) {
 		pr.lastOK[id] = now
 		return
 	}
-	pr.failed[failure(resp, err)]++
+	why := failure(resp, err)
+	if pr.failed[why]++; pr.failed[why] == 1 && pr.verbose != nil {
+		fmt.Fprintf(pr.verbose, "  first %s of the phase: %s key %d: %.300s\n", why, api, k, body)
+	}
 	if last := pr.lastOK[id]; now.Sub(last) > pr.gap {
 		pr.gap, pr.gapAt = now.Sub(last), id
 	}

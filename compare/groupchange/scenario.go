@@ -140,6 +140,7 @@ func (sc *scenario) run(ctx context.Context) (systemResult, error) {
 	}
 
 	pr := newProbes(probeKeys(o.movies, o.partitions), o.partitions, sc.truth)
+	pr.verbose = sc.out
 	defer pr.close()
 	octx, ocancel := context.WithCancel(ctx)
 	defer ocancel()
@@ -162,7 +163,7 @@ func (sc *scenario) run(ctx context.Context) (systemResult, error) {
 			pr.watchAPI(in.addr)
 		}
 	}
-	if err := pr.waitAnswered(time.Now().Add(probeEvery*2), time.Minute); err != nil {
+	if _, err := waitFor(time.Minute, "probe keys on the output topic", pr.primed); err != nil {
 		return res, err
 	}
 	sc.logf("ratings and probes flowing")
