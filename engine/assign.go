@@ -35,9 +35,9 @@ import (
 //     warm-up on a member under its target. When the warm-up is caught up
 //     its member asks for a rebalance, and rule 2 moves the active;
 //  5. standbys: up to Config.StandbyReplicas replicas per partition
-//     (warm-ups count), on members other than its active: those that kept
-//     a standby of it already first (sticky), then caught-up members, then
-//     the fewest standbys.
+//     (warm-ups count), on members other than its active: caught-up
+//     members first, then those that kept a standby of it already
+//     (sticky), then the fewest standbys.
 //
 // On a store every instance shares (Redis) every member holds every
 // partition, caught up: the rules reduce to sticky and balanced, with no
@@ -367,14 +367,18 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 	// Rule 5: standbys.
 	want := min(standbys, k-1)
 	nStandby := map[string]int{}
-	// standbyBefore orders candidates: sticky, caught up, fewest standbys,
+	// standbyBefore orders candidates: caught up, sticky, fewest standbys,
 	// least lag (ids break the remaining ties: they are visited in order).
+	// Caught up comes first: a member back from a restart with a current
+	// copy takes the standby from one still replaying (it got the standby
+	// while the member was away), so that the next member to stop finds a
+	// copy that can take its actives at once.
 	standbyBefore := func(a, b string, p int32) bool {
-		if sa, sb := slices.Contains(states[a].Standbys, p), slices.Contains(states[b].Standbys, p); sa != sb {
-			return sa
-		}
 		if ca, cb := caught(a, p), caught(b, p); ca != cb {
 			return ca
+		}
+		if sa, sb := slices.Contains(states[a].Standbys, p), slices.Contains(states[b].Standbys, p); sa != sb {
+			return sa
 		}
 		if nStandby[a] != nStandby[b] {
 			return nStandby[a] < nStandby[b]

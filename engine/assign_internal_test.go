@@ -83,6 +83,8 @@ func TestPlanPartitions(t *testing.T) {
 		// wantActives, when set, is the exact active set per member.
 		wantActives map[string][]int32
 		wantWarmups map[string][]int32
+		// wantStandbys, when set, is the exact standby set per member.
+		wantStandbys map[string][]int32
 		// balanced asks for max-min actives <= 1.
 		balanced bool
 		// n is the partition count (12 when 0).
@@ -156,6 +158,19 @@ func TestPlanPartitions(t *testing.T) {
 			wantWarmups: map[string][]int32{"a": {2, 3}},
 		},
 		{
+			// c got the standby of 0 while b was away and is still
+			// replaying; b is back with a current copy.
+			name: "standbys: a caught-up copy comes before a sticky standby still replaying",
+			states: map[string]memberState{
+				"a": {Actives: []int32{0}, Copies: map[int32]int64{0: 500, 1: 500}},
+				"b": {Actives: []int32{1}, Copies: map[int32]int64{0: 495, 1: 500}},
+				"c": {Standbys: []int32{0}, Copies: map[int32]int64{0: 10}},
+			},
+			n:            2,
+			wantActives:  map[string][]int32{"a": {0}, "b": {1}, "c": nil},
+			wantStandbys: map[string][]int32{"a": {1}, "b": {0}, "c": nil},
+		},
+		{
 			name: "shared store: sticky and balanced, no standbys",
 			states: map[string]memberState{
 				"a": {Shared: true, Actives: ps(0, 6)},
@@ -194,6 +209,11 @@ func TestPlanPartitions(t *testing.T) {
 					if got, want := mp.Warmups, tc.wantWarmups[id]; !slices.Equal(got, want) {
 						t.Errorf("%s warm-ups = %v, want %v", id, got, want)
 					}
+				}
+			}
+			for id, want := range tc.wantStandbys {
+				if got := plan[id].Standbys; !slices.Equal(got, want) {
+					t.Errorf("%s standbys = %v, want %v", id, got, want)
 				}
 			}
 			if tc.balanced {
