@@ -44,6 +44,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/keepstate/keepstate/compare/internal/machine"
 )
 
 func main() {
@@ -127,8 +129,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	header := fmt.Sprintf("\n- date: %s; machine: %s/%s, %d cores, load average at start %s\n"+
 		"- keepstate %s (clover, --standby-replicas 1); Kafka Streams 4.1.1 (exactly_once_v2, num.standby.replicas 1, probing.rebalance.interval.ms 60000) on %s\n"+
 		"- broker %s; %d movies rated once, then %d ratings/s uniform; %d partitions; commit interval %s; session timeout %s; last phase's instance away %s\n",
-		time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg(),
-		command("git", "rev-parse", "--short", "HEAD"), javaVersion(o.java),
+		time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), machine.LoadAvg(),
+		machine.Command("git", "rev-parse", "--short", "HEAD"), machine.JavaVersion(o.java),
 		strings.Join(o.brokers, ","), o.movies, o.rate, o.partitions, o.commitInterval, o.session, o.lostFor)
 	fmt.Fprint(out, header)
 	stamp := time.Now().Unix() % 1e6
@@ -170,7 +172,7 @@ func summarize(results []systemResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Load average at the end %s. \"Actives\": from the (re)start of the new instance until it ran an active partition; "+
 		"\"balanced\": from the phase's start until every partition ran, actives at most one apart; "+
-		"\"stall\": the longest a probe rating took to reach the output topic (its partition); \"query gap\": the longest a live keepstate instance left a probe key unanswered.\n\n", loadAvg())
+		"\"stall\": the longest a probe rating took to reach the output topic (its partition); \"query gap\": the longest a live keepstate instance left a probe key unanswered.\n\n", machine.LoadAvg())
 	b.WriteString("| phase | system | new instance runs actives after | balanced after | longest stall | longest query gap |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	for i := range phaseNames {
@@ -204,25 +206,4 @@ func seconds(d time.Duration) string {
 		return "not within the settle timeout"
 	}
 	return fmt.Sprintf("%.1f s", d.Seconds())
-}
-
-func command(name string, args ...string) string {
-	out, err := execOutput(name, args...)
-	if err != nil {
-		return "?"
-	}
-	return strings.TrimSpace(out)
-}
-
-func javaVersion(java string) string {
-	line, _, _ := strings.Cut(command(java, "-version"), "\n")
-	return line
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
 }

@@ -4,16 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/keepstate/keepstate/app/bench"
+	"github.com/keepstate/keepstate/compare/internal/machine"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -201,28 +200,13 @@ func (sc *scenario) balanced() error {
 	return nil
 }
 
-// freeAddr returns a free local TCP address.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // newInstance returns instance name of the scenario (not started).
 func (sc *scenario) newInstance(name string) (*instance, error) {
-	addr, err := freeAddr()
+	addr, err := machine.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	d := filepath.Join(sc.dir, name)
 	return &instance{name: name, dir: filepath.Join(d, "state"), addr: addr,
 		status: filepath.Join(d, "status.json"), log: d + ".log"}, nil
-}
-
-func execOutput(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	return string(out), err
 }

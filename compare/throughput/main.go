@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/keepstate/keepstate/app/bench"
 	"github.com/keepstate/keepstate/avro"
+	"github.com/keepstate/keepstate/compare/internal/machine"
 )
 
 func main() {
@@ -203,26 +203,18 @@ func roundOrder(systems []string, r int) []string {
 func describe(o options, input string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n- date: %s; machine: %s/%s, %d cores, load average at start %s\n",
-		time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg())
+		time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), machine.LoadAvg())
 	fmt.Fprintf(&b, "- keepstate %s (%s); goka %s; Kafka Streams 4.1.1 on %s\n",
-		command("git", "rev-parse", "--short", "HEAD"), runtime.Version(), gokaVersion(o.gokaBin), javaVersion(o.java))
+		machine.Command("git", "rev-parse", "--short", "HEAD"), runtime.Version(), gokaVersion(o.gokaBin), machine.JavaVersion(o.java))
 	fmt.Fprintf(&b, "- broker %s; input %s: %d ratings over %d movies, %s, %d partitions; commit interval %s; %d interleaved runs\n",
 		strings.Join(o.brokers, ","), input, o.ratings, o.movies, o.dist, o.partitions, o.commitInterval, o.runs)
 	return b.String()
 }
 
-func command(name string, args ...string) string {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return "?"
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // gokaVersion reads the goka and sarama versions built into bin.
 func gokaVersion(bin string) string {
 	var goka, sarama string
-	for _, line := range strings.Split(command("go", "version", "-m", bin), "\n") {
+	for _, line := range strings.Split(machine.Command("go", "version", "-m", bin), "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 3 && f[0] == "dep" && f[1] == "github.com/lovoo/goka" {
 			goka = f[2]
@@ -232,19 +224,6 @@ func gokaVersion(bin string) string {
 		}
 	}
 	return fmt.Sprintf("%s (sarama %s)", goka, sarama)
-}
-
-func javaVersion(java string) string {
-	line, _, _ := strings.Cut(command(java, "-version"), "\n")
-	return line
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(raw)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "?"
 }
 
 // deleteTopics deletes every topic whose name starts with prefix (a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app/bench"
+	"github.com/keepstate/keepstate/compare/internal/machine"
 )
 
 // env is what every measurement shares.
@@ -41,7 +41,7 @@ func (e *env) measure(ctx context.Context, s string, run int) (measurement, erro
 	if err != nil {
 		return m, err
 	}
-	addr, err := freeAddr()
+	addr, err := machine.FreeAddr()
 	if err != nil {
 		return m, err
 	}
@@ -156,15 +156,6 @@ func (e *env) checkAPI(ctx context.Context, base string) bench.CheckReport {
 	}
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // median of xs (not empty).
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
@@ -179,7 +170,7 @@ func median(xs []float64) float64 {
 // throughput relative to the first system measured.
 func summarize(o options, results map[string][]measurement) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Medians of %d interleaved runs (min–max), load average at the end %s:\n\n", o.runs, loadAvg())
+	fmt.Fprintf(&b, "Medians of %d interleaved runs (min–max), load average at the end %s:\n\n", o.runs, machine.LoadAvg())
 	b.WriteString("| system | ratings/s | vs " + o.systems[0] + " | CPU s | CPU µs per rating | peak RSS MiB | exact |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	base := 0.0
