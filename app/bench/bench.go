@@ -245,13 +245,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if cfg.Job == JobOrders {
 		b.encode.Encode = encodeOrder
 	}
-	addr, err := freeTCPAddr()
+	addr, err := FreeTCPAddr()
 	if err != nil {
 		return res, err
 	}
 	b.httpAddr, b.api = addr, "http://"+addr
 	for range cfg.Instances - 1 {
-		a, err := freeTCPAddr()
+		a, err := FreeTCPAddr()
 		if err != nil {
 			return res, err
 		}
@@ -453,8 +453,9 @@ func (b *bench) profile(ctx context.Context) {
 	}
 }
 
-// freeTCPAddr returns a free 127.0.0.1 port.
-func freeTCPAddr() (string, error) {
+// FreeTCPAddr returns a 127.0.0.1 address whose port was free at the time
+// of the call (for a child's API). Safe for concurrent use.
+func FreeTCPAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/keepstate/keepstate/app/bench"
-	"github.com/keepstate/keepstate/compare/internal/machine"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -202,7 +201,7 @@ func (sc *scenario) balanced() error {
 
 // newInstance returns instance name of the scenario (not started).
 func (sc *scenario) newInstance(name string) (*instance, error) {
-	addr, err := machine.FreeAddr()
+	addr, err := bench.FreeTCPAddr()
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ func (e *env) measure(ctx context.Context, s string, run int) (measurement, erro
 	if err != nil {
 		return m, err
 	}
-	addr, err := machine.FreeAddr()
+	addr, err := bench.FreeTCPAddr()
 	if err != nil {
 		return m, err
 	}

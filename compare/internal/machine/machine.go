@@ -1,11 +1,10 @@
 // Package machine tells the comparison commands (compare/throughput,
 // compare/groupchange) about the machine they run on: its load, the
-// versions of the programs they start, a free local port. Every function
+// versions of the programs they start. Every function
 // is safe for concurrent use and answers "?" rather than failing.
 package machine
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -34,14 +33,4 @@ func LoadAvg() string {
 		return strings.Join(f[:3], " ")
 	}
 	return "?"
-}
-
-// FreeAddr returns a local TCP address free at the time of the call.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
