@@ -18,7 +18,7 @@ import (
 // prober asks every watched instance for one key of every partition, and
 // for a range of movies, every 100 ms, each in its own loop (a slow answer
 // delays no other probe), and records per instance and key the longest
-// time without a 200, and the range answers that came back partial. Given
+// time without a 200 (counted from when the instance was watched), and the range answers that came back partial. Given
 // the probe ratings sent (expect), it also records per key how long the
 // first answer counting one took: how long processing stalled.
 type prober struct {
@@ -138,6 +138,12 @@ func (pr *prober) watch(api string, on bool) {
 	}
 	stop := make(chan struct{})
 	pr.apis[api] = stop
+	// A gap counts from the moment the instance is watched (ready), not
+	// from its first answer: one that never answers a key is a gap too.
+	now := time.Now()
+	for _, k := range pr.keys {
+		pr.lastOK[fmt.Sprintf("%s key %d", api, k)] = now
+	}
 	for _, k := range pr.keys {
 		pr.loop(stop, func() { pr.probeKey(api, k, stop) })
 	}
