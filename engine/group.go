@@ -26,6 +26,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	standbys, warmups := e.asg.replicas(s.GenerationID())
 	e.setReplicas(was, ps, standbys, warmups)
 	go e.keepLease(s, e.client)
+	e.route.refresh()
 	e.log.Info("partitions assigned", "generation", s.GenerationID(), "member", s.MemberID(),
 		"aggregate", ps, "standby", standbys, "warmup", warmups, "input", s.Claims()[e.topics.Input])
 	return nil

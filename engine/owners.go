@@ -35,8 +35,8 @@ type Membership struct {
 	// keeping a standby copy of it (see assign.go); empty while the group
 	// runs an older build's assignment.
 	Replicas map[int32][]string
-	// Members are the advertised addresses of every member, sorted, even
-	// while the group rebalances.
+	// Members are the advertised addresses of every member, sorted; while
+	// the group rebalances, those of the last stable snapshot.
 	Members []string
 	// Taken is when the group was described.
 	Taken time.Time
@@ -58,6 +58,19 @@ type owners struct {
 
 // invalidate forgets the snapshot (after a rebalance).
 func (o *owners) invalidate() { o.snap.Store(nil) }
+
+// refresh describes the group in the background, so that the snapshot of
+// a just-assigned generation is there before the next rebalance, which
+// shows no members' addresses (see describe): an instance that has just
+// joined could otherwise not find the standby copies of the partitions
+// that rebalance moves. Errors are dropped: the next Membership retries.
+func (r *Router) refresh() {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), describeTimeout)
+		defer cancel()
+		_, _ = r.Membership(ctx)
+	}()
+}
 
 // OwnerOf returns where the record key key can be answered: local=true
 // when its partition is RUNNING on this instance (or in hand-over, see
@@ -196,14 +209,19 @@ func (r *Router) describe() (Membership, error) {
 	}
 	slices.Sort(m.Members)
 	m.Members = slices.Compact(m.Members)
-	// While the group rebalances it shows no assignment. The last stable
-	// one is the best guess of who can answer what: a peer answers only
-	// the partitions it can (a routed key it cannot answer is a 503 that
-	// falls back to a standby copy; a range answer lists the partitions
-	// it covers), and standbys keep their copies through a rebalance.
+	// While the group rebalances it shows no assignment, and Apache Kafka
+	// shows its members without their metadata (so without addresses).
+	// The last stable snapshot is the best guess of who can answer what:
+	// a peer answers only the partitions it can (a routed key it cannot
+	// answer is a 503 that falls back to a standby copy; a range answer
+	// lists the partitions it covers), and standbys keep their copies
+	// through a rebalance.
 	if rebalancing && len(m.Owners) == 0 {
 		if last := r.owners.stable.Load(); last != nil {
 			m.Owners, m.Replicas = last.Owners, last.Replicas
+			if len(m.Members) == 0 {
+				m.Members = last.Members
+			}
 		}
 	} else if len(m.Owners) > 0 {
 		r.owners.stable.Store(&m)

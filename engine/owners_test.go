@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -96,4 +98,82 @@ func TestMembershipDoesNotWaitBehindAHungBroker(t *testing.T) {
 		_, err := r.Membership(context.Background())
 		return err
 	})
+}
+
+// TestMembershipWhileRebalancingKeepsTheLastStableMembers answers
+// DescribeGroups as Apache Kafka does: with every member's metadata and
+// assignment while the group is Stable, and without them (no addresses)
+// while it rebalances. A rebalance's snapshot must then name the members,
+// owners and standbys of the last stable one, so that a key whose active
+// moves can be asked of the standby copies; and a router refreshed right
+// after its assignment has that stable snapshot before anyone asked.
+func TestMembershipWhileRebalancingKeepsTheLastStableMembers(t *testing.T) {
+	k := testkit.StartKfake(t)
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.ApplicationID, cfg.AdvertiseAddr = k.Brokers(), "rebalancing-describe", "127.0.0.1:7001"
+	repartition := cfg.Topics().Repartition
+	peers := []string{"127.0.0.1:7001", "127.0.0.1:7002"}
+	var stable atomic.Bool
+	stable.Store(true)
+	k.Cluster().ControlKey(kmsg.DescribeGroups.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster().KeepControl()
+		resp := req.(*kmsg.DescribeGroupsRequest).ResponseKind().(*kmsg.DescribeGroupsResponse)
+		g := kmsg.NewDescribeGroupsResponseGroup()
+		g.Group, g.ProtocolType, g.State = cfg.ApplicationID, "consumer", "PreparingRebalance"
+		for i, addr := range peers {
+			m := kmsg.NewDescribeGroupsResponseGroupMember()
+			m.MemberID = fmt.Sprintf("member-%d", i)
+			if stable.Load() {
+				g.State, g.Protocol = "Stable", "keepstate"
+				meta := kmsg.NewConsumerMemberMetadata()
+				meta.Topics, meta.UserData = []string{repartition}, memberState{Addr: addr}.encode()
+				m.ProtocolMetadata = meta.AppendTo(nil)
+				asg := kmsg.NewConsumerMemberAssignment()
+				at := kmsg.NewConsumerMemberAssignmentTopic()
+				at.Topic, at.Partitions = repartition, []int32{int32(i)}
+				asg.Topics = []kmsg.ConsumerMemberAssignmentTopic{at}
+				asg.UserData = memberPlan{Standbys: []int32{int32(1 - i)}}.encode()
+				m.MemberAssignment = asg.AppendTo(nil)
+			}
+			g.Members = append(g.Members, m)
+		}
+		resp.Groups = append(resp.Groups, g)
+		return resp, nil, true
+	})
+
+	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, e.saramaConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	r := newRouter(cfg, e.log)
+	r.setAdmin(admin)
+	r.numParts.Store(2)
+
+	// The assignment's refresh takes the stable snapshot on its own.
+	r.refresh()
+	testkit.Eventually(t, 10*time.Second, "the refreshed stable snapshot", func() error {
+		if r.owners.stable.Load() == nil {
+			return errors.New("no stable snapshot yet")
+		}
+		return nil
+	})
+	stable.Store(false)
+	r.owners.invalidate()
+	m, err := r.Membership(context.Background())
+	if err != nil {
+		t.Fatalf("Membership while rebalancing: %v", err)
+	}
+	if !slices.Equal(m.Members, peers) {
+		t.Errorf("members while rebalancing = %v, want the last stable %v", m.Members, peers)
+	}
+	for p, want := range map[int32]string{0: peers[0], 1: peers[1]} {
+		if m.Owners[p] != want {
+			t.Errorf("owner of %d while rebalancing = %q, want the last stable %q", p, m.Owners[p], want)
+		}
+		if got := m.Replicas[p]; len(got) != 1 || got[0] != peers[1-p] {
+			t.Errorf("standbys of %d while rebalancing = %v, want [%s]", p, got, peers[1-p])
+		}
+	}
 }
