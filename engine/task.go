@@ -76,6 +76,7 @@ func (t *task) run() error {
 	idle := time.NewTimer(time.Hour) // armed when the input runs dry
 	idle.Stop()
 	defer idle.Stop()
+	resumed := e.cfg.IdleFlush > 0 // until the catch-up flush (see the comment above stop)
 	for {
 		select {
 		case <-ctx.Done():
@@ -103,9 +104,13 @@ func (t *task) run() error {
 			if err := t.process(ctx, drain(m, t.claim.Messages())); err != nil {
 				return t.stop(err)
 			}
-			if len(t.dirty) >= e.cacheBound() || len(t.dead) >= maxDrain {
+			if len(t.dirty) >= e.cacheBound() || len(t.dead) >= maxDrain || (resumed && t.caughtUp()) {
 				if err := t.flush(ctx); err != nil {
 					return t.stop(err)
+				}
+				if resumed {
+					resumed = false
+					ticker.Reset(e.cfg.CommitInterval)
 				}
 			}
 			if e.cfg.IdleFlush > 0 && len(t.claim.Messages()) == 0 && t.caughtUp() {
@@ -146,6 +151,14 @@ const markerSlack = 16
 // interval (or per cache bound of changed documents) and batch the most
 // work; idle flushes cost only when the partition has time to spare.
 const idleFlushGap = 100 * time.Millisecond
+
+// The catch-up flush: a task that starts (after a rebalance, a restore or
+// a restart) flushes as soon as it has caught up with the records that
+// queued while nobody ran its partition, instead of waiting up to a
+// commit interval more, so a rating held up by a rebalance reaches the
+// store and the output topic as early as it can. The commit interval
+// counts again from that flush. Config.IdleFlush 0 turns it off with the
+// idle flush.
 
 // stop turns a flush or process error into the task's result. An error
 // caused by the session ending is not one: the task then flushes what it
