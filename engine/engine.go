@@ -151,6 +151,14 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{e.asg,
 		rangeStrategy{BalanceStrategy: sarama.NewBalanceStrategyRange(), addr: e.cfg.AdvertiseAddr}}
 	sc.Consumer.Group.InstanceId = e.cfg.InstanceID
+	// A member whose SyncGroup meets a new rebalance (another member
+	// joined meanwhile: a restarted instance) joins again after
+	// Rebalance.Retry.Backoff, and the group waits for every member: at
+	// sarama's 2 s, every partition stopped 2 s longer (a rolling restart
+	// stalled a partition 5.2 s). Java's client rejoins at once. 200 ms,
+	// with as many retries as make sarama's 8 s budget (coordinator moves).
+	sc.Consumer.Group.Rebalance.Retry.Backoff = 200 * time.Millisecond
+	sc.Consumer.Group.Rebalance.Retry.Max = 40
 	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = e.heartbeatInterval()
 	sc.Consumer.Group.Member.UserData = []byte(e.cfg.AdvertiseAddr)
