@@ -81,6 +81,7 @@ type probes struct {
 	stall     map[int64]time.Duration // longest answer of a probe rating this phase
 	apis      map[string]chan struct{}
 	lastOK    map[string]time.Time
+	asked     map[string]bool // API and key pairs answered at least once
 	gap       time.Duration
 	gapAt     string
 	asks, oks int            // API asks this phase, and those answered
@@ -95,7 +96,7 @@ type probes struct {
 func newProbes(keys []int64, partitions int, truth *bench.Truth) *probes {
 	pr := &probes{keys: keys, part: map[int64]int32{}, truth: truth, client: &http.Client{Timeout: time.Second},
 		pending: map[int64][]sent{}, rated: map[int64]int64{}, stall: map[int64]time.Duration{},
-		apis: map[string]chan struct{}{}, lastOK: map[string]time.Time{}, failed: map[string]int{},
+		apis: map[string]chan struct{}{}, lastOK: map[string]time.Time{}, asked: map[string]bool{}, failed: map[string]int{},
 		stopFlow: make(chan struct{}), flowEnded: make(chan struct{})}
 	for _, k := range keys {
 		pr.part[k] = engine.PartitionFor(engine.Int64Keys.Append(nil, k), int32(partitions))
@@ -256,13 +257,21 @@ func (pr *probes) waitAnswered(t time.Time, timeout time.Duration) error {
 }
 
 // primed reports whether the first two ratings of every probe key have
-// reached the output topic (the keys exist everywhere).
+// reached the output topic (the keys exist everywhere) and every watched
+// instance has answered each.
 func (pr *probes) primed() error {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	for _, k := range pr.keys {
 		if q := pr.pending[k]; pr.rated[k] < 2 || (len(q) > 0 && q[0].n <= 2) {
 			return fmt.Errorf("probe key %d: %d ratings sent, the first two not seen yet", k, pr.rated[k])
+		}
+		// The store is written right after the commit: a new key's first
+		// answers may still be 404 for a moment, which is no gap.
+		for api := range pr.apis {
+			if !pr.asked[fmt.Sprintf("%s key %d", api, k)] {
+				return fmt.Errorf("probe key %d not answered by %s yet", k, api)
+			}
 		}
 	}
 	return nil
@@ -340,6 +349,7 @@ func (pr *probes) ask(api string, k int64, stop chan struct{}) {
 	if ok {
 		pr.oks++
 		pr.lastOK[id] = now
+		pr.asked[id] = true
 		return
 	}
 	why := failure(resp, err)

@@ -19,14 +19,20 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// phaseNames are the phases, in order.
+// phaseNames are the phases, in order. The first changes nothing: its
+// stall is the pipeline's own latency (two transactional stages, each
+// committing every commit interval), the baseline of the others.
 var phaseNames = []string{
+	"steady, no change",
 	"scale-out 3 → 4",
 	"rolling restart",
 	"scale-in 4 → 3",
 	"node lost, back at once",
 	"node lost, back later",
 }
+
+// steadyFor is how long the steady phase measures.
+const steadyFor = 15 * time.Second
 
 // phaseResult is what one phase cost.
 type phaseResult struct {
@@ -273,13 +279,16 @@ func (sc *scenario) phase(i int, pr *probes) (phaseResult, error) {
 		}
 	}
 	switch i {
-	case 0: // scale-out
+	case 0: // steady: nothing to balance
+		time.Sleep(steadyFor) // the window being measured
+		return p, nil
+	case 1: // scale-out
 		d := sc.all[3]
 		sc.live = append(sc.live, d)
 		if err := join(d); err != nil {
 			return p, err
 		}
-	case 1: // rolling restart
+	case 2: // rolling restart
 		for _, in := range sc.live {
 			leave(in, false)
 			if err := join(in); err != nil {
@@ -291,17 +300,17 @@ func (sc *scenario) phase(i int, pr *probes) (phaseResult, error) {
 				sc.logf("%v", err)
 			}
 		}
-	case 2: // scale-in
+	case 3: // scale-in
 		d := sc.live[len(sc.live)-1]
 		sc.live = sc.live[:len(sc.live)-1]
 		leave(d, false)
-	case 3, 4: // node lost with its volume
-		in := sc.live[i-2]
+	case 4, 5: // node lost with its volume
+		in := sc.live[i-3]
 		leave(in, true)
 		if err := os.RemoveAll(in.dir); err != nil {
 			return p, err
 		}
-		if i == 4 {
+		if i == 5 {
 			time.Sleep(sc.o.lostFor) // the outage being simulated
 			began = time.Now()
 		}
