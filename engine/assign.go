@@ -37,7 +37,10 @@ import (
 //  5. standbys: up to Config.StandbyReplicas replicas per partition
 //     (warm-ups count), on members other than its active: caught-up
 //     members first, then those that kept a standby of it already
-//     (sticky), then the fewest standbys.
+//     (sticky), then the fewest standbys;
+//  6. standby balance: a member with two or more standbys more than one
+//     that warms up nothing lends it one, as an extra replica, until
+//     the copy is caught up and rule 5 moves the standby (lendStandbys).
 //
 // On a store every instance shares (Redis) every member holds every
 // partition, caught up: the rules reduce to sticky and balanced, with no
@@ -385,7 +388,22 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 		}
 		return lag(a, p) < lag(b, p)
 	}
+	// The partitions with the fewest caught-up copies go first: their
+	// standbys are forced, and the fewest-standbys tie-break then balances
+	// the ones with a choice (visited in partition order, the first would
+	// all go to the same member).
+	order := make([]int32, n)
+	choices := make([]int, n)
 	for p := range n {
+		order[p] = p
+		for _, id := range ids {
+			if id != owner[p] && caught(id, p) {
+				choices[p]++
+			}
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(choices[a], choices[b]) })
+	for _, p := range order {
 		for len(replicas[p]) < want {
 			var to string
 			for _, id := range ids {
@@ -406,7 +424,55 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 			out[id].Standbys = append(out[id].Standbys, p)
 		}
 	}
+	for _, mp := range out {
+		slices.Sort(mp.Standbys)
+	}
+	lendStandbys(ids, owner, replicas, nStandby, out)
 	return out
+}
+
+// lendStandbys is rule 6, standby balance. Caught-up copies win rule 5,
+// so standbys gather on the members that held them, and a new member gets
+// none. While one member keeps two or more standbys more than another
+// that warms up nothing, the one with the most lends a standby to the one
+// with the fewest: an extra replica, in addition to the standbys rule 5
+// placed, so that no partition has fewer caught-up copies meanwhile. Its
+// copy catches up, and at the next rebalance rule 5 gives the standby to
+// whichever caught-up member has fewer. A member warming up actives
+// borrows nothing: its warm-ups come first.
+func lendStandbys(ids []string, owner []string, replicas [][]string, nStandby map[string]int, out map[string]*memberPlan) {
+	held := copyCounts(ids, nStandby)
+	lentOut := map[int]bool{} // partitions lent already
+	for {
+		from, to := "", ""
+		for _, id := range ids {
+			if from == "" || held[id] > held[from] {
+				from = id
+			}
+			if len(out[id].Warmups) == 0 && (to == "" || held[id] < held[to]) {
+				to = id
+			}
+		}
+		if to == "" || held[from]-held[to] < 2 {
+			return
+		}
+		lent := false
+		for p, rs := range replicas {
+			if lentOut[p] || owner[p] == to || !slices.Contains(rs, from) || slices.Contains(out[from].Warmups, int32(p)) || slices.Contains(rs, to) {
+				continue
+			}
+			lentOut[p] = true
+			out[to].Standbys = append(out[to].Standbys, int32(p))
+			slices.Sort(out[to].Standbys)
+			held[from]--
+			held[to]++
+			lent = true
+			break
+		}
+		if !lent {
+			return
+		}
+	}
 }
 
 // copyCounts returns a copy of count restricted to ids.

@@ -87,6 +87,9 @@ func TestPlanPartitions(t *testing.T) {
 		wantStandbys map[string][]int32
 		// balanced asks for max-min actives <= 1.
 		balanced bool
+		// standbysSpread asks for max-min standbys (warm-ups and lent
+		// ones included) <= 1.
+		standbysSpread bool
 		// n is the partition count (12 when 0).
 		n int32
 	}{
@@ -171,6 +174,19 @@ func TestPlanPartitions(t *testing.T) {
 			wantStandbys: map[string][]int32{"a": {1}, "b": {0}, "c": nil},
 		},
 		{
+			// d joined and took its actives; every caught-up standby copy
+			// is on a, b or c.
+			name: "standbys: a member holding none borrows from those holding most",
+			states: map[string]memberState{
+				"a": {Actives: ps(0, 3), Standbys: []int32{3, 4, 5, 9}, Copies: held(50, ps(0, 6), []int32{9})},
+				"b": {Actives: ps(3, 6), Standbys: []int32{6, 7, 8, 10}, Copies: held(50, ps(3, 9), []int32{10})},
+				"c": {Actives: ps(6, 9), Standbys: []int32{0, 1, 2, 11}, Copies: held(50, ps(0, 3), ps(6, 9), []int32{11})},
+				"d": {Actives: ps(9, 12), Copies: held(50, ps(9, 12))},
+			},
+			wantActives:    map[string][]int32{"a": ps(0, 3), "b": ps(3, 6), "c": ps(6, 9), "d": ps(9, 12)},
+			standbysSpread: true,
+		},
+		{
 			name: "shared store: sticky and balanced, no standbys",
 			states: map[string]memberState{
 				"a": {Shared: true, Actives: ps(0, 6)},
@@ -226,6 +242,16 @@ func TestPlanPartitions(t *testing.T) {
 					t.Errorf("actives per member %v: max-min = %d, want <= 1", c, hi-lo)
 				}
 			}
+			if tc.standbysSpread {
+				lo, hi := int(n), 0
+				for _, mp := range plan {
+					lo, hi = min(lo, len(mp.Standbys)), max(hi, len(mp.Standbys))
+				}
+				if hi-lo > 1 {
+					t.Errorf("standbys per member: max-min = %d, want <= 1 (%v %v %v %v)", hi-lo,
+						plan["a"].Standbys, plan["b"].Standbys, plan["c"].Standbys, plan["d"].Standbys)
+				}
+			}
 			if shared {
 				if got := plan["a"].Actives; len(got) != 4 || slices.ContainsFunc(got, func(p int32) bool { return p >= 6 }) {
 					t.Errorf("shared: a actives = %v, want four of its own %v", got, ps(0, 6))
@@ -261,9 +287,19 @@ func TestPlanConverges(t *testing.T) {
 		for round := 0; ; round++ {
 			plan := planPartitions(ids, states, n, 1, lagOK)
 			checkPlan(t, plan, n, 1)
-			warm := 0
+			// Settled: no warm-ups and no lent standbys (a partition with
+			// more replicas than asked for).
+			warm, reps := 0, map[int32]int{}
 			for _, mp := range plan {
 				warm += len(mp.Warmups)
+				for _, p := range mp.Standbys {
+					reps[p]++
+				}
+			}
+			for _, r := range reps {
+				if r > min(1, k-1) {
+					warm++
+				}
 			}
 			if warm == 0 {
 				c := counts(plan)
@@ -282,8 +318,8 @@ func TestPlanConverges(t *testing.T) {
 				}
 				break
 			}
-			if round > 3 {
-				t.Fatalf("seed %d: warm-ups left after %d rounds", seed, round)
+			if round > 5 {
+				t.Fatalf("seed %d: warm-ups or lent standbys left after %d rounds", seed, round)
 			}
 			states = reported(plan, states)
 		}
