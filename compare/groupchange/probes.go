@@ -293,8 +293,8 @@ func (pr *probes) worstStall() (time.Duration, int32) {
 	return d, part
 }
 
-// watchAPI asks api for every probe key every probeAsk while it is
-// watched; unwatch stops it.
+// watchAPI asks api for every probe key every probeAsk, each key in its
+// own loop, while it is watched; unwatch stops it.
 func (pr *probes) watchAPI(api string) {
 	stop := make(chan struct{})
 	pr.mu.Lock()
@@ -308,22 +308,23 @@ func (pr *probes) watchAPI(api string) {
 		pr.lastOK[fmt.Sprintf("%s key %d", api, k)] = now
 	}
 	pr.mu.Unlock()
-	pr.wg.Add(1)
-	go func() {
-		defer pr.wg.Done()
-		tick := time.NewTicker(probeAsk)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			for _, k := range pr.keys {
+	// One loop per key: a slow answer delays no other key's asks.
+	for _, k := range pr.keys {
+		pr.wg.Add(1)
+		go func() {
+			defer pr.wg.Done()
+			tick := time.NewTicker(probeAsk)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
 				pr.ask(api, k, stop)
 			}
-		}
-	}()
+		}()
+	}
 }
 
 func (pr *probes) ask(api string, k int64, stop chan struct{}) {
