@@ -18,6 +18,22 @@ import (
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
+// describingRouter returns a router of cfg for n partitions whose admin
+// client (closed with the test) describes the group on cfg.Brokers.
+func describingRouter(t *testing.T, cfg Config, n int32) *Router {
+	t.Helper()
+	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, e.saramaConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	r := newRouter(cfg, e.log)
+	r.setAdmin(admin)
+	r.numParts.Store(n)
+	return r
+}
+
 // TestMembershipDoesNotWaitBehindAHungBroker holds the broker's answer to
 // DescribeGroups: key lookups of local partitions must not wait at all,
 // and every other caller must give up at its own deadline, sharing one
@@ -37,15 +53,7 @@ func TestMembershipDoesNotWaitBehindAHungBroker(t *testing.T) {
 
 	cfg := DefaultConfig()
 	cfg.Brokers, cfg.ApplicationID, cfg.AdvertiseAddr = k.Brokers(), "hung-describe", "127.0.0.1:7001"
-	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	admin, err := sarama.NewClusterAdmin(cfg.Brokers, e.saramaConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	r := newRouter(cfg, e.log)
-	r.setAdmin(admin)
-	r.numParts.Store(3)
+	r := describingRouter(t, cfg, 3)
 	r.parts.set(1, Running)
 	r.lease.renew(r.lease.begin(), monoNow(), time.Hour)
 	var local int64 = 1
@@ -141,15 +149,7 @@ func TestMembershipWhileRebalancingKeepsTheLastStableMembers(t *testing.T) {
 		return resp, nil, true
 	})
 
-	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	admin, err := sarama.NewClusterAdmin(cfg.Brokers, e.saramaConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	r := newRouter(cfg, e.log)
-	r.setAdmin(admin)
-	r.numParts.Store(2)
+	r := describingRouter(t, cfg, 2)
 
 	// The assignment's refresh takes the stable snapshot on its own.
 	r.refresh()
