@@ -104,11 +104,12 @@ func (t *task) run() error {
 			if err := t.process(ctx, drain(m, t.claim.Messages())); err != nil {
 				return t.stop(err)
 			}
-			if len(t.dirty) >= e.cacheBound() || len(t.dead) >= maxDrain || (resumed && t.caughtUp()) {
+			catchUp := resumed && t.caughtUp()
+			if len(t.dirty) >= e.cacheBound() || len(t.dead) >= maxDrain || catchUp {
 				if err := t.flush(ctx); err != nil {
 					return t.stop(err)
 				}
-				if resumed {
+				if catchUp {
 					resumed = false
 					ticker.Reset(e.cfg.CommitInterval)
 				}
