@@ -36,6 +36,28 @@ func TestE2EOriginalExample(t *testing.T) {
 	}
 }
 
+// TestE2EStartFlush: with a commit interval and an idle flush far longer
+// than the test, a partition that starts running still writes its first
+// record at once (its first batch, and again once it has caught up), so a
+// rating held up by a rebalance does not wait for the next commit. Without
+// those flushes nothing would be written for 45 s.
+func TestE2EStartFlush(t *testing.T) {
+	brokers := testkit.Kafka(t)
+	reg := testkit.StartRegistry(t)
+	c := testConfig(t, brokers, reg.URL())
+	c.CommitInterval = time.Minute
+	c.IdleFlush = 45 * time.Second
+	in := startInstance(t, c)
+	start := time.Now()
+
+	produceJSON(t, c, `{"movie_id":8,"rating":4}`)
+
+	waitMovie(t, in.api, movie{MovieID: 8, Rating: 4, Count: 1}, 20*time.Second)
+	if took := time.Since(start); took >= c.IdleFlush {
+		t.Fatalf("results took %v, not less than the idle flush %v", took, c.IdleFlush)
+	}
+}
+
 // TestE2EIdleFlush: with a commit interval far longer than the test, two
 // ratings still reach the API, the output topic and the changelog within
 // seconds, because a task whose input has run dry flushes without waiting

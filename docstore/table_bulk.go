@@ -258,6 +258,23 @@ func (s *Store) endTableBulk(tc *tableCache) error {
 	return nil
 }
 
+var _ engine.TableSettler = (*table)(nil)
+
+// Settle writes the table's bulk-load buffer out and ends the load
+// (engine.TableSettler): the engine calls it when its warm-ups are about
+// to become actives, so that their first flush does not wait for it. A
+// table with no load on returns at once.
+func (t *table) Settle(ctx context.Context) error {
+	s := t.s
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.corrupt(s.endTableBulk(t.cache))
+}
+
 // materializeTables writes every table's buffer out (Close). The caller
 // holds wmu and the lock.
 func (s *Store) materializeTables() {

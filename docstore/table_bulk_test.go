@@ -185,8 +185,8 @@ func TestTableBulkLoadOverflowReadsOnlySeenKeys(t *testing.T) {
 }
 
 // TestTableBulkLoadEndsOnOtherWrites starts a bulk load and then writes
-// the table otherwise: a batch of documents, a drop or a reset ends the
-// load, its buffer written out first; a checkpoint alone or a claim does
+// the table otherwise: a batch of documents, a drop, a reset or a Settle
+// (warm-ups handed over) ends the load, its buffer written out first; a checkpoint alone or a claim does
 // not (a partition's restore ends with one) but comes after what is
 // buffered.
 func TestTableBulkLoadEndsOnOtherWrites(t *testing.T) {
@@ -219,6 +219,11 @@ func TestTableBulkLoadEndsOnOtherWrites(t *testing.T) {
 		}, false},
 		{"drop", func(t *testing.T, tb *table) {
 			if err := tb.DropPartition(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"settle", func(t *testing.T, tb *table) {
+			if err := tb.Settle(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}, false},

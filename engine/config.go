@@ -30,7 +30,8 @@ type Config struct {
 	// It must exceed the rekey stage's commit period (250 ms): a busy
 	// partition then never waits that long for input and keeps one flush
 	// per interval. A task that starts (after a rebalance) also flushes
-	// once as soon as it has caught up. 0 turns both off.
+	// its first batch at once and again as soon as it has caught up. 0
+	// turns both off.
 	IdleFlush time.Duration
 	// CacheMaxDocs flushes a partition early when it holds this many changed
 	// documents, and bounds how many documents a partition keeps cached

@@ -34,6 +34,7 @@ const restoreBatchDocs = 5000
 // never rolls a document back.
 func (t *task) restore(ctx context.Context) error {
 	e := t.e
+	began := time.Now()
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
 		pr, err := e.newTaskProducer(ctx, t.p)
 		if err != nil {
@@ -41,6 +42,7 @@ func (t *task) restore(ctx context.Context) error {
 		}
 		t.producer = pr
 	}
+	fenced := time.Since(began)
 	var epoch, cp int64
 	var hasCP bool
 	err := e.retryUnavailable(ctx, "claim", func() (err error) {
@@ -53,6 +55,7 @@ func (t *task) restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	claimed := time.Since(began)
 	t.epoch = epoch
 	oldest, err := e.clog.Start(ctx, e.topics.Changelog, t.p)
 	if err != nil {
@@ -66,7 +69,11 @@ func (t *task) restore(ctx context.Context) error {
 	if hasCP {
 		start = max(cp, oldest)
 	}
-	log := e.log.With("partition", t.p, "checkpoint", cp, "has_checkpoint", hasCP, "changelog_start", oldest, "changelog_end", end)
+	// setup: the producer's fencing (fenced), the store's claim (claimed)
+	// and the wait for the last stable offset, before any replay; each
+	// since the restore began.
+	log := e.log.With("partition", t.p, "checkpoint", cp, "has_checkpoint", hasCP, "changelog_start", oldest, "changelog_end", end,
+		"fenced", fenced, "claimed", claimed, "setup", time.Since(began))
 	if hasCP && cp > end {
 		log.Warn("changelog ends before the store's checkpoint (topic deleted or truncated); re-seeding the changelog from the store")
 		return t.reseed(ctx)
@@ -87,7 +94,7 @@ func (t *task) restore(ctx context.Context) error {
 		log.Info("partition restored", "records", 0)
 		return nil
 	}
-	began := time.Now()
+	began = time.Now()
 	n, err := t.replay(ctx, start, end)
 	if err != nil {
 		return err

@@ -23,16 +23,15 @@ import (
 // at most standbyTurnRecords records per replica and turn, so standbys use
 // at most one core of the instance and a long catch-up does not starve the
 // others. Once every replica is caught up it polls each commit interval.
+// Before each turn but a replica's first (which makes it answer) it lets
+// the instance's own restoring actives go first (yieldToRestores), and
+// after it, hands caught-up warm-ups over (warmup.go).
 
 // standbyTurnRecords bounds the records one replica replays per turn.
 const standbyTurnRecords = 50_000
 
 // standbyRetry is how long a replica whose catch-up failed waits.
 const standbyRetry = 2 * time.Second
-
-// minRejoinGap bounds how often a caught-up warm-up makes this member
-// rejoin the group.
-const minRejoinGap = 2 * time.Second
 
 // replica is one partition tailed here.
 type replica struct {
@@ -48,8 +47,9 @@ type replica struct {
 	epoch   int64 // guarded by busy
 	// checkpoint is the next changelog offset to read; end the last
 	// stable offset seen; readAt when the last catch-up ended (monoNow,
-	// 0: none yet); retryAt when a failed one may be tried again.
-	checkpoint, end, readAt, retryAt atomic.Int64
+	// 0: none yet); retryAt when a failed one may be tried again;
+	// warmSince when it became a warm-up (monoNow).
+	checkpoint, end, readAt, retryAt, warmSince atomic.Int64
 }
 
 // lag returns how many changelog offsets the replica was behind at its
@@ -71,8 +71,10 @@ type standbySet struct {
 	// a standby would (see replicaStaleness), with the lag of its last read.
 	promoted map[int32]*replica
 	wake     chan struct{}
-	// rejoinAt is when a warm-up last made the member rejoin (monoNow).
-	rejoinAt atomic.Int64
+	// rejoinAt is when a warm-up last made the member rejoin (monoNow);
+	// readySince when a warm-up first came within the acceptable lag
+	// since then (0: none). See warmup.go.
+	rejoinAt, readySince atomic.Int64
 }
 
 func (s *standbySet) get(p int32) *replica {
@@ -173,7 +175,11 @@ func (e *Engine) setReplicas(was, actives, standbys, warmups []int32) {
 			s.parts[p] = r
 			added = append(added, p)
 		}
-		r.warmup.Store(slices.Contains(warmups, p))
+		warm := slices.Contains(warmups, p)
+		if warm && !r.warmup.Load() {
+			r.warmSince.Store(int64(monoNow()))
+		}
+		r.warmup.Store(warm)
 	}
 	e.c.standbys.Store(int64(len(s.parts)))
 	s.mu.Unlock()
@@ -205,9 +211,15 @@ func (e *Engine) runStandbys(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if r.readAt.Load() != 0 {
+				// A replica's first read makes it answer (a restarted
+				// member's standbys): that one is not held back.
+				e.yieldToRestores(ctx)
+			}
 			if e.catchUp(ctx, r) {
 				behind = true
 			}
+			e.handOverWarmups(ctx)
 		}
 		if behind {
 			continue
@@ -243,7 +255,6 @@ func (e *Engine) catchUp(ctx context.Context, r *replica) (behind bool) {
 		r.retryAt.Store(int64(monoNow() + standbyRetry))
 		return false
 	}
-	e.warmupCaughtUp(r)
 	return behind
 }
 
@@ -301,25 +312,6 @@ func (e *Engine) tail(ctx context.Context, r *replica) (behind bool, err error) 
 	r.end.Store(end)
 	r.readAt.Store(int64(monoNow()))
 	return cp < end, nil
-}
-
-// warmupCaughtUp makes the member rejoin the group when warm-up r has
-// come within the acceptable lag, so the leader can move its active here.
-func (e *Engine) warmupCaughtUp(r *replica) {
-	if !r.warmup.Load() {
-		return
-	}
-	if n, _, ok := r.lag(monoNow()); !ok || n > e.cfg.AcceptableLag {
-		return
-	}
-	s := &e.standby
-	now := monoNow()
-	if last := s.rejoinAt.Load(); last != 0 && now-time.Duration(last) < minRejoinGap {
-		return
-	}
-	s.rejoinAt.Store(int64(now))
-	r.warmup.Store(false)
-	e.rejoin("warm-up of partition " + itoa(int64(r.p)) + " caught up")
 }
 
 // copies tracks the changelog checkpoint of every partition the store

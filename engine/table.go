@@ -426,6 +426,15 @@ type FilteredQuerier interface {
 	QueryFiltered(ctx context.Context, q IndexQuery, keep func(key []byte) bool) (DocPage, error)
 }
 
+// TableSettler is an optional ability of a Table that buffers replayed
+// batches (a bulk load into an empty table): Settle writes out what is
+// buffered and ends the buffering, so that the first ordinary write of a
+// partition about to become active does not wait for it. It is safe to
+// call at any time; a table with nothing buffered returns at once.
+type TableSettler interface {
+	Settle(ctx context.Context) error
+}
+
 // TableResetter is an optional ability of a Table: deleting all its
 // documents and checkpoints while keeping (or raising) its epochs.
 type TableResetter interface {

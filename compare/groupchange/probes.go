@@ -79,6 +79,7 @@ type probes struct {
 	pending   map[int64][]sent
 	rated     map[int64]int64
 	stall     map[int64]time.Duration // longest answer of a probe rating this phase
+	stallAt   map[int64]time.Time     // when that rating was sent
 	apis      map[string]chan struct{}
 	lastOK    map[string]time.Time
 	asked     map[string]bool // API and key pairs answered at least once
@@ -95,7 +96,7 @@ type probes struct {
 
 func newProbes(keys []int64, partitions int, truth *bench.Truth) *probes {
 	pr := &probes{keys: keys, part: map[int64]int32{}, truth: truth, client: &http.Client{Timeout: time.Second},
-		pending: map[int64][]sent{}, rated: map[int64]int64{}, stall: map[int64]time.Duration{},
+		pending: map[int64][]sent{}, rated: map[int64]int64{}, stall: map[int64]time.Duration{}, stallAt: map[int64]time.Time{},
 		apis: map[string]chan struct{}{}, lastOK: map[string]time.Time{}, asked: map[string]bool{}, failed: map[string]int{},
 		stopFlow: make(chan struct{}), flowEnded: make(chan struct{})}
 	for _, k := range keys {
@@ -234,7 +235,9 @@ func (pr *probes) answered(k, n int64, now time.Time) {
 	defer pr.mu.Unlock()
 	q := pr.pending[k]
 	for len(q) > 0 && q[0].n <= n {
-		pr.stall[k] = max(pr.stall[k], now.Sub(q[0].at))
+		if d := now.Sub(q[0].at); d > pr.stall[k] {
+			pr.stall[k], pr.stallAt[k] = d, q[0].at
+		}
 		q = q[1:]
 	}
 	pr.pending[k] = q
@@ -278,19 +281,20 @@ func (pr *probes) primed() error {
 }
 
 // worstStall returns the longest time a probe rating took this phase, with
-// its partition, and starts the next phase's count.
-func (pr *probes) worstStall() (time.Duration, int32) {
+// its partition and when it was sent, and starts the next phase's count.
+func (pr *probes) worstStall() (time.Duration, int32, time.Time) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	var d time.Duration
 	var part int32
+	var at time.Time
 	for k, s := range pr.stall {
 		if s > d {
-			d, part = s, pr.part[k]
+			d, part, at = s, pr.part[k], pr.stallAt[k]
 		}
 	}
-	pr.stall = map[int64]time.Duration{}
-	return d, part
+	pr.stall, pr.stallAt = map[int64]time.Duration{}, map[int64]time.Time{}
+	return d, part, at
 }
 
 // watchAPI asks api for every probe key every probeAsk, each key in its

@@ -186,11 +186,12 @@ func (sc *scenario) run(ctx context.Context) (systemResult, error) {
 		if err := pr.waitAnswered(time.Now(), 2*time.Minute); err != nil {
 			return res, fmt.Errorf("%s: %w", name, err)
 		}
-		p.stall, p.stallPart = pr.worstStall()
+		var stallAt time.Time
+		p.stall, p.stallPart, stallAt = pr.worstStall()
 		p.gap, p.gapAt = pr.worstGap()
 		res.phases = append(res.phases, p)
-		sc.logf("%s: new instance runs actives after %s, balanced after %s, longest stall %.2f s (partition %d), longest query gap %.2f s (%s) [%.0f s]",
-			name, seconds(p.actives), seconds(p.balanced), p.stall.Seconds(), p.stallPart, p.gap.Seconds(), p.gapAt, time.Since(began).Seconds())
+		sc.logf("%s: new instance runs actives after %s, balanced after %s, longest stall %.2f s (partition %d, sent %s), longest query gap %.2f s (%s) [%.0f s]",
+			name, seconds(p.actives), seconds(p.balanced), p.stall.Seconds(), p.stallPart, stallAt.UTC().Format("15:04:05.0"), p.gap.Seconds(), p.gapAt, time.Since(began).Seconds())
 	}
 	if err := pr.endFlow(); err != nil {
 		return res, err
