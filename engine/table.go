@@ -365,7 +365,9 @@ type Table interface {
 	// Spec returns the table's spec.
 	Spec() TableSpec
 	// Claim makes the caller the writer of partition p and returns its new
-	// epoch, greater than every epoch claimed before for p in this table.
+	// epoch, greater than every epoch claimed before for p in this table
+	// (after a power loss, than every epoch a surviving write was made
+	// under: a store may leave a claim unsynced until its next write).
 	Claim(ctx context.Context, p int32) (epoch int64, err error)
 	// Checkpoint returns the next changelog offset to read for partition
 	// p; ok is false when the table holds no checkpoint for p.

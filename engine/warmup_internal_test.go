@@ -10,7 +10,8 @@ import (
 // acceptable lag 100 records) rejoins the group for them together when
 // both are ready, waits for a warm-up still behind for a quarter of the
 // time the first took to catch up (within gatherMin and gatherMax), and
-// rejoins at most every minRejoinGap.
+// rejoins at most every minRejoinGap, and never while one of its actives
+// restores.
 func TestHandOverGathersWarmups(t *testing.T) {
 	const s = time.Second
 	type step struct {
@@ -18,6 +19,7 @@ func TestHandOverGathersWarmups(t *testing.T) {
 		lags       map[int32]int64
 		wantRejoin bool
 		wantReady  []int32
+		restoring  bool // an active of the member restores
 	}
 	tests := []struct {
 		name    string
@@ -25,35 +27,40 @@ func TestHandOverGathersWarmups(t *testing.T) {
 		steps   []step
 	}{
 		{"both ready at once", 40 * s, []step{
-			{0, map[int32]int64{0: 0, 1: 100}, true, []int32{0, 1}},
+			{0, map[int32]int64{0: 0, 1: 100}, true, []int32{0, 1}, false},
 		}},
 		{"neither ready", 40 * s, []step{
-			{0, map[int32]int64{0: 101, 1: 5000}, false, nil},
-			{time.Minute, map[int32]int64{0: 101, 1: 5000}, false, nil},
+			{0, map[int32]int64{0: 101, 1: 5000}, false, nil, false},
+			{time.Minute, map[int32]int64{0: 101, 1: 5000}, false, nil, false},
 		}},
 		{"one behind: waits a quarter of the warm-up, then hands the ready one over", 40 * s, []step{
-			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}},
-			{10*s - 1, map[int32]int64{0: 0, 1: 3000}, false, []int32{0}},
-			{10 * s, map[int32]int64{0: 0, 1: 2000}, true, []int32{0}},
+			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}, false},
+			{10*s - 1, map[int32]int64{0: 0, 1: 3000}, false, []int32{0}, false},
+			{10 * s, map[int32]int64{0: 0, 1: 2000}, true, []int32{0}, false},
 		}},
 		{"one behind, then ready within the wait", 40 * s, []step{
-			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}},
-			{3 * s, map[int32]int64{0: 0, 1: 10}, true, []int32{0, 1}},
+			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}, false},
+			{3 * s, map[int32]int64{0: 0, 1: 10}, true, []int32{0, 1}, false},
 		}},
 		{"a short warm-up waits gatherMin", 2 * s, []step{
-			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}},
-			{gatherMin, map[int32]int64{0: 0, 1: 5000}, true, []int32{0}},
+			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}, false},
+			{gatherMin, map[int32]int64{0: 0, 1: 5000}, true, []int32{0}, false},
 		}},
 		{"a long warm-up waits gatherMax", 10 * time.Minute, []step{
-			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}},
-			{gatherMax - 1, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}},
-			{gatherMax, map[int32]int64{0: 0, 1: 5000}, true, []int32{0}},
+			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}, false},
+			{gatherMax - 1, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}, false},
+			{gatherMax, map[int32]int64{0: 0, 1: 5000}, true, []int32{0}, false},
+		}},
+		{"not while an active restores", 40 * s, []step{
+			{0, map[int32]int64{0: 0, 1: 0}, false, nil, true},
+			{time.Minute, map[int32]int64{0: 0, 1: 0}, false, nil, true},
+			{time.Minute + 1, map[int32]int64{0: 0, 1: 0}, true, []int32{0, 1}, false},
 		}},
 		{"rejoins at most every minRejoinGap", 2 * s, []step{
-			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}},
-			{gatherMin, map[int32]int64{0: 0, 1: 5000}, true, []int32{0}},
-			{gatherMin + s/2, map[int32]int64{1: 0}, false, []int32{1}},
-			{gatherMin + minRejoinGap, map[int32]int64{1: 0}, true, []int32{1}},
+			{0, map[int32]int64{0: 0, 1: 5000}, false, []int32{0}, false},
+			{gatherMin, map[int32]int64{0: 0, 1: 5000}, true, []int32{0}, false},
+			{gatherMin + s/2, map[int32]int64{1: 0}, false, []int32{1}, false},
+			{gatherMin + minRejoinGap, map[int32]int64{1: 0}, true, []int32{1}, false},
 		}},
 	}
 	for _, tc := range tests {
@@ -74,6 +81,8 @@ func TestHandOverGathersWarmups(t *testing.T) {
 					r.checkpoint.Store(10_000 - lag)
 					r.readAt.Store(int64(now))
 				}
+				e.c.assigned.Store(2)
+				e.c.running.Store(map[bool]int64{true: 1, false: 2}[st.restoring])
 				ready, _, rejoin := e.handOver(now)
 				var got []int32
 				for _, r := range ready {
