@@ -23,9 +23,10 @@ import (
 // at most standbyTurnRecords records per replica and turn, so standbys use
 // at most one core of the instance and a long catch-up does not starve the
 // others. Once every replica is caught up it polls each commit interval.
-// Before each turn but a replica's first (which makes it answer) it lets
-// the instance's own restoring actives go first (yieldToRestores), and
-// after it, hands caught-up warm-ups over (warmup.go).
+// Before each turn but the first of a copy the store holds (which makes
+// it answer) it lets the instance's own restoring actives go first
+// (yieldToRestores), and after it, hands caught-up warm-ups over
+// (warmup.go).
 
 // standbyTurnRecords bounds the records one replica replays per turn.
 const standbyTurnRecords = 50_000
@@ -211,9 +212,11 @@ func (e *Engine) runStandbys(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if r.readAt.Load() != 0 {
-				// A replica's first read makes it answer (a restarted
-				// member's standbys): that one is not held back.
+			if _, held := e.copies.get(r.p); r.readAt.Load() != 0 || !held {
+				// The first read of a copy the store holds makes it
+				// answer (a restarted member's standbys) and is short:
+				// that one is not held back. A new copy's first turn is
+				// a long replay and waits like any other.
 				e.yieldToRestores(ctx)
 			}
 			if e.catchUp(ctx, r) {
