@@ -262,8 +262,8 @@ var _ engine.TableSettler = (*table)(nil)
 
 // Settle writes the table's bulk-load buffer out and ends the load
 // (engine.TableSettler): the engine calls it when its warm-ups are about
-// to become actives, so that their first flush does not wait for it. A
-// table with no load on returns at once.
+// to become actives, so that their claims and first flushes do not wait
+// for it. A table with no load on returns at once.
 func (t *table) Settle(ctx context.Context) error {
 	s := t.s
 	if err := s.acquire(ctx); err != nil {

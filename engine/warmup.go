@@ -19,8 +19,8 @@ import (
 // the rebalance it tops them up to the changelog's end, and before the
 // rebalance's restores begin, it ends the store's bulk load of the
 // warm-ups (TableSettler), or a new active's claim and first flush would
-// wait for it (measured at 3M movies: 2 s of a 6.9 s stall, and 2.9 s). It never rejoins
-// while its own actives restore.
+// wait for it (measured at 3M movies: 2 s of a 6.9 s stall, and 2.9 s).
+// It never rejoins while its own actives restore.
 
 // minRejoinGap bounds how often caught-up warm-ups make this member
 // rejoin the group.
@@ -49,15 +49,15 @@ func gatherWait(took time.Duration) time.Duration {
 // comment above). It records the decision (the rejoin time, the gathering
 // start, and ready warm-ups no longer count as warm-ups), so it is called
 // by the standby loop only.
-func (e *Engine) handOver(now time.Duration) (ready []*replica, behind int, rejoin bool) {
+func (e *Engine) handOver(now time.Duration) (ready []*replica, rejoin bool) {
 	if e.restoring() {
 		// Rejoining now would stop the member's restores half-way and
 		// stall their partitions through a second rebalance (a failover
 		// stalled 13.4 s, against 12 s); the warm-ups wait for them.
-		return nil, 0, false
+		return nil, false
 	}
 	s := &e.standby
-	since := now
+	since, behind := now, 0
 	for _, r := range s.list() {
 		if !r.warmup.Load() {
 			continue
@@ -71,7 +71,7 @@ func (e *Engine) handOver(now time.Duration) (ready []*replica, behind int, rejo
 	}
 	if len(ready) == 0 {
 		s.readySince.Store(0)
-		return nil, behind, false
+		return nil, false
 	}
 	first := time.Duration(s.readySince.Load())
 	if first == 0 {
@@ -79,23 +79,23 @@ func (e *Engine) handOver(now time.Duration) (ready []*replica, behind int, rejo
 		s.readySince.Store(int64(now))
 	}
 	if behind > 0 && now-first < gatherWait(first-since) {
-		return ready, behind, false
+		return ready, false
 	}
 	if last := s.rejoinAt.Load(); last != 0 && now-time.Duration(last) < minRejoinGap {
-		return ready, behind, false
+		return ready, false
 	}
 	for _, r := range ready {
 		r.warmup.Store(false)
 	}
 	s.readySince.Store(0)
 	s.rejoinAt.Store(int64(now))
-	return ready, behind, true
+	return ready, true
 }
 
 // handOverWarmups makes the member rejoin the group when handOver says
 // so, and then settles the store's bulk load while the group rebalances.
 func (e *Engine) handOverWarmups(ctx context.Context) {
-	ready, _, rejoin := e.handOver(monoNow())
+	ready, rejoin := e.handOver(monoNow())
 	if !rejoin {
 		return
 	}

@@ -83,7 +83,7 @@ func TestHandOverGathersWarmups(t *testing.T) {
 				}
 				e.c.assigned.Store(2)
 				e.c.running.Store(map[bool]int64{true: 1, false: 2}[st.restoring])
-				ready, _, rejoin := e.handOver(now)
+				ready, rejoin := e.handOver(now)
 				var got []int32
 				for _, r := range ready {
 					got = append(got, r.p)
