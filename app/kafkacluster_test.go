@@ -131,10 +131,11 @@ func (r *clusterRig) waitFlowing(timeout time.Duration) {
 
 // fault runs inject (which breaks something and, unless it returns early,
 // repairs it), then waits until the outputs flow again and the cluster is
-// in sync, and logs the stall it caused: the longest time a monitored
-// partition's committed end did not advance, from the fault until flowing
-// again, and how long each instance's /readyz was not 200 (with the last
-// reason it gave). It returns the stall.
+// in sync, and logs the stall it caused: the longest time a partition of
+// the averages or the changelog committed nothing, from the fault until
+// flowing again, by its commit markers (commitStall; the polling
+// monitor's figure beside it), and how long each instance's /readyz was
+// not 200 (with the last reason it gave). It returns the stall.
 func (r *clusterRig) fault(name string, inject func()) time.Duration {
 	r.t.Helper()
 	from := time.Now()
@@ -144,15 +145,25 @@ func (r *clusterRig) fault(name string, inject func()) time.Duration {
 	r.kc.Restore(r.t, 120*time.Second)
 	r.waitFlowing(120 * time.Second)
 	until := time.Now()
-	stall, where, ended := r.mon.longestGap(from, until)
+	polled, pwhere, _ := r.mon.longestGap(from, until)
+	// The stall by the partitions' own commit markers: when each
+	// transaction became readable, without the polling monitor's failover.
+	c := r.cc.cfg
+	topics := []string{c.OutputTopic, c.EngineConfig(nil).Topics().Changelog}
+	stall, where, ended, err := commitStall(context.Background(), c.Brokers, topics, from, until)
+	if err != nil {
+		r.t.Errorf("stall of %s by commit markers: %v", name, err)
+		stall, where, ended = r.mon.longestGap(from, until)
+	}
 	detected := "Kafka fenced no broker"
-	if d, ok := r.mon.fencedAfter(from, until); ok {
+	if d, ok := r.mon.fencedAfter(from, until, ended); ok {
 		// How long after Kafka's own failure detection the longest stall
 		// ended: the bound. (A stall that began after the fault
 		// is not "stall - d".)
 		detected = fmt.Sprintf("Kafka fenced a broker after %v, the stall ended %v after that", d.Round(10*time.Millisecond), ended.Sub(from.Add(d)).Round(10*time.Millisecond))
 	}
-	r.t.Logf("STALL %s: %v (longest on %s; fault from %s, whole fault %v); %s; %s; assignments received: %d (each instance one per rebalance)", name, stall.Round(10*time.Millisecond), where,
+	r.t.Logf("STALL %s: %v (longest on %s, ended %s, by commit markers; polled %v on %s; fault from %s, whole fault %v); %s; %s; assignments received: %d (each instance one per rebalance)",
+		name, stall.Round(10*time.Millisecond), where, ended.Format("15:04:05.000"), polled.Round(10*time.Millisecond), pwhere,
 		from.Format("15:04:05.000"), until.Sub(from).Round(100*time.Millisecond), detected, ready.stop(), r.generationsSince(gens))
 	return stall
 }
@@ -618,17 +629,26 @@ func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string) {
 	}
 }
 
-// fencedAfter returns how long after from an answer first left a broker
-// out, and false when none did before until.
-func (m *stallMonitor) fencedAfter(from, until time.Time) (time.Duration, bool) {
+// fencedAfter returns how long after from Kafka fenced the broker whose
+// loss the stall that ended at ended belongs to: the first answer of the
+// last run of answers leaving a broker out (runs more than a second apart
+// are separate fences, as in a rolling restart) that began by ended, or
+// the first run when none did.
+func (m *stallMonitor) fencedAfter(from, until, ended time.Time) (time.Duration, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var start, prev time.Time
+	found := false
 	for _, at := range m.fewer {
-		if at.After(from) && at.Before(until) {
-			return at.Sub(from), true
+		if !at.After(from) || !at.Before(until) {
+			continue
 		}
+		if !found || (at.Sub(prev) > time.Second && !at.After(ended)) {
+			start, found = at, true
+		}
+		prev = at
 	}
-	return 0, false
+	return start.Sub(from), found
 }
 
 func (m *stallMonitor) observe(key string, off int64) {

@@ -46,16 +46,29 @@ type brokerWatch struct {
 	next   int                                  // where the next poll starts
 	failed map[string]bool                      // brokers whose last metadata answer failed
 	probes map[string]*sarama.Broker
-	// clients are refreshed when a broker is fenced (watchedclients.go).
+	// clients are refreshed when a broker is fenced or a leader moves
+	// (watchedclients.go).
 	clients map[*watchedClient]struct{}
+	// topics are the topics whose partition leaders the watch follows
+	// (see observeLeaders); epochs holds the highest leader epoch seen
+	// for each of their partitions.
+	topics []string
+	epochs map[topicPartition]int32
+}
+
+// topicPartition names one partition of a topic.
+type topicPartition struct {
+	topic string
+	p     int32
 }
 
 // pollEvery is how often the watch asks for the cluster's brokers.
 const pollEvery = 250 * time.Millisecond
 
 // newBrokerWatch returns a watch for the cluster at seeds, dialing with
-// sc's dial timeout and keep-alive.
-func newBrokerWatch(seeds []string, sc *sarama.Config) *brokerWatch {
+// sc's dial timeout and keep-alive, following the partition leaders of
+// topics.
+func newBrokerWatch(seeds []string, sc *sarama.Config, topics ...string) *brokerWatch {
 	cfg := NewSaramaConfig(sc.ClientID)
 	cfg.Net.DialTimeout, cfg.Net.ReadTimeout = time.Second, time.Second
 	return &brokerWatch{
@@ -68,6 +81,8 @@ func newBrokerWatch(seeds []string, sc *sarama.Config) *brokerWatch {
 		views:  map[string]brokerView{},
 		failed: map[string]bool{},
 		probes: map[string]*sarama.Broker{},
+		topics: slices.DeleteFunc(slices.Clone(topics), func(t string) bool { return t == "" }),
+		epochs: map[topicPartition]int32{},
 	}
 }
 
@@ -110,12 +125,16 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 	defer t.Stop()
 	defer w.closeProbes()
 	for {
-		if from, addrs, ok := w.poll(); ok {
-			cut := w.observe(from, addrs, time.Now())
+		if ans, ok := w.poll(); ok {
+			cut := w.observe(ans.from, ans.addrs, time.Now())
 			for _, a := range cut {
 				log.Warn("broker fenced by the cluster: cutting its connections, so requests waiting on it go to the new leaders and coordinators", "broker", a)
 			}
-			if len(cut) > 0 {
+			moved := w.observeLeaders(ans.epochs)
+			if moved > 0 {
+				log.Debug("partition leaders moved; the clients look their leaders and coordinators up again", "partitions", moved)
+			}
+			if len(cut) > 0 || moved > 0 {
 				w.refreshClients()
 			}
 		}
@@ -127,12 +146,20 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 	}
 }
 
+// pollAnswer is one broker's metadata answer: the brokers it lists and
+// the leader epoch of each partition of the watched topics.
+type pollAnswer struct {
+	from   string
+	addrs  []string
+	epochs map[topicPartition]int32
+}
+
 // poll asks the known brokers, one after another, for the cluster's
-// brokers, and returns the first answer and who gave it. Each poll starts
-// with the next broker, so every live broker's view is recent (see
-// observe); a broker whose last answer failed is asked last (a
-// silent one would hold the poll for the read timeout).
-func (w *brokerWatch) poll() (from string, addrs []string, ok bool) {
+// brokers and the watched topics' leaders, and returns the first answer.
+// Each poll starts with the next broker, so every live broker's view is
+// recent (see observe); a broker whose last answer failed is asked last
+// (a silent one would hold the poll for the read timeout).
+func (w *brokerWatch) poll() (pollAnswer, bool) {
 	w.mu.Lock()
 	ask := slices.Clone(w.seeds)
 	for a := range w.listed {
@@ -159,7 +186,7 @@ func (w *brokerWatch) poll() (from string, addrs []string, ok bool) {
 			continue
 		}
 		b := w.probe(addr)
-		resp, err := b.GetMetadata(sarama.NewMetadataRequest(w.cfg.Version, []string{}))
+		resp, err := b.GetMetadata(sarama.NewMetadataRequest(w.cfg.Version, append([]string{}, w.topics...)))
 		w.mu.Lock()
 		w.failed[addr] = err != nil
 		w.mu.Unlock()
@@ -167,13 +194,48 @@ func (w *brokerWatch) poll() (from string, addrs []string, ok bool) {
 			_ = b.Close() // sarama keeps a connection whose read timed out dead until closed
 			continue
 		}
-		addrs := make([]string, 0, len(resp.Brokers))
+		ans := pollAnswer{from: addr, addrs: make([]string, 0, len(resp.Brokers)), epochs: map[topicPartition]int32{}}
 		for _, rb := range resp.Brokers {
-			addrs = append(addrs, rb.Addr())
+			ans.addrs = append(ans.addrs, rb.Addr())
 		}
-		return addr, addrs, true
+		for _, t := range resp.Topics {
+			for _, pm := range t.Partitions {
+				if errors.Is(pm.Err, sarama.ErrNoError) {
+					ans.epochs[topicPartition{t.Name, pm.ID}] = pm.LeaderEpoch
+				}
+			}
+		}
+		return ans, true
 	}
-	return "", nil, false
+	return pollAnswer{}, false
+}
+
+// observeLeaders takes the leader epochs of one answer and returns how
+// many partitions got a new leader since an earlier answer: an epoch
+// above the highest seen for a partition already seen. A broker behind
+// the others answers with older epochs, which change nothing.
+//
+// A client keeps a partition's leader until a request to it fails, so
+// after a leader moved (a broker's controlled shutdown, a preferred
+// leader election) its next produce or fetch goes to the old leader, is
+// refused and waits out a retry backoff; and a transaction's offset
+// commit goes to the old group coordinator (the leader of its
+// __consumer_offsets partition). Refreshing every client when a leader
+// moves spares them that round.
+func (w *brokerWatch) observeLeaders(epochs map[topicPartition]int32) (moved int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for tp, e := range epochs {
+		seen, ok := w.epochs[tp]
+		if ok && e <= seen {
+			continue
+		}
+		if ok {
+			moved++
+		}
+		w.epochs[tp] = e
+	}
+	return moved
 }
 
 // probe returns the watch's own connection to addr, opening it if need be.

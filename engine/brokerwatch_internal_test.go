@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"testing"
@@ -88,9 +90,9 @@ func TestBrokerWatchPoll(t *testing.T) {
 	k := testkit.StartKfake(t)
 	w := newBrokerWatch(k.Brokers(), NewSaramaConfig("t"))
 	defer w.closeProbes()
-	from, got, ok := w.poll()
-	if !ok || !slices.Equal(got, k.Brokers()) || from != k.Brokers()[0] {
-		t.Fatalf("poll: got %v from %q, %v; want %v from %q, true", got, from, ok, k.Brokers(), k.Brokers()[0])
+	ans, ok := w.poll()
+	if !ok || !slices.Equal(ans.addrs, k.Brokers()) || ans.from != k.Brokers()[0] {
+		t.Fatalf("poll: got %v from %q, %v; want %v from %q, true", ans.addrs, ans.from, ok, k.Brokers(), k.Brokers()[0])
 	}
 }
 
@@ -124,6 +126,63 @@ func TestBrokerWatchRefreshesClients(t *testing.T) {
 		t.Fatalf("leader before any refresh: got %d, want the cached %d", got, was)
 	}
 	w.refreshClients()
+	testkit.Eventually(t, 10*time.Second, "the client names the new leader", func() error {
+		if got, err := leader(); err != nil || got != 1-was {
+			return fmt.Errorf("leader %d, %v; want %d", got, err, 1-was)
+		}
+		return nil
+	})
+}
+
+// TestBrokerWatchFollowsLeaderMoves: a partition leader that moves with
+// no broker fenced (a controlled shutdown, a preferred leader election)
+// has the watch refresh its clients, so that a client names the new
+// leader before any request of its fails on the old one; a poll that
+// finds no leader moved refreshes nothing.
+func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
+	k := testkit.StartKfake(t, testkit.WithBrokers(2), testkit.WithTopics(1, "t"))
+	w := newBrokerWatch(k.Brokers(), NewSaramaConfig("t"), "t", "")
+	defer w.closeProbes()
+	c, err := (saramaKafka{brokers: k.Brokers(), watch: w}).NewClient(NewSaramaConfig("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	leader := func() (int32, error) {
+		b, err := c.Leader("t", 0)
+		if err != nil {
+			return -1, err
+		}
+		return b.ID(), nil
+	}
+	was, err := leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := func() int {
+		t.Helper()
+		ans, ok := w.poll()
+		if !ok {
+			t.Fatal("poll: no broker answered")
+		}
+		return w.observeLeaders(ans.epochs)
+	}
+	if got := poll(); got != 0 {
+		t.Fatalf("first poll: %d leaders moved, want 0 (nothing seen before)", got)
+	}
+	if got := poll(); got != 0 {
+		t.Fatalf("poll with no change: %d leaders moved, want 0", got)
+	}
+	if err := k.Cluster().MoveTopicPartition("t", 0, 1-was); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := leader(); got != was {
+		t.Fatalf("leader before the watch saw the move: got %d, want the cached %d", got, was)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx, slog.New(slog.DiscardHandler)) }()
+	defer func() { cancel(); <-done }()
 	testkit.Eventually(t, 10*time.Second, "the client names the new leader", func() error {
 		if got, err := leader(); err != nil || got != 1-was {
 			return fmt.Errorf("leader %d, %v; want %d", got, err, 1-was)

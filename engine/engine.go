@@ -96,7 +96,12 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 	l, ok := table.(InstanceLocal)
 	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: saramaKafka{brokers: cfg.Brokers},
 		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}
-	e.watch = newBrokerWatch(cfg.Brokers, NewSaramaConfig(cfg.ApplicationID))
+	tp := cfg.Topics()
+	// The leaders the watch follows: the engine's topics, and the
+	// internal ones whose leaders are the group's and the transactions'
+	// coordinators.
+	e.watch = newBrokerWatch(cfg.Brokers, NewSaramaConfig(cfg.ApplicationID),
+		tp.Input, tp.Repartition, tp.Changelog, tp.Output, tp.DLQ, "__consumer_offsets", "__transaction_state")
 	e.kafka.watch, e.kafka.group = e.watch, cfg.ApplicationID
 	e.budget.Store(int64(cfg.CacheBudgetDocs))
 	e.asg = &assignor{e: e}
