@@ -629,9 +629,16 @@ func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string) {
 	}
 }
 
+// fenceGap separates two fences in the monitor's answers (see
+// fencedAfter): closer runs of answers leaving a broker out are one fence
+// (a live broker whose metadata lags the others still lists the fenced
+// one for a while); a rolling restart fences its brokers tens of seconds
+// apart.
+const fenceGap = 5 * time.Second
+
 // fencedAfter returns how long after from Kafka fenced the broker whose
 // loss the stall that ended at ended belongs to: the first answer of the
-// last run of answers leaving a broker out (runs more than a second apart
+// last run of answers leaving a broker out (runs more than fenceGap apart
 // are separate fences, as in a rolling restart) that began by ended, or
 // the first run when none did.
 func (m *stallMonitor) fencedAfter(from, until, ended time.Time) (time.Duration, bool) {
@@ -643,7 +650,7 @@ func (m *stallMonitor) fencedAfter(from, until, ended time.Time) (time.Duration,
 		if !at.After(from) || !at.Before(until) {
 			continue
 		}
-		if !found || (at.Sub(prev) > time.Second && !at.After(ended)) {
+		if !found || (at.Sub(prev) > fenceGap && !at.After(ended)) {
 			start, found = at, true
 		}
 		prev = at
