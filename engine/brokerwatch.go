@@ -86,6 +86,8 @@ func newBrokerWatch(seeds []string, sc *sarama.Config, topics ...string) *broker
 	}
 }
 
+var _ fenceKeeper = (*brokerWatch)(nil)
+
 // errBrokerFenced marks a dial refused because the cluster fenced the
 // broker.
 var errBrokerFenced = errors.New("fenced by the cluster (left out of its metadata); not dialing it until it is back")

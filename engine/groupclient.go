@@ -38,7 +38,13 @@ import (
 // (watchedConn); and a coordinator lookup that yields a broker it cannot
 // connect to takes the backoff too (pacedClient). The dial pause also
 // spaces out the reconnects of fetches to a dead partition leader, which
-// is harmless.
+// is harmless. A broker the broker watch has fenced is refused at once,
+// without the pause: Kafka has moved its leaderships and coordinators
+// already, and sarama's walks over the brokers (a metadata refresh, a
+// coordinator lookup, which still start at the fenced broker while it is
+// a seed) must reach a live one without a pause per try; dials to one
+// broker are serialized, so those pauses added up to seconds before a
+// partition consumer found its new leader.
 func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (*ownedGroup, error) {
 	var under dialer = &net.Dialer{Timeout: cfg.Net.DialTimeout, KeepAlive: cfg.Net.KeepAlive, LocalAddr: cfg.Net.LocalAddr}
 	if cfg.Net.Proxy.Enable {
@@ -96,6 +102,10 @@ func (d *groupDialer) setClient(c sarama.Client) {
 // silent lately (see watchedConn), starts a coordinator refresh and
 // returns an error after the backoff.
 func (d *groupDialer) Dial(network, addr string) (net.Conn, error) {
+	if f, ok := d.dialer.(fenceKeeper); ok && f.isFenced(addr) {
+		d.refresh()
+		return nil, fmt.Errorf("broker %s: %w", addr, errBrokerFenced)
+	}
 	d.mu.Lock()
 	until, silent := d.silent[addr]
 	d.mu.Unlock()
@@ -109,8 +119,16 @@ func (d *groupDialer) Dial(network, addr string) (net.Conn, error) {
 		return &watchedConn{Conn: c, d: d, addr: addr}, nil
 	}
 	d.refresh()
-	time.Sleep(d.backoff)
+	if !errors.Is(err, errBrokerFenced) {
+		time.Sleep(d.backoff)
+	}
 	return nil, err
+}
+
+// fenceKeeper is a dialer that knows which brokers the cluster has fenced
+// (brokerWatch).
+type fenceKeeper interface {
+	isFenced(addr string) bool
 }
 
 // watchedConn is a connection of the group's client whose read timeouts
