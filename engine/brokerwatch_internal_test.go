@@ -103,22 +103,7 @@ func TestBrokerWatchPoll(t *testing.T) {
 func TestBrokerWatchRefreshesClients(t *testing.T) {
 	k := testkit.StartKfake(t, testkit.WithBrokers(2), testkit.WithTopics(1, "t"))
 	w := newBrokerWatch(k.Brokers(), NewSaramaConfig("t"))
-	c, err := (saramaKafka{brokers: k.Brokers(), watch: w}).NewClient(NewSaramaConfig("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	leader := func() (int32, error) {
-		b, err := c.Leader("t", 0)
-		if err != nil {
-			return -1, err
-		}
-		return b.ID(), nil
-	}
-	was, err := leader()
-	if err != nil {
-		t.Fatal(err)
-	}
+	leader, was := watchedLeader(t, k, w)
 	if err := k.Cluster().MoveTopicPartition("t", 0, 1-was); err != nil {
 		t.Fatal(err)
 	}
@@ -143,22 +128,7 @@ func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
 	k := testkit.StartKfake(t, testkit.WithBrokers(2), testkit.WithTopics(1, "t"))
 	w := newBrokerWatch(k.Brokers(), NewSaramaConfig("t"), "t", "")
 	defer w.closeProbes()
-	c, err := (saramaKafka{brokers: k.Brokers(), watch: w}).NewClient(NewSaramaConfig("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	leader := func() (int32, error) {
-		b, err := c.Leader("t", 0)
-		if err != nil {
-			return -1, err
-		}
-		return b.ID(), nil
-	}
-	was, err := leader()
-	if err != nil {
-		t.Fatal(err)
-	}
+	leader, was := watchedLeader(t, k, w)
 	poll := func() int {
 		t.Helper()
 		ans, ok := w.poll()
@@ -189,4 +159,27 @@ func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// watchedLeader opens a client of w's clients on k and returns a function
+// naming the leader of t/0 as the client knows it, and that leader now.
+func watchedLeader(t *testing.T, k *testkit.Kfake, w *brokerWatch) (leader func() (int32, error), now int32) {
+	t.Helper()
+	c, err := (saramaKafka{brokers: k.Brokers(), watch: w}).NewClient(NewSaramaConfig("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	leader = func() (int32, error) {
+		b, err := c.Leader("t", 0)
+		if err != nil {
+			return -1, err
+		}
+		return b.ID(), nil
+	}
+	now, err = leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leader, now
 }
