@@ -32,6 +32,10 @@ import (
 // leaders and coordinators), and dials to it fail until every recent
 // answer lists it again. A killed broker's connections fail on their
 // own; the watch changes nothing there.
+//
+// The same answers carry the leaders of the engine's partitions and of
+// the coordinators' internal partitions: when one moves, every client
+// looks its leaders and coordinators up again (see observeLeaders).
 // Safe for concurrent use.
 type brokerWatch struct {
 	dialer net.Dialer

@@ -100,7 +100,8 @@ func (d *groupDialer) setClient(c sarama.Client) {
 
 // Dial connects to addr; a failed dial, or one to a broker that went
 // silent lately (see watchedConn), starts a coordinator refresh and
-// returns an error after the backoff.
+// returns an error after the backoff; a dial to a broker the watch has
+// fenced fails at once.
 func (d *groupDialer) Dial(network, addr string) (net.Conn, error) {
 	if f, ok := d.dialer.(fenceKeeper); ok && f.isFenced(addr) {
 		d.refresh()
