@@ -192,6 +192,7 @@ func (w *brokerWatch) poll() (pollAnswer, bool) {
 			continue
 		}
 		b := w.probe(addr)
+		// Never a nil list: a nil one asks for every topic of the cluster.
 		resp, err := b.GetMetadata(sarama.NewMetadataRequest(w.cfg.Version, append([]string{}, w.topics...)))
 		w.mu.Lock()
 		w.failed[addr] = err != nil
