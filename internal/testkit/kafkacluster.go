@@ -292,15 +292,6 @@ func (n *KafkaNode) Start() error {
 	return err
 }
 
-// Log returns the last max bytes of the node's log.
-func (n *KafkaNode) Log(max int) string {
-	b, _ := os.ReadFile(filepath.Join(n.dir, "kafka.log"))
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return string(b)
-}
-
 // Restore brings every node back (resumed, started) and waits up to
 // timeout until every partition of every topic has its full set of
 // in-sync replicas. Call it at the end of a test that injected faults.
