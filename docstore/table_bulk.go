@@ -192,10 +192,7 @@ func (t *table) afterBuffer() error {
 }
 
 // materializeTableIdle writes tc's buffer out after a pause in bulk
-// batches. While an ingestion is still in flight it only looks again
-// after the idle time: waiting for it under wmu would hold every batch
-// meanwhile, and the pause it saw was the batches waiting for that
-// ingestion's predecessor, not the end of the load.
+// batches.
 func (s *Store) materializeTableIdle(tc *tableCache) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -204,16 +201,6 @@ func (s *Store) materializeTableIdle(tc *tableCache) {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if job := tc.bulk.job; job != nil {
-		select {
-		case <-job.done:
-		default:
-			if tc.bulk.timer != nil {
-				tc.bulk.timer.Reset(cmp.Or(s.tcache.idle, ingestIdle))
-			}
-			return
-		}
-	}
 	if err := s.materializeTable(tc); err != nil {
 		s.log.Warn("docstore table bulk load not written yet; retried before the next operation", "err", err)
 	}

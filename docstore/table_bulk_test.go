@@ -3,7 +3,6 @@ package docstore
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"slices"
 	"testing"
@@ -434,85 +433,4 @@ func TestTableBulkLoadKeepsNewestVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// gatedIngestKV is Pebble with ingestions held until gate is closed; each
-// one that starts is announced on started (when someone listens).
-type gatedIngestKV struct {
-	*pebbleKV
-	started chan struct{}
-	gate    chan struct{}
-}
-
-func (g *gatedIngestKV) ingest(runs [][]kvEntry) error {
-	select {
-	case g.started <- struct{}{}:
-	default:
-	}
-	<-g.gate
-	return g.pebbleKV.ingest(runs)
-}
-
-// TestTableBulkIdleWaitsWithoutHoldingBatches pauses the batches of a bulk
-// load while a chunk's ingestion is still running: the idle write-out
-// that the pause starts must not hold the next batch until that
-// ingestion ends (it used to wait for it under the write lock, which
-// made the load's ingestion and buffering take turns). Every document is
-// in the table once the ingestion goes on.
-func TestTableBulkIdleWaitsWithoutHoldingBatches(t *testing.T) {
-	ctx := context.Background()
-	gated := &gatedIngestKV{started: make(chan struct{}), gate: make(chan struct{})}
-	openGated := func(o *options) {
-		o.openKV = func(path string, o options, log *slog.Logger, mustExist bool) (kv, error) {
-			p, err := openPebble(path, o, log, mustExist)
-			gated.pebbleKV = p
-			return gated, err
-		}
-	}
-	s := openTemp(t, WithFsync(false), withIngestChunk(100), openGated)
-	defer s.Close()
-	const idle = 10 * time.Millisecond
-	s.tcache.idle = idle
-	tb := mustTable(t, s, ordersSpec)
-	epoch, err := tb.Claim(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []engine.Doc
-	batch := func(from, n int, cp int64) engine.DocBatch {
-		b := engine.DocBatch{Partition: 0, Epoch: epoch, Checkpoint: cp, Replay: true}
-		for i := from; i < from+n; i++ {
-			d := orderDoc(i, 0, 1)
-			b.Docs = append(b.Docs, d)
-			want = append(want, d)
-		}
-		return b
-	}
-	if err := tb.Apply(ctx, batch(0, 100, 1)); err != nil { // a whole chunk: its ingestion starts
-		t.Fatal(err)
-	}
-	select {
-	case <-gated.started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the chunk's ingestion did not start")
-	}
-	if err := tb.Apply(ctx, batch(100, 5, 2)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * idle) // the pause under test: the idle write-out starts meanwhile
-	applied := make(chan error, 1)
-	go func() { applied <- tb.Apply(ctx, batch(105, 5, 3)) }()
-	select {
-	case err := <-applied:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		close(gated.gate)
-		t.Fatalf("a batch after a pause waited for the ingestion in flight; want it buffered at once")
-	}
-	close(gated.gate)
-	wantCheckpoints(t, tb, 1, 3)
-	slices.SortFunc(want, func(a, b engine.Doc) int { return slices.Compare(a.Key, b.Key) })
-	wantTableDocs(t, s, tb, want)
 }
