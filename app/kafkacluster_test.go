@@ -664,10 +664,20 @@ func (m *stallMonitor) fencedAfter(from, until, ended time.Time) (time.Duration,
 	return start.Sub(from), found
 }
 
+// observe records key's last stable offset off. The first offset seen of
+// a partition is its baseline, not an advance: the monitor's first answer
+// can come after the group settled without any commit since, and counting
+// it let the first fault start while the instances were still starting.
 func (m *stallMonitor) observe(key string, off int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if prev, ok := m.last[key]; ok && off <= prev {
+	prev, ok := m.last[key]
+	switch {
+	case !ok:
+		m.last[key] = off
+		m.advanced[key] = []time.Time{}
+		return
+	case off <= prev:
 		return
 	}
 	m.last[key] = off
