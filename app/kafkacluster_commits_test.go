@@ -19,13 +19,18 @@ import (
 // readable under read_committed. Unlike the polling monitor, it does not
 // include the monitor's own failover (its requests to a paused leader
 // time out before it finds the new one). where names the partition and
-// ended is when that stall ended.
-func commitStall(ctx context.Context, brokers, topics []string, from, until time.Time) (stall time.Duration, where string, ended time.Time, err error) {
+// ended is when that stall ended. With within, only the stalls that
+// ended by until count (a stage of a fault, whose next stage's stall
+// began before until).
+func commitStall(ctx context.Context, brokers, topics []string, from, until time.Time, within bool) (stall time.Duration, where string, ended time.Time, err error) {
 	for _, topic := range topics {
 		for p := int32(0); p < 3; p++ {
 			times, err := commitTimes(ctx, brokers, topic, p, from, until)
 			if err != nil {
 				return 0, "", time.Time{}, err
+			}
+			if within {
+				times = slices.DeleteFunc(times, func(at time.Time) bool { return at.After(until) })
 			}
 			if g, at := longestCommitGap(times, from, until); g > stall {
 				stall, where, ended = g, fmt.Sprintf("%s/%d", topic, p), at

@@ -151,6 +151,7 @@ func TestClusterBrokerFaults(t *testing.T) {
 		{"rolling-restart", func(t *testing.T) {
 			r.fault("rolling restart of nodes 1, 2, 3 (SIGTERM, start, wait for full ISR)", func() {
 				for _, n := range r.kc.Nodes() {
+					r.stage()
 					mustNode(t, n.Stop(90*time.Second))
 					mustNode(t, n.Start())
 					testkit.Eventually(t, 120*time.Second, "in sync after restarting a node", r.kc.InSync)

@@ -33,7 +33,16 @@ type clusterRig struct {
 	inst []*crashInstance
 	feed *ratingFeed
 	mon  *stallMonitor
+	// stages are the times a fault in several stages (a rolling restart)
+	// began each one (see stage); fault reports each stage's stall.
+	stages []time.Time
 }
+
+// stage marks the start of the next stage of the fault being injected:
+// fault then also reports the stall of each stage and how long after
+// Kafka fenced that stage's broker it ended, which the whole fault's
+// figure cannot (a rolling restart's fences merge there).
+func (r *clusterRig) stage() { r.stages = append(r.stages, time.Now()) }
 
 // clusterMovies is how many distinct movies the feed rates.
 const clusterMovies = 500
@@ -147,16 +156,18 @@ func (r *clusterRig) fault(name string, inject func()) time.Duration {
 	from := time.Now()
 	gens := r.assignments()
 	ready := startReadyWatch(r.inst)
+	r.stages = nil
 	inject()
 	r.kc.Restore(r.t, 120*time.Second)
 	r.waitFlowing(120 * time.Second)
 	until := time.Now()
+	r.stageStalls(name, until)
 	polled, pwhere, _ := r.mon.longestGap(from, until)
 	// The stall by the partitions' own commit markers: when each
 	// transaction became readable, without the polling monitor's failover.
 	c := r.cc.cfg
 	topics := []string{c.OutputTopic, c.EngineConfig(nil).Topics().Changelog}
-	stall, where, ended, err := commitStall(context.Background(), c.Brokers, topics, from, until)
+	stall, where, ended, err := commitStall(context.Background(), c.Brokers, topics, from, until, false)
 	if err != nil {
 		r.t.Errorf("stall of %s by commit markers: %v", name, err)
 		stall, where, ended = r.mon.longestGap(from, until)
@@ -172,6 +183,34 @@ func (r *clusterRig) fault(name string, inject func()) time.Duration {
 		name, stall.Round(10*time.Millisecond), where, ended.Format("15:04:05.000"), polled.Round(10*time.Millisecond), pwhere,
 		from.Format("15:04:05.000"), until.Sub(from).Round(100*time.Millisecond), detected, ready.stop(), r.generationsSince(gens))
 	return stall
+}
+
+// stageStalls logs, for a fault injected in stages (see stage), each
+// stage's stall by commit markers (lines starting STALL) and how long
+// after Kafka fenced a broker in that stage it ended. A stage runs until
+// the next one begins, the last until until; a stall still on when the
+// next stage begins counts in that one, from its start.
+func (r *clusterRig) stageStalls(name string, until time.Time) {
+	r.t.Helper()
+	c := r.cc.cfg
+	topics := []string{c.OutputTopic, c.EngineConfig(nil).Topics().Changelog}
+	for i, from := range r.stages {
+		to, last := until, i+1 == len(r.stages)
+		if !last {
+			to = r.stages[i+1]
+		}
+		stall, where, ended, err := commitStall(context.Background(), c.Brokers, topics, from, to, !last)
+		if err != nil {
+			r.t.Errorf("stall of %s, stage %d, by commit markers: %v", name, i+1, err)
+			continue
+		}
+		detected := "Kafka fenced no broker"
+		if d, ok := r.mon.fencedAfter(from, to, ended); ok {
+			detected = fmt.Sprintf("Kafka fenced a broker after %v, the stall ended %v after that", d.Round(10*time.Millisecond), ended.Sub(from.Add(d)).Round(10*time.Millisecond))
+		}
+		r.t.Logf("STALL %s, stage %d: %v (longest on %s, ended %s, by commit markers; stage from %s, %v long); %s",
+			name, i+1, stall.Round(10*time.Millisecond), where, ended.Format("15:04:05.000"), from.Format("15:04:05.000"), to.Sub(from).Round(100*time.Millisecond), detected)
+	}
 }
 
 // checkExact pauses the feed, waits until every output is exact (API on
