@@ -58,6 +58,9 @@ type brokerWatch struct {
 	// for each of their partitions.
 	topics []string
 	epochs map[topicPartition]int32
+	// changed is closed, and cleared, when the watch next fences a broker
+	// or sees a leader move (see nextChange).
+	changed chan struct{}
 }
 
 // topicPartition names one partition of a topic.
@@ -142,6 +145,12 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 			}
 			if len(cut) > 0 || moved > 0 {
 				w.refreshClients()
+				w.mu.Lock()
+				if w.changed != nil {
+					close(w.changed)
+					w.changed = nil
+				}
+				w.mu.Unlock()
 			}
 		}
 		select {
@@ -264,6 +273,23 @@ func (w *brokerWatch) closeProbes() {
 	for _, b := range w.probes {
 		_ = b.Close()
 	}
+}
+
+// nextChange returns a channel that is closed the next time the watch
+// fences a broker or sees a partition leader move (a coordinator moves
+// with its internal partition's leader), after it refreshed the clients:
+// a join that failed on the old coordinator may be retried at once. A
+// nil watch returns nil (never closed).
+func (w *brokerWatch) nextChange() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.changed == nil {
+		w.changed = make(chan struct{})
+	}
+	return w.changed
 }
 
 func (w *brokerWatch) isFenced(addr string) bool {

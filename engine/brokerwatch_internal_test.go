@@ -122,8 +122,9 @@ func TestBrokerWatchRefreshesClients(t *testing.T) {
 // TestBrokerWatchFollowsLeaderMoves: a partition leader that moves with
 // no broker fenced (a controlled shutdown, a preferred leader election)
 // has the watch refresh its clients, so that a client names the new
-// leader before any request of its fails on the old one; a poll that
-// finds no leader moved refreshes nothing.
+// leader before any request of its fails on the old one, and wakes who
+// waits on nextChange (a group join to retry); a poll that finds no
+// leader moved refreshes nothing.
 func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
 	k := testkit.StartKfake(t, testkit.WithBrokers(2), testkit.WithTopics(1, "t"))
 	w := newBrokerWatch(k.Brokers(), NewSaramaConfig("t"), "t", "")
@@ -143,11 +144,17 @@ func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
 	if got := poll(); got != 0 {
 		t.Fatalf("poll with no change: %d leaders moved, want 0", got)
 	}
+	changed := w.nextChange()
 	if err := k.Cluster().MoveTopicPartition("t", 0, 1-was); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := leader(); got != was {
 		t.Fatalf("leader before the watch saw the move: got %d, want the cached %d", got, was)
+	}
+	select {
+	case <-changed:
+		t.Fatal("nextChange closed before the watch saw the move")
+	default:
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -159,6 +166,16 @@ func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
 		}
 		return nil
 	})
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nextChange not closed after the watch saw the leader move")
+	}
+	select {
+	case <-w.nextChange():
+		t.Fatal("a nextChange taken after the move is already closed")
+	default:
+	}
 }
 
 // watchedLeader opens a client of w's clients on k and returns a function

@@ -309,6 +309,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.cancelSession = cancel
 		e.mu.Unlock()
 		setups := e.setups.Load()
+		// A fence or a moved coordinator during the attempt, or during
+		// the pause after it, ends the pause: the clients know the new
+		// coordinator by then (see brokerWatch.nextChange).
+		changed := e.watch.nextChange()
 		err := group.Consume(sessCtx, topics, h)
 		cancel()
 		e.mu.Lock()
@@ -333,14 +337,14 @@ func (e *Engine) Run(ctx context.Context) error {
 			// partitions not running.
 			e.c.restarts.Add(1)
 			e.log.Warn("could not join the consumer group", "err", err, "retry_in", backoff)
-			if !sleepCtx(ctx, backoff) {
+			if !sleepUntil(ctx, backoff, changed) {
 				return nil
 			}
 		case err != nil:
 			e.route.restarts.note(err)
 			e.c.restarts.Add(1)
 			e.log.Warn("consumer group session ended", "err", err, "retry_in", backoff)
-			if !sleepCtx(ctx, backoff) {
+			if !sleepUntil(ctx, backoff, changed) {
 				return nil
 			}
 		}
@@ -438,13 +442,18 @@ func (e *Engine) close() {
 }
 
 // sleepCtx sleeps d or until ctx is done; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+func sleepCtx(ctx context.Context, d time.Duration) bool { return sleepUntil(ctx, d, nil) }
+
+// sleepUntil is sleepCtx, ended early when wake is closed (a nil wake
+// never is).
+func sleepUntil(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
-		return true
+	case <-wake:
 	}
+	return true
 }
