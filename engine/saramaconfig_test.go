@@ -67,6 +67,14 @@ func TestSaramaConfigForCluster(t *testing.T) {
 	if got := span(); got < failover {
 		t.Errorf("transactional produce retries span %v during the session, want >= %v", got, failover)
 	}
+	// The first retry follows a leader lookup: a leader that moved while
+	// the producer was idle is tried again at once, a failover that is
+	// still on is paced.
+	for i, want := range []time.Duration{txnFirstRetryBackoff, txnProduceBackoff, txnProduceBackoff} {
+		if got := tx.Producer.Retry.BackoffFunc(i+1, tx.Producer.Retry.Max); got != want {
+			t.Errorf("transactional produce: pause before retry %d = %v, want %v", i+1, got, want)
+		}
+	}
 	cancel()
 	if got, want := span(), time.Duration(txnQuickRetries)*txnProduceBackoff; got > want {
 		t.Errorf("transactional produce retries span %v once the session ended, want <= %v", got, want)

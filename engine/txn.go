@@ -52,6 +52,14 @@ func (t Topics) RekeyTransactionalID(p int32) string {
 // produce that failed.
 const txnProduceBackoff = 250 * time.Millisecond
 
+// txnFirstRetryBackoff is the pause before a failed transactional
+// produce's first retry. sarama looks the partition's leader up again
+// before it retries a batch, so a produce that failed only because the
+// leader moved while the producer had nothing to send (its metadata still
+// named the old leader) reaches the new one at once; later retries, of a
+// leader that is not back yet, are paced by txnProduceBackoff.
+const txnFirstRetryBackoff = 25 * time.Millisecond
+
 // newTaskProducer opens the transactional producer of aggregate partition
 // p (see newTxnProducer).
 func (e *Engine) newTaskProducer(ctx context.Context, p int32) (sarama.SyncProducer, error) {
@@ -85,8 +93,9 @@ const txnQuickRetries = 5
 
 // txnRetry paces the produce retries of one transactional producer. A
 // produce that failed because a partition's leader or a broker went away
-// is retried every txnProduceBackoff for twice the transaction timeout, to
-// ride out a leader failover (10-14 s on a loaded cluster) without
+// is retried once at once (txnFirstRetryBackoff: the leader may only have
+// moved), then every txnProduceBackoff for twice the transaction timeout,
+// to ride out a leader failover (10-14 s on a loaded cluster) without
 // aborting the transaction. Retrying is pointless, and the remaining tries
 // are spent without a pause, once the producer's transaction is in error
 // (it can only abort), or, after txnQuickRetries, once ctx is done (the
@@ -104,6 +113,9 @@ func (r *txnRetry) backoff(retries, _ int) time.Duration {
 	}
 	if r.ctx.Err() != nil && retries > txnQuickRetries {
 		return 0
+	}
+	if retries <= 1 {
+		return txnFirstRetryBackoff
 	}
 	return txnProduceBackoff
 }
