@@ -75,6 +75,11 @@ func TestSaramaConfigForCluster(t *testing.T) {
 			t.Errorf("transactional produce: pause before retry %d = %v, want %v", i+1, got, want)
 		}
 	}
+	// sarama sleeps Retry.Backoff (not BackoffFunc) when a partition finds
+	// its leader's connection gone, before it looks the leader up again.
+	if got := tx.Producer.Retry.Backoff; got != txnFirstRetryBackoff {
+		t.Errorf("transactional produce: pause after a lost leader connection %v, want %v", got, txnFirstRetryBackoff)
+	}
 	cancel()
 	if got, want := span(), time.Duration(txnQuickRetries)*txnProduceBackoff; got > want {
 		t.Errorf("transactional produce retries span %v once the session ended, want <= %v", got, want)

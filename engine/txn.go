@@ -135,8 +135,11 @@ func (e *Engine) txnProducerConfig(id, clientSuffix string, retry *txnRetry) *sa
 	sc.Producer.Transaction.Retry.BackoffFunc = nil
 	// A failed transactional produce is retried for twice the transaction
 	// timeout, paced by retry (see txnRetry); then the transaction is
-	// aborted and the partition rewound and restored.
-	sc.Producer.Retry.Backoff = txnProduceBackoff
+	// aborted and the partition rewound and restored. With BackoffFunc
+	// set, sarama uses Retry.Backoff only where a partition finds the
+	// connection to its leader gone: it sleeps that long before it looks
+	// the leader up again, the same case as a first retry.
+	sc.Producer.Retry.Backoff = txnFirstRetryBackoff
 	sc.Producer.Retry.Max = max(txnQuickRetries, int(2*e.cfg.TransactionTimeout/txnProduceBackoff))
 	sc.Producer.Retry.BackoffFunc = retry.backoff
 	producerTimeouts(sc)
