@@ -637,32 +637,33 @@ func stableEnd(client sarama.Client, topic string, p int32) (int64, error) {
 	return blk.Offsets[0], nil
 }
 
-// watchBrokers asks the brokers in turn for the cluster's brokers every
-// 100 ms until ctx ends, and records each answer listing fewer than all.
+// watchBrokers asks every broker, each on its own connection and
+// goroutine, for the cluster's brokers every 100 ms until ctx ends, and
+// records each answer listing fewer than all: the first such answer is
+// the earliest sign of Kafka's fence (a paused broker holds only its own
+// poll, for the 500 ms read timeout, so it does not delay the others').
 func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string) {
+	var wg sync.WaitGroup
+	for _, addr := range addrs {
+		wg.Go(func() { m.watchBroker(ctx, addr, len(addrs)) })
+	}
+	wg.Wait()
+}
+
+// watchBroker is watchBrokers' poll of the broker at addr, of a cluster
+// of n brokers.
+func (m *stallMonitor) watchBroker(ctx context.Context, addr string, n int) {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	sc.Net.DialTimeout, sc.Net.ReadTimeout = 500*time.Millisecond, 500*time.Millisecond
-	conns := map[string]*sarama.Broker{}
-	defer func() {
-		for _, b := range conns {
-			_ = b.Close()
-		}
-	}()
-	for i := 0; ctx.Err() == nil; i++ {
-		addr := addrs[i%len(addrs)]
-		b := conns[addr]
-		if b == nil {
-			b = sarama.NewBroker(addr)
-			conns[addr] = b
-		}
+	b := sarama.NewBroker(addr)
+	defer func() { _ = b.Close() }()
+	for ctx.Err() == nil {
 		_ = b.Open(sc)
 		resp, err := b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
 		if err != nil {
 			_ = b.Close()
-			continue // the next broker, at once
-		}
-		if len(resp.Brokers) < len(addrs) {
+		} else if len(resp.Brokers) < n {
 			m.mu.Lock()
 			m.fewer = append(m.fewer, time.Now())
 			m.mu.Unlock()
