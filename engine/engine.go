@@ -309,9 +309,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.cancelSession = cancel
 		e.mu.Unlock()
 		setups := e.setups.Load()
-		// A fence or a moved coordinator during the attempt, or during
-		// the pause after it, ends the pause: the clients know the new
-		// coordinator by then (see brokerWatch.nextChange).
+		// A fence or a leader move (a coordinator's too) since the attempt
+		// began ends the pause after it: the clients know the new
+		// coordinator by then (see brokerWatch.nextChange). One taken long
+		// ago in a session skips one pause only: each attempt takes a new
+		// channel.
 		changed := e.watch.nextChange()
 		err := group.Consume(sessCtx, topics, h)
 		cancel()
