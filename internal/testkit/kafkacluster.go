@@ -140,6 +140,7 @@ func stopKafkaCluster() error {
 			return
 		}
 		_, err = runScript(s.c.script, nil, "cluster-stop", s.c.dir)
+		s.c.keepLogs()
 		if rmErr := os.RemoveAll(s.c.dir); err == nil && rmErr != nil {
 			err = rmErr
 		}
@@ -147,6 +148,22 @@ func stopKafkaCluster() error {
 		s.err = errors.New("the cluster was already stopped")
 	})
 	return err
+}
+
+// keepLogs copies every node's broker log into KEEPSTATE_TEST_LOG_DIR,
+// when it is set (as the children's logs are, see StartProcess), before
+// the cluster's files are removed.
+func (c *KafkaCluster) keepLogs() {
+	keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR")
+	if keep == "" {
+		return
+	}
+	_ = os.MkdirAll(keep, 0o755)
+	for _, n := range c.nodes {
+		if b, err := os.ReadFile(filepath.Join(n.dir, "kafka.log")); err == nil {
+			_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("kafka-node-%d.log", n.ID)), b, 0o644)
+		}
+	}
 }
 
 // Brokers returns every node's bootstrap address.
