@@ -61,6 +61,9 @@ type brokerWatch struct {
 	// changed is closed, and cleared, when the watch next fences a broker
 	// or sees a leader move (see nextChange).
 	changed chan struct{}
+	// changedAt is when (monoNow) the watch last fenced a broker or saw
+	// a leader move; zero before the first (see consumerBackoff).
+	changedAt time.Duration
 }
 
 // topicPartition names one partition of a topic.
@@ -146,6 +149,7 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 			if len(cut) > 0 || moved > 0 {
 				w.refreshClients()
 				w.mu.Lock()
+				w.changedAt = monoNow()
 				if w.changed != nil {
 					close(w.changed)
 					w.changed = nil
@@ -291,6 +295,34 @@ func (w *brokerWatch) nextChange() <-chan struct{} {
 	}
 	return w.changed
 }
+
+// consumerBackoff is the pause before a partition consumer's retry
+// (sarama's Consumer.Retry.BackoffFunc): afterChange for the few seconds
+// after the watch fenced a broker or saw a leader move, when the clients
+// already know the new leaders and a retry finds them, else steady. A
+// fetch that failed on the old leader just after Kafka moved it (a retry
+// still on the fenced broker) then resumes 50 ms later rather than up to
+// 500 ms. A nil watch always returns steady.
+func (w *brokerWatch) consumerBackoff(steady time.Duration) func(retries int) time.Duration {
+	return func(int) time.Duration {
+		if w == nil {
+			return steady
+		}
+		w.mu.Lock()
+		at := w.changedAt
+		w.mu.Unlock()
+		if at > 0 && monoNow()-at < changeWindow {
+			return min(steady, afterChange)
+		}
+		return steady
+	}
+}
+
+// afterChange and changeWindow: see consumerBackoff.
+const (
+	afterChange  = 50 * time.Millisecond
+	changeWindow = 3 * time.Second
+)
 
 func (w *brokerWatch) isFenced(addr string) bool {
 	w.mu.Lock()

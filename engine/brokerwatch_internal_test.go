@@ -145,6 +145,10 @@ func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
 		t.Fatalf("poll with no change: %d leaders moved, want 0", got)
 	}
 	changed := w.nextChange()
+	backoff := w.consumerBackoff(500 * time.Millisecond)
+	if got, want := backoff(1), 500*time.Millisecond; got != want {
+		t.Fatalf("consumer retry backoff before any change: got %v, want %v", got, want)
+	}
 	if err := k.Cluster().MoveTopicPartition("t", 0, 1-was); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +174,15 @@ func TestBrokerWatchFollowsLeaderMoves(t *testing.T) {
 	case <-changed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("nextChange not closed after the watch saw the leader move")
+	}
+	if got, want := backoff(1), afterChange; got != want {
+		t.Fatalf("consumer retry backoff just after a leader move: got %v, want %v", got, want)
+	}
+	w.mu.Lock()
+	w.changedAt = monoNow() - changeWindow - time.Millisecond
+	w.mu.Unlock()
+	if got, want := backoff(1), 500*time.Millisecond; got != want {
+		t.Fatalf("consumer retry backoff once the change is older than %v: got %v, want %v", changeWindow, got, want)
 	}
 	select {
 	case <-w.nextChange():

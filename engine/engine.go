@@ -152,6 +152,9 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	// (sarama: 2 s), so that fetching resumes within half a second of
 	// Kafka electing the new leader.
 	sc.Consumer.Retry.Backoff = 500 * time.Millisecond
+	// For a few seconds after the broker watch saw a broker fenced or a
+	// leader move, a retry comes after 50 ms: the new leader is known.
+	sc.Consumer.Retry.BackoffFunc = e.watch.consumerBackoff(sc.Consumer.Retry.Backoff)
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{e.asg,
 		rangeStrategy{BalanceStrategy: sarama.NewBalanceStrategyRange(), addr: e.cfg.AdvertiseAddr}}
