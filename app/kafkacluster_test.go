@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,10 +180,28 @@ func (r *clusterRig) fault(name string, inject func()) time.Duration {
 		// is not "stall - d".)
 		detected = fmt.Sprintf("Kafka fenced a broker after %v, the stall ended %v after that", d.Round(10*time.Millisecond), ended.Sub(from.Add(d)).Round(10*time.Millisecond))
 	}
-	r.t.Logf("STALL %s: %v (longest on %s, ended %s, by commit markers; polled %v on %s; fault from %s, whole fault %v); %s; %s; assignments received: %d (each instance one per rebalance)",
+	r.t.Logf("STALL %s: %v (longest on %s, ended %s, by commit markers; polled %v on %s; fault from %s, whole fault %v); %s; %s; %s; assignments received: %d (each instance one per rebalance)",
 		name, stall.Round(10*time.Millisecond), where, ended.Format("15:04:05.000"), polled.Round(10*time.Millisecond), pwhere,
-		from.Format("15:04:05.000"), until.Sub(from).Round(100*time.Millisecond), detected, ready.stop(), r.generationsSince(gens))
+		from.Format("15:04:05.000"), until.Sub(from).Round(100*time.Millisecond), detected, r.inputSaid(where, from, ended), ready.stop(), r.generationsSince(gens))
 	return stall
+}
+
+// inputSaid says how long the feed's input to the partition of where
+// ("topic/p") stopped arriving before ended, and how long after it
+// resumed the stall ended: a stall that ended shortly after its input
+// came back is the feed's (its producer waited on the failed broker).
+func (r *clusterRig) inputSaid(where string, from, ended time.Time) string {
+	i := strings.LastIndexByte(where, '/')
+	p, err := strconv.Atoi(where[i+1:])
+	if i < 0 || err != nil {
+		return "input gap unknown"
+	}
+	gap, resumed := r.feed.inputGap(p, from, ended)
+	if resumed.IsZero() {
+		return fmt.Sprintf("input partition %d: no send acknowledged for %v", p, gap.Round(10*time.Millisecond))
+	}
+	return fmt.Sprintf("input partition %d: longest gap between acknowledged sends %v, resumed %s, %v before the stall ended",
+		p, gap.Round(10*time.Millisecond), resumed.Format("15:04:05.000"), ended.Sub(resumed).Round(10*time.Millisecond))
 }
 
 // stageStalls logs, for a fault injected in stages (see stage), each
@@ -354,6 +373,9 @@ type ratingFeed struct {
 	stopped sync.Once
 	// queued counts ratings generated and not yet acknowledged or failed.
 	queued atomic.Int64
+	// acked holds, per input partition, when each of its sends was
+	// acknowledged (see inputGap).
+	acked [feedPartitions][]time.Time
 }
 
 // feedPartitions is the input topic's partition count (createReplicated).
@@ -401,7 +423,7 @@ func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
 		queues[p] = make(chan *sarama.ProducerMessage, 4*rate) // a few seconds of the partition's ratings
 		senders.Go(func() {
 			defer prs[p].Close()
-			f.send(prs[p], queues[p], batch)
+			f.send(p, prs[p], queues[p], batch)
 		})
 	}
 	go func() {
@@ -447,10 +469,10 @@ func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
 	return f
 }
 
-// send sends the ratings of q in batches of at most max, each as soon as
-// the one before it is acknowledged, and adds the acknowledged ones to
-// the truth.
-func (f *ratingFeed) send(pr sarama.SyncProducer, q <-chan *sarama.ProducerMessage, max int) {
+// send sends the ratings of q (input partition p) in batches of at most
+// max, each as soon as the one before it is acknowledged, and adds the
+// acknowledged ones to the truth.
+func (f *ratingFeed) send(p int, pr sarama.SyncProducer, q <-chan *sarama.ProducerMessage, max int) {
 	for m := range q {
 		msgs := []*sarama.ProducerMessage{m}
 	fill:
@@ -472,6 +494,7 @@ func (f *ratingFeed) send(pr sarama.SyncProducer, q <-chan *sarama.ProducerMessa
 			// read back from the topic (checkExact).
 			f.nFailed++
 		} else {
+			f.acked[p] = append(f.acked[p], time.Now())
 			for _, m := range msgs {
 				r := m.Metadata.(testkit.Movie)
 				t := f.truth[r.MovieID]
@@ -485,6 +508,38 @@ func (f *ratingFeed) send(pr sarama.SyncProducer, q <-chan *sarama.ProducerMessa
 		f.mu.Unlock()
 		f.queued.Add(-int64(len(msgs)))
 	}
+}
+
+// inputGap returns the longest gap between acknowledged sends to input
+// partition p that overlaps (from, ended], and the acknowledgement that
+// ended it (zero while none has): input that did not arrive stalls the
+// outputs of its partition (the feed partitions by movie as the engine
+// does, so input partition p feeds output partition p), which is the
+// feed's stall, not keepstate's.
+func (f *ratingFeed) inputGap(p int, from, ended time.Time) (gap time.Duration, resumed time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p < 0 || p >= feedPartitions {
+		return 0, time.Time{}
+	}
+	prev := from
+	for _, at := range f.acked[p] {
+		if !at.After(from) {
+			prev = at
+			continue
+		}
+		if g := at.Sub(prev); g > gap {
+			gap, resumed = g, at
+		}
+		if at.After(ended) {
+			return gap, resumed
+		}
+		prev = at
+	}
+	if g := time.Since(prev); g > gap {
+		return g, time.Time{}
+	}
+	return gap, resumed
 }
 
 func (f *ratingFeed) fail(err error) {
