@@ -70,9 +70,10 @@ func newClusterRig(t *testing.T, store string) *clusterRig {
 	for _, in := range r.inst {
 		cc.waitReady(in, 90*time.Second)
 	}
-	r.feed = startFeed(t, c, 400)
+	fences := newFenceDialer()
+	r.mon = startStallMonitor(t, c.Brokers, []string{c.OutputTopic, c.EngineConfig(nil).Topics().Changelog}, fences)
+	r.feed = startFeed(t, c, 400, fences)
 	t.Cleanup(r.feed.stop)
-	r.mon = startStallMonitor(t, c.Brokers, []string{c.OutputTopic, c.EngineConfig(nil).Topics().Changelog})
 	// Later tests share the cluster: leave every node running and in sync
 	// (first of the cleanups, so that the feed's last send can end).
 	t.Cleanup(func() { kc.Restore(t, 120*time.Second) })
@@ -383,7 +384,8 @@ const feedPartitions = 3
 
 // startFeed sends about rate ratings per second to c's input topic until
 // stop; a send error ends it (reported by pause and stop as a test error).
-func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
+// Its connections are dialed by fences.
+func startFeed(t *testing.T, c app.Config, rate int, fences *fenceDialer) *ratingFeed {
 	t.Helper()
 	reg, err := app.OpenRegistry(context.Background(), app.Config{SchemaRegistry: c.SchemaRegistry}, nil)
 	if err != nil {
@@ -404,6 +406,7 @@ func startFeed(t *testing.T, c app.Config, rate int) *ratingFeed {
 	// which the stall monitor then counted as keepstate's).
 	sc.Producer.Timeout = 2 * time.Second
 	sc.Net.ReadTimeout = 3 * time.Second
+	sc.Net.Proxy.Enable, sc.Net.Proxy.Dialer = true, fences
 	// A producer per partition: sarama dispatches a topic's messages in
 	// one goroutine, so a partition whose leader holds a request blocks
 	// the others' once its buffer is full.
@@ -616,12 +619,12 @@ type stallMonitor struct {
 	fewer    []time.Time // answers that listed fewer brokers than the cluster has
 }
 
-func startStallMonitor(t *testing.T, brokers []string, topics []string) *stallMonitor {
+func startStallMonitor(t *testing.T, brokers []string, topics []string, fences *fenceDialer) *stallMonitor {
 	m := &stallMonitor{advanced: map[string][]time.Time{}, last: map[string]int64{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	wg.Go(func() { m.watchBrokers(ctx, brokers) })
+	wg.Go(func() { m.watchBrokers(ctx, brokers, fences) })
 	// One poller per partition, each on a client of its own with short
 	// timeouts: a poll held by a silent broker delays no other partition's.
 	for _, topic := range topics {
@@ -697,17 +700,17 @@ func stableEnd(client sarama.Client, topic string, p int32) (int64, error) {
 // records each answer listing fewer than all: the first such answer is
 // the earliest sign of Kafka's fence (a paused broker holds only its own
 // poll, for the 500 ms read timeout, so it does not delay the others').
-func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string) {
+func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string, fences *fenceDialer) {
 	var wg sync.WaitGroup
 	for _, addr := range addrs {
-		wg.Go(func() { m.watchBroker(ctx, addr, len(addrs)) })
+		wg.Go(func() { m.watchBroker(ctx, addr, addrs, fences) })
 	}
 	wg.Wait()
 }
 
 // watchBroker is watchBrokers' poll of the broker at addr, of a cluster
-// of n brokers.
-func (m *stallMonitor) watchBroker(ctx context.Context, addr string, n int) {
+// of the brokers all; fences observes each answer.
+func (m *stallMonitor) watchBroker(ctx context.Context, addr string, all []string, fences *fenceDialer) {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	sc.Net.DialTimeout, sc.Net.ReadTimeout = 500*time.Millisecond, 500*time.Millisecond
@@ -715,13 +718,19 @@ func (m *stallMonitor) watchBroker(ctx context.Context, addr string, n int) {
 	defer func() { _ = b.Close() }()
 	for ctx.Err() == nil {
 		_ = b.Open(sc)
-		resp, err := b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
-		if err != nil {
+		if resp, err := b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{})); err != nil {
 			_ = b.Close()
-		} else if len(resp.Brokers) < n {
-			m.mu.Lock()
-			m.fewer = append(m.fewer, time.Now())
-			m.mu.Unlock()
+		} else {
+			listed := map[string]bool{}
+			for _, lb := range resp.Brokers {
+				listed[lb.Addr()] = true
+			}
+			fences.observe(addr, listed, all)
+			if len(resp.Brokers) < len(all) {
+				m.mu.Lock()
+				m.fewer = append(m.fewer, time.Now())
+				m.mu.Unlock()
+			}
 		}
 		select {
 		case <-ctx.Done():
