@@ -100,7 +100,7 @@ func (a *recordArena) int(v int64) []byte {
 	return a.cut(start)
 }
 
-// sources returns encodeSources(m) (see headers.go).
+// sources returns appendSources(nil, m) (see headers.go).
 func (a *recordArena) sources(m map[int32]int64) []byte {
 	a.reserve(len(m) * 32)
 	start := len(a.buf)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -113,20 +114,9 @@ func (a *assignor) replicas(gen int32) (standbys, warmups []int32) {
 func planSummary(plans map[string]*memberPlan) map[string]string {
 	out := make(map[string]string, len(plans))
 	for id, mp := range plans {
-		out[id] = "actives=" + partitionsText(mp.Actives) + " standbys=" + partitionsText(mp.Standbys) + " warmups=" + partitionsText(mp.Warmups)
+		out[id] = fmt.Sprintf("actives=%v standbys=%v warmups=%v", mp.Actives, mp.Standbys, mp.Warmups)
 	}
 	return out
-}
-
-func partitionsText(ps []int32) string {
-	b := []byte{'['}
-	for i, p := range ps {
-		if i > 0 {
-			b = append(b, ' ')
-		}
-		b = append(b, itoa(int64(p))...)
-	}
-	return string(append(b, ']'))
 }
 
 // rangeStrategy is sarama's range strategy whose subscription carries the

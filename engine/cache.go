@@ -77,14 +77,6 @@ func (c docCache) get(key []byte) *entry {
 	return d
 }
 
-// has reports whether key is cached, without touching its recency.
-func (c docCache) has(key []byte) bool {
-	if c.n != nil {
-		return c.n.Contains(key8(key))
-	}
-	return c.s.Contains(string(key))
-}
-
 // put caches d (under d.key), most recently used.
 func (c docCache) put(d *entry) {
 	if c.n != nil {
@@ -92,26 +84,6 @@ func (c docCache) put(d *entry) {
 		return
 	}
 	c.s.Add(string(d.key), d)
-}
-
-// len is the number of cached documents.
-func (c docCache) len() int {
-	if c.n != nil {
-		return c.n.Len()
-	}
-	return c.s.Len()
-}
-
-// trim drops the least recently used documents until at most max remain.
-// Call it only when no cached document is dirty.
-func (c docCache) trim(max int) {
-	for c.len() > max {
-		if c.n != nil {
-			c.n.RemoveOldest()
-		} else {
-			c.s.RemoveOldest()
-		}
-	}
 }
 
 // trimClean drops the least recently used documents that are not dirty

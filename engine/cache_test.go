@@ -145,3 +145,31 @@ func TestPartitionCacheBound(t *testing.T) {
 		})
 	}
 }
+
+// trim drops the least recently used documents until at most max remain.
+// Call it only when no cached document is dirty.
+func (c docCache) trim(max int) {
+	for c.len() > max {
+		if c.n != nil {
+			c.n.RemoveOldest()
+		} else {
+			c.s.RemoveOldest()
+		}
+	}
+}
+
+// has reports whether key is cached, without touching its recency.
+func (c docCache) has(key []byte) bool {
+	if c.n != nil {
+		return c.n.Contains(key8(key))
+	}
+	return c.s.Contains(string(key))
+}
+
+// len is the number of cached documents.
+func (c docCache) len() int {
+	if c.n != nil {
+		return c.n.Len()
+	}
+	return c.s.Len()
+}

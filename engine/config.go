@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -205,21 +206,11 @@ type Topics struct {
 // Topics returns the topic names: the internal ones as set, or derived from
 // the application id: <id>-repartition, <id>-changelog and <id>-dlq.
 func (c Config) Topics() Topics {
-	t := Topics{
+	return Topics{
 		Input:       c.InputTopic,
 		Output:      c.OutputTopic,
-		Repartition: c.RepartitionTopic,
-		Changelog:   c.ChangelogTopic,
-		DLQ:         c.DLQTopic,
+		Repartition: cmp.Or(c.RepartitionTopic, c.ApplicationID+"-repartition"),
+		Changelog:   cmp.Or(c.ChangelogTopic, c.ApplicationID+"-changelog"),
+		DLQ:         cmp.Or(c.DLQTopic, c.ApplicationID+"-dlq"),
 	}
-	if t.Repartition == "" {
-		t.Repartition = c.ApplicationID + "-repartition"
-	}
-	if t.Changelog == "" {
-		t.Changelog = c.ApplicationID + "-changelog"
-	}
-	if t.DLQ == "" {
-		t.DLQ = c.ApplicationID + "-dlq"
-	}
-	return t
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -97,7 +98,7 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 		}
 		istart := len(index)
 		index = c.agg.AppendIndex(index)
-		d := Doc{Key: c.key, Partition: t.p, Version: c.version, Sources: cloneSources(c.sources),
+		d := Doc{Key: c.key, Partition: t.p, Version: c.version, Sources: maps.Clone(c.sources),
 			Value: values[start:len(values):len(values)], Index: index[istart:len(index):len(index)]}
 		job.docs = append(job.docs, d)
 		cl, err := e.changelogRecord(ctx, d, c.agg, a)
@@ -348,24 +349,8 @@ func (e *Engine) outputRecord(key []byte, agg Agg, a *recordArena) *sarama.Produ
 	return pm
 }
 
-// cloneSources copies m (nil stays nil).
-func cloneSources(m map[int32]int64) map[int32]int64 {
-	if m == nil {
-		return nil
-	}
-	c := make(map[int32]int64, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
-}
-
 // EncodeDouble encodes v as Java's DoubleSerializer does.
-func EncodeDouble(v float64) []byte { return appendDouble(nil, v) }
-
-func appendDouble(b []byte, v float64) []byte {
-	return binary.BigEndian.AppendUint64(b, math.Float64bits(v))
-}
+func EncodeDouble(v float64) []byte { return binary.BigEndian.AppendUint64(nil, math.Float64bits(v)) }
 
 // DecodeDouble decodes a value written by Java's DoubleSerializer; it
 // returns ErrInvalid unless b is 8 bytes.

@@ -57,8 +57,3 @@ func (r *Router) assigned(ps []int32, gen int32, grace time.Duration) {
 		}
 	}
 }
-
-// clearWarm ends the hand-over of p: it is RUNNING again. The caller holds t.mu.
-func (t *partitionTracker) clearWarm(p int32) {
-	delete(t.warm, p)
-}

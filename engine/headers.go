@@ -43,7 +43,7 @@ var (
 	keySources         = []byte(HeaderSources)
 )
 
-// findHeaderBytes is findHeader without copying the value.
+// findHeaderBytes returns the value of header k, not copied.
 func findHeaderBytes(hs []*sarama.RecordHeader, k string) ([]byte, bool) {
 	for _, h := range hs {
 		if h != nil && string(h.Key) == k {
@@ -80,13 +80,10 @@ func parseDecimal(b []byte, bits uint) (int64, bool) {
 	return int64(u), true
 }
 
+// findHeader returns the value of header k and whether it is present.
 func findHeader(hs []*sarama.RecordHeader, k string) (string, bool) {
-	for _, h := range hs {
-		if h != nil && string(h.Key) == k {
-			return string(h.Value), true
-		}
-	}
-	return "", false
+	v, ok := findHeaderBytes(hs, k)
+	return string(v), ok
 }
 
 // sourceOf returns the input position carried by a repartition record; ok is
@@ -105,10 +102,7 @@ func sourceOf(hs []*sarama.RecordHeader) (p int32, off int64, ok bool, err error
 	return int32(pp), oo, true, nil
 }
 
-// encodeSources renders sources as "p:o,p:o" sorted by partition.
-func encodeSources(m map[int32]int64) string { return string(appendSources(nil, m)) }
-
-// appendSources appends encodeSources(m) to b.
+// appendSources appends sources to b as "p:o,p:o", sorted by partition.
 func appendSources(b []byte, m map[int32]int64) []byte {
 	var small [8]int32
 	ps := small[:0]
@@ -127,7 +121,7 @@ func appendSources(b []byte, m map[int32]int64) []byte {
 	return b
 }
 
-// decodeSources parses the output of encodeSources.
+// decodeSources parses the output of appendSources.
 func decodeSources(s string) (map[int32]int64, error) {
 	m := map[int32]int64{}
 	if s == "" {

@@ -114,3 +114,6 @@ func TestDoubleRoundTrip(t *testing.T) {
 		t.Errorf("EncodeDouble(9) = %x", got)
 	}
 }
+
+// encodeSources renders sources as "p:o,p:o" sorted by partition.
+func encodeSources(m map[int32]int64) string { return string(appendSources(nil, m)) }

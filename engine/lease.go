@@ -64,12 +64,6 @@ type readLease struct {
 // valid reports whether the lease runs at now (a monoNow value).
 func (l *readLease) valid(now time.Duration) bool { return int64(now) < l.until.Load() }
 
-// remaining returns how long the lease still runs at now (negative: it
-// lapsed that long ago, or was never proven or revoked when until is 0).
-func (l *readLease) remaining(now time.Duration) time.Duration {
-	return time.Duration(l.until.Load()) - now
-}
-
 // begin starts a new keeper and returns its token. A lease already
 // running carries over: the new generation's assignment came from a
 // rebalance this member took part in, and another rebalance cannot end

@@ -207,3 +207,9 @@ func TestLeaseRevokedThenRenewed(t *testing.T) {
 		return nil
 	})
 }
+
+// remaining returns how long the lease still runs at now (negative: it
+// lapsed that long ago, or was never proven or revoked when until is 0).
+func (l *readLease) remaining(now time.Duration) time.Duration {
+	return time.Duration(l.until.Load()) - now
+}

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"slices"
+
+	"github.com/IBM/sarama"
 )
 
 // Leaving: a static member (Config.InstanceID) that stops stays in the
@@ -39,11 +41,7 @@ func (e *Engine) leave() {
 			}
 		}
 	}
-	resp, err := admin.RemoveMemberFromConsumerGroup(e.cfg.ApplicationID, []string{e.cfg.InstanceID})
-	if err == nil && resp != nil && resp.Err != 0 {
-		err = resp.Err
-	}
-	if err != nil {
+	if err := e.removeMembership(admin); err != nil {
 		e.log.Warn("could not leave the group; its partitions move after the session timeout", "err", err, "session_timeout", e.cfg.SessionTimeout)
 		return
 	}
@@ -81,11 +79,7 @@ func (e *Engine) dropStaleMembership(ctx context.Context) {
 		if ok && end-cp <= e.cfg.AcceptableLag {
 			continue
 		}
-		resp, err := admin.RemoveMemberFromConsumerGroup(e.cfg.ApplicationID, []string{e.cfg.InstanceID})
-		if err == nil && resp != nil && resp.Err != 0 {
-			err = resp.Err
-		}
-		if err != nil {
+		if err := e.removeMembership(admin); err != nil {
 			e.log.Warn("returning without the state of a partition, but could not leave the old membership; restoring it", "partition", p, "err", err)
 			return
 		}
@@ -93,4 +87,14 @@ func (e *Engine) dropStaleMembership(ctx context.Context) {
 			"partition", p, "checkpoint", cp, "has_checkpoint", ok, "changelog_end", end)
 		return
 	}
+}
+
+// removeMembership removes this instance's static membership from the
+// group (LeaveGroup by instance id, KIP-345).
+func (e *Engine) removeMembership(admin sarama.ClusterAdmin) error {
+	resp, err := admin.RemoveMemberFromConsumerGroup(e.cfg.ApplicationID, []string{e.cfg.InstanceID})
+	if err == nil && resp != nil && resp.Err != 0 {
+		err = resp.Err
+	}
+	return err
 }

@@ -2,7 +2,7 @@ package engine
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 )
@@ -63,7 +63,7 @@ func (t *partitionTracker) set(p int32, s PartitionState) {
 	}
 	t.states[p] = s
 	if s == Running {
-		t.clearWarm(p)
+		delete(t.warm, p) // RUNNING again: its hand-over ends
 	}
 }
 
@@ -191,7 +191,7 @@ func (r *Router) Ready() error {
 		}
 	}
 	if len(restoring) > 0 {
-		sort.Slice(restoring, func(i, j int) bool { return restoring[i] < restoring[j] })
+		slices.Sort(restoring)
 		return fmt.Errorf("partitions %v restoring", restoring)
 	}
 	return nil

@@ -126,3 +126,7 @@ func BenchmarkFlushRecords(b *testing.B) {
 
 // int64Key returns the Int64Keys encoding of id.
 func int64Key(id int64) []byte { return Int64Keys.Append(nil, id) }
+
+func appendDouble(b []byte, v float64) []byte {
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(v))
+}

@@ -146,11 +146,6 @@ func (e *Engine) forward(ctx context.Context, f *forwarder, batch []*sarama.Cons
 	return out, dead, nil
 }
 
-// retryable reports whether a job's decode error is temporary.
-func retryable(err error) bool {
-	return errors.Is(err, ErrRetry)
-}
-
 // withRetry runs a job's decoding step, retrying with backoff while it
 // fails temporarily (a Schema Registry outage). Any other failure is
 // returned and the record is dead-lettered; ctx ending returns ctx.Err().
@@ -158,7 +153,7 @@ func (e *Engine) withRetry(ctx context.Context, fn func() error) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil || !retryable(err) {
+		if err == nil || !errors.Is(err, ErrRetry) {
 			return err
 		}
 		e.log.Warn("decoder temporarily unavailable, retrying", "err", err, "retry_in", backoff)

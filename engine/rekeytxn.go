@@ -99,7 +99,7 @@ func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupC
 
 // send produces out inside the open transaction, beginning one if needed.
 func (r *rekeyer) send(out []*sarama.ProducerMessage) error {
-	defer r.e.route.writes.begin("input partition " + itoa(int64(r.p)))()
+	defer r.e.route.writes.begin(r.name())()
 	if !r.inTxn {
 		r.begun = time.Now()
 		if err := r.pr.BeginTxn(); err != nil {
@@ -117,7 +117,7 @@ func (r *rekeyer) send(out []*sarama.ProducerMessage) error {
 // commit commits the open transaction with the input offset; without one
 // it does nothing.
 func (r *rekeyer) commit() error {
-	defer r.e.route.writes.begin("input partition " + itoa(int64(r.p)))()
+	defer r.e.route.writes.begin(r.name())()
 	r.lastCommit = time.Now()
 	if !r.inTxn {
 		return nil

@@ -224,7 +224,7 @@ func (e *Engine) decodeChangelog(ctx context.Context, p int32, m CommittedRecord
 // and moves the checkpoint past the last record it wrote.
 func (t *task) reseed(ctx context.Context) error {
 	e := t.e
-	sc, ok := scannerOf(e.table)
+	sc, ok := e.table.(TableScanner)
 	if !ok {
 		return fmt.Errorf("store cannot list partition %d to re-seed the changelog; reset the store", t.p)
 	}
@@ -285,10 +285,4 @@ func (t *task) reseed(ctx context.Context) error {
 	}
 	e.copies.set(t.p, checkpoint)
 	return nil
-}
-
-// scannerOf returns table's TableScanner, if it can list partitions.
-func scannerOf(table Table) (TableScanner, bool) {
-	sc, ok := table.(TableScanner)
-	return sc, ok
 }

@@ -1,6 +1,9 @@
 package engine
 
-import "sync/atomic"
+import (
+	"reflect"
+	"sync/atomic"
+)
 
 // Stats is a snapshot of the engine's counters since the process started.
 // It is the one definition of the counters: GET /api/stats (and the
@@ -87,26 +90,11 @@ func (c *counters) snapshot() Stats {
 }
 
 // Add returns the field-by-field sum of s and o (the counters of several
-// jobs' engines in one process).
+// jobs' engines in one process). Every field of Stats is an int64.
 func (s Stats) Add(o Stats) Stats {
-	return Stats{
-		RecordsProcessed:      s.RecordsProcessed + o.RecordsProcessed,
-		RecordsRekeyed:        s.RecordsRekeyed + o.RecordsRekeyed,
-		DuplicatesSkipped:     s.DuplicatesSkipped + o.DuplicatesSkipped,
-		DeadLettered:          s.DeadLettered + o.DeadLettered,
-		ChangelogRestored:     s.ChangelogRestored + o.ChangelogRestored,
-		ChangelogSkipped:      s.ChangelogSkipped + o.ChangelogSkipped,
-		StoreBatches:          s.StoreBatches + o.StoreBatches,
-		StoreDocsWritten:      s.StoreDocsWritten + o.StoreDocsWritten,
-		FencedWrites:          s.FencedWrites + o.FencedWrites,
-		TransactionsCommitted: s.TransactionsCommitted + o.TransactionsCommitted,
-		TransactionsAborted:   s.TransactionsAborted + o.TransactionsAborted,
-		GroupRestarts:         s.GroupRestarts + o.GroupRestarts,
-		PartitionsAssigned:    s.PartitionsAssigned + o.PartitionsAssigned,
-		ReadLeaseLapses:       s.ReadLeaseLapses + o.ReadLeaseLapses,
-		PartitionsRunning:     s.PartitionsRunning + o.PartitionsRunning,
-		PartitionsStandby:     s.PartitionsStandby + o.PartitionsStandby,
-		StandbyRecords:        s.StandbyRecords + o.StandbyRecords,
-		GroupRejoins:          s.GroupRejoins + o.GroupRejoins,
+	sv, ov := reflect.ValueOf(&s).Elem(), reflect.ValueOf(o)
+	for i := range sv.NumField() {
+		sv.Field(i).SetInt(sv.Field(i).Int() + ov.Field(i).Int())
 	}
+	return s
 }

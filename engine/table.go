@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"unicode/utf8"
 )
@@ -221,12 +222,7 @@ func (d Doc) Clone() Doc {
 	if d.Index != nil {
 		c.Index = append([]IndexValue(nil), d.Index...)
 	}
-	if d.Sources != nil {
-		c.Sources = make(map[int32]int64, len(d.Sources))
-		for k, v := range d.Sources {
-			c.Sources[k] = v
-		}
-	}
+	c.Sources = maps.Clone(d.Sources)
 	return c
 }
 

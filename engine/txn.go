@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -199,14 +200,7 @@ func sendErr(err error) error {
 func dedupErrs(errs []error) []error {
 	var out []error
 	for _, e := range errs {
-		dup := false
-		for _, o := range out {
-			if errors.Is(o, e) {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+		if !slices.ContainsFunc(out, func(o error) bool { return errors.Is(o, e) }) {
 			out = append(out, e)
 		}
 	}
