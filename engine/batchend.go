@@ -12,13 +12,11 @@ import (
 //
 // Log compaction keeps the header of a producer's last batch after removing
 // all its records (Kafka preserves producer state that way). sarama drops
-// such empty batches from RecordsSet, and a segment's read can return
-// nothing else, so a reader that only looks at RecordsSet fetches the same
-// offset forever: a restore on Apache Kafka failed after 101 fetches at one
-// offset with 68 records above it. sarama's own PartitionConsumer steps past
-// them with FetchResponseBlock.recordsNextOffset, which it does not export;
-// this reads that field. TestCommittedReaderStepsOverEmptiedBatches fails if a sarama
-// upgrade renames it.
+// such empty batches from RecordsSet, and a fetch can return nothing else,
+// so a reader that only looks at RecordsSet fetches the same offset
+// forever. sarama's PartitionConsumer steps past them with the unexported
+// FetchResponseBlock.recordsNextOffset, which this reads by reflection;
+// TestCommittedReaderStepsOverEmptiedBatches fails if sarama renames it.
 func batchesEnd(b *sarama.FetchResponseBlock) (int64, bool) {
 	if b == nil {
 		return 0, false

@@ -17,26 +17,21 @@ import (
 // cuts the ones to a broker the cluster has fenced.
 //
 // A broker that stops answering without closing its connections (paused,
-// frozen VM, cut off) holds every request sent to it until the client's
-// read timeout, 10 to 30 s, long after Kafka noticed: the controller
-// fences a broker that missed its heartbeats for broker.session.timeout.ms
-// (9 s by default), moves its leaderships and coordinators to the others,
-// and leaves it out of every metadata answer. sarama keeps waiting on the
-// old connection meanwhile, and may dial the silent broker again (it
-// still accepts connections) before it refreshes its metadata.
+// cut off) holds every request sent to it until the client's read timeout
+// (10 to 30 s), long after the controller fenced it (missed heartbeats for
+// broker.session.timeout.ms, 9 s), moved its leaderships and coordinators
+// and left it out of every metadata answer; sarama may even dial it again,
+// as it still accepts connections.
 //
 // The watch asks the cluster for its brokers every pollEvery, each poll
-// starting with the next broker. A broker that a recent answer leaves out
-// is fenced (see observe): every connection to it is closed, which fails
-// the requests waiting on it at once (the clients retry them on the new
-// leaders and coordinators), and dials to it fail until every recent
-// answer lists it again. A killed broker's connections fail on their
-// own; the watch changes nothing there.
-//
-// The same answers carry the leaders of the engine's partitions and of
-// the coordinators' internal partitions: when one moves, every client
-// looks its leaders and coordinators up again (see observeLeaders).
-// Safe for concurrent use.
+// starting with the next broker. A broker a recent answer leaves out is
+// fenced (see observe): its connections are closed, failing the requests
+// waiting on them at once (the clients retry on the new leaders), and
+// dials to it fail until every recent answer lists it again. The same
+// answers carry the leaders of the engine's partitions and of the
+// coordinators' internal partitions: when one moves, every client looks
+// its leaders and coordinators up again (see observeLeaders). Safe for
+// concurrent use.
 type brokerWatch struct {
 	dialer net.Dialer
 	seeds  []string
@@ -173,11 +168,11 @@ type pollAnswer struct {
 	epochs map[topicPartition]int32
 }
 
-// poll asks the known brokers, one after another, for the cluster's
-// brokers and the watched topics' leaders, and returns the first answer.
-// Each poll starts with the next broker, so every live broker's view is
-// recent (see observe); a broker whose last answer failed is asked last
-// (a silent one would hold the poll for the read timeout).
+// poll asks the known brokers in turn for the cluster's brokers and the
+// watched topics' leaders, and returns the first answer. Each poll starts
+// with the next broker, so every live broker's view is recent (see
+// observe); one whose last answer failed is asked last (a silent one
+// would hold the poll for the read timeout).
 func (w *brokerWatch) poll() (pollAnswer, bool) {
 	w.mu.Lock()
 	ask := slices.Clone(w.seeds)
@@ -231,17 +226,12 @@ func (w *brokerWatch) poll() (pollAnswer, bool) {
 }
 
 // observeLeaders takes the leader epochs of one answer and returns how
-// many partitions got a new leader since an earlier answer: an epoch
-// above the highest seen for a partition already seen. A broker behind
-// the others answers with older epochs, which change nothing.
-//
-// A client keeps a partition's leader until a request to it fails, so
-// after a leader moved (a broker's controlled shutdown, a preferred
-// leader election) its next produce or fetch goes to the old leader, is
-// refused and waits out a retry backoff; and a transaction's offset
-// commit goes to the old group coordinator (the leader of its
-// __consumer_offsets partition). Refreshing every client when a leader
-// moves spares them that round.
+// many partitions got a new leader: an epoch above the highest seen for a
+// partition already seen (a broker behind the others changes nothing).
+// A client keeps a leader until a request to it fails, so after a move
+// (controlled shutdown, preferred leader election) its next produce,
+// fetch or offset commit goes to the old leader or coordinator and waits
+// out a retry backoff; refreshing every client spares them that.
 func (w *brokerWatch) observeLeaders(epochs map[topicPartition]int32) (moved int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -297,12 +287,10 @@ func (w *brokerWatch) nextChange() <-chan struct{} {
 }
 
 // consumerBackoff is the pause before a partition consumer's retry
-// (sarama's Consumer.Retry.BackoffFunc): afterChange for the few seconds
+// (sarama's Consumer.Retry.BackoffFunc): afterChange within changeWindow
 // after the watch fenced a broker or saw a leader move, when the clients
-// already know the new leaders and a retry finds them, else steady. A
-// fetch that failed on the old leader just after Kafka moved it (a retry
-// still on the fenced broker) then resumes 50 ms later rather than up to
-// 500 ms. A nil watch always returns steady.
+// already know the new leaders, else steady. A nil watch always returns
+// steady.
 func (w *brokerWatch) consumerBackoff(steady time.Duration) func(retries int) time.Duration {
 	return func(int) time.Duration {
 		if w == nil {
@@ -332,11 +320,10 @@ func (w *brokerWatch) isFenced(addr string) bool {
 
 // observe takes the brokers of one answer, given by broker from (at now),
 // and returns the brokers it fenced, whose connections it closed. A broker
-// ever listed is fenced while a recent answer (of the last viewAge) of
-// some broker leaves it out, and no longer once every recent answer lists
-// it. Leaving out is what counts: brokers apply the cluster's metadata in
-// one order, so one that still lists a fenced broker is only behind (as
-// one is while the controller it follows is the silent node).
+// ever listed is fenced while a recent answer (of the last viewAge) leaves
+// it out, and no longer once every recent answer lists it. Leaving out is
+// what counts: brokers apply the cluster's metadata in one order, so one
+// that still lists a fenced broker is only behind.
 func (w *brokerWatch) observe(from string, addrs []string, now time.Time) (cut []string) {
 	view := map[string]bool{}
 	for _, a := range addrs {

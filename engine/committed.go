@@ -11,13 +11,11 @@ import (
 )
 
 // committedReader reads the committed records of one partition up to a
-// given end offset, as a read_committed consumer sees them (deciding each
-// transaction by its marker, see read), and knows exactly when it has
-// reached that end: transaction markers, aborted records and compaction
-// gaps all move its position forward without delivering anything. sarama's PartitionConsumer hides its position past
-// control records, so a restore built on it could only guess its end with
-// an idle timeout; every changelog written under exactly-once ends in a
-// commit marker, so that guess would cost every restart.
+// given end offset, as a read_committed consumer sees them (see read), and
+// knows exactly when it has reached that end: markers, aborted records and
+// compaction gaps all move its position without delivering anything.
+// sarama's PartitionConsumer hides its position past control records, so
+// a restore built on it could only guess its end with an idle timeout.
 type committedReader struct {
 	client sarama.Client
 	topic  string
@@ -73,9 +71,8 @@ var errLeaderGone = errors.New("partition leader unreachable")
 // (the log start), or sarama.OffsetNewest, the end: the high watermark
 // with sarama.ReadUncommitted, the last stable offset with
 // sarama.ReadCommitted. It retries while the leader is gone (backing off
-// from 100 ms to 1 s, as a fetch does in committedReader.read), so a
-// leader failover delays a restore or a standby instead of failing it, and
-// returns ctx's error if ctx ends first.
+// from 100 ms to 1 s), so a leader failover delays a restore or a standby
+// instead of failing it, and returns ctx's error if ctx ends first.
 func listOffset(ctx context.Context, client sarama.Client, topic string, p int32, ts int64, iso sarama.IsolationLevel) (int64, error) {
 	backoff := 100 * time.Millisecond
 	for {
@@ -169,16 +166,14 @@ type queued struct {
 //
 // It fetches read_uncommitted (bounded by the high watermark) and decides
 // each transactional record by its producer's next control marker, COMMIT
-// or ABORT, instead of trusting the broker's aborted-transaction index and
-// its last-stable-offset bound: on Apache Kafka a read_committed fetch below
-// the last stable offset sometimes came back empty just after the changelog
-// was cleaned, and an earlier version took that for the end of the data (a
-// restore that replayed 0 of 373 records; lost counts). The caller has
-// waited for the last stable offset to reach end (waitStable), so every
-// transaction with records below end is decided and its marker written;
-// log compaction keeps a marker as long as any record of its transaction
-// remains. A record whose marker lies beyond end is held until the marker
-// is read.
+// or ABORT, instead of trusting the broker's aborted-transaction index: on
+// Apache Kafka a read_committed fetch below the last stable offset could
+// come back empty just after the changelog was cleaned, which looks like
+// the end of the data. The caller has waited for the last stable offset to
+// reach end (waitStable), so every transaction with records below end is
+// decided and its marker written; compaction keeps a marker as long as any
+// record of its transaction remains. A record whose marker lies beyond end
+// is held until the marker is read.
 func (r *committedReader) read(ctx context.Context, start, end int64, fn func(CommittedRecord) error) error {
 	if r.maxBytes <= 0 {
 		r.maxBytes = 1 << 20
@@ -267,14 +262,12 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 			}
 			if e, ok := epoch[rb.ProducerID]; ok && rb.IsTransactional && rb.ProducerEpoch > e {
 				// Records of a newer epoch while older ones wait for their
-				// marker: compaction removed that marker (and the rest of
-				// its transaction) between two fetches, which it may once
-				// delete.retention.ms has passed. A later owner bumps the
-				// epoch, and this engine never reuses a producer after an
-				// abort, so the older records are either aborted or
-				// committed and since superseded by later records of the
-				// same keys (that is why they could be removed): skipping
-				// them is right in both cases.
+				// marker: compaction removed that marker (allowed after
+				// delete.retention.ms) between two fetches. A later owner
+				// bumps the epoch and the engine never reuses a producer
+				// after an abort, so the older records are aborted, or
+				// committed and superseded by later records of the same
+				// keys: skipping them is right either way.
 				for _, q := range open[rb.ProducerID] {
 					q.pending, q.aborted = false, true
 				}

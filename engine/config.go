@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 )
@@ -26,13 +27,10 @@ type Config struct {
 	CommitInterval time.Duration
 	// IdleFlush flushes a partition before CommitInterval once its input
 	// has stayed empty this long and it has read every record the broker
-	// holds (at most once per 100 ms), so the end of a burst, or a
-	// trickle of records, is visible without waiting for the interval.
-	// It must exceed the rekey stage's commit period (250 ms): a busy
-	// partition then never waits that long for input and keeps one flush
-	// per interval. A task that starts (after a rebalance) also flushes
-	// its first batch at once and again as soon as it has caught up. 0
-	// turns both off.
+	// holds (at most once per 100 ms). It must exceed the rekey stage's
+	// commit period (250 ms), so a busy partition keeps one flush per
+	// interval. A task that starts also flushes its first batch at once
+	// and again once caught up. 0 turns both off.
 	IdleFlush time.Duration
 	// CacheMaxDocs flushes a partition early when it holds this many changed
 	// documents, and bounds how many documents a partition keeps cached
@@ -41,19 +39,17 @@ type Config struct {
 	CacheMaxDocs int
 	// CacheBudgetDocs bounds the documents all partitions of the engine
 	// cache together, like Kafka Streams' statestore.cache.max.bytes: each
-	// partition's bound is the budget divided by the partitions the
-	// instance owns, at most CacheMaxDocs and at least MinPartitionCacheDocs
-	// (or CacheMaxDocs when that is smaller), so the memory the caches hold
-	// does not grow with the partitions a failover moves here. The default,
-	// 30000, leaves CacheMaxDocs (10000) to each of up to three partitions;
-	// 0 turns the budget off (every partition gets CacheMaxDocs).
+	// partition's bound is the budget divided by the partitions owned, at
+	// most CacheMaxDocs and at least MinPartitionCacheDocs (or CacheMaxDocs
+	// when smaller), so cache memory does not grow with the partitions a
+	// failover moves here. 0 turns the budget off.
 	CacheBudgetDocs int
 	// BufferedRecords is how many fetched records each claimed partition
 	// buffers ahead of its stage (sarama's ChannelBufferSize), like Kafka
 	// Streams' buffered.records.per.partition. A stage drains up to 2000
 	// at a time, so a smaller buffer means smaller batches (see
-	// docs/benchmarks.md: 256 halved the throughput); the memory it may
-	// hold is this times the largest record times the partitions owned.
+	// docs/benchmarks.md); it may hold this times the largest record times
+	// the partitions owned.
 	BufferedRecords int
 	// InstanceID enables static group membership when non-empty.
 	InstanceID string
@@ -78,14 +74,12 @@ type Config struct {
 	ProcessingGuarantee Guarantee
 	// TransactionTimeout is how long the broker waits before it aborts a
 	// transaction its producer left open (a crashed or paused instance).
-	// The default, 30 s, is above Kafka's failure detection (9 s of
-	// broker.session.timeout.ms plus heartbeats and elections, 7.5-13 s
-	// measured): a transaction whose coordinator was lost is then
-	// committed on the new coordinator, not aborted by it for its timeout
-	// (which fences the producer and restarts the group session). A long
-	// timeout delays nobody when a partition moves: its next owner's
-	// producer, with the same per-partition transactional id, aborts the
-	// old owner's transaction at once.
+	// The default, 30 s, is above Kafka's failure detection (7.5-13 s), so
+	// a transaction whose coordinator was lost is committed on the new
+	// one, not aborted for its timeout (which fences the producer and
+	// restarts the session). A long timeout delays no move: the next
+	// owner's producer, with the same transactional id, aborts the old
+	// owner's transaction at once.
 	TransactionTimeout time.Duration
 	// StaleDropAfter, when positive, deletes a partition's documents from
 	// an InstanceLocal store this long after the partition moved away (see
@@ -179,6 +173,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("engine config: %w: %w", ErrInvalid, errors.Join(errs...))
 	}
 	return nil
+}
+
+// logger returns c.Logger, or one that discards when it is nil.
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c.Logger
 }
 
 // Guarantee is a processing guarantee.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -88,18 +87,13 @@ func NewJob(cfg Config, table Table, job Runner) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	log = log.With("job", job.Spec().Name)
+	log := cfg.logger().With("job", job.Spec().Name)
 	l, ok := table.(InstanceLocal)
 	e := &Engine{cfg: cfg, topics: cfg.Topics(), table: table, job: job, log: log, kafka: saramaKafka{brokers: cfg.Brokers},
 		localStore: ok && l.InstanceLocal(), route: newRouter(cfg, log)}
-	tp := cfg.Topics()
-	// The leaders the watch follows: the engine's topics, and the
-	// internal ones whose leaders are the group's and the transactions'
-	// coordinators.
+	tp := e.topics
+	// The watch follows the leaders of the engine's topics and of the
+	// internal ones that place the group's and transactions' coordinators.
 	e.watch = newBrokerWatch(cfg.Brokers, NewSaramaConfig(cfg.ApplicationID),
 		tp.Input, tp.Repartition, tp.Changelog, tp.Output, tp.DLQ, "__consumer_offsets", "__transaction_state")
 	e.kafka.watch, e.kafka.group = e.watch, cfg.ApplicationID
@@ -122,7 +116,7 @@ func (e *Engine) Topics() Topics { return e.topics }
 // idempotent producer with acks=all and one request in flight, manual
 // offset commits, read_committed, static membership when an instance id is
 // set. Version 3.6 makes transactional offset commits carry the member and
-// generation (TxnOffsetCommit v3, KIP-447), which is what fences a zombie.
+// generation (KIP-447), which is what fences a zombie.
 func (e *Engine) saramaConfig() *sarama.Config {
 	sc := NewSaramaConfig(e.cfg.ApplicationID)
 	if e.watch != nil {
@@ -133,9 +127,8 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Producer.Idempotent = true
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Return.Successes = true
-	// A produce to a partition whose leader died is retried, refreshing
-	// the metadata, for 10 s: long enough for Kafka to notice the loss
-	// (broker.session.timeout.ms, 9 s by default) and elect a new leader.
+	// Retry a produce to a dead leader for 10 s: Kafka notices the loss
+	// (broker.session.timeout.ms, 9 s) and elects a new leader by then.
 	sc.Producer.Retry.Max = 50
 	sc.Producer.Retry.Backoff = 200 * time.Millisecond
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
@@ -143,54 +136,39 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	sc.Producer.Flush.Frequency = 5 * time.Millisecond
 	sc.Net.MaxOpenRequests = 1
 	sc.Producer.MaxMessageBytes = MaxRecordBytes
-	// Everything the engine reads (input, repartition, changelog) is read
-	// committed: records of aborted or open transactions are never seen.
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	// A partition whose leader went away is looked up again every 500 ms
-	// (sarama: 2 s), so that fetching resumes within half a second of
-	// Kafka electing the new leader.
+	// Look a lost leader up again every 500 ms (sarama: 2 s), or 50 ms
+	// just after the broker watch saw a fence or a leader move.
 	sc.Consumer.Retry.Backoff = 500 * time.Millisecond
-	// For a few seconds after the broker watch saw a broker fenced or a
-	// leader move, a retry comes after 50 ms: the new leader is known.
 	sc.Consumer.Retry.BackoffFunc = e.watch.consumerBackoff(sc.Consumer.Retry.Backoff)
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{e.asg,
 		rangeStrategy{BalanceStrategy: sarama.NewBalanceStrategyRange(), addr: e.cfg.AdvertiseAddr}}
 	sc.Consumer.Group.InstanceId = e.cfg.InstanceID
-	// A member whose SyncGroup meets a new rebalance (another member
-	// joined meanwhile: a restarted instance) joins again after
-	// Rebalance.Retry.Backoff, and the group waits for every member: at
-	// sarama's 2 s, every partition stopped 2 s longer (a rolling restart
-	// stalled a partition 5.2 s). Java's client rejoins at once. 200 ms,
+	// A member whose SyncGroup meets a new rebalance joins again after
+	// Rebalance.Retry.Backoff while the whole group waits for it: sarama's
+	// 2 s stops every partition 2 s longer (Java rejoins at once). 200 ms,
 	// with as many retries as make sarama's 8 s budget (coordinator moves).
 	sc.Consumer.Group.Rebalance.Retry.Backoff = 200 * time.Millisecond
 	sc.Consumer.Group.Rebalance.Retry.Max = 40
 	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = e.heartbeatInterval()
 	sc.Consumer.Group.Member.UserData = []byte(e.cfg.AdvertiseAddr)
-	// Each claimed partition buffers Config.BufferedRecords fetched
-	// records. sarama's default (256) capped every drained batch near 256
-	// records and stalled the fetch loop while a stage worked through one:
+	// sarama's default (256) caps each drained batch near 256 records, so
 	// per-batch costs (a produce round trip, a transaction, a store read)
-	// were paid every 256 records. At 2048 the end-to-end run (Zipf,
-	// in-process broker) went from 55-58k to 98-140k ratings/s; see
-	// docs/benchmarks.md.
+	// dominate; see Config.BufferedRecords and docs/benchmarks.md.
 	sc.ChannelBufferSize = e.cfg.BufferedRecords
 	return sc
 }
 
 // groupTimeouts bounds how long the group's client waits for a broker's
-// answer to the session timeout (at least 5 s), rather than sarama's 30 s.
-// A broker that stopped answering without closing its connections
-// (paused, cut off) then holds a heartbeat or a fetch only that long: the
-// request fails, the client finds the new group coordinator or partition
-// leader (Kafka elects them once it has fenced the silent broker,
-// broker.session.timeout.ms, 9 s by default) and the session goes on in
-// its generation; with 30 s the heartbeat outlived the session and the
-// group rebalanced. A JoinGroup that waits longer for a slow member fails
-// and sarama sends it again (Rebalance.Retry), as the same member.
+// answer to the session timeout (at least 5 s), not sarama's 30 s, which
+// outlives the session: a silent broker (paused, cut off) then holds a
+// heartbeat or fetch only that long, and the client finds the coordinator
+// or leader Kafka elected meanwhile, keeping the generation. A JoinGroup
+// that times out is sent again (Rebalance.Retry) as the same member.
 func groupTimeouts(gc *sarama.Config, session time.Duration) {
 	gc.Net.ReadTimeout = max(session, 5*time.Second)
 }
@@ -217,9 +195,8 @@ func (e *Engine) connect(ctx context.Context) error {
 		return fmt.Errorf("engine: table %s was opened for %d partitions but %s has %d: %w",
 			e.job.Spec().Name, n, e.topics.Repartition, e.nParts, ErrInvalid)
 	}
-	// The producer gets its own connections: on the consumer group's, each
-	// produce request would queue behind a fetch that the broker may hold
-	// for up to Consumer.MaxWaitTime (500 ms), delaying every hop.
+	// The producer gets its own connections: on the group's, a produce
+	// would queue behind a fetch held up to Consumer.MaxWaitTime (500 ms).
 	pc := e.saramaConfig()
 	producerTimeouts(pc)
 	producer, err := e.kafka.NewSyncProducer(pc)
@@ -273,22 +250,18 @@ func (e *Engine) Run(ctx context.Context) error {
 	}()
 	gc := e.saramaConfig()
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
-		// The group's offset fetch is refused (UNSTABLE_OFFSET_COMMIT) while
-		// a transaction holding offsets of the partition is open, and sarama
-		// retries it Metadata.Retry.Max times: on the group's own client,
-		// let that outlast the transaction timeout, after which the broker
-		// aborts a dead instance's transaction, rather than failing the
-		// session. (The engine's other client keeps short retries, so a
-		// missing topic is reported at once.)
+		// An offset fetch is refused (UNSTABLE_OFFSET_COMMIT) while a
+		// transaction holding the partition's offsets is open; let the
+		// group client's retries outlast the transaction timeout, after
+		// which the broker aborts a dead instance's transaction. The other
+		// client keeps short retries, so a missing topic fails at once.
 		gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(2*e.cfg.TransactionTimeout/gc.Metadata.Retry.Backoff))
 		e.abortPredecessor(ctx)
 	}
-	// sarama's heartbeat loop retries a heartbeat that failed on the
-	// connection Metadata.Retry.Max times, and the group's client makes
-	// each such retry last Metadata.Retry.Backoff (newSaramaGroup): let
-	// them outlast the session timeout, in which Kafka elects a new
-	// group coordinator after losing one and the group keeps its
-	// generation.
+	// sarama retries a heartbeat that failed on the connection
+	// Metadata.Retry.Max times, each lasting Metadata.Retry.Backoff
+	// (newSaramaGroup): outlast the session timeout, within which Kafka
+	// elects a new coordinator and the group keeps its generation.
 	gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(e.cfg.SessionTimeout/gc.Metadata.Retry.Backoff))
 	groupTimeouts(gc, e.cfg.SessionTimeout)
 	e.dropStaleMembership(ctx)
@@ -312,11 +285,8 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.cancelSession = cancel
 		e.mu.Unlock()
 		setups := e.setups.Load()
-		// A fence or a leader move (a coordinator's too) since the attempt
-		// began ends the pause after it: the clients know the new
-		// coordinator by then (see brokerWatch.nextChange). One taken long
-		// ago in a session skips one pause only: each attempt takes a new
-		// channel.
+		// A fence or leader move during the attempt ends the pause after
+		// it (see brokerWatch.nextChange); each attempt takes a new channel.
 		changed := e.watch.nextChange()
 		err := group.Consume(sessCtx, topics, h)
 		cancel()
@@ -335,11 +305,9 @@ func (e *Engine) Run(ctx context.Context) error {
 			return fmt.Errorf("engine: --session-timeout=%v is outside the range the brokers allow (group.min.session.timeout.ms to group.max.session.timeout.ms, 6s to 30m by default): %w",
 				e.cfg.SessionTimeout, err)
 		case err != nil && e.setups.Load() == setups:
-			// No session began: the join failed (the group coordinator
-			// is being failed over, or Kafka is unreachable). Retrying it
-			// is no restart loop, so /readyz does not count it; it says
-			// why it is not ready through the lapsed read lease or the
-			// partitions not running.
+			// No session began: the join failed (coordinator failover,
+			// Kafka unreachable). Not a restart loop, so /readyz does not
+			// count it; the lapsed lease or restoring partitions show.
 			e.c.restarts.Add(1)
 			e.log.Warn("could not join the consumer group", "err", err, "retry_in", backoff)
 			if !sleepUntil(ctx, backoff, changed) {
@@ -375,11 +343,8 @@ func (e *Engine) rejoin(reason string) {
 // startSession records the aggregate and input partitions of the session
 // of generation gen and returns the aggregate partitions the last session
 // ran here, if gen directly follows its generation: only then did nobody
-// else run them in between, so this instance's copies of them hold every
-// record written to their changelog until now. After a pause past the
-// session timeout the group went on without this member and the copies
-// are behind (a woken instance's standby answered a page short of three
-// movies as caught up, seen in the woken-instance test).
+// else run them in between, so the copies here are current. After a pause
+// past the session timeout the group went on without this member.
 func (e *Engine) startSession(gen int32, actives, inputs []int32) (was []int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -405,10 +370,9 @@ func (e *Engine) lastInputs() []int32 {
 }
 
 // restartSession ends the current group session so that the instance
-// rejoins: used after a fatal task error or a fenced write.
-// Several failing tasks of one session count as one restart. A corrupt
-// store (ErrCorrupt) ends the session for good: Run returns the error,
-// since rejoining would read the same damage again.
+// rejoins (a fatal task error, a fenced write); several failing tasks of
+// one session count as one restart. ErrCorrupt instead stops Run with the
+// error: rejoining would read the same damage.
 func (e *Engine) restartSession(reason string, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -12,11 +12,10 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// flush hands the task's changed documents to a persist running in the
-// background (see persist) and returns at once, so that the task goes on
-// processing while the last batch is committed and written: at most one
-// persist is in flight per task, and flush first waits for the previous
-// one, failing with its error. Called by the task's goroutine only.
+// flush hands the task's changed documents to a background persist and
+// returns, so the task processes on while the batch is committed and
+// written. At most one persist is in flight: flush first waits for the
+// previous one, failing with its error. Called by the task's goroutine.
 func (t *task) flush(ctx context.Context) error {
 	if err := t.awaitPersist(); err != nil {
 		return err
@@ -64,16 +63,14 @@ type persistJob struct {
 // prepare takes what the task changed since the last flush (nil when there
 // is nothing to persist): the dirty documents encoded for the store, their
 // changelog and output records, the pending dead letters and the offset to
-// commit.
-// The cache keeps the documents; the task goes on changing them.
+// commit. The cache keeps the documents.
 func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 	e := t.e
 	if len(t.dirty) == 0 && len(t.dead) == 0 && t.next <= t.committed {
 		if time.Since(t.verified) >= verifyInterval {
-			// An idle partition still confirms its claim now and then, so
-			// that a store that lost its state (Redis restarted without
-			// persistence) is noticed and the partition restored even
-			// without new input.
+			// An idle partition still confirms its claim, so that a store
+			// that lost its state (Redis restarted without persistence)
+			// is noticed and the partition restored.
 			return &persistJob{verify: true, checkpoint: t.checkpoint, next: t.next}, nil
 		}
 		return nil, nil
@@ -119,30 +116,27 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 
 // persist makes job durable.
 //
-// Exactly-once: (1) in one Kafka transaction, the changelog records, the
-// averages, the dead letters and the repartition offset (committed with the
+// Exactly-once: (1) in one Kafka transaction, the changelog, output and
+// dead-letter records and the repartition offset (committed with the
 // group's generation and member, so the broker refuses a member that lost
 // the partition); (2) only after the commit, the documents and the
-// changelog checkpoint (one past the last changelog record of this
-// transaction, from the acks) in one atomic store write. A failed or fenced
-// transaction is aborted and the store is left untouched; any error breaks
-// the task (see awaitPersist): its cache is dropped, nothing more is
-// written this session, and the error restarts the session, after which the
-// partition is restored and reprocessed from the committed offsets.
+// changelog checkpoint (one past the transaction's last changelog record,
+// from the acks) in one atomic store write. A failed or fenced transaction
+// is aborted and the store left untouched; any error breaks the task (see
+// awaitPersist) and restarts the session, which restores the partition
+// and reprocesses it from the committed offsets.
 //
-// At-least-once: the same steps without a transaction: records first, then
-// the store, then the offset commit. A crash between two steps replays at
-// most this batch, and the version checks make the replay a no-op; a zombie
-// is not fenced at the broker.
+// At-least-once: records, then the store, then the offset commit. A crash
+// between two steps replays at most this batch, which the version checks
+// make a no-op; a zombie is not fenced at the broker.
 //
 // persist runs on its own goroutine and touches only job, the partition's
-// producer and the engine; the task's cache is not read.
+// producer and the engine, never the task's cache.
 func (t *task) persist(ctx context.Context, job *persistJob) error {
 	e := t.e
-	// The store write follows a committed transaction: it must not be
-	// given up just because the session ended meanwhile (a clean stop
-	// would leave the store behind its changelog and cost a restore), so
-	// it outlives the session by up to finalFlushTimeout.
+	// The store write follows a committed transaction: it outlives the
+	// session by up to finalFlushTimeout, or a clean stop would leave the
+	// store behind its changelog and cost a restore.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(t.sess.Context(), func() { time.AfterFunc(finalFlushTimeout, cancel) })
@@ -153,11 +147,9 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 	if len(job.docs) > 0 && !e.localStore {
 		// A shared store that lost its data (Redis restarted without it)
 		// answers loads with nothing until a write is fenced, and
-		// aggregates built on those reads must never reach the changelog,
-		// which a restore would then trust. Confirm the claim before
-		// committing: if it holds now, every read of this batch came
-		// before any loss (a loss takes the claim with it); if the loss
-		// comes after this check, the reads were right.
+		// aggregates built on those reads must never reach the changelog.
+		// Confirm the claim before committing: a loss takes the claim with
+		// it, so if it holds now, every read of this batch was right.
 		if err := t.write(ctx, job, DocBatch{Partition: t.p, Epoch: t.epoch, Checkpoint: job.base}); err != nil {
 			return err
 		}
@@ -206,11 +198,10 @@ func (t *task) persistDone() <-chan struct{} {
 
 // awaitPersist waits for the persist in flight, if any, and takes in its
 // result: the committed offset, the store checkpoint, and a cache trimmed
-// back to its bound. A failed persist breaks the task: its cache, dirty
-// documents and dead letters are dropped, and this and every later flush
-// of the session return the error without writing anything (a later batch
-// would move the store's checkpoint past documents that were never
-// written).
+// back to its bound. A failed persist breaks the task: its unpersisted
+// state is dropped and every later flush of the session returns the error
+// without writing (a later batch would move the store's checkpoint past
+// documents that were never written).
 func (t *task) awaitPersist() error {
 	if t.broken != nil {
 		return t.broken
@@ -265,9 +256,8 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool
 }
 
 // drop forgets everything the task holds that is not persisted, after a
-// flush that was fenced or aborted. The partition is no longer RUNNING
-// here, so it is not kept answerable (warm) when the session ends: a new
-// owner may already be ahead of this instance's store.
+// failed flush. The partition is no longer RUNNING, so it is not kept
+// answerable (warm) after the session: a new owner may be ahead of it.
 func (t *task) drop() {
 	t.cache.reset()
 	t.dirty = nil
@@ -278,21 +268,19 @@ func (t *task) drop() {
 // verifyInterval is how often an idle partition confirms its claim.
 const verifyInterval = 5 * time.Second
 
-// write applies b to the store for job, retrying while the store is
-// unavailable, and records the new checkpoint in job. A fenced write
-// (another owner claimed the partition, or the store lost the claim with
-// its state) returns an error wrapping ErrFenced, which breaks the task and
-// restarts the group session: the partition is then claimed again and
-// restored. Once the session has ended, an unavailable store (a full
-// disk) is waited for only storeWaitAfterSession (long enough for a
-// connection broken by a pause to be redialled): the member would hold up
-// the whole group's rebalance meanwhile. Whatever the batch committed is in the
-// changelog, so the store is only left behind it, and the partition's
-// next restore or standby here replays the difference. Called by persist.
 // storeWaitAfterSession is how long a store write still waits for an
 // unavailable store once its group session has ended (see task.write).
 const storeWaitAfterSession = 2 * time.Second
 
+// write applies b to the store for job, retrying while the store is
+// unavailable, and records the new checkpoint in job. A fenced write
+// (another owner claimed the partition, or the store lost the claim with
+// its state) returns an error wrapping ErrFenced, which breaks the task and
+// restarts the session. Once the session has ended, an unavailable store
+// (a full disk) is waited for only storeWaitAfterSession (enough to redial
+// a connection a pause broke), or the member would hold up the group's
+// rebalance; the batch is in the changelog, so the partition's next
+// restore or standby here replays it. Called by persist.
 func (t *task) write(ctx context.Context, job *persistJob, b DocBatch) error {
 	e := t.e
 	waitCtx, stop := context.WithCancel(ctx)
@@ -334,9 +322,7 @@ func (e *Engine) changelogRecord(ctx context.Context, d Doc, agg Agg, a *recordA
 }
 
 // outputRecord is the output record of key's aggregate: the record key and
-// the job's output value (the movie job: the average as Java's
-// DoubleSerializer writes it), partitioned as Kafka's default partitioner
-// would.
+// the job's output value, partitioned as Kafka's default partitioner would.
 func (e *Engine) outputRecord(key []byte, agg Agg, a *recordArena) *sarama.ProducerMessage {
 	a.reserve(16)
 	start := len(a.buf)

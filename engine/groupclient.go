@@ -15,36 +15,29 @@ import (
 // own, dialed so that the loss of the group coordinator does not end the
 // session.
 //
-// sarama's heartbeat loop (consumer_group_session.go, heartbeatLoop)
-// answers a heartbeat that failed on the connection (the coordinator's
-// broker died: connection reset, then refused) by trying again at once, on
-// the client's cached coordinator, without refreshing it and without a
+// sarama's heartbeat loop retries a heartbeat that failed on the
+// connection at once, on the cached coordinator, without a refresh or a
 // pause: its Metadata.Retry.Max tries are spent within milliseconds, the
-// session ends, and the member joins again with the new coordinator, which
-// for the group leader means a rebalance of the whole group (a new
-// generation). The Java client instead marks the coordinator unknown, finds
-// the new one and heartbeats on within the session timeout, keeping the
-// generation.
+// session ends, and the member rejoins, which for the group leader means a
+// rebalance of the whole group. The Java client instead finds the new
+// coordinator and heartbeats on within the session timeout, keeping the
+// generation. Four changes give sarama's loop that behaviour:
 //
-// Four changes to the client give sarama's loop that behaviour: every
-// failed dial returns only after Metadata.Retry.Backoff, so the loop's
-// tries last Metadata.Retry.Max x Backoff (the caller sizes that to the
-// session timeout); and every failed dial starts one background
-// RefreshCoordinator, which asks the other brokers until Kafka has elected
-// the new coordinator and then points the client (and so the next
-// heartbeat) at it; and a read that times out (a broker that stopped
-// answering but still accepts connections) makes its broker fail dials
-// for half the read timeout, with a refresh, as if it were dead
-// (watchedConn); and a coordinator lookup that yields a broker it cannot
-// connect to takes the backoff too (pacedClient). The dial pause also
-// spaces out the reconnects of fetches to a dead partition leader, which
-// is harmless. A broker the broker watch has fenced is refused at once,
-// without the pause: Kafka has moved its leaderships and coordinators
-// already, and sarama's walks over the brokers (a metadata refresh, a
-// coordinator lookup, which still start at the fenced broker while it is
-// a seed) must reach a live one without a pause per try; dials to one
-// broker are serialized, so those pauses added up to seconds before a
-// partition consumer found its new leader.
+//   - a failed dial returns only after Metadata.Retry.Backoff, so the
+//     loop's tries last Retry.Max x Backoff (sized to the session timeout
+//     by the caller);
+//   - a failed dial starts one background RefreshCoordinator, which points
+//     the client at the new coordinator once Kafka has elected it;
+//   - a read that times out (a broker that stopped answering but accepts
+//     connections) makes its broker fail dials for half the read timeout,
+//     with a refresh, as if it were dead (watchedConn);
+//   - a coordinator lookup that yields a broker it cannot connect to takes
+//     the backoff too (pacedClient).
+//
+// A broker the broker watch has fenced is refused at once, without the
+// pause: sarama's walks over the brokers (metadata refresh, coordinator
+// lookup) still start at a fenced seed, and dials to one broker are
+// serialized, so a pause per try would add up to seconds.
 func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (*ownedGroup, error) {
 	var under dialer = &net.Dialer{Timeout: cfg.Net.DialTimeout, KeepAlive: cfg.Net.KeepAlive, LocalAddr: cfg.Net.LocalAddr}
 	if cfg.Net.Proxy.Enable {
@@ -134,11 +127,9 @@ type fenceKeeper interface {
 
 // watchedConn is a connection of the group's client whose read timeouts
 // mark its broker silent for a while and refresh the group's coordinator.
-// A broker that stopped answering without closing its connections
-// (paused, cut off) still accepts new ones: without the mark, sarama's
-// heartbeat loop would dial the same broker again (its cached
-// coordinator), send its next heartbeat there and wait out another read
-// timeout, long after Kafka moved the group to a live coordinator.
+// A silent broker (paused, cut off) still accepts connections: without the
+// mark, sarama would heartbeat its cached coordinator there again and wait
+// out another read timeout, long after Kafka moved the group.
 type watchedConn struct {
 	net.Conn
 	d    *groupDialer
@@ -172,11 +163,10 @@ func (d *groupDialer) refresh() {
 }
 
 // pacedClient makes a coordinator lookup that returns a broker it cannot
-// connect to take at least the backoff. sarama's heartbeat loop retries a
-// failed heartbeat at once; when the coordinator's broker is down but its
-// connection already failed (sarama then answers "broker not connected"
-// without dialing again), its retries would be spent within a few seconds,
-// before Kafka has elected a new coordinator, and the session would end.
+// connect to take at least the backoff. When the coordinator's connection
+// already failed, sarama answers "broker not connected" without dialing,
+// so the heartbeat loop's immediate retries would be spent before Kafka
+// elects a new coordinator, and the session would end.
 type pacedClient struct {
 	sarama.Client
 	backoff time.Duration

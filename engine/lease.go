@@ -10,31 +10,23 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// The read lease: the read side of the protocol's fencing.
+// The read lease fences reads as the broker (KIP-447) and the store's
+// claim epochs fence writes: an instance answers a partition from its own
+// store, as its owner, only while its group membership is proven recent.
+// The coordinator expels a member no sooner than the session timeout after
+// the last heartbeat it received (or the rebalance timeout after a
+// rebalance began, which follows that heartbeat), so a heartbeat sent at t
+// and answered without error proves nobody else gets this instance's
+// partitions before t + min(session, rebalance timeout). The lease runs
+// until then, less a margin for clock-rate drift.
 //
-// Writes of an instance that lost its partitions are fenced by the broker
-// (KIP-447) and by the store's claim epochs. Reads are fenced by a lease:
-// an instance answers a partition from its own store, as its owner, only
-// while its group membership is proven recent. A member keeps its
-// partitions until the coordinator expels it, and the coordinator expels
-// it no sooner than the session timeout after the last heartbeat it
-// received (or the rebalance timeout after a rebalance began, which it
-// could only do after that heartbeat). So a heartbeat sent at t and
-// answered without error proves that nobody else can be given this
-// instance's partitions before t + min(session, rebalance timeout). The
-// lease runs until then, less a margin for clock-rate drift between this
-// machine and the coordinator.
-//
-// The lease is read on a monotonic clock, which keeps running while the
-// process is stopped: an instance woken from a SIGSTOP longer than its
-// session finds its lease lapsed at its first instruction, before any
-// goroutine of its had a chance to learn from the broker that the group
-// went on without it. Until a heartbeat of the current generation is
-// answered again, it answers no partition as owner (see Router.OwnerOf).
-//
-// Sarama's own heartbeats keep the session alive but do not report their
-// outcome, so the engine sends its own, one every heartbeat interval, for
-// the session's member and generation (leaseKeeper).
+// The lease is read on a monotonic clock, which runs on while the process
+// is stopped: an instance woken from a SIGSTOP longer than its session
+// finds its lease lapsed at its first instruction, before any goroutine
+// learns that the group went on without it, and answers no partition as
+// owner until a heartbeat of the current generation is answered (see
+// Router.OwnerOf). sarama's heartbeats do not report their outcome, so the
+// engine sends its own every heartbeat interval (keepLease).
 
 // leaseEpoch anchors the lease's monotonic clock.
 var leaseEpoch = time.Now()
@@ -64,10 +56,9 @@ type readLease struct {
 // valid reports whether the lease runs at now (a monoNow value).
 func (l *readLease) valid(now time.Duration) bool { return int64(now) < l.until.Load() }
 
-// begin starts a new keeper and returns its token. A lease already
-// running carries over: the new generation's assignment came from a
-// rebalance this member took part in, and another rebalance cannot end
-// without it before the lease runs out.
+// begin starts a new keeper and returns its token. A running lease carries
+// over: the new assignment came from a rebalance this member took part in,
+// and another cannot end without it before the lease runs out.
 func (l *readLease) begin() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -134,11 +125,9 @@ func (e *Engine) heartbeat(client sarama.Client, member string, gen int32) error
 	}
 	resp, err := b.Heartbeat(req)
 	if err != nil {
-		// A sarama connection whose read failed (timed out on a paused
-		// broker, reset by a dead one) fails every later request until it
-		// is closed, and the coordinator may have moved meanwhile: close
-		// it, so the next heartbeat dials again, and look the coordinator
-		// up again.
+		// A sarama connection whose read failed fails every later request
+		// until closed, and the coordinator may have moved: close it and
+		// look the coordinator up again.
 		_ = b.Close()
 		_ = client.RefreshCoordinator(e.cfg.ApplicationID)
 		return err
@@ -182,11 +171,10 @@ func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) 
 			}
 		case errors.Is(err, sarama.ErrUnknownMemberId), errors.Is(err, sarama.ErrIllegalGeneration), errors.Is(err, sarama.ErrFencedInstancedId):
 			// Revoked, but the keeper goes on: a coordinator that was
-			// paused and lost the group to another broker answers so
-			// from its stale state until it learns it, while the member
-			// is still in the generation on the new coordinator. If the
-			// group did go on without it, the session ends, and with it
-			// this keeper; if not, a later answer renews the lease.
+			// paused and lost the group to another broker answers so from
+			// its stale state while the member is still in the generation
+			// on the new one. If the group did go on, the session (and
+			// this keeper) ends; if not, a later answer renews the lease.
 			if !revoked {
 				revoked = true
 				e.c.leaseLapses.Add(1)
@@ -213,12 +201,10 @@ func (e *Engine) leaseSpan() time.Duration {
 	return min(e.cfg.SessionTimeout, e.saramaConfig().Consumer.Group.Rebalance.Timeout)
 }
 
-// heartbeatInterval is how often sarama and the lease keeper heartbeat.
-// A member learns of a rebalance from a heartbeat's answer, and the group
-// waits for the last member to rejoin while every partition is stopped:
-// at a tenth of the session timeout (1 s by default) a member leaving or
-// joining stopped the group up to a second longer. A thirtieth (333 ms)
-// costs three small requests a second per member.
+// heartbeatInterval is how often sarama and the lease keeper heartbeat. A
+// member learns of a rebalance from a heartbeat's answer while the whole
+// group waits for it, so a thirtieth of the session timeout (333 ms by
+// default) rather than a tenth: three small requests a second per member.
 func (e *Engine) heartbeatInterval() time.Duration {
 	return max(e.cfg.SessionTimeout/30, 100*time.Millisecond)
 }

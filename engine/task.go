@@ -76,8 +76,8 @@ func (t *task) run() error {
 	idle := time.NewTimer(time.Hour) // armed when the input runs dry
 	idle.Stop()
 	defer idle.Stop()
-	resumed := e.cfg.IdleFlush > 0 // until the catch-up flush (see the comment above stop)
-	first := resumed               // the first batch is flushed at once (ditto)
+	resumed := e.cfg.IdleFlush > 0 // until the catch-up flush (see idleFlushGap)
+	first := resumed               // the first batch is flushed at once
 	for {
 		select {
 		case <-ctx.Done():
@@ -128,13 +128,11 @@ func (t *task) run() error {
 
 // caughtUp reports whether the task has seen every record of its
 // partition that the broker holds: its next offset is the partition's end
-// but for the transaction markers that may follow the last record (one
-// per rekey transaction that ended after it; markerSlack bounds them).
-// While a rekey transaction is open the end lies further ahead (its
-// records are not readable yet), but sarama learns the end only from
-// fetches that return records, so it may be stale: the idle time, longer
-// than the rekey stage's commit period, is what keeps a partition between
-// two commits of a busy rekey stage from counting as idle.
+// but for the transaction markers that may follow the last record
+// (markerSlack bounds them). sarama learns the end only from fetches that
+// return records, so it may be stale; the idle time, longer than the
+// rekey commit period, keeps a partition between two commits of a busy
+// rekey stage from counting as idle.
 func (t *task) caughtUp() bool {
 	hwm := t.claim.HighWaterMarkOffset()
 	return t.next >= 0 && hwm-t.next <= markerSlack
@@ -144,28 +142,19 @@ func (t *task) caughtUp() bool {
 // every readable record may be: the markers of as many transactions.
 const markerSlack = 16
 
-// A task whose input runs dry flushes without waiting for the commit
-// interval: once no record has arrived for Config.IdleFlush and it has
-// seen every record the broker holds (caughtUp), at most once per
-// idleFlushGap. Results of a burst that ends (or of a trickle of
-// ratings) then reach the store, the changelog and the output topic
-// without waiting up to a commit interval. A task that is behind always
-// has records buffered, and one that waits between two rekey commits
-// waits less than IdleFlush, so under load flushes stay one per commit
-// interval (or per cache bound of changed documents) and batch the most
-// work; idle flushes cost only when the partition has time to spare.
+// The idle flush: a task whose input runs dry flushes once no record has
+// arrived for Config.IdleFlush and it has seen every record the broker
+// holds (caughtUp), at most once per idleFlushGap, so the end of a burst
+// is visible without waiting for the commit interval. A task that is
+// behind always has records buffered, and one waiting between two rekey
+// commits waits less than IdleFlush, so under load flushes stay one per
+// commit interval (or cache bound).
+//
+// The catch-up flush: a task that starts flushes its first batch at once
+// and again as soon as it has caught up with the records that queued while
+// nobody ran its partition; the commit interval counts again from there.
+// Config.IdleFlush 0 turns both off.
 const idleFlushGap = 100 * time.Millisecond
-
-// The catch-up flush: a task that starts (after a rebalance, a restore or
-// a restart) flushes its first batch at once and flushes again as soon as
-// it has caught up with the records that queued while nobody ran its
-// partition, instead of waiting up to a commit interval more, so a rating
-// held up by a rebalance reaches the store and the output topic as early
-// as it can: the oldest with the first batch, the rest when caught up
-// (after a member vanished, the backlog of the session timeout took a
-// loaded instance 2.6 s to work through). The commit interval counts again
-// from the catch-up flush. Config.IdleFlush 0 turns both off with the idle
-// flush.
 
 // stop turns a flush or process error into the task's result. An error
 // caused by the session ending is not one: the task then flushes what it
@@ -177,10 +166,9 @@ func (t *task) stop(err error) error {
 	return err
 }
 
-// finalFlush writes what the task holds when its session ends; the
-// session's context is already canceled, so it uses its own deadline.
-// Under exactly-once a member that has lost the partition cannot commit:
-// its transaction is aborted and the next owner reprocesses the records.
+// finalFlush writes what the task holds when its session ends, with its
+// own deadline. Under exactly-once a member that has lost the partition
+// cannot commit: the next owner reprocesses the records.
 func (t *task) finalFlush() error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.sess.Context()), finalFlushTimeout)
 	defer cancel()
@@ -238,8 +226,8 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 	e := t.e
 	var missing [][]byte
 	bad := make([]bool, len(batch))
-	// One cache lookup per record: what is cached now is kept for apply
-	// (and marked recently used); only misses are looked up again.
+	// One cache lookup per record, kept for apply; only misses are
+	// looked up again.
 	hits := t.hits[:0]
 	for i, m := range batch {
 		if err := e.job.CheckKey(m.Key); err != nil {
@@ -306,11 +294,10 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 }
 
 // apply adds one record to d (its cached document, or nil to look it up)
-// unless the document already reflects it: its
-// repartition offset is not above the document's version, or its input
-// offset is not above the one recorded for its input partition. A record
-// the job cannot decode or add returns the error (dead-lettered by the
-// caller) and changes nothing.
+// unless the document already reflects it: its repartition offset is not
+// above the document's version, or its input offset is not above the one
+// recorded for its input partition. A record the job cannot decode or add
+// returns the error (dead-lettered by the caller) and changes nothing.
 func (t *task) apply(ctx context.Context, m *sarama.ConsumerMessage, d *entry, srcP int32, srcO int64, hasSrc bool) error {
 	e := t.e
 	if d == nil { // not cached when the batch began: loaded, or new

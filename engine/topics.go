@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -55,11 +53,7 @@ func PrepareTopics(ctx context.Context, cfg Config) (int32, error) {
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: log, kafka: saramaKafka{brokers: cfg.Brokers}}
+	e := &Engine{cfg: cfg, topics: cfg.Topics(), log: cfg.logger(), kafka: saramaKafka{brokers: cfg.Brokers}}
 	client, err := e.kafka.NewClient(e.saramaConfig())
 	if err != nil {
 		return 0, fmt.Errorf("%w: cannot reach brokers %s (%v)", ErrKafkaUnavailable, strings.Join(cfg.Brokers, ","), err)

@@ -31,20 +31,19 @@ const MaxRecordBytes = 1_000_000
 const topicMaxMessageBytes = MaxRecordBytes + 48*1024
 
 // TransactionalID is the transactional id of the producer that flushes
-// aggregate partition p. One per partition, whichever instance runs it: a
-// new owner's producer initialisation fences the previous owner's producer
-// and aborts its open transaction at once (no waiting for the transaction
-// timeout), and the group metadata on the offset commit fences it again.
+// aggregate partition p, whichever instance runs it: a new owner's
+// producer initialisation fences the previous owner's producer and aborts
+// its open transaction at once, and the group metadata on the offset
+// commit fences it again.
 func (t Topics) TransactionalID(p int32) string {
 	return t.Changelog + "-txn-" + strconv.Itoa(int(p))
 }
 
 // RekeyTransactionalID is the transactional id of the producer that
-// forwards input partition p to the repartition topic. One per input
-// partition, whichever instance reads it, for the same reasons as
-// TransactionalID: a member that lost the input partition can get no
-// record into the repartition topic, so the aggregate sees every input
-// record exactly once and in input order.
+// forwards input partition p to the repartition topic, whichever instance
+// reads it (as TransactionalID): a member that lost the input partition
+// gets no record into the repartition topic, so the aggregate sees every
+// input record once and in input order.
 func (t Topics) RekeyTransactionalID(p int32) string {
 	return t.Repartition + "-txn-" + strconv.Itoa(int(p))
 }
@@ -54,11 +53,9 @@ func (t Topics) RekeyTransactionalID(p int32) string {
 const txnProduceBackoff = 250 * time.Millisecond
 
 // txnFirstRetryBackoff is the pause before a failed transactional
-// produce's first retry. sarama looks the partition's leader up again
-// before it retries a batch, so a produce that failed only because the
-// leader moved while the producer had nothing to send (its metadata still
-// named the old leader) reaches the new one at once; later retries, of a
-// leader that is not back yet, are paced by txnProduceBackoff.
+// produce's first retry. sarama looks the leader up again before it
+// retries, so a produce that failed only because the leader moved while
+// the producer was idle reaches the new one at once.
 const txnFirstRetryBackoff = 25 * time.Millisecond
 
 // newTaskProducer opens the transactional producer of aggregate partition
@@ -92,16 +89,14 @@ func (e *Engine) newTxnProducer(ctx context.Context, id, clientSuffix string) (s
 // retried, at txnProduceBackoff, once its txnRetry's context is done.
 const txnQuickRetries = 5
 
-// txnRetry paces the produce retries of one transactional producer. A
-// produce that failed because a partition's leader or a broker went away
-// is retried once at once (txnFirstRetryBackoff: the leader may only have
-// moved), then every txnProduceBackoff for twice the transaction timeout,
-// to ride out a leader failover (10-14 s on a loaded cluster) without
-// aborting the transaction. Retrying is pointless, and the remaining tries
-// are spent without a pause, once the producer's transaction is in error
-// (it can only abort), or, after txnQuickRetries, once ctx is done (the
-// session or the engine is ending and must not wait for a failover).
-// Safe for concurrent use.
+// txnRetry paces the produce retries of one transactional producer: once
+// after txnFirstRetryBackoff (the leader may only have moved), then every
+// txnProduceBackoff for twice the transaction timeout, to ride out a
+// leader failover without aborting the transaction. The remaining tries
+// are spent without a pause once the transaction is in error (it can only
+// abort) or, after txnQuickRetries, once ctx is done (the session or the
+// engine is ending and must not wait for a failover). Safe for concurrent
+// use.
 type txnRetry struct {
 	ctx context.Context
 	pr  atomic.Value // sarama.SyncProducer, once opened
@@ -134,12 +129,9 @@ func (e *Engine) txnProducerConfig(id, clientSuffix string, retry *txnRetry) *sa
 	sc.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
 	sc.Producer.Transaction.Retry.Max = max(100, int(e.cfg.TransactionTimeout/sc.Producer.Transaction.Retry.Backoff))
 	sc.Producer.Transaction.Retry.BackoffFunc = nil
-	// A failed transactional produce is retried for twice the transaction
-	// timeout, paced by retry (see txnRetry); then the transaction is
-	// aborted and the partition rewound and restored. With BackoffFunc
-	// set, sarama uses Retry.Backoff only where a partition finds the
-	// connection to its leader gone: it sleeps that long before it looks
-	// the leader up again, the same case as a first retry.
+	// Produce retries: see txnRetry. With BackoffFunc set, sarama uses
+	// Retry.Backoff only before it looks up a leader whose connection is
+	// gone, the same case as a first retry.
 	sc.Producer.Retry.Backoff = txnFirstRetryBackoff
 	sc.Producer.Retry.Max = max(txnQuickRetries, int(2*e.cfg.TransactionTimeout/txnProduceBackoff))
 	sc.Producer.Retry.BackoffFunc = retry.backoff
@@ -148,13 +140,11 @@ func (e *Engine) txnProducerConfig(id, clientSuffix string, retry *txnRetry) *sa
 }
 
 // producerTimeouts bounds how long a producer waits for a broker's answer
-// to Producer.Timeout (how long the broker may wait for its in-sync
-// replicas) plus 2 s, rather than sarama's 30 s: a broker that stopped
-// answering without closing its connections (paused, cut off) holds a
-// request, and with it the transaction, only that long; the request then
-// fails, the metadata is refreshed and it is retried on the new leader or
-// coordinator (Kafka elects them once it has fenced the silent broker).
-// Only producers: a JoinGroup may rightly wait longer.
+// to Producer.Timeout (the broker's wait for its in-sync replicas) plus
+// 2 s, not sarama's 30 s: a silent broker (paused, cut off) holds a
+// request, and the transaction, only that long before it is retried on
+// the leader or coordinator Kafka elected meanwhile. Only producers: a
+// JoinGroup may rightly wait longer.
 func producerTimeouts(sc *sarama.Config) {
 	sc.Net.ReadTimeout = sc.Producer.Timeout + 2*time.Second
 }

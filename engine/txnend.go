@@ -13,22 +13,16 @@ const txnEndBackoff = 100 * time.Millisecond
 
 // commitTxn commits pr's open transaction, begun at begun.
 //
-// A commit caught by the loss of its transaction coordinator (the broker
-// died, or handed the coordinator over) fails in sarama once its retries
-// are spent, with the producer still committing (no error flag): sarama
-// rediscovers the coordinator on NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE
-// and connection errors, but Kafka elects the new one only after it has
-// noticed the loss (broker.session.timeout.ms, 9 s by default) and the new
-// coordinator has loaded the transaction, which with sarama's retries spent
-// is often just past the transaction timeout. commitTxn then commits again,
-// until twice the transaction timeout since begun; after that, or on any
-// answer that settles it (committed, fenced, refused), it returns and on an
-// error the caller aborts (endTxn). Committing late is safe: the
-// coordinator decides a transaction once, and one it has meanwhile aborted
-// for its timeout refuses the commit (the producer is fenced), which the
-// caller then treats as aborted. A late commit spares the partition its
-// rewind and restore, and the group the rebalance that restarting the
-// session may cause.
+// A commit caught by the loss of its transaction coordinator fails in
+// sarama once its retries are spent, with the producer still committing
+// (no error flag): Kafka elects the new coordinator only after noticing
+// the loss (broker.session.timeout.ms, 9 s) and loading the transaction,
+// often just past the transaction timeout. commitTxn then commits again, until twice the transaction timeout since
+// begun or an answer settles it (committed, fenced, refused); on an error
+// the caller aborts (endTxn). Committing late is safe: the coordinator
+// decides a transaction once, and one it aborted for its timeout refuses
+// the commit (the producer is fenced). A late commit spares the partition
+// a rewind and restore, and the group a rebalance.
 func (e *Engine) commitTxn(pr sarama.SyncProducer, begun time.Time) error {
 	deadline := begun.Add(2 * e.cfg.TransactionTimeout)
 	for attempt := 1; ; attempt++ {
@@ -50,15 +44,13 @@ func ending(pr sarama.SyncProducer) bool {
 	return st&sarama.ProducerTxnFlagEndTransaction != 0 && st&sarama.ProducerTxnFlagInError == 0
 }
 
-// abortTxn aborts pr's failed transaction when the producer still can,
-// calling AbortTxn again while the coordinator does not answer, for up to
-// twice the transaction timeout: a transaction left open holds back every
-// read_committed reader of its partitions (this instance's own restore
-// among them) until the broker's transaction timeout aborts it, which, when
-// its coordinator was lost, happens only once the new coordinator has
-// loaded it and its timeout has passed. The transaction is open when it
-// began, failed with an abortable error, or failed to commit or abort.
-// cause is why it is aborted; a failed abort is logged at warn with it.
+// abortTxn aborts pr's failed transaction when the producer still can
+// (it began, failed with an abortable error, or failed to commit or
+// abort), calling AbortTxn again while the coordinator does not answer,
+// for up to twice the transaction timeout: a transaction left open holds
+// back every read_committed reader of its partitions (this instance's
+// restore among them) until the broker aborts it for its timeout. cause
+// is why it is aborted; a failed abort is logged at warn with it.
 func (e *Engine) abortTxn(pr sarama.SyncProducer, what string, cause error) {
 	st := pr.TxnStatus()
 	if st&sarama.ProducerTxnFlagFatalError != 0 ||

@@ -10,17 +10,13 @@ import (
 // Hand-over of warm-ups. A warm-up (assign.go) is a replica placed where
 // the assignor wants the partition to run; once it is within the
 // acceptable lag, its member rejoins the group so that the leader moves
-// the active here (with a delta replay of at most that lag). Every
-// rejoin is an eager rebalance that stops every partition of the group
-// for a moment, so a member with several warm-ups hands them over
-// together: it waits for the ones still behind, but no longer than a
-// quarter of the time the first took to catch up (gatherWait), so that
-// new capacity still takes its load about as soon as it is ready. Before
-// the rebalance it tops them up to the changelog's end, and before the
-// rebalance's restores begin, it ends the store's bulk load of the
-// warm-ups (TableSettler), or a new active's claim and first flush would
-// wait for it (measured at 3M movies: 2 s of a 6.9 s stall, and 2.9 s).
-// It never rejoins while its own actives restore.
+// the active here. Every rejoin is an eager rebalance that stops the whole
+// group for a moment, so a member hands its warm-ups over together: it
+// waits for the ones still behind, but no longer than a quarter of the
+// time the first took to catch up (gatherWait). Before the rebalance it
+// tops them up to the changelog's end and ends the store's bulk load
+// (TableSettler), which a new active's claim and first flush would
+// otherwise wait for. It never rejoins while its own actives restore.
 
 // minRejoinGap bounds how often caught-up warm-ups make this member
 // rejoin the group.
@@ -45,15 +41,13 @@ func gatherWait(took time.Duration) time.Duration {
 
 // handOver decides, at now, whether this member's warm-ups are ready to be
 // handed over: ready are the ones within the acceptable lag, and rejoin is
-// set when the member should rejoin the group for them now (see the
-// comment above). It records the decision (the rejoin time, the gathering
-// start, and ready warm-ups no longer count as warm-ups), so it is called
-// by the standby loop only.
+// set when the member should rejoin for them now. It records the decision
+// (rejoin time, gathering start, ready warm-ups stop being warm-ups), so
+// only the standby loop calls it.
 func (e *Engine) handOver(now time.Duration) (ready []*replica, rejoin bool) {
 	if e.restoring() {
 		// Rejoining now would stop the member's restores half-way and
-		// stall their partitions through a second rebalance (a failover
-		// stalled 13.4 s, against 12 s); the warm-ups wait for them.
+		// stall their partitions through a second rebalance.
 		return nil, false
 	}
 	s := &e.standby
@@ -99,10 +93,9 @@ func (e *Engine) handOverWarmups(ctx context.Context) {
 	if !rejoin {
 		return
 	}
-	// Top the ready warm-ups up to the changelog's end while their bulk
-	// load is still on: the new active's delta replay is then what was
-	// written during the rebalance, not up to the acceptable lag on the
-	// slower reading path (at 3M movies, 1.4–5.4k records took 0.8–2.5 s).
+	// Top the ready warm-ups up while their bulk load is still on: the new
+	// active's delta replay is then what was written during the
+	// rebalance, not up to the acceptable lag on the slower path.
 	ps := make([]int32, 0, len(ready))
 	for _, r := range ready {
 		e.catchUp(ctx, r)
@@ -110,9 +103,8 @@ func (e *Engine) handOverWarmups(ctx context.Context) {
 	}
 	slices.Sort(ps)
 	e.rejoin(fmt.Sprint("warm-ups caught up: partitions ", ps))
-	// Settled even when a warm-up is left behind (it goes on reading what
-	// it writes): the new actives' claims would otherwise wait for the
-	// load's buffer to be written out (2.9 s measured at 3M movies).
+	// Settled even when a warm-up is left behind (it reads what it
+	// writes): the new actives' claims would wait for the buffer.
 	if st, ok := e.table.(TableSettler); ok {
 		if err := st.Settle(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("could not write out the warm-ups' bulk load before the hand-over; the first flush will", "err", err)

@@ -8,14 +8,11 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// A client keeps the partition leaders and coordinators it last looked
-// up, and looks them up again only after a request to one failed: once
-// Kafka has fenced a broker, a client that had nothing to send meanwhile
-// still names the fenced broker, and its first request after the outage
-// fails on it and waits out a retry backoff before it goes to the new
-// leader (0.5-0.8 s measured on a three-node cluster). The watch therefore
-// keeps the engine's clients and, when it fences a broker, has each look
-// its leaders and coordinators up again at once.
+// A client looks its partition leaders and coordinators up again only
+// after a request to one failed: once Kafka has fenced a broker, an idle
+// client's first request still goes to it and waits out a retry backoff.
+// So the watch keeps the engine's clients and, when it fences a broker,
+// has each look its leaders and coordinators up again at once.
 
 // watchedClient is a client the watch refreshes on a fence; group, when
 // set, is the consumer group whose coordinator it looks up again too (the
