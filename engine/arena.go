@@ -8,12 +8,10 @@ import (
 
 // recordArena hands out the producer records of one batch (a drained input
 // batch, a flush) from a few large allocations instead of several small
-// ones per record: the messages, their headers, and the bytes of their
-// keys and header values. Allocation was the largest share of the
-// pipeline's CPU (see docs/benchmarks.md). Nothing handed out is written
-// again until reset, so a record stays valid while sarama holds it, even
-// after the arena moved on to a new block. An arena belongs to one
-// goroutine.
+// ones per record (see docs/benchmarks.md): the messages, their headers,
+// and the bytes of their keys and header values. Nothing handed out is
+// written again until reset, so a record stays valid while sarama holds
+// it. An arena belongs to one goroutine.
 type recordArena struct {
 	msgs []sarama.ProducerMessage
 	hdrs []sarama.RecordHeader
@@ -66,12 +64,9 @@ func (a *recordArena) headers(n int) []sarama.RecordHeader {
 }
 
 // reset lets the arena hand out its memory again, zeroed: its current
-// blocks are kept, earlier ones are left to the collector. The rekey
-// stage resets its arena after each synchronous send, which saves it
-// about 285 bytes of garbage per forwarded record (the largest single
-// source of allocation in the pipeline; see docs/benchmarks.md). Call it
-// only once nothing handed out is referenced any more: sarama has
-// returned every record of the send.
+// blocks are kept, earlier ones are left to the collector. Call it only
+// once nothing handed out is referenced any more (sarama has returned
+// every record of the send).
 func (a *recordArena) reset() {
 	clear(a.msgs)
 	a.msgs = a.msgs[:0]

@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 )
@@ -88,11 +90,7 @@ func (s memberState) encode() []byte {
 	b = binary.AppendUvarint(b, flags)
 	b = appendPartitions(b, s.Actives)
 	b = appendPartitions(b, s.Standbys)
-	ps := make([]int32, 0, len(s.Copies))
-	for p := range s.Copies {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
+	ps := slices.Sorted(maps.Keys(s.Copies))
 	b = binary.AppendUvarint(b, uint64(len(ps)))
 	for _, p := range ps {
 		b = binary.AppendUvarint(b, uint64(p))
@@ -105,7 +103,7 @@ func (s memberState) encode() []byte {
 // decodeMemberState reads subscription user data: this assignor's, or an
 // older build's bare address (Addr only).
 func decodeMemberState(b []byte) (memberState, error) {
-	if len(b) < len(userDataMagic) || string(b[:len(userDataMagic)]) != string(userDataMagic) {
+	if !bytes.HasPrefix(b, userDataMagic) {
 		return memberState{Addr: string(b)}, nil
 	}
 	r := userDataReader{b: b[len(userDataMagic):]}
@@ -137,7 +135,7 @@ func (mp memberPlan) encode() []byte {
 
 // decodeReplicas reads assignment user data written by encode.
 func decodeReplicas(b []byte) (standbys, warmups []int32, err error) {
-	if len(b) < len(userDataMagic) || string(b[:len(userDataMagic)]) != string(userDataMagic) {
+	if !bytes.HasPrefix(b, userDataMagic) {
 		return nil, nil, errUserData
 	}
 	r := userDataReader{b: b[len(userDataMagic):]}
@@ -371,11 +369,10 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 	want := min(standbys, k-1)
 	nStandby := map[string]int{}
 	// standbyBefore orders candidates: caught up, sticky, fewest standbys,
-	// least lag (ids break the remaining ties: they are visited in order).
-	// Caught up comes first: a member back from a restart with a current
-	// copy takes the standby from one still replaying (it got the standby
-	// while the member was away), so that the next member to stop finds a
-	// copy that can take its actives at once.
+	// least lag (then id: they are visited in order). Caught up comes
+	// first: a member back from a restart with a current copy takes the
+	// standby from one still replaying, so the next member to stop finds
+	// a copy that can take its actives at once.
 	standbyBefore := func(a, b string, p int32) bool {
 		if ca, cb := caught(a, p), caught(b, p); ca != cb {
 			return ca
@@ -390,8 +387,7 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 	}
 	// The partitions with the fewest caught-up copies go first: their
 	// standbys are forced, and the fewest-standbys tie-break then balances
-	// the ones with a choice (visited in partition order, the first would
-	// all go to the same member).
+	// the ones with a choice.
 	order := make([]int32, n)
 	choices := make([]int, n)
 	for p := range n {
@@ -432,14 +428,13 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 }
 
 // lendStandbys is rule 6, standby balance. Caught-up copies win rule 5,
-// so standbys gather on the members that held them, and a new member gets
+// so standbys gather on the members that held them and a new member gets
 // none. While one member keeps two or more standbys more than another
 // that warms up nothing, the one with the most lends a standby to the one
-// with the fewest: an extra replica, in addition to the standbys rule 5
-// placed, so that no partition has fewer caught-up copies meanwhile. Its
-// copy catches up, and at the next rebalance rule 5 gives the standby to
-// whichever caught-up member has fewer. A member warming up actives
-// borrows nothing: its warm-ups come first.
+// with the fewest, as an extra replica, so no partition has fewer
+// caught-up copies meanwhile; once it caught up, rule 5 gives the standby
+// to whichever caught-up member has fewer. A member warming up actives
+// borrows nothing.
 func lendStandbys(ids []string, owner []string, replicas [][]string, nStandby map[string]int, out map[string]*memberPlan) {
 	held := copyCounts(ids, nStandby)
 	lentOut := map[int]bool{} // partitions lent already

@@ -10,18 +10,13 @@ import (
 
 // docCache is a task's write-behind cache of documents, in least recently
 // used order. It never evicts by itself: a dirty document must stay until
-// it is flushed, so the task trims the cache back to its bound only after
-// a flush, dropping the coldest documents and keeping the hot set (an
-// earlier version emptied the whole cache whenever it outgrew the bound,
-// and under a skewed workload every flush was followed by reloading the
-// most popular documents from the store).
+// it is flushed, so the task trims the cache back to its bound after a
+// flush, dropping the coldest clean documents and keeping the hot set.
 //
-// Documents are found by record key. A job whose keys are all 8 bytes
-// (Int64Keys, the movie job) is cached by the key as a uint64, whose map
-// hashes and compares in a few instructions; other jobs by the key as a
-// string (one of the two LRUs is set). Callers pass only keys the job's
-// CheckKey accepted. A docCache belongs to one task and is not safe for
-// concurrent use.
+// A job whose keys are all 8 bytes (Int64Keys) is cached by the key as a
+// uint64, which hashes and compares in a few instructions; other jobs by
+// the key as a string (one of the two LRUs is set). Callers pass only keys
+// the job's CheckKey accepted. Not safe for concurrent use.
 type docCache struct {
 	n *simplelru.LRU[uint64, *entry]
 	s *simplelru.LRU[string, *entry]
@@ -120,9 +115,8 @@ func (c docCache) reset() {
 }
 
 // MinPartitionCacheDocs is the least bound Config.CacheBudgetDocs gives a
-// partition, however many the instance owns: below a few hundred
-// documents, a flush's fixed costs (a transaction, a synced store write)
-// would be paid every few records.
+// partition: below a few hundred documents, a flush's fixed costs (a
+// transaction, a synced store write) would be paid every few records.
 const MinPartitionCacheDocs = 250
 
 // partitionCacheBound returns the bound of one partition's cache (and the
@@ -137,20 +131,17 @@ func partitionCacheBound(maxDocs, budget int, owned int64) int {
 	return min(maxDocs, max(share, MinPartitionCacheDocs))
 }
 
-// cacheBound is partitionCacheBound for the partitions assigned to the
-// engine now and its current budget: a task reads it at every flush
-// check, so the shares follow a rebalance and SetCacheBudget. Safe for
-// concurrent use.
+// cacheBound is partitionCacheBound for the partitions assigned now and
+// the current budget, read at every flush check. Safe for concurrent use.
 func (e *Engine) cacheBound() int {
 	return partitionCacheBound(e.cfg.CacheMaxDocs, int(e.budget.Load()), e.c.assigned.Load())
 }
 
 // SetCacheBudget replaces Config.CacheBudgetDocs while the engine runs
 // (0 turns the budget off; a negative n is taken as 0). The partitions
-// take their new share at their next flush check, and a smaller one
-// evicts their least recently used clean documents at their next flush.
-// Safe for concurrent use; a memory governor calls it as the memory left
-// for the caches changes.
+// take their new share at their next flush check, evicting their least
+// recently used clean documents at their next flush. Safe for concurrent
+// use (a memory governor calls it).
 func (e *Engine) SetCacheBudget(n int) { e.budget.Store(int64(max(n, 0))) }
 
 // CacheBudget returns the budget in effect (see SetCacheBudget).

@@ -7,18 +7,15 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// A member that dies in the middle of a transaction leaves it open on the
-// broker, and with it any offsets the transaction committed: the group's
-// offset fetch of those partitions is refused (UNSTABLE_OFFSET_COMMIT)
-// until the transaction ends, and sarama fetches the offsets of a new
-// session before it starts processing any partition. Left alone, the
-// broker aborts such a transaction only after the transaction timeout,
-// and every partition of the next generation waits for it. Initialising a
-// producer with the transaction's id aborts it at once (and fences the
-// producer, should its process still be alive). Two places do that:
-// abortPredecessor, for a restarted instance's previous run, and
-// fenceDeparted, run by the group's leader for the partitions of members
-// that left the group without a word.
+// A member that dies mid-transaction leaves it open on the broker, and the
+// group's offset fetch of its partitions is refused (UNSTABLE_OFFSET_COMMIT)
+// until it ends; sarama fetches a new session's offsets before processing
+// any partition, so every partition of the next generation would wait for
+// the transaction timeout. Initialising a producer with the transaction's
+// id aborts it at once (and fences the producer, should its process still
+// be alive): abortPredecessor does so for a restarted instance's previous
+// run, and fenceDeparted, on the group's leader, for the partitions of
+// members that left without a word.
 
 // fenceTimeout bounds how long the group's leader spends fencing before it
 // hands out a plan: well inside the session timeout, which the other
@@ -29,9 +26,8 @@ func (e *Engine) fenceTimeout() time.Duration {
 
 // fenceTransactions initialises (and closes) the transactional producers
 // of aggregate partitions parts and input partitions inputs, several at a
-// time, and returns how many it could not, or had not yet when ctx ended:
-// it does not wait for those (sarama cannot cancel a producer's
-// initialisation), which go on in the background.
+// time, and returns how many it could not, or had not when ctx ended
+// (sarama cannot cancel an initialisation: those go on in the background).
 func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, inputs []int32) (failed int) {
 	type job struct {
 		open  func(context.Context, int32) (sarama.SyncProducer, error)
@@ -80,11 +76,10 @@ func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, input
 	return failed
 }
 
-// abortPredecessor runs before a static member (--instance-id) joins. A
-// restarted instance finds its previous incarnation still listed in the
-// group (until the session timeout) with its partitions; it fences their
-// transactions (see above). Failures are logged: the broker aborts such a
-// transaction after the timeout anyway.
+// abortPredecessor runs before a static member (--instance-id) joins: it
+// fences the transactions of the partitions its previous incarnation
+// still holds in the group (until the session timeout). Failures are only
+// logged: the broker aborts such a transaction after its timeout anyway.
 func (e *Engine) abortPredecessor(ctx context.Context) {
 	if e.cfg.InstanceID == "" {
 		return
@@ -127,12 +122,11 @@ func (e *Engine) lastAssignment(admin sarama.ClusterAdmin) (parts, inputs []int3
 	return parts, inputs, nil
 }
 
-// departed returns the aggregate and input partitions that a group ran in
-// its last generation (some member reports actives) but that no member of
-// the new one reports having run: their owner left the group without
-// leaving it (killed, cut off) or cleanly. Nothing when no member reports
-// actives (the group's first generation, or every member restarted) or,
-// for inputs, when a member does not report its inputs (an older build).
+// departed returns the aggregate and input partitions that no member of
+// the new generation reports having run: their owner left (killed, cut
+// off, or cleanly). Nothing when no member reports actives (the group's
+// first generation, or every member restarted) or, for inputs, when a
+// member does not report its inputs (an older build).
 func departed(states map[string]memberState, aggregates, inputs int32) (parts, ins []int32) {
 	ran, read := map[int32]bool{}, map[int32]bool{}
 	reportsInputs := true
@@ -166,11 +160,11 @@ func departed(states map[string]memberState, aggregates, inputs int32) (parts, i
 }
 
 // fenceDeparted is run by the group's leader before it hands out a plan:
-// it fences the transactions of the partitions whose owner departed (see
-// departed), within fenceTimeout, so that their next owners' offset fetch
-// does not wait for the transaction timeout. A fence still running at the
-// deadline may later fence a next owner's producer; that owner then
-// restarts its session, exact.
+// it fences the transactions of the partitions whose owner departed,
+// within fenceTimeout, so that their next owners' offset fetch does not
+// wait for the transaction timeout. A fence still running at the deadline
+// may later fence a next owner's producer, which then restarts its
+// session, still exact.
 func (e *Engine) fenceDeparted(states map[string]memberState, aggregates, inputs int32) {
 	if e.cfg.ProcessingGuarantee != ExactlyOnce {
 		return

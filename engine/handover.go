@@ -3,23 +3,18 @@ package engine
 import "time"
 
 // Hand-over: with the eager rebalance protocol every member gives up all
-// its partitions (Cleanup) before the group assigns them again (Setup),
-// and a partition assigned back restores before it runs. Between the two,
-// nobody processes the partition, and this instance's store holds its
-// last flushed state, which is exactly what it answered a moment before.
-// Answering 503 there would make every rebalance (a peer crash, a scale-up)
-// fail the lookups of partitions that never moved.
+// its partitions (Cleanup) before the group assigns them again (Setup).
+// Between the two nobody processes the partition, and this store holds
+// exactly what it answered a moment before; answering 503 there would
+// make every rebalance fail the lookups of partitions that never moved.
 //
-// So a partition that was RUNNING when it was revoked stays answerable
-// ("warm") until the next assignment: if that gives it back, it stays
-// answerable through its (short: nothing to replay) restore until RUNNING;
-// if it goes to another instance, it stops being answerable at once, before
-// the new owner can have flushed anything. A warm partition also expires
-// after handoverGrace, should no assignment come (Kafka unreachable).
-//
-// A partition that was not RUNNING (restoring after a lost store, or from
-// another owner) is never warm: during such a restore the store is behind,
-// and its keys answer 503 with Retry-After.
+// So a partition RUNNING when revoked stays answerable ("warm") until the
+// next assignment: given back, it stays answerable through its short
+// restore; given to another instance, it stops at once, before the new
+// owner can have flushed anything. A warm partition also expires after
+// the grace period, should no assignment come (Kafka unreachable). A
+// partition that was not RUNNING is never warm: its store is behind, and
+// its keys answer 503 with Retry-After.
 
 // minHandoverGrace is the least time a revoked partition stays warm.
 const minHandoverGrace = 5 * time.Second
@@ -29,11 +24,9 @@ const minHandoverGrace = 5 * time.Second
 // warm, pending drops of the assigned ones are cancelled.
 //
 // Every warm partition also stops being warm unless gen directly follows
-// the generation that revoked them. A member paused past the session
-// timeout revokes its partitions only when it wakes, after the group went
-// on without it: another member ran them in the generations in between,
-// and this copy is behind. Answering from it while it restores would be a
-// stale read (seen in the chaos test: a count two ratings short).
+// the generation that revoked them: a member paused past the session
+// timeout revokes its partitions only when it wakes, after others ran
+// them, and answering from its copy would be a stale read.
 func (e *Engine) onAssigned(ps []int32, gen int32) {
 	e.route.assigned(ps, gen, max(2*e.cfg.SessionTimeout, minHandoverGrace))
 	e.cancelStaleDrops(ps)

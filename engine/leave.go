@@ -8,16 +8,13 @@ import (
 )
 
 // Leaving: a static member (Config.InstanceID) that stops stays in the
-// group until its session times out, so that an instance restarting
-// within the session timeout finds its partitions, and its state, where
-// it left them. Meanwhile nobody runs those partitions. When another
-// member can take each of them without a long replay, waiting is only
-// darkness: so a stopping member whose every active has a standby on
-// another member, or whose store every member shares (Redis), removes
-// itself from the group (LeaveGroup by instance id, KIP-345), and the
-// group moves its actives to their standbys at once. A member with an
-// active nobody else holds keeps the static behaviour and comes back to
-// its own state. A dynamic member leaves on close anyway (sarama).
+// group until its session times out, so that one restarting within it
+// finds its partitions where it left them; meanwhile nobody runs them. So
+// a stopping member whose every active has a standby on another member,
+// or whose store every member shares (Redis), removes itself from the
+// group (LeaveGroup by instance id, KIP-345), and the group moves its
+// actives to their standbys at once. A member with an active nobody else
+// holds stays. A dynamic member leaves on close anyway (sarama).
 
 // leave removes this static member from the group if its actives are
 // covered (see above). It runs once the group session has ended.
@@ -48,16 +45,14 @@ func (e *Engine) leave() {
 	e.log.Info("left the group: its partitions move to their standbys now", "actives", actives)
 }
 
-// Returning without the state: a static member that comes back within
-// the session timeout is given its old assignment again without a
-// rebalance (KIP-345), so an instance whose volume was lost would restore
-// its partitions from the whole changelog, processing nothing meanwhile,
-// while other members hold caught-up standbys of them. So before it joins,
-// an instance looks its instance id up in the group: if the group still
+// Returning without the state: a static member back within the session
+// timeout gets its old assignment without a rebalance (KIP-345), so an
+// instance whose volume was lost would replay the whole changelog while
+// others hold caught-up standbys. So before it joins, if the group still
 // holds its old assignment and its store is more than the acceptable lag
-// behind the changelog on one of those partitions, it removes its old
-// membership first, and joins as a new member: the assignor then gives
-// those partitions to their standbys and warms this instance up.
+// behind on one of those partitions, it removes its old membership and
+// joins as a new member: the assignor gives those partitions to their
+// standbys and warms this instance up.
 
 // dropStaleMembership removes this instance's old static membership when
 // it returns without its state (see above).

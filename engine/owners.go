@@ -52,7 +52,7 @@ type owners struct {
 	stable atomic.Pointer[Membership]
 	flight singleflight.Group
 
-	mu       sync.Mutex // guards admin (Enginr.admin) and rejected
+	mu       sync.Mutex // guards Router.admin and rejected
 	rejected map[string]bool
 }
 
@@ -60,10 +60,10 @@ type owners struct {
 func (o *owners) invalidate() { o.snap.Store(nil) }
 
 // refresh describes the group in the background, so that the snapshot of
-// a just-assigned generation is there before the next rebalance, which
-// shows no members' addresses (see describe): an instance that has just
-// joined could otherwise not find the standby copies of the partitions
-// that rebalance moves. Errors are dropped: the next Membership retries.
+// a just-assigned generation is there before the next rebalance hides the
+// members' addresses (see describe); a new member needs it to find the
+// standby copies of the partitions that rebalance moves. Errors are
+// dropped: the next Membership retries.
 func (r *Router) refresh() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), describeTimeout)
@@ -73,16 +73,13 @@ func (r *Router) refresh() {
 }
 
 // OwnerOf returns where the record key key can be answered: local=true
-// when its partition is RUNNING on this instance (or in hand-over, see
-// handover.go), else the address (a validated bare host:port) of the
-// member that owns it. It returns an error wrapping ErrUnavailable when
-// the partition is assigned here but still RESTORING, or while nobody
-// usable owns it (rebalancing, or an owner advertising an invalid
-// address). Safe for concurrent use; it never blocks longer than ctx or
-// describeTimeout. While this instance's
-// read lease has lapsed (see lease.go) it answers none of its partitions
-// itself: it routes the key to the owner the group names now, or returns
-// an error wrapping ErrLeaseLapsed when that is still this instance.
+// when its partition is RUNNING here (or in hand-over, see handover.go),
+// else the address (a validated bare host:port) of its owner. The error
+// wraps ErrUnavailable while the partition is RESTORING here or nobody
+// usable owns it (rebalancing, an invalid advertised address), and
+// ErrLeaseLapsed when the read lease has lapsed (lease.go) and the group
+// still names this instance. Safe for concurrent use; it never blocks
+// longer than ctx or describeTimeout.
 func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bool, err error) {
 	n := r.numParts.Load()
 	if n == 0 {
@@ -210,11 +207,9 @@ func (r *Router) describe() (Membership, error) {
 	slices.Sort(m.Members)
 	m.Members = slices.Compact(m.Members)
 	// While the group rebalances it shows no assignment, and Apache Kafka
-	// shows its members without their metadata (so without addresses).
-	// The last stable snapshot is the best guess of who can answer what:
-	// a peer answers only the partitions it can (a routed key it cannot
-	// answer is a 503 that falls back to a standby copy; a range answer
-	// lists the partitions it covers), and standbys keep their copies
+	// shows members without their metadata (addresses). The last stable
+	// snapshot is the best guess: a peer answers only what it can (else a
+	// 503 falls back to a standby), and standbys keep their copies
 	// through a rebalance.
 	if rebalancing && len(m.Owners) == 0 {
 		if last := r.owners.stable.Load(); last != nil {

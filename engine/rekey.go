@@ -14,9 +14,8 @@ import (
 const maxDrain = 2000
 
 // drain returns first plus the records already buffered in ch (at most
-// maxDrain), without blocking. The caller is ch's only receiver, so a
-// record len counts is there to take: a plain receive per record, not a
-// select (which costs about twice as much).
+// maxDrain), without blocking. The caller is ch's only receiver, so what
+// len counts is there to take with a plain receive (cheaper than select).
 func drain(first *sarama.ConsumerMessage, ch <-chan *sarama.ConsumerMessage) []*sarama.ConsumerMessage {
 	batch := make([]*sarama.ConsumerMessage, 1, min(1+len(ch), maxDrain))
 	batch[0] = first
@@ -36,11 +35,12 @@ func drain(first *sarama.ConsumerMessage, ch <-chan *sarama.ConsumerMessage) []*
 	return batch
 }
 
-// rekey forwards input ratings to the repartition topic keyed by movie id,
-// with the input position in headers; bad records go to the dead-letter
-// topic. Under exactly-once it runs in transactions (see rekeyTxn); under
-// at-least-once, offsets are marked only after the broker acknowledged the
-// sends, and a member that lost the partition may still forward records.
+// rekey forwards input records to the repartition topic keyed by the job's
+// key, with the input position in headers; bad records go to the
+// dead-letter topic. Under exactly-once it runs in transactions (see
+// rekeyTxn); under at-least-once, offsets are marked only after the broker
+// acknowledged the sends, and a member that lost the partition may still
+// forward records.
 func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
 		return e.rekeyTxn(s, c)
@@ -205,9 +205,9 @@ const maxReasonBytes = 1024
 const dlqValueBytes = MaxRecordBytes - 64*1024
 
 // deadLetter builds the dead-letter record for m with the reason and the
-// original position in headers. The key and value are kept as they were,
-// except that a value too large to produce is truncated (its original size
-// is in a header): a poison pill must never stop the stream.
+// original position in headers. The key and value are kept, but a value
+// too large to produce is truncated (see dlqValueBytes): a poison pill
+// must never stop the stream.
 func (e *Engine) deadLetter(m *sarama.ConsumerMessage, reason error) *sarama.ProducerMessage {
 	e.log.Warn("dead-lettering record", "topic", m.Topic, "partition", m.Partition, "offset", m.Offset,
 		"bytes", len(m.Value), "reason", reason)

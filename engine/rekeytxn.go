@@ -15,17 +15,14 @@ import (
 // forwarded records together with the input offset, which carries the
 // group's generation and member (KIP-447).
 //
-// Why the rekey stage is transactional: the aggregate skips a repartition
-// record whose input offset is not above the last one it counted from the
-// same input partition. That check is exact only if each input partition's
-// records reach the repartition topic once and in input order. A member
-// that lost the input partition (paused past the session timeout) but
-// still forwards would interleave its records with the new owner's, and
-// the new owner's lower offsets would then be skipped as duplicates
-// although they were never counted: lost ratings. In a transaction a
-// zombie's records are never committed: the new owner's producer
-// initialisation aborts its open transaction, and its offset commit is
-// refused for its old generation, which aborts the transaction too.
+// The aggregate skips a repartition record whose input offset is not above
+// the last one it counted from the same input partition, which is exact
+// only if each input partition's records arrive once and in order. A
+// zombie (paused past the session timeout) still forwarding would
+// interleave its records with the new owner's, whose lower offsets would
+// be skipped uncounted. In a transaction a zombie's records never commit:
+// the new owner's producer initialisation aborts its open transaction,
+// and its offset commit is refused for its old generation.
 //
 // A rekeyer is used by its claim's goroutine only.
 type rekeyer struct {
@@ -153,10 +150,10 @@ func (r *rekeyer) stop(err error) error {
 	return err
 }
 
-// final commits what the stage forwarded when its session ends (sarama
-// bounds it with its retries): while the group rebalances the generation is still valid,
-// so this usually succeeds and spares the next owner the work. A member
-// that lost the partition cannot commit; its transaction is aborted.
+// final commits what the stage forwarded when its session ends (bounded by
+// sarama's retries): while the group rebalances the generation is still
+// valid, so this usually spares the next owner the work. A member that
+// lost the partition cannot commit; its transaction is aborted.
 func (r *rekeyer) final() error {
 	if err := r.commit(); err != nil {
 		r.logUncommitted(err)
@@ -175,9 +172,8 @@ func (r *rekeyer) logUncommitted(err error) {
 
 // maxRekeyCommitInterval caps how long forwarded records wait for their
 // rekey transaction to commit: the aggregate reads them read_committed, so
-// this adds to the end-to-end latency, and a long --commit-interval (meant
-// to let the aggregate's write-behind cache absorb more) must not hold the
-// whole pipeline back.
+// this adds to the end-to-end latency, which a long --commit-interval
+// (meant for the aggregate's cache) must not hold back.
 const maxRekeyCommitInterval = 250 * time.Millisecond
 
 // interval is how often the rekey transaction commits.

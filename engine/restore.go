@@ -69,9 +69,8 @@ func (t *task) restore(ctx context.Context) error {
 	if hasCP {
 		start = max(cp, oldest)
 	}
-	// setup: the producer's fencing (fenced), the store's claim (claimed)
-	// and the wait for the last stable offset, before any replay; each
-	// since the restore began.
+	// fenced, claimed and setup (with the wait for the last stable
+	// offset) count from the restore's start.
 	log := e.log.With("partition", t.p, "checkpoint", cp, "has_checkpoint", hasCP, "changelog_start", oldest, "changelog_end", end,
 		"fenced", fenced, "claimed", claimed, "setup", time.Since(began))
 	if hasCP && cp > end {
@@ -79,9 +78,9 @@ func (t *task) restore(ctx context.Context) error {
 		return t.reseed(ctx)
 	}
 	if !hasCP || end > cp+1 {
-		// Someone wrote to the changelog after this store's last flush
-		// (beyond its commit marker): this copy is behind, so it must not
-		// be answered while it catches up (see handover.go).
+		// The changelog goes on past this store's last flush (and its
+		// commit marker): the copy is behind and must not answer while it
+		// catches up (see handover.go).
 		e.route.parts.unwarm(t.p)
 	}
 	t.checkpoint = max(start, end)
@@ -119,12 +118,12 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 var errReplayLimit = errors.New("replay limit reached")
 
 // replay applies the committed changelog records in [start, end) of
-// partition p to the store, under the claim epoch, in replay batches of
-// at most restoreBatchDocs documents (the last version of each key). It
-// returns how many records it read and the checkpoint it wrote last: end
-// when it read to the end, else (limit > 0 records read, at a batch's
-// end) one past the last record applied. Both restores and standbys use
-// it; each record read adds one to counter.
+// partition p to the store, under the claim epoch, in replay batches of at
+// most restoreBatchDocs documents (the last version of each key). It
+// returns how many records it read and the checkpoint it wrote last: end,
+// or, when it stopped after limit > 0 records, one past the last record
+// applied. Restores and standbys use it; each record read adds one to
+// counter.
 func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit int64, counter *atomic.Int64) (read, checkpoint int64, err error) {
 	pending := map[string]Doc{}
 	checkpoint = start
@@ -148,12 +147,10 @@ func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit i
 		read++
 		counter.Add(1)
 		meter.n.Add(1)
-		// A decoder that is temporarily unavailable (the Schema Registry
-		// down when a new process first meets the changelog's schema id)
-		// is waited for: skipping would restore the partition without those
-		// records and move its checkpoint past them, and the counts would
-		// go on from the wrong state. Only a record that cannot be read at
-		// all (not framed, not Avro, a bad key or header) is skipped.
+		// A temporarily unavailable decoder (the Schema Registry down) is
+		// waited for: skipping would move the checkpoint past records the
+		// state lacks. Only an unreadable record (not framed, not Avro, a
+		// bad key or header) is skipped.
 		var d Doc
 		err := e.withRetry(ctx, func() (err error) {
 			d, err = e.decodeChangelog(ctx, p, m)

@@ -9,14 +9,12 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// Router is an instance's routing and readiness state, split out of the
-// Engine that updates it: which aggregate partitions this instance owns
-// and in which state, which revoked ones it may still answer (hand-over),
-// whether the store answers, how often the group restarted, and the
-// group's membership snapshot, from which keys owned by another instance
-// are routed there. The engine's processing goroutines write it; the HTTP
-// handlers read it. It has its own locks (the partition tracker's, the
-// owners'), never held across a network call, and none shared with the
+// Router is an instance's routing and readiness state: which aggregate
+// partitions this instance owns and in which state, which revoked ones it
+// may still answer (hand-over), whether the store answers, how often the
+// group restarted, and the group's membership snapshot, by which keys are
+// routed to their owner. The engine writes it; the HTTP handlers read it.
+// Its own locks are never held across a network call nor shared with the
 // engine. Safe for concurrent use. Get it from Engine.Router.
 type Router struct {
 	appID       string
@@ -39,10 +37,9 @@ const maxStuckAfter = 25 * time.Second
 
 func newRouter(cfg Config, log *slog.Logger) *Router {
 	r := &Router{appID: cfg.ApplicationID, self: cfg.AdvertiseAddr, repartition: cfg.Topics().Repartition, log: log}
-	// A write still waiting past Kafka's failure detection (about 13 s at
-	// most) and the elections after it waits on a cluster that takes
-	// none: report it then, or past the producers' retries (twice the
-	// transaction timeout) when that is sooner.
+	// A write still waiting past Kafka's failure detection (about 13 s)
+	// and elections waits on a cluster that takes none: report it then,
+	// or past the producers' retries when that is sooner.
 	r.writes.stuckAfter = min(2*cfg.TransactionTimeout+5*time.Second, maxStuckAfter)
 	return r
 }

@@ -8,12 +8,10 @@ import (
 )
 
 // InstanceLocal is an optional ability of a store: saying whether its state
-// belongs to this instance alone (an embedded store on the instance's own
-// volume, such as clover) or is shared by all instances (Redis). Only an
-// instance-local store has stale copies: after a partition moved away, the
-// new owner restores it into its own store and this copy is read by no one.
-// A shared store's documents are the new owner's, so they are never
-// dropped.
+// belongs to this instance alone (an embedded store on its own volume) or
+// is shared by all instances (Redis). Only an instance-local store has
+// stale copies of partitions that moved away; a shared store's documents
+// are the new owner's and are never dropped.
 type InstanceLocal interface {
 	// InstanceLocal reports whether the store's state is this instance's
 	// alone.
@@ -39,11 +37,9 @@ type staleDropper struct {
 	stopped bool         // guarded by mu: the engine stopped, arm nothing
 }
 
-// staleDrop is one armed drop. Its timer's function identifies it by
-// this pointer, which exists before the timer does: a timer that fires
-// before AfterFunc has returned must not read the variable AfterFunc's
-// result is being stored to (a data race the broker-free unit tests
-// found with a very short StaleDropAfter).
+// staleDrop is one armed drop. Its timer's function identifies it by this
+// pointer, which exists before the timer does: a timer firing before
+// AfterFunc returns must not read the variable its result is stored to.
 type staleDrop struct{ timer *time.Timer }
 
 // stop disarms every pending drop and waits for a running one, so that no

@@ -10,23 +10,19 @@ import (
 	"time"
 )
 
-// Standby replicas: a partition assigned to this instance as a standby (or
-// a warm-up, see assign.go) is tailed from its changelog into the local
-// store through the same replay a restore uses, under a claim epoch of its
-// own, so that when the partition moves here its restore replays only what
-// the active wrote since the standby's last read. A standby never writes
-// to Kafka and never claims the partition in the group; the active's
-// restore on this instance claims a newer epoch, which fences any late
-// standby write.
+// Standby replicas: a partition assigned here as a standby (or a warm-up,
+// see assign.go) is tailed from its changelog into the local store by the
+// replay a restore uses, under a claim epoch of its own, so that when the
+// partition moves here its restore replays only what the active wrote
+// since. A standby never writes to Kafka; the active's restore here claims
+// a newer epoch, which fences any late standby write.
 //
-// One goroutine (runStandbys) tails every replica of the engine in turn,
-// at most standbyTurnRecords records per replica and turn, so standbys use
-// at most one core of the instance and a long catch-up does not starve the
-// others. Once every replica is caught up it polls each commit interval.
-// Before each turn but the first of a copy the store holds (which makes
-// it answer) it lets the instance's own restoring actives go first
-// (yieldToRestores), and after it, hands caught-up warm-ups over
-// (warmup.go).
+// One goroutine (runStandbys) tails every replica in turn, at most
+// standbyTurnRecords records per turn, so standbys use at most one core
+// and a long catch-up does not starve the others; once all are caught up
+// it polls each commit interval. Before each turn (but the first of a copy
+// the store holds) it lets restoring actives go first (yieldToRestores),
+// and after it, hands caught-up warm-ups over (warmup.go).
 
 // standbyTurnRecords bounds the records one replica replays per turn.
 const standbyTurnRecords = 50_000
@@ -130,11 +126,11 @@ func (s *standbySet) notify() {
 // setReplicas makes the replicas of this instance those of its new
 // assignment: actives run here as tasks, standbys (warm-ups among them)
 // are tailed. Replicas no longer wanted stop before it returns, so a
-// partition's restore never runs beside its standby's writes; their
-// copies are dropped later as stale unless the partition is active here.
-// A standby of a partition that ran here until now (was) starts as read
-// up to its store checkpoint: the session's last flush wrote everything
-// it had, so it answers at once, with its lag measured from there.
+// restore never runs beside its standby's writes; their copies are
+// dropped later as stale unless the partition is active here. A standby
+// of a partition that ran here until now (was) starts as read up to its
+// store checkpoint (the last flush wrote everything), so it answers at
+// once.
 func (e *Engine) setReplicas(was, actives, standbys, warmups []int32) {
 	s := &e.standby
 	want := map[int32]bool{}
@@ -213,10 +209,8 @@ func (e *Engine) runStandbys(ctx context.Context) {
 				return
 			}
 			if _, held := e.copies.get(r.p); r.readAt.Load() != 0 || !held {
-				// The first read of a copy the store holds makes it
-				// answer (a restarted member's standbys) and is short:
-				// that one is not held back. A new copy's first turn is
-				// a long replay and waits like any other.
+				// Only the first read of a copy the store holds (short,
+				// and it makes the copy answer) is not held back.
 				e.yieldToRestores(ctx)
 			}
 			if e.catchUp(ctx, r) {
@@ -306,10 +300,9 @@ func (e *Engine) tail(ctx context.Context, r *replica) (behind bool, err error) 
 		r.checkpoint.Store(cp)
 	}
 	if _, ok := e.copies.get(r.p); !ok && cp == end {
-		// Read to the end with nothing to write (an empty changelog):
-		// the store holds no checkpoint, yet the copy is exact. Report
-		// it, or the leader never counts this warm-up caught up and its
-		// member rejoins for it again and again.
+		// An empty changelog leaves no checkpoint in the store, yet the
+		// copy is exact: report it, or the leader never counts this
+		// warm-up caught up and its member rejoins for it again and again.
 		e.copies.set(r.p, cp)
 	}
 	r.end.Store(end)
@@ -318,8 +311,8 @@ func (e *Engine) tail(ctx context.Context, r *replica) (behind bool, err error) 
 }
 
 // copies tracks the changelog checkpoint of every partition the store
-// holds, as the tasks and standbys write them: what the member reports to
-// the assignor. Safe for concurrent use.
+// holds, as tasks and standbys write them, for the assignor. Safe for
+// concurrent use.
 type copies struct {
 	mu sync.Mutex
 	m  map[int32]int64

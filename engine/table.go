@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -65,13 +66,11 @@ type TableSpec struct {
 	// the exact reverse of an ascending one.
 	TiesAscending bool
 	// Partitions is the number of partitions the table's documents are
-	// spread over by PartitionFor (a document's Partition is
-	// PartitionFor(Key, Partitions)); 0 when unknown. A store may keep a
-	// partition's keys together: such a store needs it to find a
-	// document by its key, refuses to open a table without it and refuses
-	// a document of another partition (ErrInvalid). It is not part of the
-	// table's identity: reopening a table with another count is no
-	// conflict.
+	// spread over (a document's Partition is PartitionFor(Key,
+	// Partitions)); 0 when unknown. A store that keeps a partition's keys
+	// together needs it to find a document by its key: it refuses to open
+	// a table without it and refuses a document of another partition
+	// (ErrInvalid). Reopening a table with another count is no conflict.
 	Partitions int32
 }
 
@@ -142,13 +141,7 @@ func Str(v string) IndexValue { return IndexValue{Str: v} }
 // compare orders a and b as values of kind k: -1, 0 or +1.
 func (a IndexValue) compare(b IndexValue, k IndexKind) int {
 	if k == IndexString {
-		switch {
-		case a.Str < b.Str:
-			return -1
-		case a.Str > b.Str:
-			return 1
-		}
-		return 0
+		return strings.Compare(a.Str, b.Str)
 	}
 	switch {
 	case a.Num < b.Num:
@@ -166,7 +159,7 @@ func (a IndexValue) validate(k IndexKind) error {
 		}
 		return nil
 	}
-	if len(a.Str) > MaxIndexStringBytes || !utf8.ValidString(a.Str) || bytes.IndexByte([]byte(a.Str), 0) >= 0 {
+	if len(a.Str) > MaxIndexStringBytes || !utf8.ValidString(a.Str) || strings.IndexByte(a.Str, 0) >= 0 {
 		return fmt.Errorf("string index value must be UTF-8 without NUL, at most %d bytes: %w", MaxIndexStringBytes, ErrInvalid)
 	}
 	return nil

@@ -110,9 +110,9 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 }
 
 // QueryReplicas answers q from every partition this instance can answer
-// at all: its caught-up standby copies and its unconfirmed own ones (see
-// GetReplica) as well as the partitions QueryLocal answers. It returns the partitions the page
-// covers (sorted). It is for partitions whose active did not answer a
+// at all (its caught-up standbys, its unconfirmed own copies, see
+// GetReplica, and what QueryLocal answers) and returns the partitions the
+// page covers (sorted), for partitions whose active did not answer a
 // scattered query. A shared store has no standbys: it covers none.
 func (v *TableView) QueryReplicas(ctx context.Context, q IndexQuery) (DocPage, []int32, error) {
 	if _, _, err := q.Validate(v.e.table.Spec()); err != nil {
@@ -196,10 +196,8 @@ func (e *Engine) replicaSet() map[int32]bool {
 	return out
 }
 
-// stillCovered returns the partitions of running that are still in now,
-// sorted, and the items whose partition (part) is one of them: what a
-// query begun with running answers once partitions that stopped running
-// meanwhile are taken out.
+// stillCovered returns the partitions of running still in now, sorted, and
+// the items whose partition (part) is one of them.
 func stillCovered[T any](running, now map[int32]bool, items []T, part func(T) int32) ([]T, []int32) {
 	covered := make([]int32, 0, len(running))
 	for p := range running {
@@ -228,22 +226,21 @@ type Staleness struct {
 	// Age is how long ago that read ended.
 	Age time.Duration
 	// Unconfirmed marks this instance's own copy of a partition it runs,
-	// answering while its group membership is unconfirmed (read lease
-	// lapsed: woken from a pause, or a rebalance outlasting the lease).
-	// Records is then 0 and Age counts from when the lease ran out, the
-	// last moment the copy was known to be current. A caught-up standby
-	// elsewhere is usually fresher: ask it first.
+	// answering while its read lease has lapsed (woken from a pause, a
+	// rebalance outlasting the lease). Records is then 0 and Age counts
+	// from when the lease ran out. A caught-up standby elsewhere is
+	// usually fresher: ask it first.
 	Unconfirmed bool
 }
 
 // GetReplica returns the document of key from this instance's standby
-// copy of its partition (see standby.go), and how stale that copy is. It
-// is for a key whose active cannot answer (restoring, moving, dead,
-// paused): ErrUnavailable when this instance keeps no standby of the
-// partition, or one not yet read or behind by more than
-// Config.AcceptableLag; ErrNotFound, with the copy's staleness, when the
-// copy has no such document. This instance's own copy of a partition it runs answers too while its
-// read lease has lapsed, marked Staleness.Unconfirmed.
+// copy of its partition (see standby.go) and how stale that copy is, for
+// a key whose active cannot answer (restoring, moving, dead, paused). It
+// returns ErrUnavailable when there is no standby here, or one not yet
+// read or behind by more than Config.AcceptableLag; ErrNotFound, with the
+// staleness, when the copy has no such document. This instance's own copy
+// of a partition it runs answers too while its read lease has lapsed,
+// marked Staleness.Unconfirmed.
 func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness, error) {
 	e := v.e
 	n := e.route.numParts.Load()

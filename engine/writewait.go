@@ -8,11 +8,9 @@ import (
 
 // writeWaits tracks the Kafka writes in flight (a flush's transaction, a
 // rekey stage's send or commit), so that /readyz can say when Kafka has
-// stopped accepting them. The producers retry a refused or unanswered
-// write for up to twice the transaction timeout before they give up, so a
-// cluster that cannot take writes at all (brokers down, fewer in-sync
-// replicas than min.insync.replicas) would otherwise leave /readyz at 200
-// while nothing progresses.
+// stopped accepting them: the producers retry for up to twice the
+// transaction timeout, so a cluster that takes no writes (brokers down,
+// too few in-sync replicas) would otherwise leave /readyz at 200.
 type writeWaits struct {
 	mu    sync.Mutex
 	next  uint64
