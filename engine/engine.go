@@ -215,18 +215,11 @@ func (e *Engine) connect(ctx context.Context) error {
 // any task meets it). Other task errors restart the group session. It
 // closes its Kafka clients before returning but not the store.
 func (e *Engine) Run(ctx context.Context) error {
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
+	defer goUntilStopped(ctx, func(ctx context.Context) {
 		if e.watch != nil {
-			e.watch.run(watchCtx, e.log)
+			e.watch.run(ctx, e.log)
 		}
-	}()
-	defer func() {
-		stopWatch()
-		<-watchDone
-	}()
+	})()
 	if err := e.connect(ctx); err != nil {
 		e.close()
 		return err
@@ -237,17 +230,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			return fmt.Errorf("engine: read checkpoints: %w", err)
 		}
 	}
-	standbyCtx, stopStandbys := context.WithCancel(ctx)
-	standbysDone := make(chan struct{})
-	go func() {
-		defer close(standbysDone)
-		e.runStandbys(standbyCtx)
-	}()
-	defer func() {
-		stopStandbys()
-		<-standbysDone
-		e.stopReplicas()
-	}()
+	defer e.stopReplicas()
+	defer goUntilStopped(ctx, e.runStandbys)()
 	gc := e.saramaConfig()
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
 		// An offset fetch is refused (UNSTABLE_OFFSET_COMMIT) while a
@@ -407,6 +391,21 @@ func (e *Engine) close() {
 	if e.client != nil {
 		_ = e.client.Close()
 		e.client = nil
+	}
+}
+
+// goUntilStopped runs fn in a goroutine on a context derived from ctx and
+// returns the function that cancels that context and waits for fn to end.
+func goUntilStopped(ctx context.Context, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
