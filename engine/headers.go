@@ -53,6 +53,9 @@ func findHeaderBytes(hs []*sarama.RecordHeader, k string) ([]byte, bool) {
 	return nil, false
 }
 
+// itoa returns the decimal text of v.
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
 // parseDecimal parses b as a base-10 integer of at most bits bits, as
 // strconv.ParseInt does, without allocating.
 func parseDecimal(b []byte, bits uint) (int64, bool) {

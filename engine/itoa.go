@@ -1,5 +1,0 @@
-package engine
-
-import "strconv"
-
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
