@@ -33,8 +33,8 @@ type options struct {
 	lockTimeout   time.Duration
 	cacheBytes    int64
 	memtableBytes int64
-	noBulk        bool // withoutBulkLoad
-	ingestChunk   int  // withIngestChunk
+	noBulk        bool // the bulk-load path off (tests)
+	ingestChunk   int
 	writeCache    int
 	bulkMemory    int64 // WithBulkMemory
 	diskReserve   int64 // WithDiskReserve
@@ -190,11 +190,3 @@ func WithDiskReserve(bytes int64) Option {
 		}
 	}
 }
-
-// withoutBulkLoad turns the bulk-load path off (every replay batch reads
-// the store): the reference for the equivalence test and benchmarks.
-func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
-
-// withIngestChunk sets how many documents a bulk load buffers before it
-// hands them to a background ingestion (tests use small chunks).
-func withIngestChunk(n int) Option { return func(o *options) { o.ingestChunk = n } }

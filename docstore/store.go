@@ -19,7 +19,7 @@ type Store struct {
 	kv     kv
 	lock   *dirLock
 	sync   bool
-	noBulk bool // withoutBulkLoad
+	noBulk bool // the bulk-load path off (tests)
 	guard  diskGuard
 	log    *slog.Logger
 	counts *readCounts

@@ -62,12 +62,6 @@ type tableCache struct {
 	warmed   chan struct{} // closed when warm-up has ended (table_warm.go)
 }
 
-// of returns the cache of table name, creating it.
-func (c *tableCaches) of(name string) *tableCache {
-	tc, _ := c.open(name, c.bulkMax)
-	return tc
-}
-
 // open returns the cache of table name and whether it is new; bulkMax is
 // the store's bulk bound (see limitOf). The caller holds wmu.
 func (c *tableCaches) open(name string, bulkMax int) (*tableCache, bool) {
