@@ -110,35 +110,18 @@ func (p *pebbleKV) close(flush bool) error {
 
 // dbReader reads the committed state of the database; releasing it does
 // nothing.
-type dbReader struct{ db *pebble.DB }
+type dbReader struct{ *pebble.DB }
 
-func (r dbReader) NewIter(o *pebble.IterOptions) (*pebble.Iterator, error) { return r.db.NewIter(o) }
-func (r dbReader) Close() error                                            { return nil }
+func (dbReader) Close() error { return nil }
 
+// pebbleReader reads a snapshot, a batch or (dbReader) the database.
 type pebbleReader struct {
-	r interface {
-		NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
-		Close() error
-	}
+	r   pebble.Reader
 	buf []byte
 }
 
 func (r *pebbleReader) get(key []byte) ([]byte, error) {
-	var (
-		v      []byte
-		closer interface{ Close() error }
-		err    error
-	)
-	switch src := r.r.(type) {
-	case *pebble.Snapshot:
-		v, closer, err = src.Get(key)
-	case *pebble.Batch:
-		v, closer, err = src.Get(key)
-	case dbReader:
-		v, closer, err = src.db.Get(key)
-	default:
-		return nil, fmt.Errorf("pebble reader of type %T", src)
-	}
+	v, closer, err := r.r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -163,14 +146,9 @@ func (r *pebbleReader) iter(lower, upper []byte, reverse bool) (kvIter, error) {
 
 func (r *pebbleReader) release() { _ = r.r.Close() }
 
-// release of a batch closes the batch (and its reader, when that is the
-// batch itself).
-func (b *pebbleBatch) release() {
-	_ = b.b.Close()
-	if _, own := b.r.(*pebble.Batch); !own {
-		_ = b.r.Close()
-	}
-}
+// release of a batch closes the batch, which is its reader too unless
+// that is a dbReader (nothing to release).
+func (b *pebbleBatch) release() { _ = b.b.Close() }
 
 type pebbleBatch struct {
 	pebbleReader
