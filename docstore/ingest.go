@@ -43,17 +43,31 @@ type kvIngester interface {
 	ingest(runs [][]kvEntry) error
 }
 
-// withSize returns Clover's collection metadata meta with n more
-// documents in its size.
-func withSize(meta []byte, n int) ([]byte, error) {
+// withSize returns Clover's collection metadata meta with its size set to
+// size(the size it holds).
+func withSize(meta []byte, size func(int) int) ([]byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(meta, &fields); err != nil {
 		return nil, fmt.Errorf("collection metadata: %w", err)
 	}
-	var size int
-	if err := json.Unmarshal(fields["Size"], &size); err != nil {
+	var n int
+	if err := json.Unmarshal(fields["Size"], &n); err != nil {
 		return nil, fmt.Errorf("collection size: %w", err)
 	}
-	fields["Size"], _ = json.Marshal(size + n)
+	fields["Size"], _ = json.Marshal(size(n))
 	return json.Marshal(fields)
+}
+
+// setSize sets the size in the Clover metadata at key to size(the size
+// it holds), in b.
+func setSize(b kvBatch, key []byte, size func(int) int) error {
+	raw, err := b.get(key)
+	if err != nil {
+		return err
+	}
+	out, err := withSize(raw, size)
+	if err != nil {
+		return err
+	}
+	return b.set(key, out)
 }

@@ -9,7 +9,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -106,18 +105,8 @@ var migrateBatchDocs = 8192
 // step.
 var ErrMigration = errors.New("docstore: movie migration failed")
 
-// migrateOnOpen runs the migration when db holds the movie layout (or a
-// migration under way). A checksum failure is ErrCorrupt, as in the rest
-// of open.
-func migrateOnOpen(db kv, log *slog.Logger) error {
-	err := movieMigration{db: db, log: log, batch: migrateBatchDocs}.run()
-	if err != nil && pebble.IsCorruptionError(err) {
-		return fmt.Errorf("%w: a file failed its checksum: %w", ErrCorrupt, err)
-	}
-	return err
-}
-
-// movieMigration is one run of the migration on db.
+// movieMigration is one run of the migration on db (Open runs one on
+// every store; a checksum failure is ErrCorrupt, see openError).
 type movieMigration struct {
 	db    kv
 	log   *slog.Logger
@@ -183,12 +172,7 @@ func (m movieMigration) hasOldLayout() (bool, error) {
 	snap := m.db.snapshot()
 	defer snap.release()
 	for _, r := range oldRanges() {
-		it, err := snap.iter(r[0], r[1], false)
-		if err != nil {
-			return false, err
-		}
-		found := it.seek(r[0])
-		if err := it.close(); err != nil || found {
+		if found, err := anyKey(snap, r[0], r[1]); err != nil || found {
 			return found, err
 		}
 	}
@@ -226,7 +210,7 @@ func (m movieMigration) begin() (parts, epochs int, err error) {
 			return 0, 0, err
 		}
 	}
-	if err := setCollectionSize(b, t.l.collKey, 0); err != nil {
+	if err := setSize(b, t.l.collKey, func(int) int { return 0 }); err != nil {
 		return 0, 0, err
 	}
 	parts, err = eachPartition(b, oldCheckpoints, func(p int32, next int64) error {
@@ -331,7 +315,7 @@ func (m movieMigration) finish(st migrationState) error {
 	t := moviesTable()
 	b := m.db.batch()
 	defer b.release()
-	if err := setCollectionSize(b, t.l.collKey, st.Copied); err != nil {
+	if err := setSize(b, t.l.collKey, func(int) int { return st.Copied }); err != nil {
 		return err
 	}
 	for _, r := range oldRanges() {
@@ -348,30 +332,13 @@ func (m movieMigration) finish(st migrationState) error {
 	return b.commit(true)
 }
 
+// setMigrationState records st in b.
 func setMigrationState(b kvBatch, st migrationState) error {
 	raw, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
 	return b.set(migrationKey, raw)
-}
-
-// setCollectionSize sets the size in the Clover metadata at key to n.
-func setCollectionSize(b kvBatch, key []byte, n int) error {
-	raw, err := b.get(key)
-	if err != nil {
-		return err
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return fmt.Errorf("collection metadata %q: %w", key[1:], err)
-	}
-	fields["Size"], _ = json.Marshal(n)
-	out, err := json.Marshal(fields)
-	if err != nil {
-		return err
-	}
-	return b.set(key, out)
 }
 
 // decodeOldMovie reads a movie document of the movie layout (a msgpack

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
@@ -26,7 +27,7 @@ import (
 // movie store goes.
 //
 // The buffer is written out before anything reads the table (table.read)
-// or writes it otherwise (tableWriteLocked), in the background when it
+// or writes it otherwise (tableWrite), in the background when it
 // holds Store.ingestChunk documents (while the next batches buffer), when
 // no bulk batch has arrived for ingestIdle, and on Close. So every read
 // sees every batch Apply accepted, as without the buffer. What changes is
@@ -299,12 +300,8 @@ func (t *table) partitionEmpty(r kvReader, p int32) (bool, error) {
 		return false, err
 	}
 	prefix := t.l.partKey(tabMembers, p)
-	it, err := r.iter(prefix, prefixUpper(prefix), false)
-	if err != nil {
-		return false, err
-	}
-	found := it.seek(prefix)
-	return !found, it.close()
+	found, err := anyKey(r, prefix, prefixUpper(prefix))
+	return !found, err
 }
 
 // size reads the table's document count from its Clover collection
@@ -316,7 +313,7 @@ func (t *table) size(r kvReader) (int, error) {
 	}
 	var meta struct{ Size int }
 	if err := json.Unmarshal(raw, &meta); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("collection metadata: %w", err)
 	}
 	return meta.Size, nil
 }
