@@ -6,18 +6,15 @@ import (
 	"time"
 )
 
-// Bulk loads are written as sorted files, not through the memtable.
-//
-// A full restore into an empty table going through Pebble's write path
-// like any batch (log, memtable, flush, then compactions rewriting the
-// same keys at every level) spends most of its time in the engine. When
-// the engine supports ingestion (kvIngester: Pebble), a bulk-load batch is
-// instead kept in memory and the buffer is written out as sorted files
-// that Pebble links into its tree in one step (Ingest): each key is
-// written once, sorted once, and the documents, their index entries,
-// their members keys, the collection size and the checkpoints land
-// together. tableBulk (table_bulk.go) says when a load runs and when its
-// buffer is written out; table_ingest.go builds the files' keys.
+// Bulk loads are written as sorted files, not through the memtable: a
+// restore through Pebble's write path (log, memtable, flush, compactions
+// rewriting the same keys at every level) spends most of its time in the
+// engine. An engine that ingests (kvIngester: Pebble) links the files
+// into its tree in one step, so each key is written and sorted once, and
+// the documents, their index entries and members keys, the collection
+// size and the checkpoints land together. tableBulk (table_bulk.go) says
+// when a load runs and when its buffer is written out; table_ingest.go
+// builds the files' keys.
 
 // defaultIngestChunk is how many documents a bulk-load buffer holds before
 // it is handed to a background ingestion (a few hundred bytes each in

@@ -13,14 +13,13 @@ import (
 )
 
 // The movie migration moves the movie job's state from the movie layout
-// of earlier versions into the table "movies" (movieTableSpec, the
-// layout of table_layout.go), without replaying the changelog: every
-// movie becomes the document the movie job's table holds (Doc.Key the
-// 8-byte big-endian id, Doc.Value count and sum bits, 16 bytes big-endian,
-// Doc.Index the average), each partition's checkpoint is kept, and each
-// partition's claim epoch is carried over, so a Claim after the migration
-// returns an epoch above every epoch claimed on the movie layout (an old
-// writer stays fenced).
+// of earlier versions into the table "movies" (movieTableSpec), without
+// replaying the changelog: every movie becomes the document the movie
+// job's table holds (Doc.Key the 8-byte big-endian id, Doc.Value count and
+// sum bits, 16 bytes big-endian, Doc.Index the average), and each
+// partition's checkpoint and claim epoch are carried over, so a Claim
+// after the migration returns an epoch above every epoch claimed on the
+// movie layout (an old writer stays fenced).
 //
 // The movie layout held one Clover document per movie in the "movies"
 // collection (_id a UUID whose first 16 hex digits are the movie id
@@ -30,9 +29,7 @@ import (
 // ('e') and one members key per movie ('m', partition then movie id).
 //
 // It runs inside every Open that finds the movie layout, before the Store
-// exists, so nothing else reads or writes meanwhile (Open holds the
-// directory while it migrates: about 12 s per million movies). It is
-// crash-safe and
+// exists, so nothing else reads or writes meanwhile. It is crash-safe and
 // idempotent, in three steps, each a batch that records how far it got
 // under migrationKey:
 //
@@ -55,11 +52,9 @@ import (
 // left alone, so a second Open does nothing.
 //
 // The migration reads the movie documents with a decoder of its own
-// (decodeOldMovie, on mpReader, the msgpack reader table documents use
-// too) and names the movie layout's keys itself (old* below), so it keeps
-// working once the movie layout's code is gone; it writes with the table
-// code (tableWriter). At 1M movies it took 11.7 s (7.6 s of CPU) on
-// 2 cores (TestMigrateMeasure).
+// (decodeOldMovie) and names the movie layout's keys itself (old* below),
+// so it does not depend on the movie layout's code; it writes with the
+// table code (tableWriter).
 
 // movieTableSpec is the spec of the table the movies move into: the movie
 // job's table.

@@ -37,9 +37,9 @@ const formatVersionV2 = "keepstate-docstore v2 (clover on pebble)"
 
 var formatKey = nsKey(nsMeta, []byte("format"))
 
-// ignorable entries may sit in a data directory that holds no store yet
-// (a fresh volume's root has lost+found).
-// A corrupt store's marker may outlive the store (see wipeCorrupt).
+// ignorable entries may sit in a data directory that holds no store yet:
+// a fresh volume's root has lost+found, and a corrupt store's marker may
+// outlive the store (see wipeCorrupt).
 var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true, corruptMarker: true}
 
 // Open opens the store in dir, creating the directory and an empty store
