@@ -203,7 +203,9 @@ type tableWriteOp struct {
 // and disk guard, and commits it when fn returns nil; after, when fn
 // returns one, runs once the batch is committed, still under the write
 // lock.
-func (s *Store) tableWrite(ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error)) (err error) {
+func (s *Store) tableWrite(
+	ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error),
+) (err error) {
 	defer func() { err = s.corrupt(err) }() // once the locks are released
 	if err := s.acquire(ctx); err != nil {
 		return err
