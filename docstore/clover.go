@@ -21,9 +21,6 @@ type readCounts struct {
 	indexSteps atomic.Int64
 }
 
-// docsRead returns how many documents were read, by key or by scan.
-func (c *readCounts) docsRead() int64 { return c.docGets.Load() + c.docScans.Load() }
-
 // isDocKey reports whether k (a Clover key) is a document's:
 // "c:<collection>;d:<_id>" (Clover's getDocumentKey; collection names hold
 // no ';'), not an index entry's or metadata.

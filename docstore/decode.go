@@ -1,9 +1,6 @@
 package docstore
 
-import (
-	"encoding/binary"
-	"math"
-)
+import "math"
 
 // mpReader reads the few msgpack formats stored documents use: table
 // documents (decodeTableDoc) and the movie layout's (decodeOldMovie). Its
@@ -127,17 +124,11 @@ func (r *mpReader) float() (float64, bool) {
 	}
 	switch c {
 	case 0xcb:
-		s, ok := r.take(8)
-		if !ok {
-			return 0, false
-		}
-		return math.Float64frombits(binary.BigEndian.Uint64(s)), true
+		v, ok := r.uint(8)
+		return math.Float64frombits(v), ok
 	case 0xca:
-		s, ok := r.take(4)
-		if !ok {
-			return 0, false
-		}
-		return float64(math.Float32frombits(binary.BigEndian.Uint32(s))), true
+		v, ok := r.uint(4)
+		return float64(math.Float32frombits(uint32(v))), ok
 	}
 	r.i-- // an integer-valued sum written as an integer
 	v, ok := r.int()

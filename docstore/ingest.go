@@ -6,18 +6,15 @@ import (
 	"time"
 )
 
-// Bulk loads are written as sorted files, not through the memtable.
-//
-// A full restore into an empty table going through Pebble's write path
-// like any batch (log, memtable, flush, then compactions rewriting the
-// same keys at every level) spends most of its time in the engine. When
-// the engine supports ingestion (kvIngester: Pebble), a bulk-load batch is
-// instead kept in memory and the buffer is written out as sorted files
-// that Pebble links into its tree in one step (Ingest): each key is
-// written once, sorted once, and the documents, their index entries,
-// their members keys, the collection size and the checkpoints land
-// together. tableBulk (table_bulk.go) says when a load runs and when its
-// buffer is written out; table_ingest.go builds the files' keys.
+// Bulk loads are written as sorted files, not through the memtable: a
+// restore through Pebble's write path (log, memtable, flush, compactions
+// rewriting the same keys at every level) spends most of its time in the
+// engine. An engine that ingests (kvIngester: Pebble) links the files
+// into its tree in one step, so each key is written and sorted once, and
+// the documents, their index entries and members keys, the collection
+// size and the checkpoints land together. tableBulk (table_bulk.go) says
+// when a load runs and when its buffer is written out; table_ingest.go
+// builds the files' keys.
 
 // defaultIngestChunk is how many documents a bulk-load buffer holds before
 // it is handed to a background ingestion (a few hundred bytes each in
@@ -43,17 +40,31 @@ type kvIngester interface {
 	ingest(runs [][]kvEntry) error
 }
 
-// withSize returns Clover's collection metadata meta with n more
-// documents in its size.
-func withSize(meta []byte, n int) ([]byte, error) {
+// withSize returns Clover's collection metadata meta with its size set to
+// size(the size it holds).
+func withSize(meta []byte, size func(int) int) ([]byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(meta, &fields); err != nil {
 		return nil, fmt.Errorf("collection metadata: %w", err)
 	}
-	var size int
-	if err := json.Unmarshal(fields["Size"], &size); err != nil {
+	var n int
+	if err := json.Unmarshal(fields["Size"], &n); err != nil {
 		return nil, fmt.Errorf("collection size: %w", err)
 	}
-	fields["Size"], _ = json.Marshal(size + n)
+	fields["Size"], _ = json.Marshal(size(n))
 	return json.Marshal(fields)
+}
+
+// setSize sets the size in the Clover metadata at key to size(the size
+// it holds), in b.
+func setSize(b kvBatch, key []byte, size func(int) int) error {
+	raw, err := b.get(key)
+	if err != nil {
+		return err
+	}
+	out, err := withSize(raw, size)
+	if err != nil {
+		return err
+	}
+	return b.set(key, out)
 }

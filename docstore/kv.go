@@ -119,6 +119,16 @@ func prefixUpper(prefix []byte) []byte {
 	return nil
 }
 
+// anyKey reports whether r holds a key in [lower, upper).
+func anyKey(r kvReader, lower, upper []byte) (bool, error) {
+	it, err := r.iter(lower, upper, false)
+	if err != nil {
+		return false, err
+	}
+	found := it.seek(lower)
+	return found, it.close()
+}
+
 // getInt64 reads an int64 value; ok is false when the key is missing.
 func getInt64(r kvReader, key []byte) (int64, bool, error) {
 	v, err := r.get(key)

@@ -9,19 +9,17 @@ import (
 	"math"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/keepstate/keepstate/engine"
 )
 
 // The movie migration moves the movie job's state from the movie layout
-// of earlier versions into the table "movies" (movieTableSpec, the
-// layout of table_layout.go), without replaying the changelog: every
-// movie becomes the document the movie job's table holds (Doc.Key the
-// 8-byte big-endian id, Doc.Value count and sum bits, 16 bytes big-endian,
-// Doc.Index the average), each partition's checkpoint is kept, and each
-// partition's claim epoch is carried over, so a Claim after the migration
-// returns an epoch above every epoch claimed on the movie layout (an old
-// writer stays fenced).
+// of earlier versions into the table "movies" (movieTableSpec), without
+// replaying the changelog: every movie becomes the document the movie
+// job's table holds (Doc.Key the 8-byte big-endian id, Doc.Value count and
+// sum bits, 16 bytes big-endian, Doc.Index the average), and each
+// partition's checkpoint and claim epoch are carried over, so a Claim
+// after the migration returns an epoch above every epoch claimed on the
+// movie layout (an old writer stays fenced).
 //
 // The movie layout held one Clover document per movie in the "movies"
 // collection (_id a UUID whose first 16 hex digits are the movie id
@@ -31,9 +29,7 @@ import (
 // ('e') and one members key per movie ('m', partition then movie id).
 //
 // It runs inside every Open that finds the movie layout, before the Store
-// exists, so nothing else reads or writes meanwhile (Open holds the
-// directory while it migrates: about 12 s per million movies). It is
-// crash-safe and
+// exists, so nothing else reads or writes meanwhile. It is crash-safe and
 // idempotent, in three steps, each a batch that records how far it got
 // under migrationKey:
 //
@@ -56,11 +52,9 @@ import (
 // left alone, so a second Open does nothing.
 //
 // The migration reads the movie documents with a decoder of its own
-// (decodeOldMovie, on mpReader, the msgpack reader table documents use
-// too) and names the movie layout's keys itself (old* below), so it keeps
-// working once the movie layout's code is gone; it writes with the table
-// code (tableWriter). At 1M movies it took 11.7 s (7.6 s of CPU) on
-// 2 cores (TestMigrateMeasure).
+// (decodeOldMovie) and names the movie layout's keys itself (old* below),
+// so it does not depend on the movie layout's code; it writes with the
+// table code (tableWriter).
 
 // movieTableSpec is the spec of the table the movies move into: the movie
 // job's table.
@@ -106,18 +100,8 @@ var migrateBatchDocs = 8192
 // step.
 var ErrMigration = errors.New("docstore: movie migration failed")
 
-// migrateOnOpen runs the migration when db holds the movie layout (or a
-// migration under way). A checksum failure is ErrCorrupt, as in the rest
-// of open.
-func migrateOnOpen(db kv, log *slog.Logger) error {
-	err := movieMigration{db: db, log: log, batch: migrateBatchDocs}.run()
-	if err != nil && pebble.IsCorruptionError(err) {
-		return fmt.Errorf("%w: a file failed its checksum: %w", ErrCorrupt, err)
-	}
-	return err
-}
-
-// movieMigration is one run of the migration on db.
+// movieMigration is one run of the migration on db (Open runs one on
+// every store; a checksum failure is ErrCorrupt, see openError).
 type movieMigration struct {
 	db    kv
 	log   *slog.Logger
@@ -183,12 +167,7 @@ func (m movieMigration) hasOldLayout() (bool, error) {
 	snap := m.db.snapshot()
 	defer snap.release()
 	for _, r := range oldRanges() {
-		it, err := snap.iter(r[0], r[1], false)
-		if err != nil {
-			return false, err
-		}
-		found := it.seek(r[0])
-		if err := it.close(); err != nil || found {
+		if found, err := anyKey(snap, r[0], r[1]); err != nil || found {
 			return found, err
 		}
 	}
@@ -226,7 +205,7 @@ func (m movieMigration) begin() (parts, epochs int, err error) {
 			return 0, 0, err
 		}
 	}
-	if err := setCollectionSize(b, t.l.collKey, 0); err != nil {
+	if err := setSize(b, t.l.collKey, func(int) int { return 0 }); err != nil {
 		return 0, 0, err
 	}
 	parts, err = eachPartition(b, oldCheckpoints, func(p int32, next int64) error {
@@ -331,7 +310,7 @@ func (m movieMigration) finish(st migrationState) error {
 	t := moviesTable()
 	b := m.db.batch()
 	defer b.release()
-	if err := setCollectionSize(b, t.l.collKey, st.Copied); err != nil {
+	if err := setSize(b, t.l.collKey, func(int) int { return st.Copied }); err != nil {
 		return err
 	}
 	for _, r := range oldRanges() {
@@ -348,30 +327,13 @@ func (m movieMigration) finish(st migrationState) error {
 	return b.commit(true)
 }
 
+// setMigrationState records st in b.
 func setMigrationState(b kvBatch, st migrationState) error {
 	raw, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
 	return b.set(migrationKey, raw)
-}
-
-// setCollectionSize sets the size in the Clover metadata at key to n.
-func setCollectionSize(b kvBatch, key []byte, n int) error {
-	raw, err := b.get(key)
-	if err != nil {
-		return err
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return fmt.Errorf("collection metadata %q: %w", key[1:], err)
-	}
-	fields["Size"], _ = json.Marshal(n)
-	out, err := json.Marshal(fields)
-	if err != nil {
-		return err
-	}
-	return b.set(key, out)
 }
 
 // decodeOldMovie reads a movie document of the movie layout (a msgpack

@@ -37,9 +37,9 @@ const formatVersionV2 = "keepstate-docstore v2 (clover on pebble)"
 
 var formatKey = nsKey(nsMeta, []byte("format"))
 
-// ignorable entries may sit in a data directory that holds no store yet
-// (a fresh volume's root has lost+found).
-// A corrupt store's marker may outlive the store (see wipeCorrupt).
+// ignorable entries may sit in a data directory that holds no store yet:
+// a fresh volume's root has lost+found, and a corrupt store's marker may
+// outlive the store (see wipeCorrupt).
 var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true, corruptMarker: true}
 
 // Open opens the store in dir, creating the directory and an empty store
@@ -161,14 +161,11 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	}
 	if err := initialize(db); err != nil {
 		_ = db.close(true)
-		if pebble.IsCorruptionError(err) {
-			return nil, fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
-		}
-		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+		return nil, openError(dir, err)
 	}
-	if err := migrateOnOpen(db, log); err != nil {
+	if err := (movieMigration{db: db, log: log, batch: migrateBatchDocs}).run(); err != nil {
 		_ = db.close(false)
-		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+		return nil, openError(dir, err)
 	}
 	bulkMax, ingestChunk := o.bulkLimits()
 	s := &Store{dir: dir, kv: db, sync: o.fsync, noBulk: o.noBulk, ingestChunk: ingestChunk, log: log, counts: &readCounts{},
@@ -178,6 +175,15 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 		o.corruptSink.s.Store(s)
 	}
 	return s, nil
+}
+
+// openError wraps an error met opening the store of dir: ErrCorrupt when
+// a file failed its checksum.
+func openError(dir string, err error) error {
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
+	}
+	return fmt.Errorf("open docstore %s: %w", dir, err)
 }
 
 // contents is what prepareDir found in a data directory.
@@ -292,9 +298,9 @@ func syncDir(dir string) error {
 func initialize(db kv) error {
 	snap := db.snapshot()
 	marker, err := snap.get(formatKey)
-	var empty bool
+	var held bool
 	if err == nil && marker == nil {
-		empty, err = isEmpty(snap)
+		held, err = anyKey(snap, nil, nil)
 	}
 	snap.release()
 	switch {
@@ -302,34 +308,18 @@ func initialize(db kv) error {
 		return err
 	case string(marker) == formatVersion:
 		return nil
-	case string(marker) == formatVersionV2:
-		b := db.batch()
-		defer b.release()
-		if err := b.set(formatKey, []byte(formatVersion)); err != nil {
-			return err
-		}
-		return b.commit(true)
-	case marker != nil:
+	case marker != nil && string(marker) != formatVersionV2:
 		return fmt.Errorf("%w: format %q, want %q", ErrNotStore, marker, formatVersion)
-	case !empty:
+	case held:
 		return fmt.Errorf("%w: %s holds data and no keepstate marker", ErrNotStore, storeDir)
 	}
+	// An empty store, or a v2 one (upgraded by its marker alone).
 	b := db.batch()
 	defer b.release()
 	if err := b.set(formatKey, []byte(formatVersion)); err != nil {
 		return err
 	}
 	return b.commit(true)
-}
-
-// isEmpty reports whether r holds no key at all.
-func isEmpty(r kvReader) (bool, error) {
-	it, err := r.iter(nil, nil, false)
-	if err != nil {
-		return false, err
-	}
-	found := it.seek(nil)
-	return !found, it.close()
 }
 
 // Close flushes and closes the engine and releases the directory. It is

@@ -16,7 +16,7 @@ const (
 	// MaxMemtables is how many memtables may exist at once (the one being
 	// written and those waiting to be flushed; Pebble stops writes
 	// beyond it): the store's memtables take at most MaxMemtables times
-	// the memtable size. Measured at 1M movies: three are common.
+	// the memtable size.
 	MaxMemtables = 4
 	// DefaultWriteCache is the default number of documents the write
 	// cache remembers (see WithWriteCache): about 30 MiB when full of the
@@ -33,8 +33,8 @@ type options struct {
 	lockTimeout   time.Duration
 	cacheBytes    int64
 	memtableBytes int64
-	noBulk        bool // withoutBulkLoad
-	ingestChunk   int  // withIngestChunk
+	noBulk        bool // the bulk-load path off (tests)
+	ingestChunk   int
 	writeCache    int
 	bulkMemory    int64 // WithBulkMemory
 	diskReserve   int64 // WithDiskReserve
@@ -42,8 +42,7 @@ type options struct {
 	// corruptSink takes the corruption Pebble reports on its own
 	// goroutines to the Store (set by Open).
 	corruptSink *corruptSink
-	// openKV opens the engine; nil means Pebble. Tests set another one to
-	// compare engines under the same store.
+	// openKV opens the engine; nil means Pebble (tests set another).
 	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
 }
 
@@ -146,9 +145,9 @@ func WithBulkMemory(bytes int64) Option {
 	}
 }
 
-// Sizes the bulk load's structures take per document in Go's heap,
-// measured with Go 1.26 on the movie job's documents (500k of each, after
-// a collection: a map's table doubles, so these are upper ends).
+// Sizes the bulk load's structures take per document in Go's heap, as
+// measured on the movie job's documents (upper ends: a map's table
+// doubles).
 const (
 	cacheEntryBytes = 125 // one document in the write cache (priorSlab), its key and index included
 	// bufferedDocBytes is one document in the load buffer (340, its
@@ -190,11 +189,3 @@ func WithDiskReserve(bytes int64) Option {
 		}
 	}
 }
-
-// withoutBulkLoad turns the bulk-load path off (every replay batch reads
-// the store): the reference for the equivalence test and benchmarks.
-func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
-
-// withIngestChunk sets how many documents a bulk load buffers before it
-// hands them to a background ingestion (tests use small chunks).
-func withIngestChunk(n int) Option { return func(o *options) { o.ingestChunk = n } }

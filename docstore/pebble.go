@@ -44,32 +44,25 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 		ErrorIfNotExists:            mustExist,
 		Logger:                      pebbleLogger{log: log},
 		EventListener:               corruptionListener(log, o.corruptSink),
-		// Level 0 is compacted once it holds 4 files (Pebble's default;
-		// 2 made a 300k restore slower: 103k vs 124k docs/s). Writes
-		// stall only far beyond that: a restore may outpace compaction
-		// for a while.
+		// Level 0 is compacted at 4 files (Pebble's default; 2 made
+		// restores slower); writes stall only far beyond, so a restore
+		// may outpace compaction for a while.
 		L0CompactionThreshold: 4,
 		L0StopWritesThreshold: 1000,
 		// One compaction at a time: the machine has 2 cores and the
 		// foreground (applies, queries) must keep one.
 		CompactionConcurrencyRange: func() (int, int) { return 1, 1 },
 	}
-	// No tombstone-density compactions. Every update that changes a
-	// document's index value deletes its old index entry, so an index's
-	// blocks are always dense with deletions, and Pebble's default
-	// threshold (a tenth of a file's blocks) picked a quarter to two
-	// thirds of all compactions to rewrite them: a quarter to a third of
-	// the bytes written (BenchmarkUniformCycle). Default compactions
-	// still weigh deletions (a file's compensated size counts what its
-	// tombstones would drop), and range queries over the churned index
-	// were no slower without them (measured with BenchmarkUniformCycle; the
-	// figures are in the git history of docs/benchmarks.md).
+	// No tombstone-density compactions: every index value change deletes
+	// the old entry, so index blocks are always dense with deletions and
+	// the default threshold spent a large share of all compactions
+	// rewriting them, for no faster range queries. Default compactions
+	// still weigh deletions (a file's compensated size).
 	opts.Experimental.TombstoneDenseCompactionThreshold = -1
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // point reads of missing keys skip files
-		// No block compression: at 1M movies Snappy saved 40% of the
-		// disk (still under the bbolt file uncompressed) but cost a fifth
-		// of the compaction CPU, which competes with restores on 2 cores.
+		// No block compression: Snappy saved disk but cost compaction CPU,
+		// which competes with restores on 2 cores.
 		opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 	}
 	db, err := pebble.Open(path, opts)
@@ -110,35 +103,18 @@ func (p *pebbleKV) close(flush bool) error {
 
 // dbReader reads the committed state of the database; releasing it does
 // nothing.
-type dbReader struct{ db *pebble.DB }
+type dbReader struct{ *pebble.DB }
 
-func (r dbReader) NewIter(o *pebble.IterOptions) (*pebble.Iterator, error) { return r.db.NewIter(o) }
-func (r dbReader) Close() error                                            { return nil }
+func (dbReader) Close() error { return nil }
 
+// pebbleReader reads a snapshot, a batch or (dbReader) the database.
 type pebbleReader struct {
-	r interface {
-		NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
-		Close() error
-	}
+	r   pebble.Reader
 	buf []byte
 }
 
 func (r *pebbleReader) get(key []byte) ([]byte, error) {
-	var (
-		v      []byte
-		closer interface{ Close() error }
-		err    error
-	)
-	switch src := r.r.(type) {
-	case *pebble.Snapshot:
-		v, closer, err = src.Get(key)
-	case *pebble.Batch:
-		v, closer, err = src.Get(key)
-	case dbReader:
-		v, closer, err = src.db.Get(key)
-	default:
-		return nil, fmt.Errorf("pebble reader of type %T", src)
-	}
+	v, closer, err := r.r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -163,14 +139,9 @@ func (r *pebbleReader) iter(lower, upper []byte, reverse bool) (kvIter, error) {
 
 func (r *pebbleReader) release() { _ = r.r.Close() }
 
-// release of a batch closes the batch (and its reader, when that is the
-// batch itself).
-func (b *pebbleBatch) release() {
-	_ = b.b.Close()
-	if _, own := b.r.(*pebble.Batch); !own {
-		_ = b.r.Close()
-	}
-}
+// release of a batch closes the batch, which is its reader too unless
+// that is a dbReader (nothing to release).
+func (b *pebbleBatch) release() { _ = b.b.Close() }
 
 type pebbleBatch struct {
 	pebbleReader

@@ -6,14 +6,13 @@ import (
 	"sync/atomic"
 )
 
-// removalLog is what a write cache (a tableCache per table) tells a Load
-// about the entries that left it: how
-// many times entries left (count, read without the cache's lock before the
-// Load's snapshot) and which keys the last maxRemovalLog removals took
-// out. The cache holds every key written since any snapshot unless its
-// entry left since, so a Load may teach the cache what it read for every
-// key not removed since its snapshot (since, removedSet.has). Guarded by
-// Store.wmu, but for count.
+// removalLog is what a write cache (tableCache) tells a Load about the
+// entries that left it: how many times entries left (count, read without
+// the cache's lock before the Load's snapshot) and which keys the last
+// maxRemovalLog removals took out. The cache holds every key written
+// since any snapshot unless its entry left since, so a Load may teach the
+// cache what it read for every key not removed since its snapshot (since,
+// removedSet.has). Guarded by Store.wmu, but for count.
 type removalLog[K cmp.Ordered] struct {
 	n   atomic.Uint64
 	log []removal[K]
@@ -30,9 +29,8 @@ type removal[K cmp.Ordered] struct {
 // maxRemovalLog is how many removals a removalLog remembers: a Load whose
 // snapshot is older than all of them learns nothing. Loads last
 // milliseconds, and a full cache evicts an eighth of itself at a time, so
-// a few suffice. At the default size an eviction logs about 31k keys
-// (a drop logs none: it removes all), held until eight more removals push
-// them out.
+// a few suffice; each eviction's keys are held until eight more removals
+// push them out (a drop logs none: it removes all).
 const maxRemovalLog = 8
 
 // count is the number of removals so far; safe without wmu.

@@ -19,7 +19,7 @@ type Store struct {
 	kv     kv
 	lock   *dirLock
 	sync   bool
-	noBulk bool // withoutBulkLoad
+	noBulk bool // the bulk-load path off (tests)
 	guard  diskGuard
 	log    *slog.Logger
 	counts *readCounts
@@ -37,8 +37,7 @@ type Store struct {
 	cacheMax, bulkMax int
 	tcache            tableCaches // the tables' write cache (table_cache.go)
 	// learnt holds the write-cache updates of Loads that found wmu held
-	// (underWriteLock), run by the write that held it;
-	// lmu guards it.
+	// (underWriteLock), run by the write that held it; lmu guards it.
 	lmu    sync.Mutex
 	learnt []func()
 

@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -65,4 +66,24 @@ func (s *Store) view(ctx context.Context, fn func(r kvReader, db *clover.DB) err
 		}
 		return fn(r, db)
 	})
+}
+
+// withoutBulkLoad turns the bulk-load path off (every replay batch reads
+// the store): the reference for the equivalence test and benchmarks.
+func withoutBulkLoad() Option { return func(o *options) { o.noBulk = true } }
+
+// withIngestChunk sets how many documents a bulk load buffers before it
+// hands them to a background ingestion (tests use small chunks).
+func withIngestChunk(n int) Option { return func(o *options) { o.ingestChunk = n } }
+
+// docsRead returns how many documents were read, by key or by scan.
+func (c *readCounts) docsRead() int64 { return c.docGets.Load() + c.docScans.Load() }
+
+// docID returns the Clover _id of key.
+func docID(key []byte) string { return hex.EncodeToString(key) }
+
+// of returns the cache of table name, creating it.
+func (c *tableCaches) of(name string) *tableCache {
+	tc, _ := c.open(name, c.bulkMax)
+	return tc
 }

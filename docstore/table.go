@@ -203,12 +203,10 @@ type tableWriteOp struct {
 // and disk guard, and commits it when fn returns nil; after, when fn
 // returns one, runs once the batch is committed, still under the write
 // lock.
-func (s *Store) tableWrite(ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error)) error {
-	return s.corrupt(s.tableWriteLocked(ctx, op, fn))
-}
-
-// tableWriteLocked is tableWrite without the corruption check.
-func (s *Store) tableWriteLocked(ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error)) error {
+func (s *Store) tableWrite(
+	ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error),
+) (err error) {
+	defer func() { err = s.corrupt(err) }() // once the locks are released
 	if err := s.acquire(ctx); err != nil {
 		return err
 	}
@@ -268,12 +266,11 @@ func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	var epoch int64
 	// Like every write of the table, a claim comes after the batches its
 	// bulk load buffered (the load goes on). It is not synced (a restore
-	// claims every partition it takes, one fsync each, under the write
-	// lock: 0.3-0.7 s per partition on a loaded instance): the log keeps
-	// batches in order, so the first synced write under the new epoch
-	// makes the claim durable too, and a claim a power loss drops takes
-	// every write made under it along, so the next claim, one above the
-	// last durable epoch, is still above every epoch a stored write has.
+	// claims every partition it takes, and an fsync each under the write
+	// lock is slow): the log keeps batches in order, so the first synced
+	// write under the new epoch makes the claim durable too, and a claim a
+	// power loss drops takes every write made under it along, so the next
+	// claim is still above every epoch a stored write has.
 	op := tableWriteOp{blind: true, cache: t.cache}
 	err := t.s.tableWrite(ctx, op, func(b kvBatch) (func(), error) {
 		last, _, err := getInt64(b, key)

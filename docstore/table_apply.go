@@ -3,7 +3,6 @@ package docstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -194,15 +193,7 @@ func (t *table) addSize(b kvBatch, n int) error {
 	if n == 0 {
 		return nil
 	}
-	raw, err := b.get(t.l.collKey)
-	if err != nil {
-		return err
-	}
-	out, err := withSize(raw, n)
-	if err != nil {
-		return err
-	}
-	return b.set(t.l.collKey, out)
+	return setSize(b, t.l.collKey, func(size int) int { return size + n })
 }
 
 // memberKeys lists the keys of partition p's documents, in key order,
@@ -291,16 +282,12 @@ func (t *table) Reset(ctx context.Context) error {
 				return nil, err
 			}
 		}
-		raw, err := b.get(t.l.collKey)
+		size, err := t.size(b)
 		if err != nil {
 			return nil, err
 		}
-		var meta struct{ Size int }
-		if err := json.Unmarshal(raw, &meta); err != nil {
-			return nil, fmt.Errorf("collection metadata: %w", err)
-		}
 		forget := func() { t.s.tcache.clear(t.cache) }
-		return forget, t.addSize(b, -meta.Size)
+		return forget, t.addSize(b, -size)
 	})
 	if err != nil {
 		return fmt.Errorf("table %s: reset: %w", t.spec.Name, err)

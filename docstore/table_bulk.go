@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
@@ -11,40 +12,32 @@ import (
 )
 
 // tableBulk is the state of a table's bulk load: a restore into an empty
-// table, the path that makes a full restore fast. It starts with the
-// first replay batch into an empty partition of a table that holds no
-// documents, and covers every partition of the table that starts the same
-// way while it lasts. While it is on, the table's write cache is pinned
-// and holds every document of the table the load wrote, so a key the
-// cache does not know is new: its batches read nothing. The batches are
-// not written through the memtable: they are buffered (their documents
-// and the partitions' checkpoints), the newest version of each key once,
-// and written out as sorted files that Pebble ingests (table_ingest.go).
-// The store keeps the batches' documents, not copies, until then (see
-// table.Apply). It is the table form of bulkLoad and loadBuffer, written
-// for any table spec so that it can serve the movie job's table when the
-// movie store goes.
+// table. It starts with the first replay batch into an empty partition of
+// a table that holds no documents, and covers every partition of the
+// table that starts the same way while it lasts. While it is on, the
+// table's write cache is pinned and holds every document the load wrote,
+// so a key the cache does not know is new: its batches read nothing. The
+// batches are buffered (their documents, not copies, see table.Apply, and
+// the partitions' checkpoints), the newest version of each key once, and
+// written out as sorted files that Pebble ingests (table_ingest.go).
 //
 // The buffer is written out before anything reads the table (table.read)
-// or writes it otherwise (tableWriteLocked), in the background when it
-// holds Store.ingestChunk documents (while the next batches buffer), when
-// no bulk batch has arrived for ingestIdle, and on Close. So every read
-// sees every batch Apply accepted, as without the buffer. What changes is
-// durability: a bulk batch is durable once the buffer holding it is
-// written out, not when Apply returns. A crash before then leaves the
-// partition as it was before those batches (the checkpoint and documents
-// of the last buffer written out, or none), so the next start restores
-// the rest again; nothing the engine committed to Kafka depends on a
-// restore's batches.
+// or writes it otherwise (tableWrite), in the background when it holds
+// Store.ingestChunk documents (while the next batches buffer), when no
+// bulk batch has arrived for ingestIdle, and on Close. So every read sees
+// every batch Apply accepted. What changes is durability: a bulk batch is
+// durable once its buffer is written out, not when Apply returns. A crash
+// before then leaves the partition as of the last buffer written out (or
+// empty), so the next start restores the rest again; nothing the engine
+// committed to Kafka depends on a restore's batches.
 //
 // A full cache does not end the load: the keys it cannot hold are
 // remembered approximately (seenKeys), and only a key that may have been
-// written before is read. The first write of any other kind to the table
-// (a batch of documents that is not a replay, or replays into a partition
-// that was not empty, a drop, a reset) ends the load (a batch of a
-// checkpoint alone does not: a partition's restore ends with one); later
-// batches read what the cache does not hold. A crash ends it too: the
-// reopened store reads. It is used only on an engine that
+// written before is read. Any other write to the table (a batch of
+// documents that is not a replay, replays into a partition that was not
+// empty, a drop, a reset; not a checkpoint alone, which ends a
+// partition's restore) ends the load, and so does a crash: later batches
+// read what the cache does not hold. It runs only on an engine that
 // ingests (kvIngester: Pebble). Guarded by Store.wmu.
 type tableBulk struct {
 	on    bool
@@ -299,12 +292,8 @@ func (t *table) partitionEmpty(r kvReader, p int32) (bool, error) {
 		return false, err
 	}
 	prefix := t.l.partKey(tabMembers, p)
-	it, err := r.iter(prefix, prefixUpper(prefix), false)
-	if err != nil {
-		return false, err
-	}
-	found := it.seek(prefix)
-	return !found, it.close()
+	found, err := anyKey(r, prefix, prefixUpper(prefix))
+	return !found, err
 }
 
 // size reads the table's document count from its Clover collection
@@ -316,7 +305,7 @@ func (t *table) size(r kvReader) (int, error) {
 	}
 	var meta struct{ Size int }
 	if err := json.Unmarshal(raw, &meta); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("collection metadata: %w", err)
 	}
 	return meta.Size, nil
 }

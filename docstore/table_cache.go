@@ -8,21 +8,20 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// tableCaches is the write cache of tables:
-// for keys a table has read or written, what the next write of the key
-// needs and, for small documents, what Load returns (tablePrior), so that
-// Apply writes those keys without reading their documents (an LSM read is
-// a search through levels; the write is an append) and Load answers them
-// without a read. One tableCache per table name, shared by every handle of
-// the table. It mirrors the committed state: entries change only after a
-// batch commits (or an ingestion lands), Load adds only what it read for
-// keys not removed since its snapshot (learn), warm-up only what it read
-// while nothing left the cache, and a drop or reset removes its table's.
-// All tables together hold at most limit entries (WithWriteCache); once
-// full, a new key evicts an
-// eighth of its table's entries. A table's bulk load pins its cache
-// (pin): nothing is evicted while it lasts, and the caches may hold up to
-// the bulk bound (WithBulkMemory) until it ends.
+// tableCaches is the write cache of tables: for keys a table has read or
+// written, what the next write of the key needs and, for small documents,
+// what Load returns (tablePrior), so that Apply writes those keys without
+// reading their documents (an LSM read is a search through levels; the
+// write is an append) and Load answers them without a read. One
+// tableCache per table name, shared by every handle of the table. It
+// mirrors the committed state: entries change only after a batch commits
+// (or an ingestion lands), Load adds only what it read for keys not
+// removed since its snapshot (learn), warm-up only what it read while
+// nothing left the cache, and a drop or reset removes its table's. All
+// tables together hold at most limit entries (WithWriteCache); once full,
+// a new key evicts an eighth of its table's entries. A table's bulk load
+// pins its cache (pin): nothing is evicted while it lasts, and the caches
+// may hold up to the bulk bound (WithBulkMemory) until it ends.
 //
 // Concurrency: every change holds Store.wmu and mu; readers hold either
 // (writes read under wmu; Load reads under mu's read lock, so that it
@@ -60,12 +59,6 @@ type tableCache struct {
 	// the table write them out first.
 	buffered atomic.Bool
 	warmed   chan struct{} // closed when warm-up has ended (table_warm.go)
-}
-
-// of returns the cache of table name, creating it.
-func (c *tableCaches) of(name string) *tableCache {
-	tc, _ := c.open(name, c.bulkMax)
-	return tc
 }
 
 // open returns the cache of table name and whether it is new; bulkMax is

@@ -235,7 +235,7 @@ func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 	}
 	runs := [][]kvEntry{small, members, index, docs}
 	if job.fresh > 0 {
-		sized, err := withSize(meta, job.fresh)
+		sized, err := withSize(meta, func(n int) int { return n + job.fresh })
 		if err != nil {
 			return nil, err
 		}

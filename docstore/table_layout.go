@@ -107,9 +107,6 @@ func (l tableLayout) docKey(buf, key []byte) []byte {
 	return hex.AppendEncode(buf, key)
 }
 
-// docID returns the Clover _id of key.
-func docID(key []byte) string { return hex.EncodeToString(key) }
-
 // appendIndexValue appends the order-preserving encoding of v (an index
 // value of kind k) to buf: 8 bytes for a number, the bytes and a 0x00 for
 // a string. Stored values hold no 0x00 (engine.Doc.Validate).

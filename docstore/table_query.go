@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/keepstate/keepstate/engine"
 )
@@ -44,7 +45,8 @@ func (t *table) QueryFiltered(ctx context.Context, q engine.IndexQuery, keep fun
 		if tiesAsc {
 			walk = t.walkTiesAscending
 		}
-		keys, err := walk(walker{ctx: ctx, keep: keep}, r, pos, kind, q, lower, upper)
+		w := walker{ctx: ctx, keep: keep, counted: &t.s.counts.indexSteps}
+		keys, err := walk(w, r, pos, kind, q, lower, upper)
 		if err != nil || len(keys) == 0 {
 			return err
 		}
@@ -91,18 +93,27 @@ const walkCheckEvery = 256
 // walker is what an index walk checks as it steps: its query's context
 // and the keys it keeps (nil keeps all).
 type walker struct {
-	ctx   context.Context
-	keep  func(key []byte) bool
-	steps int
+	ctx     context.Context
+	keep    func(key []byte) bool
+	counted *atomic.Int64 // readCounts.indexSteps
+	steps   int
 }
 
-// step counts one step and returns the context's error every
-// walkCheckEvery steps.
-func (w *walker) step() error {
+// entry steps onto the index entry k (its index prefix ip bytes long) and
+// returns its value and key; every walkCheckEvery steps it returns the
+// context's error instead.
+func (w *walker) entry(k []byte, ip int, kind engine.IndexKind) (engine.IndexValue, []byte, error) {
+	w.counted.Add(1)
 	if w.steps++; w.steps%walkCheckEvery == 0 {
-		return w.ctx.Err()
+		if err := w.ctx.Err(); err != nil {
+			return engine.IndexValue{}, nil, err
+		}
 	}
-	return nil
+	v, key, good := splitIndexValue(k[ip:], kind)
+	if !good || len(key) == 0 {
+		return engine.IndexValue{}, nil, fmt.Errorf("corrupt index entry %x", k)
+	}
+	return v, key, nil
 }
 
 // kept reports whether key is kept.
@@ -123,13 +134,9 @@ func (t *table) walkIndex(w walker, r kvReader, pos int, kind engine.IndexKind, 
 	prefix := len(t.l.indexPrefix(pos))
 	var keys [][]byte
 	for ok := it.seek(start); ok; ok = it.next() {
-		t.s.counts.indexSteps.Add(1)
-		if err := w.step(); err != nil {
+		v, key, err := w.entry(it.key(), prefix, kind)
+		if err != nil {
 			return nil, err
-		}
-		v, key, good := splitIndexValue(it.key()[prefix:], kind)
-		if !good || len(key) == 0 {
-			return nil, fmt.Errorf("corrupt index entry %x", it.key())
 		}
 		if !q.InRange(v, kind) || !w.kept(key) { // out of range: never, with the bounds of queryBounds
 			continue

@@ -2,7 +2,6 @@ package docstore
 
 import (
 	"bytes"
-	"fmt"
 
 	"github.com/keepstate/keepstate/engine"
 )
@@ -34,13 +33,9 @@ func (t *table) walkTiesAscending(w walker, r kvReader, pos int, kind engine.Ind
 	// with gs (the first entry key of one value), up to the limit.
 	group := func(gs, start []byte) error {
 		for ok := fwd.seek(start); ok && bytes.HasPrefix(fwd.key(), gs); ok = fwd.next() {
-			t.s.counts.indexSteps.Add(1)
-			if err := w.step(); err != nil {
+			_, key, err := w.entry(fwd.key(), ip, kind)
+			if err != nil {
 				return err
-			}
-			_, key, good := splitIndexValue(fwd.key()[ip:], kind)
-			if !good || len(key) == 0 {
-				return fmt.Errorf("corrupt index entry %x", fwd.key())
 			}
 			if !w.kept(key) {
 				continue
@@ -70,13 +65,9 @@ func (t *table) walkTiesAscending(w walker, r kvReader, pos int, kind engine.Ind
 	var gs []byte     // the first entry key of the group being gathered
 	var held [][]byte // its kept keys so far, descending
 	for ok := len(keys) < q.Limit && rev.seek(hi); ok; ok = rev.next() {
-		t.s.counts.indexSteps.Add(1)
-		if err := w.step(); err != nil {
+		v, key, err := w.entry(rev.key(), ip, kind)
+		if err != nil {
 			return nil, err
-		}
-		v, key, good := splitIndexValue(rev.key()[ip:], kind)
-		if !good || len(key) == 0 {
-			return nil, fmt.Errorf("corrupt index entry %x", rev.key())
 		}
 		if gs == nil || !bytes.HasPrefix(rev.key(), gs) { // a lower value
 			keys, held = appendReversed(keys, held), held[:0]

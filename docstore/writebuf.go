@@ -10,12 +10,9 @@ import (
 )
 
 // tableWriteBuffer is how many bytes of a table file are gathered before
-// one write system call. Pebble hands its files 4 KiB writes (one data
-// block each, through a 4 KiB bufio.Writer); on the uniform 1M-movie run
-// those write calls were a third of the compactions' CPU, and a write of
-// 256 KiB costs the kernel less than half as much per byte as 64 writes of
-// 4 KiB (measured with BenchmarkUniformCycle; the figures are in the git
-// history of docs/benchmarks.md).
+// one write system call: Pebble writes its files one 4 KiB block at a
+// time, and those system calls cost compactions much of their CPU
+// (BenchmarkUniformCycle).
 const tableWriteBuffer = 256 << 10
 
 // tableWriters recycles the buffers: a flush, a compaction and an
