@@ -265,13 +265,7 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 	if len(keys) == 0 {
 		return nil
 	}
-	cmds := make([]*redis.SliceCmd, len(keys))
-	_, err := t.s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, k := range keys {
-			cmds[i] = pl.HMGet(ctx, t.keys.doc(p, k), t.fields...)
-		}
-		return nil
-	})
+	cmds, err := t.s.hmget(ctx, false, len(keys), func(i int) string { return t.keys.doc(p, keys[i]) }, t.fields)
 	if err != nil {
 		return wrap(fmt.Sprintf("table %s: scan partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 	}
