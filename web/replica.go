@@ -138,15 +138,11 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 		}
 		switch code {
 		case http.StatusOK:
-			var pd peerDocJSON
-			if decodeStrict(body, &pd) != nil {
+			it, stale, ok := peerKeyDoc(t, spec, shown, body)
+			if !ok {
 				continue
 			}
-			it, err := peerItem(t, spec, -1, pd)
-			if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
-				continue
-			}
-			if it.stale = pd.Stale; it.stale != nil && it.stale.Unconfirmed {
+			if it.stale = stale; it.stale != nil && it.stale.Unconfirmed {
 				if held == nil {
 					held = &it
 				}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,7 +83,7 @@ type Server struct {
 // listen; use Handler, Serve or ListenAndServe.
 func New(opts Options) *Server {
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Ready == nil {
 		opts.Ready = func() error { return nil }
@@ -92,24 +91,12 @@ func New(opts Options) *Server {
 	if opts.Stats == nil {
 		opts.Stats = func() engine.Stats { return engine.Stats{} }
 	}
-	if opts.QueryTimeout <= 0 {
-		opts.QueryTimeout = DefaultQueryTimeout
-	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if opts.ReadHeaderTimeout <= 0 {
-		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if opts.ReadTimeout <= 0 {
-		opts.ReadTimeout = DefaultReadTimeout
-	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = DefaultIdleTimeout
-	}
-	if opts.MaxHeaderBytes <= 0 {
-		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
+	orDefault(&opts.QueryTimeout, DefaultQueryTimeout)
+	orDefault(&opts.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&opts.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	orDefault(&opts.ReadTimeout, DefaultReadTimeout)
+	orDefault(&opts.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&opts.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	s := &Server{opts: opts, log: opts.Logger, auth: newPeerAuth(opts.PeerSecret), client: &http.Client{
 		Timeout: opts.QueryTimeout,
 		// A peer is asked one fixed URL; a redirect is never followed.
@@ -129,6 +116,13 @@ func New(opts Options) *Server {
 	s.warnDuplicateTables()
 	s.metrics.knownRoutes(e.Routes())
 	return s
+}
+
+// orDefault sets *v to def when it is not positive.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // routes registers every route, for GET and HEAD. The OpenAPI document
