@@ -113,12 +113,9 @@
 //
 // OpenTable of the table "movies" with the movie job's spec converts
 // whatever that layout left into the table before returning, once per
-// prefix (see migrate.go): epochs, checkpoints and batch tokens move to
-// the table's partitions (so a writer of the old layout is fenced), every
-// movie becomes a document (key: the id as 8 bytes big-endian; value: the
-// count and the sum's bits, 8 bytes big-endian each; index: the average),
-// the old keys go, and the marker K migrated records it. The stream is
-// kept: the table's stream continues it. Every instance of the old
+// prefix (see migrate.go for the steps): every movie becomes a document
+// (key: the id as 8 bytes big-endian; value: the count and the sum's bits,
+// 8 bytes big-endian each; index: the average). Every instance of the old
 // version must be stopped first.
 //
 // # Errors

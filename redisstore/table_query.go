@@ -122,10 +122,7 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 	if q.HasMax {
 		hi = upperBound(q.Max, kind)
 	}
-	kindArg := "n"
-	if kind == engine.IndexString {
-		kindArg = "s"
-	}
+	kindArg := t.kinds[pos : pos+1]
 	ties := q.Desc && t.spec.TiesAscending
 	rev, groupFrom, groupTo := "0", "", ""
 	switch c := q.After; {
