@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -214,10 +215,7 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 			}
 		}
 	}
-	everyone := slices.Clone(mem.Members)
-	for _, addr := range mem.Owners {
-		everyone = append(everyone, addr)
-	}
+	everyone := slices.AppendSeq(slices.Clone(mem.Members), maps.Values(mem.Owners))
 	for _, addrs := range mem.Replicas {
 		everyone = append(everyone, addrs...)
 	}

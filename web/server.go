@@ -125,34 +125,26 @@ func orDefault[T int | time.Duration](v *T, def T) {
 	}
 }
 
-// routes registers every route, for GET and HEAD. The OpenAPI document
-// (openapi.json) lists exactly these; TestOpenAPICoversRoutes keeps the two
-// in step.
+// routes registers every route, for GET and HEAD (the server drops the
+// body of a HEAD answer). The OpenAPI document (openapi.json) lists exactly
+// these; TestOpenAPICoversRoutes keeps the two in step.
 func (s *Server) routes() {
-	e := getHead{s.e}
-	e.GET("/movies/:id", s.getMovie)
-	e.GET("/movies", s.rangeMovies)
-	e.GET("/tables", s.listTables)
-	e.GET("/tables/:table", s.queryTable)
-	e.GET("/tables/:table/:key", s.getTableDoc)
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
-	e.GET("/api-docs", s.apiDocs)
-	e.GET("/api/stats", s.apiStats)
-	e.GET("/", s.dashboardIndex)
-	e.GET("/dashboard/:file", s.dashboardAsset)
-	e.GET("/swagger-ui", s.swaggerRedirect)
-	e.GET("/swagger-ui/", s.swaggerIndex)
-	e.GET("/swagger-ui/:file", s.swaggerAsset)
-}
-
-// getHead registers a handler for GET and HEAD (the server drops the body
-// of a HEAD answer).
-type getHead struct{ e *echo.Echo }
-
-func (g getHead) GET(path string, h echo.HandlerFunc) {
-	g.e.Match([]string{http.MethodGet, http.MethodHead}, path, h)
+	get := func(path string, h echo.HandlerFunc) { s.e.Match([]string{http.MethodGet, http.MethodHead}, path, h) }
+	get("/movies/:id", s.getMovie)
+	get("/movies", s.rangeMovies)
+	get("/tables", s.listTables)
+	get("/tables/:table", s.queryTable)
+	get("/tables/:table/:key", s.getTableDoc)
+	get("/healthz", s.healthz)
+	get("/readyz", s.readyz)
+	get("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
+	get("/api-docs", s.apiDocs)
+	get("/api/stats", s.apiStats)
+	get("/", s.dashboardIndex)
+	get("/dashboard/:file", s.dashboardAsset)
+	get("/swagger-ui", s.swaggerRedirect)
+	get("/swagger-ui/", s.swaggerIndex)
+	get("/swagger-ui/:file", s.swaggerAsset)
 }
 
 // Handler returns the server's http.Handler, for tests or for mounting in
