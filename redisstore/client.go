@@ -64,8 +64,18 @@ func newClient(mode Mode, rawURL string, tlsConf *tls.Config) (redis.UniversalCl
 	bad := func(err error) (redis.UniversalClient, string, error) {
 		return nil, "", fmt.Errorf("redisstore: invalid %s redis url %s: %w", mode, where, err)
 	}
-	if tlsConf != nil {
-		tlsConf = tlsConf.Clone()
+	// tune sets the TLS configuration, if any, and fewer dial attempts per
+	// command unless the URL sets them: go-redis dials 5 times per attempt
+	// and retries a command 3 times, so with Redis down a call would take
+	// seconds to report it. Fail sooner; the engine retries unavailable
+	// stores by itself.
+	tune := func(conf **tls.Config, dials *int) {
+		if tlsConf != nil {
+			*conf = tlsConf.Clone()
+		}
+		if *dials == 0 {
+			*dials = 2
+		}
 	}
 	switch mode {
 	case ModeSingle, "":
@@ -73,20 +83,14 @@ func newClient(mode Mode, rawURL string, tlsConf *tls.Config) (redis.UniversalCl
 		if err != nil {
 			return bad(err)
 		}
-		if tlsConf != nil {
-			o.TLSConfig = tlsConf
-		}
-		o.DialerRetries = fewerDials(o.DialerRetries)
+		tune(&o.TLSConfig, &o.DialerRetries)
 		return redis.NewClient(o), where, nil
 	case ModeCluster:
 		o, err := redis.ParseClusterURL(rawURL)
 		if err != nil {
 			return bad(err)
 		}
-		if tlsConf != nil {
-			o.TLSConfig = tlsConf
-		}
-		o.DialerRetries = fewerDials(o.DialerRetries)
+		tune(&o.TLSConfig, &o.DialerRetries)
 		return redis.NewClusterClient(o), where, nil
 	case ModeSentinel:
 		o, err := redis.ParseFailoverURL(rawURL)
@@ -96,25 +100,11 @@ func newClient(mode Mode, rawURL string, tlsConf *tls.Config) (redis.UniversalCl
 		if o.MasterName == "" {
 			return bad(errors.New("no master_name query option"))
 		}
-		if tlsConf != nil {
-			o.TLSConfig = tlsConf
-		}
-		o.DialerRetries = fewerDials(o.DialerRetries)
+		tune(&o.TLSConfig, &o.DialerRetries)
 		return redis.NewFailoverClient(o), where, nil
 	}
 	_, err = ParseMode(string(mode))
 	return nil, "", err
-}
-
-// fewerDials is the dial attempts per command unless the URL sets them:
-// go-redis dials 5 times per attempt and retries a command 3 times, so with
-// Redis down a call would take seconds to report it. Fail sooner; the
-// engine retries unavailable stores by itself.
-func fewerDials(n int) int {
-	if n == 0 {
-		return 2
-	}
-	return n
 }
 
 // redactQuery replaces the values of the query options that carry

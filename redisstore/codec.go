@@ -43,15 +43,9 @@ func decodeSources(s string) (map[int32]int64, error) {
 	out := make(map[int32]int64, strings.Count(s, ",")+1)
 	for item := range strings.SplitSeq(s, ",") {
 		ps, os, ok := strings.Cut(item, ":")
-		if !ok {
-			return nil, fmt.Errorf("sources %q: %w", s, errCorrupt)
-		}
-		p, err := strconv.ParseInt(ps, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("sources %q: %w", s, errCorrupt)
-		}
-		o, err := strconv.ParseInt(os, 10, 64)
-		if err != nil {
+		p, perr := strconv.ParseInt(ps, 10, 32)
+		o, oerr := strconv.ParseInt(os, 10, 64)
+		if !ok || perr != nil || oerr != nil {
 			return nil, fmt.Errorf("sources %q: %w", s, errCorrupt)
 		}
 		out[int32(p)] = o

@@ -30,27 +30,24 @@
 //
 // # Writes
 //
-// A batch is applied by one optimistic transaction: WATCH on the
+// A batch is one optimistic transaction (see runBatch): WATCH on the
 // partition's epoch, checkpoint and batch token, a pipelined read of the
-// stored versions and index values, the epoch and version checks in Go,
-// then MULTI/EXEC of the hashes, the index members, the partition set, the
-// checkpoint, the batch token and the stream entries. Readers never see a
-// part of a batch, a refused batch writes nothing, and a claim of the
-// partition between the read and EXEC makes EXEC write nothing. (A Lua
-// script did the same for 1.5× the server CPU.) Claim and DropPartition
-// are scripts. The scripts and transactions name keys of one partition
-// (and the table's indexes), so those must live on one node: on a single
-// server or a Sentinel master they do, and on a Redis Cluster each
-// partition's keys carry a hash tag of their own (below).
+// stored versions and index values, the checks in Go, then MULTI/EXEC of
+// every write, stream entries included. Readers never see a part of a
+// batch, a refused batch writes nothing, and a claim between the read and
+// EXEC makes EXEC write nothing. Claim and DropPartition are scripts. The
+// scripts and transactions name keys of one partition (and the table's
+// indexes), so those must live on one node: on a single server or a
+// Sentinel master they do, and on a Redis Cluster each partition's keys
+// carry a hash tag of their own (below).
 //
 // A batch that finds, under its own epoch, another batch token than the
 // last one this Store wrote (or sent without learning the outcome) is
-// refused with engine.ErrFenced: Redis lost acknowledged writes, as after
-// a failover to a replica that had not received them (replication is
-// asynchronous) or a restart from a file that had not persisted them. Its
-// checkpoint went back with them, so the engine claims the partition again
-// and replays the changelog from there instead of writing on top of the
-// hole (see lostwrites.go).
+// refused with engine.ErrFenced: Redis lost acknowledged writes (a
+// failover to a replica that lacked them, a restart from a file that had
+// not persisted them) and its checkpoint with them, so the engine claims
+// the partition again and replays the changelog from there instead of
+// writing on top of the hole (see lostwrites.go).
 //
 // # Deployments
 //
@@ -73,38 +70,33 @@
 //	T batch           string: token of the last batch applied to p
 //	T stream:<Key>    stream: partition p's share of the change stream
 //
-// A batch is one MULTI/EXEC, and a claim or a drop one script, on the node
-// that serves the partition's slot, so the partitions of one table spread
-// over the masters (more partitions, more spread). Get and Load find a
-// document's partition by its key, engine.PartitionFor over
-// engine.TableSpec.Partitions, so OpenTable refuses a table without
-// Partitions (engine.ErrInvalid) and Apply a document whose key hashes to
-// another partition. Load reads each partition's documents in one
-// MULTI/EXEC. A query page runs the page script of the single server on
-// every partition's index (at most Limit members each, concurrently) and
-// merges the pages in the query's order (engine.TableSpec.Before, which
-// honours TiesAscending); cursors are the same (value, key) pairs. Reset
-// SCANs every master. A table left by the layout that kept a whole table
-// under one tag, "{<prefix>t:<table>}:...", is refused (ErrOldLayout) until
-// RemoveOldLayout (keepstate reset) deletes it. Different tables and
-// applications (by prefix) spread over the masters too.
+// So the partitions of one table (and different tables and prefixes)
+// spread over the masters. Get and Load find a document's partition by
+// engine.PartitionFor over engine.TableSpec.Partitions, so OpenTable
+// refuses a table without Partitions (engine.ErrInvalid) and Apply a
+// document whose key hashes to another partition. Load reads each partition's documents in one
+// MULTI/EXEC. A query page runs the page script on every partition's
+// index (at most Limit members each, concurrently) and merges the pages in
+// the query's order (engine.TableSpec.Before, which honours
+// TiesAscending); cursors are the same (value, key) pairs. Reset SCANs
+// every master. A table left by the layout that kept a whole table under
+// one tag, "{<prefix>t:<table>}:...", is refused (ErrOldLayout) until
+// RemoveOldLayout (keepstate reset) deletes it.
 //
 // go-redis follows MOVED and ASK redirections and reloads the slot map
-// after a failover; what outlives its retries (a master being
-// replaced, a slot being migrated, CLUSTERDOWN, TRYAGAIN) is
-// engine.ErrUnavailable, so the partition waits and retries. The movie
-// layout migration below never runs on a cluster (that layout ran on
-// single servers only).
+// after a failover; what outlives its retries (a master being replaced, a
+// slot being migrated, CLUSTERDOWN, TRYAGAIN) is engine.ErrUnavailable, so
+// the partition waits and retries. The movie layout migration never runs
+// on a cluster (that layout ran on single servers only).
 //
 // # Change stream
 //
 // WithTableStream gives a table a stream, <prefix><Key> (on a cluster one
-// per partition, T stream:<Key>, each in its partition's order), that
-// receives one entry per document an Apply writes, in the batch's order
-// and in the same MULTI/EXEC (so a reader never sees a write that did not
-// happen, nor misses one that did), trimmed to about MaxLen entries (each
-// of a cluster's streams). The movie job's table writes
-// <prefix>rating-averages-stream with the fields movieId, avg and count.
+// per partition, T stream:<Key>, in its partition's order) that receives
+// one entry per document an Apply writes, in the batch's order and in the
+// same MULTI/EXEC, each stream trimmed to about MaxLen entries. The movie
+// job's table writes <prefix>rating-averages-stream with the fields
+// movieId, avg and count.
 //
 // # Migration of the movie layout
 //
@@ -119,23 +111,18 @@
 //	<prefix>partition:<p>:batch          string: token of the last applied batch of p
 //	<prefix>rating-averages-stream       stream: movieId avg count of every new average
 //
-// OpenTable of the table "movies" with the movie job's spec (one number
-// index, ties ascending) converts whatever that layout left into the table
-// before returning, once per prefix: epochs, checkpoints and batch tokens
-// move to the table's partitions (so a writer of the old layout is
-// fenced), every movie becomes a document (key: the id as 8 bytes
-// big-endian; value: the count and the sum's bits, 8 bytes big-endian
-// each; index: the average), the old keys go, and the marker K migrated
-// records it. The stream is kept: the table's stream continues it. The
-// migration is atomic per step and resumable, and one instance runs it
-// while the others wait (see migrate.go). Every instance of the old
+// OpenTable of the table "movies" with the movie job's spec converts
+// whatever that layout left into the table before returning, once per
+// prefix (see migrate.go for the steps): every movie becomes a document
+// (key: the id as 8 bytes big-endian; value: the count and the sum's bits,
+// 8 bytes big-endian each; index: the average). Every instance of the old
 // version must be stopped first.
 //
 // # Errors
 //
 // Transport errors (connection refused or reset, timeouts, a loading or
 // read-only server, one out of memory, a cluster that is down or moving a
-// slot) are wrapped with
-// engine.ErrUnavailable; the go-redis client reconnects by itself, so the
-// store works again once Redis is back without being reopened.
+// slot) are wrapped with engine.ErrUnavailable; the go-redis client
+// reconnects by itself, so the store works again once Redis is back
+// without being reopened.
 package redisstore

@@ -328,13 +328,7 @@ func (m *migration) pass(ctx context.Context) (int, error) {
 
 // moveChunk reads the movies of mks and moves them with one script.
 func (m *migration) moveChunk(ctx context.Context, mks []string) error {
-	cmds := make([]*redis.SliceCmd, len(mks))
-	_, err := m.s.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, mk := range mks {
-			cmds[i] = pipe.HMGet(ctx, mk, legacyFields...)
-		}
-		return nil
-	})
+	cmds, err := m.s.hmget(ctx, false, len(mks), func(i int) string { return mks[i] }, legacyFields)
 	if err != nil {
 		return wrap("migrate movie layout: read movies", err)
 	}

@@ -45,6 +45,24 @@ func scanNode(ctx context.Context, c redis.Cmdable, pattern string, count int64,
 	}
 }
 
+// hmget reads fields of n hashes, the ith named hash(i), in one pipeline:
+// in one MULTI/EXEC when atomic, so that the values come from one moment.
+func (s *Store) hmget(ctx context.Context, atomic bool, n int, hash func(int) string,
+	fields []string) ([]*redis.SliceCmd, error) {
+	run := s.client.Pipelined
+	if atomic {
+		run = s.client.TxPipelined
+	}
+	cmds := make([]*redis.SliceCmd, n)
+	_, err := run(ctx, func(pipe redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = pipe.HMGet(ctx, hash(i), fields...)
+		}
+		return nil
+	})
+	return cmds, err
+}
+
 // unlink deletes keys: in one UNLINK, or on a cluster (where they may be
 // in different slots) in one pipeline of an UNLINK per key.
 func (s *Store) unlink(ctx context.Context, keys []string) error {

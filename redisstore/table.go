@@ -1,36 +1,16 @@
 package redisstore
 
-// A table lives under "<prefix>t:<table>:" (K), on a cluster under one
-// hash tag per partition (the key layout is in doc.go).
-//
-// Document keys are hex in key names (arbitrary bytes cannot break the
-// layout or a SCAN pattern) and raw in set and sorted set members. A hash
+// The key layout and the index members are described in doc.go. A hash
 // field s or d is absent when Sources or Value is nil, so nil and empty
-// come back as they went in.
-//
-// Every index is one sorted set ordered by member bytes (ZRANGE BYLEX): a
-// number index member is the 8 order-preserving bytes of the float
-// (numberPrefix) then the key; a string index member is the value, 0x00,
-// then the key (values hold no 0x00). The byte order of the members is
-// thus (value, key) ascending, and REV is its exact reverse, the
-// contract's descending order. (Numbers are not scores: a cursor inside
-// a run of equal values must be an exclusive (value, key) bound, which a
-// score range cannot express without scanning the ties.) Bounds and
-// cursors are lexicographic bounds
-// (exclusive for a cursor), so a page costs one O(log N + Limit) range and
-// Limit hash reads, run together in one read-only script. The hash fields
-// 0..7 hold what the scripts need to find a document's old members: the 8
-// bytes of a number, the string itself. A number is read back from its 8
-// bytes, so -0 comes back as +0 (equal, as the contract compares them).
-// A descending query of a TiesAscending table walks value groups downwards
-// on the same set (see tableTiesLua): no second index is kept.
-//
-// Apply is an optimistic transaction (WATCH, reads, checks, MULTI/EXEC;
-// see runBatch), DropPartition and Claim are Lua scripts (atomic, every
-// check before the first write); ScanPartition walks the members set (SSCAN),
-// not the key space, so it costs the partition's size, not the
-// database's; Reset is SCAN + UNLINK of the table's keys except its epochs
-// and spec.
+// come back as they went in. Numbers are not scores: a cursor inside a run
+// of equal values must be an exclusive (value, key) bound, which a score
+// range cannot express without scanning the ties. Members sort as (value,
+// key) ascending and REV is its exact reverse, the contract's descending
+// order; bounds and cursors are lexicographic bounds (exclusive for a
+// cursor). The hash fields 0..7 hold what the scripts need to find a
+// document's old members: the 8 bytes of a number, the string itself. A
+// number is read back from its 8 bytes, so -0 comes back as +0 (equal, as
+// the contract compares them).
 
 import (
 	"context"
@@ -292,13 +272,7 @@ func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc,
 // loadPartition reads the documents of keys, all in partition p, into out
 // in one MULTI/EXEC.
 func (t *table) loadPartition(ctx context.Context, p int32, want [][]byte, out map[string]engine.Doc) error {
-	cmds := make([]*redis.SliceCmd, len(want))
-	_, err := t.s.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, k := range want {
-			cmds[i] = pipe.HMGet(ctx, t.keys.doc(p, k), t.fields...)
-		}
-		return nil
-	})
+	cmds, err := t.s.hmget(ctx, true, len(want), func(i int) string { return t.keys.doc(p, want[i]) }, t.fields)
 	if err != nil {
 		return wrap(fmt.Sprintf("table %s: load %d documents%s", t.spec.Name, len(want), t.keys.where(p)), err)
 	}

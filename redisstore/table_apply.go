@@ -51,13 +51,10 @@ return n
 
 var tableDropScript = redis.NewScript(tableDropLua)
 
-// Apply writes b atomically: every document's hash, its index members and
-// partition membership, the checkpoint and, when the table has a stream
-// (WithTableStream), one stream entry per written document — or nothing.
-// It is an optimistic transaction (runBatch): WATCH, a pipelined read of
-// every document's stored version and index values, the checks in Go, then
-// MULTI/EXEC of the writes: one ZREM and one ZADD per index and one SADD
-// for the whole batch, and one HSET per written key. It returns an error
+// Apply writes b atomically, in one optimistic transaction (runBatch):
+// every document's hash, its index members and partition membership, the
+// checkpoint and, when the table has a stream (WithTableStream), one
+// stream entry per written document — or nothing. It returns an error
 // wrapping engine.ErrInvalid (checked before anything is sent) when a
 // document fails Doc.Validate or belongs to another partition than b (on
 // a cluster: or its key's PartitionFor is another partition);

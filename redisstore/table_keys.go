@@ -13,14 +13,9 @@ import (
 
 // tableKeys builds the key names of one table (see doc.go for the
 // layout). Table names are [a-z][a-z0-9_-]* and index names [a-z][a-z0-9_]*,
-// so neither contains ':' or a SCAN pattern character.
-//
-// On a single server or a Sentinel master every key of a table starts with
-// its root "<prefix>t:<table>:", and the partition p passed to a builder
-// only names the partition's own keys. On a cluster each partition has a
-// hash tag of its own, "{<prefix>t:<table>:<p>}:": everything one Apply,
-// claim, drop or query script touches is in one slot, and the partitions
-// of a table spread over the masters.
+// so neither contains ':' or a SCAN pattern character. On a single server
+// the partition p passed to a builder only names the partition's own keys;
+// on a cluster it chooses the hash tag of every key.
 type tableKeys struct {
 	root    string // "<prefix>t:<table>:", on a cluster "{<prefix>t:<table>:"
 	cluster bool

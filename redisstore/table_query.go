@@ -122,10 +122,7 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 	if q.HasMax {
 		hi = upperBound(q.Max, kind)
 	}
-	kindArg := "n"
-	if kind == engine.IndexString {
-		kindArg = "s"
-	}
+	kindArg := t.kinds[pos : pos+1]
 	ties := q.Desc && t.spec.TiesAscending
 	rev, groupFrom, groupTo := "0", "", ""
 	switch c := q.After; {
@@ -265,13 +262,7 @@ func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(en
 	if len(keys) == 0 {
 		return nil
 	}
-	cmds := make([]*redis.SliceCmd, len(keys))
-	_, err := t.s.client.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, k := range keys {
-			cmds[i] = pl.HMGet(ctx, t.keys.doc(p, k), t.fields...)
-		}
-		return nil
-	})
+	cmds, err := t.s.hmget(ctx, false, len(keys), func(i int) string { return t.keys.doc(p, keys[i]) }, t.fields)
 	if err != nil {
 		return wrap(fmt.Sprintf("table %s: scan partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 	}

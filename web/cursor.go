@@ -18,13 +18,9 @@ import (
 // The checksum detects edited or truncated cursors; it is not a secret (a
 // forged cursor only selects a starting position, which any client may do
 // with minAvg/maxAvg). Cursors stay valid across restarts and instances.
-//
-// GET /movies is served from the movie table, whose own cursors (the next
-// of GET /tables/movies) have another form; GET /movies keeps issuing and
-// accepting this one, so a next value issued before GET /movies became a
-// view of the table still continues its walk. The movie id's 8 bytes are
-// the movie table's key, so a cursor is a position in the table's avg
-// index as it stands.
+// GET /movies keeps this form, not the movie table's own cursors (see
+// encodeTableCursor), so that clients' cursors keep working: the movie id's
+// 8 bytes are the table's key, so it is a position in the table's avg index.
 const (
 	cursorVersion = 1
 	cursorPayload = 1 + 8 + 8

@@ -92,13 +92,6 @@ func movieOf(it tableItem) (movieJSON, error) {
 	return m, nil
 }
 
-// validMovie reports whether a document of the movie table is a movie
-// (see movieOf).
-func validMovie(it tableItem) bool {
-	_, err := movieOf(it)
-	return err == nil
-}
-
 // getMovie answers GET /movies/{id}.
 func (s *Server) getMovie(c echo.Context) error {
 	raw := c.Param("id")
@@ -155,7 +148,7 @@ func (s *Server) rangeMovies(c echo.Context) error {
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	res, err := s.runQuery(c, ctx, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q, movies: true})
+	res, err := s.runQuery(c, ctx, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q})
 	if err != nil {
 		return fmt.Errorf("range movies: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -32,11 +33,24 @@ func (s *Server) checkForwarded(c echo.Context) (bool, error) {
 	return present, nil
 }
 
-// signedGet sends a signed GET of target (on the peer at addr, already
-// validated) and returns status, headers and a body of at most limit
-// bytes. Every error wraps engine.ErrUnavailable.
-func (s *Server) signedGet(ctx context.Context, addr, target string, limit int) (int, http.Header, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+// maxPeerBody bounds a peer's answer: a full page of MaxLimit documents
+// may carry 1 kB keys, long index strings and the job's values.
+const maxPeerBody = 16 << 20
+
+// tablePeerGet sends a signed GET of the escaped path rawPath (which may
+// hold escaped slashes: string keys) and query to the peer at addr, and
+// returns status, headers and a body of at most maxPeerBody bytes. Every
+// error wraps engine.ErrUnavailable.
+func (s *Server) tablePeerGet(ctx context.Context, addr, rawPath string, query url.Values) (int, http.Header, []byte, error) {
+	if err := engine.ValidPeerAddr(addr); err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %q: peer address: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	path, err := url.PathUnescape(rawPath)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("instance %s: path: %w: %w", addr, err, engine.ErrUnavailable)
+	}
+	u := url.URL{Scheme: "http", Host: addr, Path: path, RawPath: rawPath, RawQuery: query.Encode()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("instance %s: %w: %w", addr, err, engine.ErrUnavailable)
 	}
@@ -46,12 +60,12 @@ func (s *Server) signedGet(ctx context.Context, addr, target string, limit int) 
 		return 0, nil, nil, fmt.Errorf("instance %s: %v: %w", addr, err, engine.ErrUnavailable)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerBody+1))
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("instance %s: %v: %w", addr, err, engine.ErrUnavailable)
 	}
-	if len(body) > limit {
-		return 0, nil, nil, fmt.Errorf("instance %s: answer larger than %d bytes: %w", addr, limit, engine.ErrUnavailable)
+	if len(body) > maxPeerBody {
+		return 0, nil, nil, fmt.Errorf("instance %s: answer larger than %d bytes: %w", addr, maxPeerBody, engine.ErrUnavailable)
 	}
 	return resp.StatusCode, resp.Header, body, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -138,15 +139,11 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 		}
 		switch code {
 		case http.StatusOK:
-			var pd peerDocJSON
-			if decodeStrict(body, &pd) != nil {
+			it, stale, ok := peerKeyDoc(t, spec, shown, body)
+			if !ok {
 				continue
 			}
-			it, err := peerItem(t, spec, -1, pd)
-			if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
-				continue
-			}
-			if it.stale = pd.Stale; it.stale != nil && it.stale.Unconfirmed {
+			if it.stale = stale; it.stale != nil && it.stale.Unconfirmed {
 				if held == nil {
 					held = &it
 				}
@@ -218,10 +215,7 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 			}
 		}
 	}
-	everyone := slices.Clone(mem.Members)
-	for _, addr := range mem.Owners {
-		everyone = append(everyone, addr)
-	}
+	everyone := slices.AppendSeq(slices.Clone(mem.Members), maps.Values(mem.Owners))
 	for _, addrs := range mem.Replicas {
 		everyone = append(everyone, addrs...)
 	}

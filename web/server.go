@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,7 +83,7 @@ type Server struct {
 // listen; use Handler, Serve or ListenAndServe.
 func New(opts Options) *Server {
 	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Ready == nil {
 		opts.Ready = func() error { return nil }
@@ -92,24 +91,12 @@ func New(opts Options) *Server {
 	if opts.Stats == nil {
 		opts.Stats = func() engine.Stats { return engine.Stats{} }
 	}
-	if opts.QueryTimeout <= 0 {
-		opts.QueryTimeout = DefaultQueryTimeout
-	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if opts.ReadHeaderTimeout <= 0 {
-		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if opts.ReadTimeout <= 0 {
-		opts.ReadTimeout = DefaultReadTimeout
-	}
-	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = DefaultIdleTimeout
-	}
-	if opts.MaxHeaderBytes <= 0 {
-		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
+	orDefault(&opts.QueryTimeout, DefaultQueryTimeout)
+	orDefault(&opts.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&opts.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	orDefault(&opts.ReadTimeout, DefaultReadTimeout)
+	orDefault(&opts.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&opts.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	s := &Server{opts: opts, log: opts.Logger, auth: newPeerAuth(opts.PeerSecret), client: &http.Client{
 		Timeout: opts.QueryTimeout,
 		// A peer is asked one fixed URL; a redirect is never followed.
@@ -131,34 +118,33 @@ func New(opts Options) *Server {
 	return s
 }
 
-// routes registers every route, for GET and HEAD. The OpenAPI document
-// (openapi.json) lists exactly these; TestOpenAPICoversRoutes keeps the two
-// in step.
-func (s *Server) routes() {
-	e := getHead{s.e}
-	e.GET("/movies/:id", s.getMovie)
-	e.GET("/movies", s.rangeMovies)
-	e.GET("/tables", s.listTables)
-	e.GET("/tables/:table", s.queryTable)
-	e.GET("/tables/:table/:key", s.getTableDoc)
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
-	e.GET("/api-docs", s.apiDocs)
-	e.GET("/api/stats", s.apiStats)
-	e.GET("/", s.dashboardIndex)
-	e.GET("/dashboard/:file", s.dashboardAsset)
-	e.GET("/swagger-ui", s.swaggerRedirect)
-	e.GET("/swagger-ui/", s.swaggerIndex)
-	e.GET("/swagger-ui/:file", s.swaggerAsset)
+// orDefault sets *v to def when it is not positive.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
-// getHead registers a handler for GET and HEAD (the server drops the body
-// of a HEAD answer).
-type getHead struct{ e *echo.Echo }
-
-func (g getHead) GET(path string, h echo.HandlerFunc) {
-	g.e.Match([]string{http.MethodGet, http.MethodHead}, path, h)
+// routes registers every route, for GET and HEAD (the server drops the
+// body of a HEAD answer). The OpenAPI document (openapi.json) lists exactly
+// these; TestOpenAPICoversRoutes keeps the two in step.
+func (s *Server) routes() {
+	get := func(path string, h echo.HandlerFunc) { s.e.Match([]string{http.MethodGet, http.MethodHead}, path, h) }
+	get("/movies/:id", s.getMovie)
+	get("/movies", s.rangeMovies)
+	get("/tables", s.listTables)
+	get("/tables/:table", s.queryTable)
+	get("/tables/:table/:key", s.getTableDoc)
+	get("/healthz", s.healthz)
+	get("/readyz", s.readyz)
+	get("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
+	get("/api-docs", s.apiDocs)
+	get("/api/stats", s.apiStats)
+	get("/", s.dashboardIndex)
+	get("/dashboard/:file", s.dashboardAsset)
+	get("/swagger-ui", s.swaggerRedirect)
+	get("/swagger-ui/", s.swaggerIndex)
+	get("/swagger-ui/:file", s.swaggerAsset)
 }
 
 // Handler returns the server's http.Handler, for tests or for mounting in

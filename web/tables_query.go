@@ -111,10 +111,9 @@ func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuer
 	}
 
 	raw, ok, err = single("order")
-	if err != nil {
-		return q, 0, 0, err
-	}
 	switch {
+	case err != nil:
+		return q, 0, 0, err
 	case !ok || raw == "asc":
 	case raw == "desc":
 		q.Desc = true
@@ -123,20 +122,18 @@ func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuer
 	}
 
 	raw, ok, err = single("limit")
+	if err == nil && ok {
+		q.Limit, err = parseLimit(raw)
+	}
 	if err != nil {
 		return q, 0, 0, err
-	}
-	if ok {
-		if q.Limit, err = parseLimit(raw); err != nil {
-			return q, 0, 0, err
-		}
 	}
 
 	raw, ok, err = single("after")
-	if err != nil {
+	switch {
+	case err != nil:
 		return q, 0, 0, err
-	}
-	if ok {
+	case ok:
 		cur, cerr := decodeTableCursor(spec.Name, q.Index, kind, raw)
 		if cerr != nil {
 			return q, 0, 0, badRequest("parameter after: not a cursor returned by this API for table %s and index %s (use the \"next\" value as is)", spec.Name, q.Index)

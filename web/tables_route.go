@@ -15,11 +15,6 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// maxTablePeerBody bounds a peer's answer on a table route: a full page of
-// MaxLimit documents may carry 1 kB keys, long index strings and the job's
-// values, far more than a page of movies.
-const maxTablePeerBody = 16 << 20
-
 // queryContext returns the request context bounded by QueryTimeout.
 func (s *Server) queryContext(c echo.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
@@ -60,11 +55,11 @@ func (s *Server) getTableDoc(c echo.Context) error {
 // checked and re-encoded, never passed through. A key without a document
 // is an error wrapping engine.ErrNotFound. When the partition's active
 // cannot answer (restoring, moving, its instance dead or paused), a
-// caught-up standby copy answers instead (this instance's, else a
-// peer's), its staleness in the item (a key missing from a copy is
-// unavailable: only an active's "not found" is an answer), unless the request asks for the
-// active only (activeOnly=true) or was forwarded. This instance's own copy
-// of a partition it runs answers while its group membership is
+// caught-up standby copy answers instead (this instance's, else a peer's),
+// its staleness in the item (a key missing from a copy is unavailable:
+// only an active's "not found" is an answer), unless the request asks for
+// the active only (activeOnly=true) or was forwarded. This instance's own
+// copy of a partition it runs answers while its group membership is
 // unconfirmed only when no peer's copy does.
 func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	fwd, err := s.checkForwarded(c)
@@ -139,20 +134,30 @@ func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.
 	}
 	switch code {
 	case http.StatusOK:
-		var pd peerDocJSON
-		if err := decodeStrict(body, &pd); err != nil {
-			return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
+		if it, _, ok := peerKeyDoc(t, spec, shown, body); ok {
+			return it, nil
 		}
-		it, err := peerItem(t, spec, -1, pd)
-		if err != nil || it.doc.Key != shown || (isMovieTable(t, spec) && !validMovie(it)) {
-			return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
-		}
-		return it, nil
+		return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 	case http.StatusNotFound:
 		return tableItem{}, fmt.Errorf("instance %s: %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
 	default:
 		return tableItem{}, fmt.Errorf("instance %s answered %d for %s key %s: %w", addr, code, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 	}
+}
+
+// peerKeyDoc checks a peer's answer for the key shown: a strict JSON
+// document of t (see peerItem) for that key, with the staleness the peer
+// reported; ok is false for anything else.
+func peerKeyDoc(t Table, spec engine.TableSpec, shown string, body []byte) (tableItem, *staleJSON, bool) {
+	var pd peerDocJSON
+	if decodeStrict(body, &pd) != nil {
+		return tableItem{}, nil, false
+	}
+	it, err := peerItem(t, spec, -1, pd)
+	if err != nil || it.doc.Key != shown {
+		return tableItem{}, nil, false
+	}
+	return it, pd.Stale, true
 }
 
 // queryTable answers GET /tables/{table}?index=&min=&max=&eq=&order=&limit=&after=.
@@ -167,7 +172,7 @@ func (s *Server) queryTable(c echo.Context) error {
 	}
 	ctx, cancel := s.queryContext(c)
 	defer cancel()
-	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q, movies: isMovieTable(t, spec)}
+	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q}
 	res, err := s.runQuery(c, ctx, tq)
 	if err != nil {
 		return err
@@ -182,9 +187,6 @@ type tableQuery struct {
 	pos  int // the queried index's position in spec.Indexes
 	kind engine.IndexKind
 	q    engine.IndexQuery
-	// movies is set on the movie table (see isMovieTable), whose documents
-	// must be movies.
-	movies bool
 }
 
 // before reports whether a comes before b in the query's order.
@@ -293,8 +295,9 @@ type peerPageJSON struct {
 var errBadPeerDoc = errors.New("invalid document")
 
 // peerItem checks a document a peer sent for table t: its table, a key in
-// canonical form, a JSON object value and exactly the declared indexes
-// with values of their kinds. pos is the queried index (-1 for none).
+// canonical form, a JSON object value, exactly the declared indexes with
+// values of their kinds and, on the movie table, a movie (movieOf).
+// pos is the queried index (-1 for none).
 func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableItem, error) {
 	if pd.Table != spec.Name || pd.Partition < 0 || !isJSONObject(pd.Value) || len(pd.Index) != len(spec.Indexes) {
 		return tableItem{}, errBadPeerDoc
@@ -320,6 +323,11 @@ func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableIte
 	}
 	if pos >= 0 {
 		it.cur.Value = vals[pos]
+	}
+	if isMovieTable(t, spec) {
+		if _, err := movieOf(it); err != nil {
+			return tableItem{}, errBadPeerDoc
+		}
 	}
 	return it, nil
 }
@@ -444,7 +452,7 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery,
 	items := make([]tableItem, 0, len(page.Items))
 	for _, pd := range page.Items {
 		it, err := peerItem(t, spec, tq.pos, pd)
-		if err != nil || (tq.movies && !validMovie(it)) || !in[it.doc.Partition] || engine.PartitionFor(it.cur.Key, n) != it.doc.Partition ||
+		if err != nil || !in[it.doc.Partition] || engine.PartitionFor(it.cur.Key, n) != it.doc.Partition ||
 			!q.InRange(it.cur.Value, tq.kind) ||
 			(q.After != nil && !tq.before(*q.After, it.cur)) {
 			return peerPage[tableItem]{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
@@ -452,19 +460,4 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery,
 		items = append(items, it)
 	}
 	return peerPage[tableItem]{items: items, more: page.Next != "", covered: covered}, nil
-}
-
-// tablePeerGet sends a signed GET for the escaped path rawPath to a peer
-// and returns status, headers and body. It is peerGet for paths that may
-// hold escaped slashes (string keys), with a larger answer bound.
-func (s *Server) tablePeerGet(ctx context.Context, addr, rawPath string, query url.Values) (int, http.Header, []byte, error) {
-	if err := engine.ValidPeerAddr(addr); err != nil {
-		return 0, nil, nil, fmt.Errorf("instance %q: peer address: %w: %w", addr, err, engine.ErrUnavailable)
-	}
-	path, err := url.PathUnescape(rawPath)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("instance %s: path: %w: %w", addr, err, engine.ErrUnavailable)
-	}
-	u := url.URL{Scheme: "http", Host: addr, Path: path, RawPath: rawPath, RawQuery: query.Encode()}
-	return s.signedGet(ctx, addr, u.String(), maxTablePeerBody)
 }
