@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"bytes"
-	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -101,12 +100,7 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 	})
 
 	t.Run("every doc is in every index", func(t *testing.T) {
-		md := tmodelOf(docs)
-		for _, ix := range sh.spec.Indexes {
-			for _, desc := range []bool{false, true} {
-				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: len(docs) + 1})
-			}
-		}
+		wantTIndexes(t, tb, sh, tmodelOf(docs), len(docs)+1, false, true)
 	})
 
 	t.Run("overwrite with newer version", func(t *testing.T) {
@@ -248,14 +242,7 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 	wantTCheckpoint(t, tb, 1, 7, true)
 
 	md := tmodelOf(p1)
-	for _, ix := range sh.spec.Indexes {
-		for _, desc := range []bool{false, true} {
-			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 7}
-			if got := tpageAll(t, tb, md, q); len(got) != len(p1) {
-				t.Fatalf("paging %s after the drop returned %d docs; want the %d of partition 1", showQuery(q), len(got), len(p1))
-			}
-		}
-	}
+	wantTPagedAll(t, tb, sh, md, 7) // partition 1's docs only
 	keys := [][]byte{p1[0].Key}
 	for _, d := range p0 {
 		keys = append(keys, d.Key)
@@ -269,10 +256,8 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 		t.Fatalf("Claim after the drop = %d; want > %d", after, before)
 	}
 	late := tdoc(sh, 5_000_000, 0, 1, 1, "late")
-	err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: before, Checkpoint: 9, Docs: []engine.Doc{late}})
-	if !errors.Is(err, engine.ErrFenced) {
-		t.Fatalf("Apply with the epoch claimed before the drop = %v; want ErrFenced", err)
-	}
+	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: before, Checkpoint: 9, Docs: []engine.Doc{late}},
+		engine.ErrFenced, "with the epoch claimed before the drop")
 	wantTAbsent(t, tb, late.Key)
 
 	// The next owner restores from the start of the changelog: versions
@@ -283,9 +268,7 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 	wantTDoc(t, tb, restored)
 	wantTCheckpoint(t, tb, 0, 2, true)
 	md[string(restored.Key)] = restored
-	for _, ix := range sh.spec.Indexes {
-		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 100})
-	}
+	wantTIndexes(t, tb, sh, md, 100, false)
 
 	// Dropping an empty or unknown partition is not an error.
 	if err := tb.DropPartition(ctx(t), 9); err != nil {

@@ -217,6 +217,18 @@ func tapply(t *testing.T, tb engine.Table, p int32, next int64, docs ...engine.D
 	}
 }
 
+// wantApply asserts that Apply(b) fails with an error wrapping want
+// (engine.ErrFenced or engine.ErrInvalid), or succeeds when want is nil;
+// what describes the batch.
+func wantApply(t *testing.T, tb engine.Table, b engine.DocBatch, want error, what string) {
+	t.Helper()
+	if err := tb.Apply(ctx(t), b); !errors.Is(err, want) {
+		t.Fatalf("Apply %s = %v; want %s", what, err, errNames[want])
+	}
+}
+
+var errNames = map[error]string{nil: "success", engine.ErrFenced: "ErrFenced", engine.ErrInvalid: "ErrInvalid"}
+
 // wantTCheckpoint asserts the checkpoint of p.
 func wantTCheckpoint(t *testing.T, tb engine.Table, p int32, want int64, wantOK bool) {
 	t.Helper()
