@@ -85,18 +85,7 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 		for _, d := range docs {
 			keys = append(keys, d.Key)
 		}
-		got, err := tb.Load(ctx(t), keys)
-		if err != nil {
-			t.Fatalf("Load: %v", err)
-		}
-		if len(got) != len(docs) {
-			t.Fatalf("Load returned %d docs; want %d (a missing key must be absent)", len(got), len(docs))
-		}
-		for _, want := range docs {
-			if g, ok := got[string(want.Key)]; !ok || !sameDoc(sh.spec, g, want) {
-				t.Errorf("Load[%s] = %s, %v; want %s", showKey(want.Key), showDoc(g), ok, showDoc(want))
-			}
-		}
+		wantTLoad(t, tb, keys, tmodelOf(docs))
 	})
 
 	t.Run("every doc is in every index", func(t *testing.T) {
@@ -171,23 +160,11 @@ func testTableCopies(t *testing.T, open TablesOpener, sh shape) {
 func testTableLoadMissing(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
 	for _, keys := range [][][]byte{nil, {}, {sh.key(1)}, {sh.key(1), sh.key(2), sh.key(-3)}} {
-		got, err := tb.Load(ctx(t), keys)
-		if err != nil {
-			t.Fatalf("Load(%d keys) on an empty table: %v", len(keys), err)
-		}
-		if len(got) != 0 {
-			t.Fatalf("Load(%d keys) on an empty table = %d docs; want none", len(keys), len(got))
-		}
+		wantTLoad(t, tb, keys, tmodel{}) // an empty table
 	}
 	d := tdoc(sh, 1, 0, 1, 5, "gold")
 	tapply(t, tb, 0, 1, d)
-	got, err := tb.Load(ctx(t), [][]byte{sh.keyIn(2, 0), d.Key, sh.keyIn(3, 0), d.Key})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	if g, ok := got[string(d.Key)]; len(got) != 1 || !ok || !sameDoc(sh.spec, g, d) {
-		t.Fatalf("Load([2 1 3 1]) = %d docs (key 1: %s, %v); want only %s", len(got), showDoc(g), ok, showDoc(d))
-	}
+	wantTLoad(t, tb, [][]byte{sh.keyIn(2, 0), d.Key, sh.keyIn(3, 0), d.Key}, tmodelOf([]engine.Doc{d}))
 }
 
 func testTableGetMissing(t *testing.T, open TablesOpener, sh shape) {
@@ -247,9 +224,7 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 	for _, d := range p0 {
 		keys = append(keys, d.Key)
 	}
-	if loaded, err := tb.Load(ctx(t), keys); err != nil || len(loaded) != 1 {
-		t.Fatalf("Load after the drop = %d docs, %v; want only %s", len(loaded), err, showKey(p1[0].Key))
-	}
+	wantTLoad(t, tb, keys, md) // only p1[0]
 
 	// Claims keep increasing across a drop, so an old owner stays fenced.
 	if after := tclaim(t, tb, 0); after <= before {

@@ -149,24 +149,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 				i := r.IntN(keys + 4)
 				ks = append(ks, sh.keyIn(i, int32(i%parts)))
 			}
-			got, err := tb.Load(ctx(t), ks)
-			if err != nil {
-				t.Fatalf("%s: Load: %v", step, err)
-			}
-			want := map[string]engine.Doc{}
-			for _, k := range ks {
-				if d, ok := md[string(k)]; ok {
-					want[string(k)] = d
-				}
-			}
-			if len(got) != len(want) {
-				t.Fatalf("%s: Load returned %d docs; want %d", step, len(got), len(want))
-			}
-			for k, w := range want {
-				if g := got[k]; !sameDoc(sh.spec, g, w) {
-					t.Fatalf("%s: Load[%s] = %s; want %s", step, showKey([]byte(k)), showDoc(g), showDoc(w))
-				}
-			}
+			wantTLoad(t, tb, ks, md)
 		case x < 66:
 			want, ok := ckpt[p]
 			wantTCheckpoint(t, tb, p, want, ok)

@@ -262,6 +262,30 @@ func wantTAbsent(t *testing.T, tb engine.Table, key []byte) {
 	}
 }
 
+// wantTLoad asserts that Load(keys) returns exactly the documents of md
+// that keys name: a key without a document must be absent.
+func wantTLoad(t *testing.T, tb engine.Table, keys [][]byte, md tmodel) {
+	t.Helper()
+	got, err := tb.Load(ctx(t), keys)
+	if err != nil {
+		t.Fatalf("Load(%d keys): %v", len(keys), err)
+	}
+	want := tmodel{}
+	for _, k := range keys {
+		if d, ok := md[string(k)]; ok {
+			want[string(k)] = d
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Load(%d keys) returned %d docs; want %d", len(keys), len(got), len(want))
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || !sameDoc(tb.Spec(), g, w) {
+			t.Fatalf("Load[%s] = %s, %v; want %s", showKey([]byte(k)), showDoc(g), ok, showDoc(w))
+		}
+	}
+}
+
 // sameDoc compares two documents of spec field by field. Nil and empty
 // Sources (or Value) are equal; numbers compare with == (so 0 and -0 are
 // equal); an index value must have the zero value in the field its kind
