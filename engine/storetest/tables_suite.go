@@ -48,11 +48,9 @@ const Partitions int32 = 8
 // RunTables runs the table conformance suite against the stores open
 // returns. Every sub-test opens its own store, so open must return an empty
 // one each time. Most tests run once per shape (MovieShape, OrderShape,
-// TagShape).
-// Optional abilities (engine.TableScanner, engine.TableResetter) are
-// skipped when the store's tables lack them. The whole suite takes well
-// under five seconds against an in-memory store and batches its writes so
-// that stores over a network stay fast too.
+// TagShape). Optional abilities (engine.TableScanner, engine.TableResetter,
+// engine.FilteredQuerier) are skipped when the store's tables lack them.
+// The suite batches its writes so that stores over a network stay fast.
 func RunTables(t *testing.T, open TablesOpener) {
 	t.Helper()
 	perShape := []struct {
