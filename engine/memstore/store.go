@@ -10,9 +10,9 @@ import (
 // as the Store. It is safe for concurrent use. The zero value is not
 // usable; call New.
 type Store struct {
-	local bool
-	// tables are the Store's tables (see OpenTable).
-	tables tableSet
+	local  bool
+	mu     sync.Mutex
+	tables map[string]*table // by name; see OpenTable
 }
 
 var (
@@ -43,9 +43,3 @@ func (s *Store) InstanceLocal() bool { return s.local }
 
 // Close does nothing: the tables stay readable.
 func (s *Store) Close() error { return nil }
-
-// tableSet is the tables of one Store, by name.
-type tableSet struct {
-	mu     sync.Mutex
-	tables map[string]*table
-}

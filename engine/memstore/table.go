@@ -11,20 +11,11 @@ import (
 )
 
 var (
-	_ engine.Tables        = (*Store)(nil)
-	_ engine.Table         = (*table)(nil)
-	_ engine.TableScanner  = (*table)(nil)
-	_ engine.TableResetter = (*table)(nil)
+	_ engine.Table           = (*table)(nil)
+	_ engine.TableScanner    = (*table)(nil)
+	_ engine.TableResetter   = (*table)(nil)
+	_ engine.FilteredQuerier = (*table)(nil)
 )
-
-func (s *Store) tableSet() *tableSet {
-	s.tables.mu.Lock()
-	defer s.tables.mu.Unlock()
-	if s.tables.tables == nil {
-		s.tables.tables = map[string]*table{}
-	}
-	return &s.tables
-}
 
 // OpenTable returns the in-memory table of spec, creating it empty on the
 // first call for spec.Name. Opening the name again returns the same table
@@ -38,10 +29,9 @@ func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Tabl
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("open table: %w", err)
 	}
-	set := s.tableSet()
-	set.mu.Lock()
-	defer set.mu.Unlock()
-	if tb, ok := set.tables[spec.Name]; ok {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tb, ok := s.tables[spec.Name]; ok {
 		if !slices.Equal(tb.spec.Indexes, spec.Indexes) {
 			return nil, fmt.Errorf("open table %s: the index set changed from %v to %v: %w",
 				spec.Name, tb.spec.Indexes, spec.Indexes, engine.ErrInvalid)
@@ -52,9 +42,12 @@ func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Tabl
 		}
 		return tb, nil
 	}
+	if s.tables == nil {
+		s.tables = map[string]*table{}
+	}
 	spec.Indexes = slices.Clone(spec.Indexes)
 	tb := &table{spec: spec, local: s.local, docs: map[string]engine.Doc{}, ckpt: map[int32]int64{}, epochs: map[int32]int64{}}
-	set.tables[spec.Name] = tb
+	s.tables[spec.Name] = tb
 	return tb, nil
 }
 
@@ -181,8 +174,6 @@ func (t *table) Get(_ context.Context, key []byte) (engine.Doc, error) {
 	return d.Clone(), nil
 }
 
-var _ engine.FilteredQuerier = (*table)(nil)
-
 // Query scans every document and returns copies of the page q selects, in
 // the order of TableSpec.Before; Next is set when the page is full. An
 // invalid query fails with engine.ErrInvalid.
@@ -203,7 +194,8 @@ func (t *table) QueryFiltered(_ context.Context, q engine.IndexQuery, keep func(
 		if !q.InRange(d.Index[pos], kind) || (keep != nil && !keep(d.Key)) {
 			continue
 		}
-		if q.After != nil && !t.spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc) {
+		at := engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
+		if q.After != nil && !t.spec.Before(*q.After, at, kind, q.Desc) {
 			continue
 		}
 		match = append(match, d)
@@ -220,10 +212,6 @@ func (t *table) QueryFiltered(_ context.Context, q engine.IndexQuery, keep func(
 		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: bytes.Clone(last.Key)}
 	}
 	return page, nil
-}
-
-func cursorAt(d engine.Doc, pos int) engine.IndexCursor {
-	return engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
 }
 
 // ScanPartition calls fn with a copy of each document of partition p, in

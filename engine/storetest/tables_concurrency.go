@@ -63,21 +63,11 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 	c, cancel := context.WithCancel(ctx(t))
 	defer cancel()
 	var (
-		wg     sync.WaitGroup
-		failed atomic.Bool
-		mu     sync.Mutex
-		errs   []error
-		done   = make(chan struct{})
+		wg      sync.WaitGroup
+		failed  atomic.Bool
+		done    = make(chan struct{})
+		lastGet atomic.Int64
 	)
-	report := func(err error) {
-		failed.Store(true)
-		mu.Lock()
-		defer mu.Unlock()
-		if len(errs) < 10 {
-			errs = append(errs, err)
-		}
-	}
-	var lastGet atomic.Int64
 	readers := []func() error{
 		func() error { // Load sees both docs of one batch
 			got, err := tb.Load(c, [][]byte{k1, k2, k3})
@@ -141,6 +131,7 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 		},
 	}
 	reads := make([]atomic.Int64, len(readers))
+	errs := make([]error, len(readers)) // each reader's first error, if any
 	for i, read := range readers {
 		wg.Add(1)
 		go func() {
@@ -154,7 +145,8 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 				}
 				if err := read(); err != nil {
 					if c.Err() == nil {
-						report(err)
+						failed.Store(true)
+						errs[i] = err
 					}
 					return
 				}
@@ -183,7 +175,9 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 		t.Fatal(applyErr)
 	}
 	for _, err := range errs {
-		t.Error(err)
+		if err != nil {
+			t.Error(err)
+		}
 	}
 	if t.Failed() {
 		return

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"bytes"
-	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -86,27 +85,11 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 		for _, d := range docs {
 			keys = append(keys, d.Key)
 		}
-		got, err := tb.Load(ctx(t), keys)
-		if err != nil {
-			t.Fatalf("Load: %v", err)
-		}
-		if len(got) != len(docs) {
-			t.Fatalf("Load returned %d docs; want %d (a missing key must be absent)", len(got), len(docs))
-		}
-		for _, want := range docs {
-			if g, ok := got[string(want.Key)]; !ok || !sameDoc(sh.spec, g, want) {
-				t.Errorf("Load[%s] = %s, %v; want %s", showKey(want.Key), showDoc(g), ok, showDoc(want))
-			}
-		}
+		wantTLoad(t, tb, keys, tmodelOf(docs))
 	})
 
 	t.Run("every doc is in every index", func(t *testing.T) {
-		md := tmodelOf(docs)
-		for _, ix := range sh.spec.Indexes {
-			for _, desc := range []bool{false, true} {
-				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: len(docs) + 1})
-			}
-		}
+		wantTIndexes(t, tb, sh, tmodelOf(docs), len(docs)+1, false, true)
 	})
 
 	t.Run("overwrite with newer version", func(t *testing.T) {
@@ -177,23 +160,11 @@ func testTableCopies(t *testing.T, open TablesOpener, sh shape) {
 func testTableLoadMissing(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
 	for _, keys := range [][][]byte{nil, {}, {sh.key(1)}, {sh.key(1), sh.key(2), sh.key(-3)}} {
-		got, err := tb.Load(ctx(t), keys)
-		if err != nil {
-			t.Fatalf("Load(%d keys) on an empty table: %v", len(keys), err)
-		}
-		if len(got) != 0 {
-			t.Fatalf("Load(%d keys) on an empty table = %d docs; want none", len(keys), len(got))
-		}
+		wantTLoad(t, tb, keys, tmodel{}) // an empty table
 	}
 	d := tdoc(sh, 1, 0, 1, 5, "gold")
 	tapply(t, tb, 0, 1, d)
-	got, err := tb.Load(ctx(t), [][]byte{sh.keyIn(2, 0), d.Key, sh.keyIn(3, 0), d.Key})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	if g, ok := got[string(d.Key)]; len(got) != 1 || !ok || !sameDoc(sh.spec, g, d) {
-		t.Fatalf("Load([2 1 3 1]) = %d docs (key 1: %s, %v); want only %s", len(got), showDoc(g), ok, showDoc(d))
-	}
+	wantTLoad(t, tb, [][]byte{sh.keyIn(2, 0), d.Key, sh.keyIn(3, 0), d.Key}, tmodelOf([]engine.Doc{d}))
 }
 
 func testTableGetMissing(t *testing.T, open TablesOpener, sh shape) {
@@ -248,31 +219,20 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 	wantTCheckpoint(t, tb, 1, 7, true)
 
 	md := tmodelOf(p1)
-	for _, ix := range sh.spec.Indexes {
-		for _, desc := range []bool{false, true} {
-			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 7}
-			if got := tpageAll(t, tb, md, q); len(got) != len(p1) {
-				t.Fatalf("paging %s after the drop returned %d docs; want the %d of partition 1", showQuery(q), len(got), len(p1))
-			}
-		}
-	}
+	wantTPagedAll(t, tb, sh, md, 7) // partition 1's docs only
 	keys := [][]byte{p1[0].Key}
 	for _, d := range p0 {
 		keys = append(keys, d.Key)
 	}
-	if loaded, err := tb.Load(ctx(t), keys); err != nil || len(loaded) != 1 {
-		t.Fatalf("Load after the drop = %d docs, %v; want only %s", len(loaded), err, showKey(p1[0].Key))
-	}
+	wantTLoad(t, tb, keys, md) // only p1[0]
 
 	// Claims keep increasing across a drop, so an old owner stays fenced.
 	if after := tclaim(t, tb, 0); after <= before {
 		t.Fatalf("Claim after the drop = %d; want > %d", after, before)
 	}
 	late := tdoc(sh, 5_000_000, 0, 1, 1, "late")
-	err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: before, Checkpoint: 9, Docs: []engine.Doc{late}})
-	if !errors.Is(err, engine.ErrFenced) {
-		t.Fatalf("Apply with the epoch claimed before the drop = %v; want ErrFenced", err)
-	}
+	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: before, Checkpoint: 9, Docs: []engine.Doc{late}},
+		engine.ErrFenced, "with the epoch claimed before the drop")
 	wantTAbsent(t, tb, late.Key)
 
 	// The next owner restores from the start of the changelog: versions
@@ -283,9 +243,7 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 	wantTDoc(t, tb, restored)
 	wantTCheckpoint(t, tb, 0, 2, true)
 	md[string(restored.Key)] = restored
-	for _, ix := range sh.spec.Indexes {
-		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 100})
-	}
+	wantTIndexes(t, tb, sh, md, 100, false)
 
 	// Dropping an empty or unknown partition is not an error.
 	if err := tb.DropPartition(ctx(t), 9); err != nil {

@@ -2,7 +2,7 @@ package storetest
 
 import (
 	"bytes"
-	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -61,19 +61,15 @@ func testTableApplyInvalid(t *testing.T, open TablesOpener, sh shape) {
 				t.Fatalf("test bug: %s is valid", showDoc(bad))
 			}
 			for _, docs := range [][]engine.Doc{{other, newer, bad}, {bad, other, newer}} {
-				err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: docs, Checkpoint: 9})
-				if !errors.Is(err, engine.ErrInvalid) {
-					t.Fatalf("Apply with %s = %v; want ErrInvalid", tc.name, err)
-				}
+				b := engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: docs, Checkpoint: 9}
+				wantApply(t, tb, b, engine.ErrInvalid, "with "+tc.name)
 				wantTCheckpoint(t, tb, 0, 5, true)
 				wantTDoc(t, tb, a)
 				wantTAbsent(t, tb, other.Key)
 				if len(bad.Key) > 0 && !bytes.Equal(bad.Key, a.Key) {
 					wantTAbsent(t, tb, bad.Key)
 				}
-				for _, ix := range sh.spec.Indexes {
-					wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
-				}
+				wantTIndexes(t, tb, sh, md, 10, false)
 			}
 			// The table still accepts a valid batch afterwards.
 			tapply(t, tb, 0, 10, newer, other)
@@ -105,16 +101,12 @@ func testTableVersionFencing(t *testing.T, open TablesOpener, sh shape) {
 				tdoc(sh, 1, 0, 6, 8, "z"),        // newer version of a, moving in the indexes
 				tdoc(sh, 2, 0, tc.stale, 9, "y"), // stale version of b
 			}}
-			if err := tb.Apply(ctx(t), batch); !errors.Is(err, engine.ErrFenced) {
-				t.Fatalf("Apply with a stale document = %v; want ErrFenced", err)
-			}
+			wantApply(t, tb, batch, engine.ErrFenced, "with a stale document")
 			wantTDoc(t, tb, a)
 			wantTDoc(t, tb, b)
 			wantTAbsent(t, tb, sh.keyIn(3, 0))
 			wantTCheckpoint(t, tb, 0, 10, true)
-			for _, ix := range sh.spec.Indexes {
-				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
-			}
+			wantTIndexes(t, tb, sh, md, 10, false)
 
 			// The same table still accepts a valid batch afterwards.
 			newer := tdoc(sh, 2, 0, 6, 4, "d")
@@ -134,39 +126,28 @@ func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
 	c := tdoc(sh, 3, 0, 6, 4, "c")            // new: written
 	batch := engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 20, Replay: true,
 		Docs: []engine.Doc{staleA, equalB, c}}
-	if err := tb.Apply(ctx(t), batch); err != nil {
-		t.Fatalf("replay Apply: %v", err)
-	}
+	wantApply(t, tb, batch, nil, "of a replay batch")
 	wantTDoc(t, tb, a)
 	wantTDoc(t, tb, b)
 	wantTDoc(t, tb, c)
 	wantTCheckpoint(t, tb, 0, 20, true)
 	md := tmodelOf([]engine.Doc{a, b, c})
-	for _, ix := range sh.spec.Indexes {
-		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
-		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10, Desc: true})
-	}
+	wantTIndexes(t, tb, sh, md, 10, false, true)
 
 	laterA := tdoc(sh, 1, 0, 8, 1, "later") // newer than stored: written
 	batch = engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 21, Replay: true,
 		Docs: []engine.Doc{laterA, tdoc(sh, 2, 0, 1, 1, "old")}}
-	if err := tb.Apply(ctx(t), batch); err != nil {
-		t.Fatalf("replay Apply: %v", err)
-	}
+	wantApply(t, tb, batch, nil, "of a replay batch")
 	wantTDoc(t, tb, laterA)
 	wantTDoc(t, tb, b)
 	wantTCheckpoint(t, tb, 0, 21, true)
 	md[string(laterA.Key)] = laterA
-	for _, ix := range sh.spec.Indexes {
-		wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 10})
-	}
+	wantTIndexes(t, tb, sh, md, 10, false)
 
 	// A replay batch of only stale documents still moves the checkpoint.
 	batch = engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 22, Replay: true,
 		Docs: []engine.Doc{staleA, equalB}}
-	if err := tb.Apply(ctx(t), batch); err != nil {
-		t.Fatalf("replay Apply of stale documents: %v", err)
-	}
+	wantApply(t, tb, batch, nil, "of a replay batch of stale documents")
 	wantTDoc(t, tb, laterA)
 	wantTCheckpoint(t, tb, 0, 22, true)
 
@@ -175,9 +156,7 @@ func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
 	tclaim(t, tb, 0)
 	batch = engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 30, Replay: true,
 		Docs: []engine.Doc{tdoc(sh, 4, 0, 1, 1, "d")}}
-	if err := tb.Apply(ctx(t), batch); !errors.Is(err, engine.ErrFenced) {
-		t.Fatalf("replay Apply with an old epoch = %v; want ErrFenced", err)
-	}
+	wantApply(t, tb, batch, engine.ErrFenced, "of a replay batch with an old epoch")
 	wantTAbsent(t, tb, sh.keyIn(4, 0))
 	wantTCheckpoint(t, tb, 0, 22, true)
 }
@@ -197,23 +176,18 @@ func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 	current := tclaim(t, tb, 0)
 	d1 := tdoc(sh, 1, 0, 1, 5, "a")
 	for _, docs := range [][]engine.Doc{{d1}, nil} {
-		refused := engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 5, Docs: docs}
-		if err := tb.Apply(ctx(t), refused); !errors.Is(err, engine.ErrFenced) {
-			t.Fatalf("Apply of %d docs with epoch %d after claim %d = %v; want ErrFenced", len(docs), old, current, err)
-		}
+		wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 5, Docs: docs}, engine.ErrFenced,
+			fmt.Sprintf("of %d docs with epoch %d after claim %d", len(docs), old, current))
 	}
 	wantTAbsent(t, tb, d1.Key)
 	wantTCheckpoint(t, tb, 0, 0, false)
 
 	ok := engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 6, Docs: []engine.Doc{d1}}
-	if err := tb.Apply(ctx(t), ok); err != nil {
-		t.Fatalf("Apply with the current epoch: %v", err)
-	}
+	wantApply(t, tb, ok, nil, "with the current epoch")
 	wantTCheckpoint(t, tb, 0, 6, true)
 	// A batch without documents confirms the claim and moves the checkpoint.
-	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 7}); err != nil {
-		t.Fatalf("empty Apply with the current epoch: %v", err)
-	}
+	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 7}, nil,
+		"of no docs with the current epoch")
 	wantTCheckpoint(t, tb, 0, 7, true)
 
 	t.Run("an epoch the table never handed out is fenced", func(t *testing.T) {
@@ -228,10 +202,8 @@ func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 			{Partition: 7, Epoch: 0, Checkpoint: 8, Docs: []engine.Doc{d5}},
 			{Partition: 7, Epoch: 1, Checkpoint: 8},
 		} {
-			if err := tb.Apply(ctx(t), b); !errors.Is(err, engine.ErrFenced) {
-				t.Fatalf("Apply to partition %d with unclaimed epoch %d (%d docs) = %v; want ErrFenced",
-					b.Partition, b.Epoch, len(b.Docs), err)
-			}
+			wantApply(t, tb, b, engine.ErrFenced,
+				fmt.Sprintf("to partition %d with unclaimed epoch %d (%d docs)", b.Partition, b.Epoch, len(b.Docs)))
 		}
 		wantTAbsent(t, tb, d4.Key)
 		wantTAbsent(t, tb, d5.Key)
@@ -245,17 +217,13 @@ func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 			tclaim(t, tb, 0)
 		}
 		b := engine.DocBatch{Partition: 1, Epoch: e1, Checkpoint: 3, Docs: []engine.Doc{tdoc(sh, 2, 1, 1, 5, "a")}}
-		if err := tb.Apply(ctx(t), b); err != nil {
-			t.Fatalf("Apply to partition 1 after claims of partition 0: %v", err)
-		}
+		wantApply(t, tb, b, nil, "to partition 1 after claims of partition 0")
 		wantTCheckpoint(t, tb, 1, 3, true)
 		if e2 := tclaim(t, tb, 1); e2 <= e1 {
 			t.Fatalf("second claim of partition 1 = %d; want > %d", e2, e1)
 		}
 		b = engine.DocBatch{Partition: 1, Epoch: e1, Checkpoint: 4, Docs: []engine.Doc{tdoc(sh, 3, 1, 1, 5, "a")}}
-		if err := tb.Apply(ctx(t), b); !errors.Is(err, engine.ErrFenced) {
-			t.Fatalf("Apply to partition 1 with an old epoch = %v; want ErrFenced", err)
-		}
+		wantApply(t, tb, b, engine.ErrFenced, "to partition 1 with an old epoch")
 		wantTAbsent(t, tb, sh.keyIn(3, 1))
 		wantTCheckpoint(t, tb, 1, 3, true)
 		wantTCheckpoint(t, tb, 0, 7, true)

@@ -62,16 +62,7 @@ func (md tmodel) query(t *testing.T, spec engine.TableSpec, q engine.IndexQuery)
 		}
 		out = append(out, d)
 	}
-	slices.SortFunc(out, func(a, b engine.Doc) int {
-		ca, cb := cursorAt(a, pos), cursorAt(b, pos)
-		switch {
-		case spec.Before(ca, cb, kind, q.Desc):
-			return -1
-		case spec.Before(cb, ca, kind, q.Desc):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, spec.DocOrder(pos, kind, q.Desc))
 	return out
 }
 
@@ -181,6 +172,32 @@ func wantTPage(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) en
 		}
 	}
 	return page
+}
+
+// wantTIndexes checks the first limit documents of every index of sh, in
+// each order of descs, against the model.
+func wantTIndexes(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int, descs ...bool) {
+	t.Helper()
+	for _, ix := range sh.spec.Indexes {
+		for _, desc := range descs {
+			wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit})
+		}
+	}
+}
+
+// wantTPagedAll pages through every index of sh in both orders, limit
+// documents a page, and checks each page against the model and that
+// the pages hold every document of md once.
+func wantTPagedAll(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int) {
+	t.Helper()
+	for _, ix := range sh.spec.Indexes {
+		for _, desc := range []bool{false, true} {
+			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit}
+			if got := tpageAll(t, tb, md, q); len(got) != len(md) {
+				t.Fatalf("paging %s returned %d docs; want %d", showQuery(q), len(got), len(md))
+			}
+		}
+	}
 }
 
 // tpageAll follows Next from q until a page comes back without it and

@@ -68,12 +68,10 @@ func testReopenSameSpec(t *testing.T, open TablesOpener) {
 				t.Fatalf("claim through the second handle = %d; want > %d", current, old)
 			}
 			e := tdoc(sh, 2, 0, 1, 1, "a")
-			if err := first.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 4, Docs: []engine.Doc{e}}); !errors.Is(err, engine.ErrFenced) {
-				t.Fatalf("Apply through the first handle with the old epoch = %v; want ErrFenced", err)
-			}
-			if err := first.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 4, Docs: []engine.Doc{e}}); err != nil {
-				t.Fatalf("Apply through the first handle with the epoch claimed through the second: %v", err)
-			}
+			b := engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 4, Docs: []engine.Doc{e}}
+			wantApply(t, first, b, engine.ErrFenced, "through the first handle with the old epoch")
+			b.Epoch = current
+			wantApply(t, first, b, nil, "through the first handle with the epoch claimed through the second")
 			wantTDoc(t, second, e)
 			wantTCheckpoint(t, second, 0, 4, true)
 		})
@@ -147,27 +145,20 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 			}
 			eb := tclaim(t, b, 0)
 			// Claims of b did not fence a, nor a's claims b.
-			if err := a.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: ea, Docs: da, Checkpoint: 10}); err != nil {
-				t.Fatalf("Apply to %s after claims of %s: %v", a.Spec().Name, b.Spec().Name, err)
-			}
+			wantApply(t, a, engine.DocBatch{Partition: 0, Epoch: ea, Docs: da, Checkpoint: 10}, nil,
+				"to "+a.Spec().Name+" after claims of "+b.Spec().Name)
 			// A lower version in b than in a is not stale: versions are per table.
-			if err := b.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: eb, Docs: db, Checkpoint: 20}); err != nil {
-				t.Fatalf("Apply to %s: %v", b.Spec().Name, err)
-			}
+			wantApply(t, b, engine.DocBatch{Partition: 0, Epoch: eb, Docs: db, Checkpoint: 20}, nil, "to "+b.Spec().Name)
 			wantTDoc(t, a, da[0])
 			wantTDoc(t, b, db[0])
 			wantTAbsent(t, a, db[1].Key)
 			wantTAbsent(t, b, da[1].Key)
 			wantTCheckpoint(t, a, 0, 10, true)
 			wantTCheckpoint(t, b, 0, 20, true)
-			mda, mdb := tmodelOf(da), tmodelOf(db)
-			for _, ix := range sh.spec.Indexes {
-				wantTPage(t, a, mda, engine.IndexQuery{Index: ix.Name, Limit: 10})
-				wantTPage(t, b, mdb, engine.IndexQuery{Index: ix.Name, Limit: 10})
-			}
-			if got, err := a.Load(ctx(t), [][]byte{db[1].Key, da[0].Key}); err != nil || len(got) != 1 {
-				t.Fatalf("Load from %s = %d docs, %v; want only its own", a.Spec().Name, len(got), err)
-			}
+			mda := tmodelOf(da)
+			wantTIndexes(t, a, sh, mda, 10, false)
+			wantTIndexes(t, b, sh, tmodelOf(db), 10, false)
+			wantTLoad(t, a, [][]byte{db[1].Key, da[0].Key}, mda) // only its own
 
 			if err := b.DropPartition(ctx(t), 0); err != nil {
 				t.Fatalf("DropPartition: %v", err)
@@ -177,10 +168,8 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 			wantTCheckpoint(t, a, 0, 10, true)
 			wantTCheckpoint(t, b, 0, 0, false)
 			wantTAbsent(t, b, db[0].Key)
-			for _, ix := range sh.spec.Indexes {
-				wantTPage(t, a, mda, engine.IndexQuery{Index: ix.Name, Limit: 10})
-				wantTPage(t, b, tmodel{}, engine.IndexQuery{Index: ix.Name, Limit: 10})
-			}
+			wantTIndexes(t, a, sh, mda, 10, false)
+			wantTIndexes(t, b, sh, tmodel{}, 10, false)
 			if rb, ok := b.(engine.TableResetter); ok {
 				if err := rb.Reset(ctx(t)); err != nil {
 					t.Fatalf("Reset: %v", err)
@@ -188,9 +177,8 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 				wantTDoc(t, a, da[1])
 				wantTCheckpoint(t, a, 0, 10, true)
 				// a's epoch is still current.
-				if err := a.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: ea, Checkpoint: 11}); err != nil {
-					t.Fatalf("Apply to %s after a reset of %s: %v", a.Spec().Name, b.Spec().Name, err)
-				}
+				wantApply(t, a, engine.DocBatch{Partition: 0, Epoch: ea, Checkpoint: 11}, nil,
+					"to "+a.Spec().Name+" after a reset of "+b.Spec().Name)
 			}
 		})
 	}
@@ -207,9 +195,8 @@ func testTableWithoutIndexes(t *testing.T, open TablesOpener) {
 	wantTDoc(t, tb, d)
 	bad := tdoc(sh, 2, 0, 1, 0, "")
 	bad.Index = []engine.IndexValue{engine.Num(1)}
-	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: []engine.Doc{bad}}); !errors.Is(err, engine.ErrInvalid) {
-		t.Fatalf("Apply of a doc with an index value to a table without indexes = %v; want ErrInvalid", err)
-	}
+	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: []engine.Doc{bad}}, engine.ErrInvalid,
+		"of a doc with an index value to a table without indexes")
 	if page, err := tb.Query(ctx(t), engine.IndexQuery{Index: "avg", Limit: 5}); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("Query of a table without indexes = %d docs, %v; want ErrInvalid", len(page.Docs), err)
 	}

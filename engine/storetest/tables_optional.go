@@ -109,19 +109,14 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 		}
 	}
 	zombie := tdoc(sh, 2, 0, 1, 1, "zombie")
-	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: before[0], Checkpoint: 9, Docs: []engine.Doc{zombie}}); !errors.Is(err, engine.ErrFenced) {
-		t.Fatalf("Apply with the epoch claimed before Reset = %v; want ErrFenced", err)
-	}
+	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: before[0], Checkpoint: 9, Docs: []engine.Doc{zombie}},
+		engine.ErrFenced, "with the epoch claimed before Reset")
 	for _, d := range append(docs, other, zombie) {
 		wantTAbsent(t, tb, d.Key)
 	}
 	wantTCheckpoint(t, tb, 0, 0, false)
 	wantTCheckpoint(t, tb, 1, 0, false)
-	for _, ix := range sh.spec.Indexes {
-		for _, desc := range []bool{false, true} {
-			wantTPage(t, tb, tmodel{}, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 100})
-		}
-	}
+	wantTIndexes(t, tb, sh, tmodel{}, 100, false, true)
 	if sc, ok := tb.(engine.TableScanner); ok {
 		err := sc.ScanPartition(ctx(t), 0, func(d engine.Doc) error { return errors.New("doc " + showKey(d.Key) + " after Reset") })
 		if err != nil {
@@ -132,21 +127,17 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 	// Another table of the store is untouched, its epoch still current.
 	wantTDoc(t, sibling, kept)
 	wantTCheckpoint(t, sibling, 0, 77, true)
-	if err := sibling.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: siblingEpoch, Checkpoint: 78}); err != nil {
-		t.Fatalf("Apply to another table after Reset: %v", err)
-	}
+	wantApply(t, sibling, engine.DocBatch{Partition: 0, Epoch: siblingEpoch, Checkpoint: 78}, nil,
+		"to another table after Reset")
 
 	// The table is usable after a reset, and old versions are accepted again.
 	again := docs[0].Clone()
 	again.Version, again.Value = 1, []byte("again")
-	if err := tb.Apply(ctx(t), engine.DocBatch{Partition: 0, Epoch: after[0], Checkpoint: 1, Docs: []engine.Doc{again}}); err != nil {
-		t.Fatalf("Apply after Reset: %v", err)
-	}
+	batch := engine.DocBatch{Partition: 0, Epoch: after[0], Checkpoint: 1, Docs: []engine.Doc{again}}
+	wantApply(t, tb, batch, nil, "after Reset")
 	wantTDoc(t, tb, again)
 	wantTCheckpoint(t, tb, 0, 1, true)
-	for _, ix := range sh.spec.Indexes {
-		wantTPage(t, tb, tmodelOf([]engine.Doc{again}), engine.IndexQuery{Index: ix.Name, Limit: 10})
-	}
+	wantTIndexes(t, tb, sh, tmodelOf([]engine.Doc{again}), 10, false)
 }
 
 // filteredTable is a Table whose Query is QueryFiltered with keep, so the

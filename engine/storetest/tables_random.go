@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -63,7 +62,6 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		slices.SortFunc(out, func(a, b engine.Doc) int { return slices.Compare(a.Key, b.Key) })
 		return out
 	}
-	apply := func(b engine.DocBatch) error { return tb.Apply(ctx(t), b) }
 
 	for op := range ops {
 		p := int32(r.IntN(parts))
@@ -74,9 +72,8 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 			for _, i := range keysOf(p, 1+r.IntN(6)) {
 				docs = append(docs, fresh(i, p))
 			}
-			if err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)}); err != nil {
-				t.Fatalf("%s: Apply of %d fresh docs: %v", step, len(docs), err)
-			}
+			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)}
+			wantApply(t, tb, b, nil, fmt.Sprintf("of %d fresh docs (%s)", len(docs), step))
 			for _, d := range docs {
 				md[string(d.Key)] = d
 			}
@@ -92,9 +89,8 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 				}
 				docs = append(docs, d)
 			}
-			if err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op), Replay: true}); err != nil {
-				t.Fatalf("%s: replay Apply: %v", step, err)
-			}
+			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op), Replay: true}
+			wantApply(t, tb, b, nil, "of a replay batch ("+step+")")
 			for _, d := range write {
 				md[string(d.Key)] = d
 			}
@@ -114,10 +110,9 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 				}
 			}
 			r.Shuffle(len(docs), func(i, j int) { docs[i], docs[j] = docs[j], docs[i] })
-			err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)})
-			if !errors.Is(err, engine.ErrFenced) {
-				t.Fatalf("%s: Apply with stale %s (stored version %d) = %v; want ErrFenced", step, showDoc(stale), old.Version, err)
-			}
+			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)}
+			wantApply(t, tb, b, engine.ErrFenced,
+				fmt.Sprintf("with stale %s (stored version %d, %s)", showDoc(stale), old.Version, step))
 		case x < 44: // a new claim fences the old epoch
 			old := epoch(p)
 			epochs[p] = tclaim(t, tb, p)
@@ -125,9 +120,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 				t.Fatalf("%s: Claim(%d) = %d; want > %d", step, p, epochs[p], old)
 			}
 			b := engine.DocBatch{Partition: p, Epoch: old, Docs: []engine.Doc{fresh(keysOf(p, 1)[0], p)}, Checkpoint: int64(op)}
-			if err := apply(b); !errors.Is(err, engine.ErrFenced) {
-				t.Fatalf("%s: Apply with epoch %d after claim %d = %v; want ErrFenced", step, old, epochs[p], err)
-			}
+			wantApply(t, tb, b, engine.ErrFenced, fmt.Sprintf("with epoch %d after claim %d (%s)", old, epochs[p], step))
 		case x < 47: // the partition moves away
 			if err := tb.DropPartition(ctx(t), p); err != nil {
 				t.Fatalf("%s: DropPartition(%d): %v", step, p, err)
@@ -139,9 +132,8 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 			}
 			delete(ckpt, p)
 		case x < 50: // a batch without docs moves the checkpoint
-			if err := apply(engine.DocBatch{Partition: p, Epoch: epoch(p), Checkpoint: int64(op)}); err != nil {
-				t.Fatalf("%s: empty Apply: %v", step, err)
-			}
+			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Checkpoint: int64(op)}
+			wantApply(t, tb, b, nil, "of no docs ("+step+")")
 			ckpt[p] = int64(op)
 		case x < 58:
 			i := r.IntN(keys + 4)
@@ -157,24 +149,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 				i := r.IntN(keys + 4)
 				ks = append(ks, sh.keyIn(i, int32(i%parts)))
 			}
-			got, err := tb.Load(ctx(t), ks)
-			if err != nil {
-				t.Fatalf("%s: Load: %v", step, err)
-			}
-			want := map[string]engine.Doc{}
-			for _, k := range ks {
-				if d, ok := md[string(k)]; ok {
-					want[string(k)] = d
-				}
-			}
-			if len(got) != len(want) {
-				t.Fatalf("%s: Load returned %d docs; want %d", step, len(got), len(want))
-			}
-			for k, w := range want {
-				if g := got[k]; !sameDoc(sh.spec, g, w) {
-					t.Fatalf("%s: Load[%s] = %s; want %s", step, showKey([]byte(k)), showDoc(g), showDoc(w))
-				}
-			}
+			wantTLoad(t, tb, ks, md)
 		case x < 66:
 			want, ok := ckpt[p]
 			wantTCheckpoint(t, tb, p, want, ok)
@@ -182,14 +157,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 			wantTPage(t, tb, md, randQuery(r, sh, md, keys))
 		}
 	}
-	for _, ix := range sh.spec.Indexes {
-		for _, desc := range []bool{false, true} {
-			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 7}
-			if got := tpageAll(t, tb, md, q); len(got) != len(md) {
-				t.Fatalf("paging %s returned %d docs; want %d", showQuery(q), len(got), len(md))
-			}
-		}
-	}
+	wantTPagedAll(t, tb, sh, md, 7)
 }
 
 // randQuery returns a random valid query of sh's indexes: bounds and

@@ -48,11 +48,9 @@ const Partitions int32 = 8
 // RunTables runs the table conformance suite against the stores open
 // returns. Every sub-test opens its own store, so open must return an empty
 // one each time. Most tests run once per shape (MovieShape, OrderShape,
-// TagShape).
-// Optional abilities (engine.TableScanner, engine.TableResetter) are
-// skipped when the store's tables lack them. The whole suite takes well
-// under five seconds against an in-memory store and batches its writes so
-// that stores over a network stay fast too.
+// TagShape). Optional abilities (engine.TableScanner, engine.TableResetter,
+// engine.FilteredQuerier) are skipped when the store's tables lack them.
+// The suite batches its writes so that stores over a network stay fast.
 func RunTables(t *testing.T, open TablesOpener) {
 	t.Helper()
 	perShape := []struct {
@@ -217,6 +215,18 @@ func tapply(t *testing.T, tb engine.Table, p int32, next int64, docs ...engine.D
 	}
 }
 
+// wantApply asserts that Apply(b) fails with an error wrapping want
+// (engine.ErrFenced or engine.ErrInvalid), or succeeds when want is nil;
+// what describes the batch.
+func wantApply(t *testing.T, tb engine.Table, b engine.DocBatch, want error, what string) {
+	t.Helper()
+	if err := tb.Apply(ctx(t), b); !errors.Is(err, want) {
+		t.Fatalf("Apply %s = %v; want %s", what, err, errNames[want])
+	}
+}
+
+var errNames = map[error]string{nil: "success", engine.ErrFenced: "ErrFenced", engine.ErrInvalid: "ErrInvalid"}
+
 // wantTCheckpoint asserts the checkpoint of p.
 func wantTCheckpoint(t *testing.T, tb engine.Table, p int32, want int64, wantOK bool) {
 	t.Helper()
@@ -247,6 +257,30 @@ func wantTAbsent(t *testing.T, tb engine.Table, key []byte) {
 	got, err := tb.Get(ctx(t), key)
 	if !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("Get(%s) = %s, %v; want ErrNotFound", showKey(key), showDoc(got), err)
+	}
+}
+
+// wantTLoad asserts that Load(keys) returns exactly the documents of md
+// that keys name: a key without a document must be absent.
+func wantTLoad(t *testing.T, tb engine.Table, keys [][]byte, md tmodel) {
+	t.Helper()
+	got, err := tb.Load(ctx(t), keys)
+	if err != nil {
+		t.Fatalf("Load(%d keys): %v", len(keys), err)
+	}
+	want := tmodel{}
+	for _, k := range keys {
+		if d, ok := md[string(k)]; ok {
+			want[string(k)] = d
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Load(%d keys) returned %d docs; want %d", len(keys), len(got), len(want))
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || !sameDoc(tb.Spec(), g, w) {
+			t.Fatalf("Load[%s] = %s, %v; want %s", showKey([]byte(k)), showDoc(g), ok, showDoc(w))
+		}
 	}
 }
 
