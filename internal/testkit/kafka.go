@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -279,13 +280,7 @@ func UniqueName(t testing.TB, prefix string) string {
 		t.Fatalf("testkit: random name: %v", err)
 	}
 	parts := []string{sanitizeName(prefix, 30), sanitizeName(t.Name(), 55), hex.EncodeToString(r[:])}
-	var kept []string
-	for _, p := range parts {
-		if p != "" {
-			kept = append(kept, p)
-		}
-	}
-	return strings.Join(kept, "-")
+	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "-")
 }
 
 // sanitizeName lower-cases s, turns every run of other characters than

@@ -114,28 +114,14 @@ func startKafkaCluster() (*KafkaCluster, string, error) {
 func stopKafkaCluster() error {
 	return sharedCluster.stop(errors.New("the cluster was already stopped"), func(c *KafkaCluster) error {
 		_, err := runScript(c.script, nil, "cluster-stop", c.dir)
-		c.keepLogs()
+		for _, n := range c.nodes {
+			keepLog(filepath.Join(n.dir, "kafka.log"), fmt.Sprintf("kafka-node-%d.log", n.ID))
+		}
 		if rmErr := os.RemoveAll(c.dir); err == nil && rmErr != nil {
 			err = rmErr
 		}
 		return err
 	})
-}
-
-// keepLogs copies every node's broker log into KEEPSTATE_TEST_LOG_DIR,
-// when it is set (as the children's logs are, see StartProcess), before
-// the cluster's files are removed.
-func (c *KafkaCluster) keepLogs() {
-	keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR")
-	if keep == "" {
-		return
-	}
-	_ = os.MkdirAll(keep, 0o755)
-	for _, n := range c.nodes {
-		if b, err := os.ReadFile(filepath.Join(n.dir, "kafka.log")); err == nil {
-			_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("kafka-node-%d.log", n.ID)), b, 0o644)
-		}
-	}
 }
 
 // Brokers returns every node's bootstrap address.

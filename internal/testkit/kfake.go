@@ -23,13 +23,8 @@ type kfakeConfig struct {
 	partitions int
 	brokers    int
 	addr       string
-	seeds      []kfakeSeed
+	seeds      []kfake.Opt // SeedTopics
 	extra      []kfake.Opt
-}
-
-type kfakeSeed struct {
-	partitions int32
-	topics     []string
 }
 
 // DefaultKfakePartitions is the partition count kfake gives a topic created
@@ -48,7 +43,7 @@ func WithPartitions(n int) KfakeOption {
 // be given several times.
 func WithTopics(partitions int32, topics ...string) KfakeOption {
 	return func(c *kfakeConfig) {
-		c.seeds = append(c.seeds, kfakeSeed{partitions: partitions, topics: topics})
+		c.seeds = append(c.seeds, kfake.SeedTopics(partitions, topics...))
 	}
 }
 
@@ -95,10 +90,7 @@ func StartKfake(t testing.TB, opts ...KfakeOption) *Kfake {
 			return net.Listen(network, addr)
 		}))
 	}
-	for _, s := range cfg.seeds {
-		kopts = append(kopts, kfake.SeedTopics(s.partitions, s.topics...))
-	}
-	kopts = append(kopts, cfg.extra...)
+	kopts = append(append(kopts, cfg.seeds...), cfg.extra...)
 	c, err := kfake.NewCluster(kopts...)
 	if err != nil {
 		t.Fatalf("testkit: start kfake: %v", err)

@@ -66,13 +66,7 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 	t.Cleanup(func() {
 		p.Kill()
 		checkChildRaces(t, name, dir)
-		if keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR"); keep != "" {
-			// Keep every child's whole log for debugging.
-			if b, err := os.ReadFile(logPath); err == nil {
-				_ = os.MkdirAll(keep, 0o755)
-				_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, p.cmd.Process.Pid)), b, 0o644)
-			}
-		}
+		keepLog(logPath, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, p.cmd.Process.Pid))
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 20000 {
@@ -82,6 +76,17 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 		}
 	})
 	return p
+}
+
+// keepLog copies the whole log file src to KEEPSTATE_TEST_LOG_DIR/name,
+// when that is set, for debugging.
+func keepLog(src, name string) {
+	if keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR"); keep != "" {
+		if b, err := os.ReadFile(src); err == nil {
+			_ = os.MkdirAll(keep, 0o755)
+			_ = os.WriteFile(filepath.Join(keep, name), b, 0o644)
+		}
+	}
 }
 
 // Kill sends SIGKILL and waits for the process to end.

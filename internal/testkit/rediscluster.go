@@ -223,10 +223,13 @@ func (c *RedisCluster) URL() string {
 }
 
 // Node returns the node listening on addr, or nil.
-func (c *RedisCluster) Node(addr string) *Redis {
-	for _, n := range c.Nodes {
-		if n.Addr() == addr {
-			return n
+func (c *RedisCluster) Node(addr string) *Redis { return byAddr(c.Nodes, addr) }
+
+// byAddr returns the server of rs listening on addr, or nil.
+func byAddr(rs []*Redis, addr string) *Redis {
+	for _, r := range rs {
+		if r.Addr() == addr {
+			return r
 		}
 	}
 	return nil

@@ -156,10 +156,8 @@ func (s *RedisSentinel) Master(ctx context.Context) (*Redis, error) {
 			continue
 		}
 		if len(addr) == 2 {
-			for _, r := range s.Servers {
-				if r.Addr() == net.JoinHostPort(addr[0], addr[1]) {
-					return r, nil
-				}
+			if r := byAddr(s.Servers, net.JoinHostPort(addr[0], addr[1])); r != nil {
+				return r, nil
 			}
 		}
 		last = fmt.Errorf("sentinel %s names master %v, not a server of the setup", sn.Addr(), addr)
@@ -194,12 +192,7 @@ func (s *RedisSentinel) ready(ctx context.Context) error {
 		if master != nil && master.Addr() != m {
 			return fmt.Errorf("sentinels disagree on the master: %s and %s", master.Addr(), m)
 		}
-		for _, r := range s.Servers {
-			if r.Addr() == m {
-				master = r
-			}
-		}
-		if master == nil || !master.Running() {
+		if master = byAddr(s.Servers, m); master == nil || !master.Running() {
 			return fmt.Errorf("sentinel %s names %s, not a running server", sn.Addr(), m)
 		}
 		ok := 0
