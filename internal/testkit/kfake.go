@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -22,7 +21,6 @@ type KfakeOption func(*kfakeConfig)
 type kfakeConfig struct {
 	partitions int
 	brokers    int
-	addr       string
 	seeds      []kfake.Opt // SeedTopics
 	extra      []kfake.Opt
 }
@@ -47,13 +45,7 @@ func WithTopics(partitions int32, topics ...string) KfakeOption {
 	}
 }
 
-// WithAddr makes the (single) broker listen on addr, such as
-// "127.0.0.1:9092", instead of a free loopback port.
-func WithAddr(addr string) KfakeOption {
-	return func(c *kfakeConfig) { c.addr = addr }
-}
-
-// WithBrokers sets the number of brokers (default 1). WithAddr allows one.
+// WithBrokers sets the number of brokers (default 1).
 func WithBrokers(n int) KfakeOption {
 	return func(c *kfakeConfig) { c.brokers = n }
 }
@@ -80,15 +72,6 @@ func StartKfake(t testing.TB, opts ...KfakeOption) *Kfake {
 		kfake.DefaultNumPartitions(cfg.partitions),
 		kfake.GroupMinSessionTimeout(time.Second),
 		kfake.ClusterID("keepstate-test"),
-	}
-	if cfg.addr != "" {
-		if cfg.brokers != 1 {
-			t.Fatalf("testkit: WithAddr needs one broker, got %d", cfg.brokers)
-		}
-		addr := cfg.addr
-		kopts = append(kopts, kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, addr)
-		}))
 	}
 	kopts = append(append(kopts, cfg.seeds...), cfg.extra...)
 	c, err := kfake.NewCluster(kopts...)
