@@ -132,13 +132,11 @@ func launchRedisSentinel(dir string) (_ *RedisSentinel, err error) {
 // URL returns the setup's URL in go-redis's form (redis.ParseFailoverURL):
 // redis://sentinel0?addr=sentinel1&addr=sentinel2&master_name=keepstate.
 func (s *RedisSentinel) URL() string {
-	var b strings.Builder
-	b.WriteString("redis://" + s.Sentinels[0].Addr() + "?")
+	u := "redis://" + s.Sentinels[0].Addr() + "?"
 	for _, n := range s.Sentinels[1:] {
-		b.WriteString("addr=" + n.Addr() + "&")
+		u += "addr=" + n.Addr() + "&"
 	}
-	b.WriteString("master_name=" + RedisSentinelMaster)
-	return b.String()
+	return u + "master_name=" + RedisSentinelMaster
 }
 
 // Master returns the server a running Sentinel names as the master.
