@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,8 +32,7 @@ type Process struct {
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
-	mu   sync.Mutex
-	err  error
+	err  error // the exit error, set before done is closed
 }
 
 // StartProcess starts bin with args and extra environment variables. It
@@ -56,11 +54,8 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 	}
 	p := &Process{t: t, name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
-		err := cmd.Wait()
+		p.err = cmd.Wait()
 		f.Close()
-		p.mu.Lock()
-		p.err = err
-		p.mu.Unlock()
 		close(p.done)
 	}()
 	t.Cleanup(func() {
@@ -133,9 +128,10 @@ func (p *Process) Exited() bool {
 
 // Err is the process's exit error once it ended.
 func (p *Process) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
+	if p.Exited() {
+		return p.err
+	}
+	return nil
 }
 
 // Output returns what the process wrote so far.
