@@ -45,7 +45,7 @@ func Keepstate(t testing.TB) string {
 // with -race when the test binary has it.
 func buildKeepstate(root, bin string) error {
 	args := []string{"build", "-o", bin}
-	if raceEnabled {
+	if RaceEnabled {
 		args = append(args, "-race")
 	}
 	cmd := exec.Command("go", append(args, "./cmd/keepstate")...)

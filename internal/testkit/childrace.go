@@ -3,6 +3,7 @@ package testkit
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -25,7 +26,7 @@ var knownRaces = [][]string{
 // in dir instead of exiting with code 66, so that checkChildRaces can tell
 // the project's races from known ones in dependencies.
 func childRaceEnv(dir string) []string {
-	if !raceEnabled {
+	if !RaceEnabled {
 		return nil
 	}
 	return []string{"GORACE=exitcode=0 log_path=" + filepath.Join(dir, "race")}
@@ -53,16 +54,10 @@ func checkChildRaces(t testing.TB, name, dir string) {
 	}
 }
 
+// known reports whether report holds every frame of a known race.
 func known(report string) bool {
 	for _, frames := range knownRaces {
-		all := true
-		for _, f := range frames {
-			if !strings.Contains(report, f) {
-				all = false
-				break
-			}
-		}
-		if all {
+		if !slices.ContainsFunc(frames, func(f string) bool { return !strings.Contains(report, f) }) {
 			return true
 		}
 	}

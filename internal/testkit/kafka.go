@@ -11,9 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -74,14 +74,14 @@ func RealKafka(t testing.TB) []string {
 		_ = conn.Close()
 		return brokers
 	}
-	brokers, missing, err := shared.get()
+	b, missing, err := sharedKafka.get(startSharedKafka)
 	if missing != "" {
 		Missing(t, "Apache Kafka", missing)
 	}
 	if err != nil {
 		t.Fatalf("testkit: start Apache Kafka: %v", err)
 	}
-	return brokers
+	return append([]string(nil), b.Brokers...)
 }
 
 // Main runs the tests of a package and then stops what RealKafka,
@@ -106,71 +106,32 @@ func Main(m *testing.M) {
 // StopRealKafka stops the broker RealKafka started in this process, if any,
 // and removes its files; later RealKafka calls fail. Main calls it; other
 // callers need it only when they cannot use Main. Safe to call more than once.
-func StopRealKafka() error { return shared.stop() }
-
-// shared is the broker RealKafka starts once per test process.
-var shared sharedBroker
-
-// sharedBroker starts a scriptBroker at most once and stops it at most once.
-type sharedBroker struct {
-	once     sync.Once
-	stopOnce sync.Once
-	mu       sync.Mutex // guards the fields below once start has run
-	broker   *scriptBroker
-	brokers  []string
-	missing  string // why the broker cannot run here, for Missing
-	err      error  // why it failed to start, or that it was stopped
-	stopErr  error
+func StopRealKafka() error {
+	return sharedKafka.stop(errors.New("the broker was already stopped (StopRealKafka)"), (*scriptBroker).stop)
 }
 
-func (s *sharedBroker) start() {
+// sharedKafka is the broker RealKafka starts once per test process.
+var sharedKafka sharedOnce[*scriptBroker]
+
+// startSharedKafka starts the broker RealKafka shares. The second result
+// says why it cannot run here, for Missing.
+func startSharedKafka() (*scriptBroker, string, error) {
 	script, missing := findScript()
-	if missing != "" {
-		s.missing = missing
-		return
+	if missing == "" {
+		missing = checkScript(script)
 	}
-	if missing := checkScript(script); missing != "" {
-		s.missing = missing
-		return
+	if missing != "" {
+		return nil, missing, nil
 	}
 	dir, err := os.MkdirTemp("", "keepstate-kafka-")
 	if err != nil {
-		s.err = fmt.Errorf("temp dir: %w", err)
-		return
+		return nil, "", fmt.Errorf("temp dir: %w", err)
 	}
 	b, err := startScriptBroker(script, dir, os.Getpid())
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		s.err = err
-		return
 	}
-	s.broker, s.brokers = b, b.Brokers
-}
-
-// get starts the broker on the first call and returns its brokers, or why
-// it cannot run here, or why it failed.
-func (s *sharedBroker) get() ([]string, string, error) {
-	s.once.Do(s.start)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.brokers...), s.missing, s.err
-}
-
-func (s *sharedBroker) stop() error {
-	s.stopOnce.Do(func() {
-		// Block a start that has not begun; wait for one that runs.
-		s.once.Do(func() {})
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.broker != nil {
-			s.stopErr = s.broker.stop()
-		}
-		s.broker, s.brokers = nil, nil
-		if s.missing == "" {
-			s.err = errors.New("the broker was already stopped (StopRealKafka)")
-		}
-	})
-	return s.stopErr
+	return b, "", err
 }
 
 // scriptBroker is one Apache Kafka broker run by scripts/kafka.sh from Dir.
@@ -273,13 +234,7 @@ func UniqueName(t testing.TB, prefix string) string {
 		t.Fatalf("testkit: random name: %v", err)
 	}
 	parts := []string{sanitizeName(prefix, 30), sanitizeName(t.Name(), 55), hex.EncodeToString(r[:])}
-	var kept []string
-	for _, p := range parts {
-		if p != "" {
-			kept = append(kept, p)
-		}
-	}
-	return strings.Join(kept, "-")
+	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "-")
 }
 
 // sanitizeName lower-cases s, turns every run of other characters than

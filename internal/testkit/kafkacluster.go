@@ -64,7 +64,7 @@ func RealKafkaCluster(t testing.TB) *KafkaCluster {
 	if os.Getenv(KafkaClusterEnv) != "1" {
 		t.Skipf("the three-node Kafka cluster tests run with `make integration-cluster` (%s=1)", KafkaClusterEnv)
 	}
-	c, missing, err := sharedCluster.get()
+	c, missing, err := sharedCluster.get(startKafkaCluster)
 	if missing != "" {
 		Missing(t, "Apache Kafka", missing)
 	}
@@ -75,95 +75,53 @@ func RealKafkaCluster(t testing.TB) *KafkaCluster {
 }
 
 // sharedCluster is the cluster RealKafkaCluster starts once per process.
-var sharedCluster clusterOnce
+var sharedCluster sharedOnce[*KafkaCluster]
 
-type clusterOnce struct {
-	once     sync.Once
-	stopOnce sync.Once
-	mu       sync.Mutex
-	c        *KafkaCluster
-	missing  string
-	err      error
-}
-
-func (s *clusterOnce) start() {
+// startKafkaCluster starts the cluster RealKafkaCluster shares. The second
+// result says why it cannot run here, for Missing.
+func startKafkaCluster() (*KafkaCluster, string, error) {
 	script, missing := findScript()
 	if missing == "" {
 		missing = checkScript(script)
 	}
 	if missing != "" {
-		s.missing = missing
-		return
+		return nil, missing, nil
 	}
 	dir, err := os.MkdirTemp("", "keepstate-kafka-cluster-")
 	if err != nil {
-		s.err = fmt.Errorf("temp dir: %w", err)
-		return
+		return nil, "", fmt.Errorf("temp dir: %w", err)
 	}
 	owner := []string{"KEEPSTATE_KAFKA_OWNER_PID=" + strconv.Itoa(os.Getpid())}
 	out, err := runScript(script, owner, "cluster-start", dir, strconv.Itoa(clusterNodes))
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		s.err = err
-		return
+		return nil, "", err
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	addrs := splitBrokers(lines[len(lines)-1])
 	if len(addrs) != clusterNodes {
-		s.err = fmt.Errorf("kafka.sh cluster-start printed %q, want %d brokers", out, clusterNodes)
-		return
+		return nil, "", fmt.Errorf("kafka.sh cluster-start printed %q, want %d brokers", out, clusterNodes)
 	}
 	c := &KafkaCluster{script: script, dir: dir}
 	for i, a := range addrs {
 		c.nodes = append(c.nodes, &KafkaNode{ID: int32(i + 1), Addr: a, dir: filepath.Join(dir, "node-"+strconv.Itoa(i+1)), c: c})
 	}
-	s.c = c
-}
-
-func (s *clusterOnce) get() (*KafkaCluster, string, error) {
-	s.once.Do(s.start)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.c, s.missing, s.err
+	return c, "", nil
 }
 
 // stopKafkaCluster stops the cluster RealKafkaCluster started, if any, and
 // removes its files. Main calls it.
 func stopKafkaCluster() error {
-	s := &sharedCluster
-	var err error
-	s.stopOnce.Do(func() {
-		s.once.Do(func() {})
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.c == nil {
-			return
+	return sharedCluster.stop(errors.New("the cluster was already stopped"), func(c *KafkaCluster) error {
+		_, err := runScript(c.script, nil, "cluster-stop", c.dir)
+		for _, n := range c.nodes {
+			keepLog(filepath.Join(n.dir, "kafka.log"), fmt.Sprintf("kafka-node-%d.log", n.ID))
 		}
-		_, err = runScript(s.c.script, nil, "cluster-stop", s.c.dir)
-		s.c.keepLogs()
-		if rmErr := os.RemoveAll(s.c.dir); err == nil && rmErr != nil {
+		if rmErr := os.RemoveAll(c.dir); err == nil && rmErr != nil {
 			err = rmErr
 		}
-		s.c = nil
-		s.err = errors.New("the cluster was already stopped")
+		return err
 	})
-	return err
-}
-
-// keepLogs copies every node's broker log into KEEPSTATE_TEST_LOG_DIR,
-// when it is set (as the children's logs are, see StartProcess), before
-// the cluster's files are removed.
-func (c *KafkaCluster) keepLogs() {
-	keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR")
-	if keep == "" {
-		return
-	}
-	_ = os.MkdirAll(keep, 0o755)
-	for _, n := range c.nodes {
-		if b, err := os.ReadFile(filepath.Join(n.dir, "kafka.log")); err == nil {
-			_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("kafka-node-%d.log", n.ID)), b, 0o644)
-		}
-	}
 }
 
 // Brokers returns every node's bootstrap address.
@@ -200,6 +158,14 @@ func (n *KafkaNode) pid() int {
 func (n *KafkaNode) Running() bool {
 	p := n.pid()
 	return p > 0 && processAlive(p)
+}
+
+// up reports whether the node runs and is not paused.
+func (n *KafkaNode) up() bool {
+	n.mu.Lock()
+	paused := n.paused
+	n.mu.Unlock()
+	return !paused && n.Running()
 }
 
 // processAlive reports whether pid runs and is not a zombie.
@@ -332,10 +298,7 @@ func (c *KafkaCluster) Restore(t testing.TB, timeout time.Duration) {
 // otherwise an error naming one that has not.
 func (c *KafkaCluster) InSync() error {
 	for _, n := range c.nodes {
-		n.mu.Lock()
-		paused := n.paused
-		n.mu.Unlock()
-		if paused || !n.Running() {
+		if !n.up() {
 			return fmt.Errorf("node %d is down", n.ID)
 		}
 	}
@@ -376,47 +339,34 @@ func (c *KafkaCluster) InSync() error {
 // Leader returns the node leading topic/p, as the cluster's metadata says
 // now.
 func (c *KafkaCluster) Leader(topic string, p int32) (*KafkaNode, error) {
-	var id int32
-	err := c.withClient(func(cl sarama.Client) error {
+	return c.nodeOf(func(cl sarama.Client) (*sarama.Broker, error) {
 		if err := cl.RefreshMetadata(topic); err != nil {
-			return err
+			return nil, err
 		}
-		b, err := cl.Leader(topic, p)
-		if err == nil {
-			id = b.ID()
-		}
-		return err
+		return cl.Leader(topic, p)
 	})
-	return c.nodeOf(id, err)
 }
 
 // TxnCoordinator returns the node coordinating transactional id txnID.
 func (c *KafkaCluster) TxnCoordinator(txnID string) (*KafkaNode, error) {
-	var id int32
-	err := c.withClient(func(cl sarama.Client) error {
-		b, err := cl.TransactionCoordinator(txnID)
-		if err == nil {
-			id = b.ID()
-		}
-		return err
-	})
-	return c.nodeOf(id, err)
+	return c.nodeOf(func(cl sarama.Client) (*sarama.Broker, error) { return cl.TransactionCoordinator(txnID) })
 }
 
 // GroupCoordinator returns the node coordinating consumer group group.
 func (c *KafkaCluster) GroupCoordinator(group string) (*KafkaNode, error) {
+	return c.nodeOf(func(cl sarama.Client) (*sarama.Broker, error) { return cl.Coordinator(group) })
+}
+
+// nodeOf returns the node of the broker find picks with a fresh client.
+func (c *KafkaCluster) nodeOf(find func(sarama.Client) (*sarama.Broker, error)) (*KafkaNode, error) {
 	var id int32
 	err := c.withClient(func(cl sarama.Client) error {
-		b, err := cl.Coordinator(group)
+		b, err := find(cl)
 		if err == nil {
 			id = b.ID()
 		}
 		return err
 	})
-	return c.nodeOf(id, err)
-}
-
-func (c *KafkaCluster) nodeOf(id int32, err error) (*KafkaNode, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -431,10 +381,7 @@ func (c *KafkaCluster) nodeOf(id int32, err error) (*KafkaNode, error) {
 func (c *KafkaCluster) withClient(fn func(sarama.Client) error) error {
 	var addrs []string
 	for _, n := range c.nodes {
-		n.mu.Lock()
-		paused := n.paused
-		n.mu.Unlock()
-		if !paused && n.Running() {
+		if n.up() {
 			addrs = append(addrs, n.Addr)
 		}
 	}

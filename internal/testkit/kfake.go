@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -22,14 +21,8 @@ type KfakeOption func(*kfakeConfig)
 type kfakeConfig struct {
 	partitions int
 	brokers    int
-	addr       string
-	seeds      []kfakeSeed
+	seeds      []kfake.Opt // SeedTopics
 	extra      []kfake.Opt
-}
-
-type kfakeSeed struct {
-	partitions int32
-	topics     []string
 }
 
 // DefaultKfakePartitions is the partition count kfake gives a topic created
@@ -48,17 +41,11 @@ func WithPartitions(n int) KfakeOption {
 // be given several times.
 func WithTopics(partitions int32, topics ...string) KfakeOption {
 	return func(c *kfakeConfig) {
-		c.seeds = append(c.seeds, kfakeSeed{partitions: partitions, topics: topics})
+		c.seeds = append(c.seeds, kfake.SeedTopics(partitions, topics...))
 	}
 }
 
-// WithAddr makes the (single) broker listen on addr, such as
-// "127.0.0.1:9092", instead of a free loopback port.
-func WithAddr(addr string) KfakeOption {
-	return func(c *kfakeConfig) { c.addr = addr }
-}
-
-// WithBrokers sets the number of brokers (default 1). WithAddr allows one.
+// WithBrokers sets the number of brokers (default 1).
 func WithBrokers(n int) KfakeOption {
 	return func(c *kfakeConfig) { c.brokers = n }
 }
@@ -86,19 +73,7 @@ func StartKfake(t testing.TB, opts ...KfakeOption) *Kfake {
 		kfake.GroupMinSessionTimeout(time.Second),
 		kfake.ClusterID("keepstate-test"),
 	}
-	if cfg.addr != "" {
-		if cfg.brokers != 1 {
-			t.Fatalf("testkit: WithAddr needs one broker, got %d", cfg.brokers)
-		}
-		addr := cfg.addr
-		kopts = append(kopts, kfake.ListenFn(func(network, _ string) (net.Listener, error) {
-			return net.Listen(network, addr)
-		}))
-	}
-	for _, s := range cfg.seeds {
-		kopts = append(kopts, kfake.SeedTopics(s.partitions, s.topics...))
-	}
-	kopts = append(kopts, cfg.extra...)
+	kopts = append(append(kopts, cfg.seeds...), cfg.extra...)
 	c, err := kfake.NewCluster(kopts...)
 	if err != nil {
 		t.Fatalf("testkit: start kfake: %v", err)

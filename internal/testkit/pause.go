@@ -29,34 +29,28 @@ type Pause struct {
 	Aborted func() (int64, error)
 }
 
-// The bounds of PausePastSession's waits (variables for its own test).
+// The bounds of PausePastSession's waits for the take-over and for the
+// resumed victim's abort (variables for its own test).
 var (
-	// pauseTakeOver bounds the wait for the other instance to run every
-	// partition while the victim is stopped.
 	pauseTakeOver = 60 * time.Second
-	// pauseAbort bounds the wait for the resumed victim's abort.
-	pauseAbort = 30 * time.Second
+	pauseAbort    = 30 * time.Second
 )
 
 // PausePastSession pauses p.Victim past its consumer-group session timeout
-// and reports whether the pause struck it holding unflushed state.
+// and reports whether the pause struck it holding unflushed state. It reads
+// p.Aborted, sends the victim SIGSTOP, waits up to 60s until p.TakenOver
+// returns nil, sends SIGCONT, and returns true once p.Aborted exceeds the
+// count it read first within 30s: the victim woke up as a zombie in the
+// middle of a transaction, and that transaction was aborted.
 //
-// It reads p.Aborted, stops the victim with SIGSTOP, waits up to 60s until
-// p.TakenOver returns nil, resumes the victim with SIGCONT, and waits up to
-// 30s until p.Aborted exceeds the count it read first: the victim woke up
-// as a zombie in the middle of a transaction, and that transaction was
-// aborted.
-//
-// It returns true if so. Otherwise (the victim held nothing to flush, or
-// its abort did not show within 30s) it logs why the pause did not count
-// and returns false; the caller may pause again. It fails the test if the
-// first read of p.Aborted fails, if the victim cannot be signalled, or if
-// p.TakenOver does not hold within 60s; the victim is resumed even then.
-//
-// It must be called from the test goroutine (it may call t.Fatal), and
-// nothing else may signal, stop or restart the victim until it returns. It
-// calls p.TakenOver and p.Aborted from the calling goroutine only, one call
-// at a time; they report through their error and must not fail the test.
+// Otherwise (nothing to flush, or no abort within 30s) it logs why the pause
+// did not count and returns false; the caller may pause again. It fails the
+// test if the first read of p.Aborted fails, the victim cannot be
+// signalled, or p.TakenOver does not hold within 60s; the victim is resumed
+// even then. Call it from the test goroutine; nothing else may signal, stop
+// or restart the victim until it returns. It calls p.TakenOver and
+// p.Aborted one at a time from the calling goroutine; they report through
+// their error and must not fail the test.
 func PausePastSession(t testing.TB, p Pause) bool {
 	t.Helper()
 	before, err := p.Aborted()

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,8 +32,7 @@ type Process struct {
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
-	mu   sync.Mutex
-	err  error
+	err  error // the exit error, set before done is closed
 }
 
 // StartProcess starts bin with args and extra environment variables. It
@@ -56,23 +54,14 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 	}
 	p := &Process{t: t, name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
-		err := cmd.Wait()
+		p.err = cmd.Wait()
 		f.Close()
-		p.mu.Lock()
-		p.err = err
-		p.mu.Unlock()
 		close(p.done)
 	}()
 	t.Cleanup(func() {
 		p.Kill()
 		checkChildRaces(t, name, dir)
-		if keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR"); keep != "" {
-			// Keep every child's whole log for debugging.
-			if b, err := os.ReadFile(logPath); err == nil {
-				_ = os.MkdirAll(keep, 0o755)
-				_ = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, p.cmd.Process.Pid)), b, 0o644)
-			}
-		}
+		keepLog(logPath, fmt.Sprintf("%s-%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), name, p.cmd.Process.Pid))
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 20000 {
@@ -82,6 +71,17 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 		}
 	})
 	return p
+}
+
+// keepLog copies the whole log file src to KEEPSTATE_TEST_LOG_DIR/name,
+// when that is set, for debugging.
+func keepLog(src, name string) {
+	if keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR"); keep != "" {
+		if b, err := os.ReadFile(src); err == nil {
+			_ = os.MkdirAll(keep, 0o755)
+			_ = os.WriteFile(filepath.Join(keep, name), b, 0o644)
+		}
+	}
 }
 
 // Kill sends SIGKILL and waits for the process to end.
@@ -128,9 +128,10 @@ func (p *Process) Exited() bool {
 
 // Err is the process's exit error once it ended.
 func (p *Process) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
+	if p.Exited() {
+		return p.err
+	}
+	return nil
 }
 
 // Output returns what the process wrote so far.

@@ -2,8 +2,6 @@
 
 package testkit
 
-const raceEnabled = true
-
 // RaceEnabled reports whether the tests (and the keepstate binary they
 // build) run with the race detector, which slows them several times.
-const RaceEnabled = raceEnabled
+const RaceEnabled = true

@@ -48,7 +48,6 @@ type redisConfig struct {
 	persistence RedisPersistence
 	password    string
 	args        []string
-	readyWithin time.Duration
 	dir         string
 	conf        string // a config file given before the arguments (a Sentinel's)
 }
@@ -144,7 +143,7 @@ func LaunchRedis(opts ...RedisOption) (*Redis, error) {
 }
 
 func newRedis(bin, dir string, ownDir bool, opts []RedisOption) (*Redis, error) {
-	cfg := redisConfig{readyWithin: 15 * time.Second}
+	var cfg redisConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -297,7 +296,8 @@ func (r *Redis) Start() error {
 }
 
 func (r *Redis) waitReady(done <-chan struct{}) error {
-	deadline := time.Now().Add(r.cfg.readyWithin)
+	const within = 15 * time.Second
+	deadline := time.Now().Add(within)
 	wait := 5 * time.Millisecond
 	var last error
 	for {
@@ -310,7 +310,7 @@ func (r *Redis) waitReady(done <-chan struct{}) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", r.cfg.readyWithin, last)
+			return fmt.Errorf("no PONG within %v: %w", within, last)
 		}
 		time.Sleep(wait)
 		if wait < 100*time.Millisecond {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,7 +42,7 @@ func StartRedisCluster(t testing.TB, opts ...RedisOption) *RedisCluster {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
 	LookPath(t, "redis-cli", RedisToolsInstall)
-	c, err := launchRedisCluster(t.TempDir(), false, opts)
+	c, err := launchRedisCluster(t.TempDir(), opts)
 	if err != nil {
 		t.Fatalf("start redis cluster: %v", err)
 	}
@@ -63,56 +62,62 @@ func SharedRedisCluster(t testing.TB) *RedisCluster {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
 	LookPath(t, "redis-cli", RedisToolsInstall)
-	sharedRedis.mu.Lock()
-	defer sharedRedis.mu.Unlock()
-	if sharedRedis.stopped {
-		t.Fatal("testkit: the shared redis cluster was stopped")
+	c, _, err := sharedRedisCluster.get(func() (*RedisCluster, string, error) {
+		c, err := launchRedisCluster("", nil)
+		return c, "", err
+	})
+	if err != nil {
+		t.Fatalf("testkit: start the shared redis cluster: %v", err)
 	}
-	if sharedRedis.cluster == nil && sharedRedis.clusterErr == nil {
-		dir, err := os.MkdirTemp("", "keepstate-redis-cluster-")
-		if err == nil {
-			sharedRedis.cluster, err = launchRedisCluster(dir, true, nil)
-			if err != nil {
-				_ = os.RemoveAll(dir)
-			}
-		}
-		sharedRedis.clusterErr = err
-	}
-	if sharedRedis.clusterErr != nil {
-		t.Fatalf("testkit: start the shared redis cluster: %v", sharedRedis.clusterErr)
-	}
-	return sharedRedis.cluster
+	return c
 }
 
-// sharedRedis holds the cluster and Sentinel setup shared by a test process.
-var sharedRedis struct {
-	mu          sync.Mutex
-	stopped     bool
-	cluster     *RedisCluster
-	clusterErr  error
-	sentinel    *RedisSentinel
-	sentinelErr error
-}
+// The cluster and Sentinel setup shared by a test process.
+var (
+	sharedRedisCluster  sharedOnce[*RedisCluster]
+	sharedRedisSentinel sharedOnce[*RedisSentinel]
+)
 
 // StopSharedRedis stops the shared cluster and Sentinel setup, if started;
 // Main calls it. Later SharedRedisCluster and SharedRedisSentinel calls
 // fail the test.
 func StopSharedRedis() error {
-	sharedRedis.mu.Lock()
-	defer sharedRedis.mu.Unlock()
-	sharedRedis.stopped = true
-	var errs []error
-	if c := sharedRedis.cluster; c != nil {
-		errs = append(errs, c.Close())
-	}
-	if s := sharedRedis.sentinel; s != nil {
-		errs = append(errs, s.Close())
-	}
-	sharedRedis.cluster, sharedRedis.sentinel = nil, nil
-	return errors.Join(errs...)
+	return errors.Join(
+		sharedRedisCluster.stop(errors.New("the shared redis cluster was stopped"), (*RedisCluster).Close),
+		sharedRedisSentinel.stop(errors.New("the shared redis sentinel setup was stopped"), (*RedisSentinel).Close))
 }
 
-func launchRedisCluster(dir string, ownDir bool, opts []RedisOption) (*RedisCluster, error) {
+// startNode starts a redis-server in the subdirectory name of dir.
+func startNode(bin, dir, name string, opts ...RedisOption) (*Redis, error) {
+	d := filepath.Join(dir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, err
+	}
+	return newRedis(bin, d, false, opts)
+}
+
+// waitCtx calls check every 100ms, with a context that ends after within,
+// until it returns nil; then it returns "<what> within <within>: <last
+// error>".
+func waitCtx(within time.Duration, what string, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		last := check(ctx)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s within %v: %w", what, within, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// launchRedisCluster starts a cluster in dir, or in a temporary directory
+// that Close removes when dir is "".
+func launchRedisCluster(dir string, opts []RedisOption) (_ *RedisCluster, err error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrRedisMissing
@@ -121,44 +126,44 @@ func launchRedisCluster(dir string, ownDir bool, opts []RedisOption) (*RedisClus
 	if err != nil {
 		return nil, fmt.Errorf("redis-cli not found on PATH (%s)", RedisToolsInstall)
 	}
-	c := &RedisCluster{dir: dir, ownDir: ownDir}
+	c := &RedisCluster{dir: dir}
+	if dir == "" {
+		if c.dir, err = os.MkdirTemp("", "keepstate-redis-cluster-"); err != nil {
+			return nil, err
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Close()
+		}
+	}()
 	nodeOpts := append([]RedisOption{WithRedisArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.FormatInt(RedisClusterNodeTimeout.Milliseconds(), 10),
 		"--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "yes",
 		// A master stopped with SIGTERM exits at once instead of waiting
 		// up to 10 s for a replica that is gone.
 		"--shutdown-on-sigterm", "now")}, opts...)
-	addrs := make([]string, 0, 6)
+	args := []string{"--cluster", "create"}
 	for i := range 6 {
-		nd := filepath.Join(dir, "node"+strconv.Itoa(i))
-		if err := os.MkdirAll(nd, 0o755); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		r, err := newRedis(bin, nd, false, nodeOpts)
+		r, err := startNode(bin, c.dir, "node"+strconv.Itoa(i), nodeOpts...)
 		if err != nil {
-			_ = c.Close()
 			return nil, err
 		}
 		c.Nodes = append(c.Nodes, r)
-		addrs = append(addrs, r.Addr())
+		args = append(args, r.Addr())
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if pw := c.Nodes[0].Password(); pw != "" {
 		args = append([]string{"-a", pw, "--no-auth-warning"}, args...)
 	}
-	out, err := exec.Command(cli, args...).CombinedOutput()
-	if err != nil {
-		_ = c.Close()
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
 	}
 	if err := c.WaitHealthy(30 * time.Second); err != nil {
-		_ = c.Close()
 		return nil, err
 	}
 	if err := c.WaitReplicas(30 * time.Second); err != nil {
-		_ = c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -168,27 +173,11 @@ func launchRedisCluster(dir string, ownDir bool, opts []RedisOption) (*RedisClus
 // link to its master up (INFO replication), and every master serving
 // slots has a running replica. Call it after WaitHealthy.
 func (c *RedisCluster) WaitReplicas(within time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var last error
-	for {
-		if last = c.replicated(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redis cluster replicas not in sync within %v: %w", within, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return waitCtx(within, "redis cluster replicas not in sync", c.replicated)
 }
 
 func (c *RedisCluster) replicated(ctx context.Context) error {
-	n, err := c.anyRunning()
-	if err != nil {
-		return err
-	}
-	view, err := c.View(ctx, n)
+	view, err := c.view(ctx)
 	if err != nil {
 		return err
 	}
@@ -222,28 +211,25 @@ func (c *RedisCluster) replicated(ctx context.Context) error {
 // URL returns the cluster's URL in go-redis's form (redis.ParseClusterURL):
 // redis://[:password@]node0?addr=node1&addr=node2...
 func (c *RedisCluster) URL() string {
-	var b strings.Builder
-	b.WriteString("redis://")
+	u := "redis://"
 	if pw := c.Nodes[0].Password(); pw != "" {
-		b.WriteString(":" + pw + "@")
+		u += ":" + pw + "@"
 	}
-	b.WriteString(c.Nodes[0].Addr())
-	for i, n := range c.Nodes[1:] {
-		if i == 0 {
-			b.WriteByte('?')
-		} else {
-			b.WriteByte('&')
-		}
-		b.WriteString("addr=" + n.Addr())
+	var q []string
+	for _, n := range c.Nodes[1:] {
+		q = append(q, "addr="+n.Addr())
 	}
-	return b.String()
+	return u + c.Nodes[0].Addr() + "?" + strings.Join(q, "&")
 }
 
 // Node returns the node listening on addr, or nil.
-func (c *RedisCluster) Node(addr string) *Redis {
-	for _, n := range c.Nodes {
-		if n.Addr() == addr {
-			return n
+func (c *RedisCluster) Node(addr string) *Redis { return byAddr(c.Nodes, addr) }
+
+// byAddr returns the server of rs listening on addr, or nil.
+func byAddr(rs []*Redis, addr string) *Redis {
+	for _, r := range rs {
+		if r.Addr() == addr {
+			return r
 		}
 	}
 	return nil
@@ -332,6 +318,15 @@ func (c *RedisCluster) anyRunning() (*Redis, error) {
 	return nil, errors.New("no cluster node is running")
 }
 
+// view returns the cluster as a running node sees it.
+func (c *RedisCluster) view(ctx context.Context) ([]RedisClusterNode, error) {
+	n, err := c.anyRunning()
+	if err != nil {
+		return nil, err
+	}
+	return c.View(ctx, n)
+}
+
 // Slot returns the hash slot of key (CLUSTER KEYSLOT).
 func (c *RedisCluster) Slot(ctx context.Context, key string) (int, error) {
 	n, err := c.anyRunning()
@@ -347,11 +342,7 @@ func (c *RedisCluster) Slot(ctx context.Context, key string) (int, error) {
 // MasterOf returns the master serving slot and its replicas (as a running
 // node sees the cluster).
 func (c *RedisCluster) MasterOf(ctx context.Context, slot int) (master *Redis, replicas []*Redis, err error) {
-	n, err := c.anyRunning()
-	if err != nil {
-		return nil, nil, err
-	}
-	view, err := c.View(ctx, n)
+	view, err := c.view(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -378,19 +369,7 @@ func (c *RedisCluster) MasterOf(ctx context.Context, slot int) (master *Redis, r
 // all 16384 slots served, and sees every stopped node as failed, so that a
 // failover has finished.
 func (c *RedisCluster) WaitHealthy(within time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var last error
-	for {
-		if last = c.healthy(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redis cluster not healthy within %v: %w", within, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return waitCtx(within, "redis cluster not healthy", c.healthy)
 }
 
 func (c *RedisCluster) healthy(ctx context.Context) error {
@@ -438,9 +417,6 @@ func (c *RedisCluster) Close() error {
 	var errs []error
 	for _, n := range c.Nodes {
 		errs = append(errs, n.Kill())
-		if n.ownDir {
-			errs = append(errs, os.RemoveAll(n.dir))
-		}
 	}
 	if c.ownDir {
 		errs = append(errs, os.RemoveAll(c.dir))

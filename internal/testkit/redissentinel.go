@@ -41,7 +41,7 @@ type RedisSentinel struct {
 func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
-	s, err := launchRedisSentinel(t.TempDir(), false)
+	s, err := launchRedisSentinel(t.TempDir())
 	if err != nil {
 		t.Fatalf("start redis sentinel setup: %v", err)
 	}
@@ -60,82 +60,70 @@ func StartRedisSentinel(t testing.TB) *RedisSentinel {
 func SharedRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
-	sharedRedis.mu.Lock()
-	defer sharedRedis.mu.Unlock()
-	if sharedRedis.stopped {
-		t.Fatal("testkit: the shared redis sentinel setup was stopped")
+	s, _, err := sharedRedisSentinel.get(func() (*RedisSentinel, string, error) {
+		s, err := launchRedisSentinel("")
+		return s, "", err
+	})
+	if err != nil {
+		t.Fatalf("testkit: start the shared redis sentinel setup: %v", err)
 	}
-	if sharedRedis.sentinel == nil && sharedRedis.sentinelErr == nil {
-		dir, err := os.MkdirTemp("", "keepstate-redis-sentinel-")
-		if err == nil {
-			sharedRedis.sentinel, err = launchRedisSentinel(dir, true)
-			if err != nil {
-				_ = os.RemoveAll(dir)
-			}
-		}
-		sharedRedis.sentinelErr = err
-	}
-	if sharedRedis.sentinelErr != nil {
-		t.Fatalf("testkit: start the shared redis sentinel setup: %v", sharedRedis.sentinelErr)
-	}
-	return sharedRedis.sentinel
+	return s
 }
 
-func launchRedisSentinel(dir string, ownDir bool) (*RedisSentinel, error) {
+// launchRedisSentinel starts a setup in dir, or in a temporary directory
+// that Close removes when dir is "".
+func launchRedisSentinel(dir string) (_ *RedisSentinel, err error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrRedisMissing
 	}
-	s := &RedisSentinel{dir: dir, ownDir: ownDir}
-	sub := func(name string) (string, error) {
-		d := filepath.Join(dir, name)
-		return d, os.MkdirAll(d, 0o755)
+	s := &RedisSentinel{dir: dir}
+	if dir == "" {
+		if s.dir, err = os.MkdirTemp("", "keepstate-redis-sentinel-"); err != nil {
+			return nil, err
+		}
+		s.ownDir = true
 	}
-	d, err := sub("server0")
-	if err != nil {
-		return nil, err
-	}
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
 	// A master stopped with SIGTERM exits at once instead of waiting up to
 	// 10 s for a replica that is gone.
 	now := WithRedisArgs("--shutdown-on-sigterm", "now")
-	master, err := newRedis(bin, d, false, []RedisOption{now})
+	master, err := startNode(bin, s.dir, "server0", now)
 	if err != nil {
 		return nil, err
 	}
 	s.Servers = append(s.Servers, master)
-	if d, err = sub("server1"); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	replica, err := newRedis(bin, d, false, []RedisOption{now, WithRedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))})
+	replica, err := startNode(bin, s.dir, "server1", now, WithRedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
 	if err != nil {
-		_ = s.Close()
 		return nil, err
 	}
 	s.Servers = append(s.Servers, replica)
 	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\n",
 		RedisSentinelMaster, master.Port(), RedisSentinelMaster, RedisSentinelDownAfter.Milliseconds(), RedisSentinelMaster)
 	for i := range 3 {
-		d, err := sub("sentinel" + strconv.Itoa(i))
-		if err == nil {
-			err = os.WriteFile(filepath.Join(d, "sentinel.conf"), []byte(conf), 0o644)
+		// Each Sentinel rewrites its own copy of the config file.
+		d := filepath.Join(s.dir, "sentinel"+strconv.Itoa(i))
+		file := filepath.Join(d, "sentinel.conf")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			_ = s.Close()
+		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 			return nil, err
 		}
 		sn, err := newRedis(bin, d, false, []RedisOption{func(c *redisConfig) {
-			c.conf = filepath.Join(d, "sentinel.conf")
+			c.conf = file
 			c.args = append(c.args, "--sentinel")
 		}})
 		if err != nil {
-			_ = s.Close()
 			return nil, err
 		}
 		s.Sentinels = append(s.Sentinels, sn)
 	}
 	if err := s.WaitReady(30 * time.Second); err != nil {
-		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -144,13 +132,11 @@ func launchRedisSentinel(dir string, ownDir bool) (*RedisSentinel, error) {
 // URL returns the setup's URL in go-redis's form (redis.ParseFailoverURL):
 // redis://sentinel0?addr=sentinel1&addr=sentinel2&master_name=keepstate.
 func (s *RedisSentinel) URL() string {
-	var b strings.Builder
-	b.WriteString("redis://" + s.Sentinels[0].Addr() + "?")
+	u := "redis://" + s.Sentinels[0].Addr() + "?"
 	for _, n := range s.Sentinels[1:] {
-		b.WriteString("addr=" + n.Addr() + "&")
+		u += "addr=" + n.Addr() + "&"
 	}
-	b.WriteString("master_name=" + RedisSentinelMaster)
-	return b.String()
+	return u + "master_name=" + RedisSentinelMaster
 }
 
 // Master returns the server a running Sentinel names as the master.
@@ -168,10 +154,8 @@ func (s *RedisSentinel) Master(ctx context.Context) (*Redis, error) {
 			continue
 		}
 		if len(addr) == 2 {
-			for _, r := range s.Servers {
-				if r.Addr() == net.JoinHostPort(addr[0], addr[1]) {
-					return r, nil
-				}
+			if r := byAddr(s.Servers, net.JoinHostPort(addr[0], addr[1])); r != nil {
+				return r, nil
 			}
 		}
 		last = fmt.Errorf("sentinel %s names master %v, not a server of the setup", sn.Addr(), addr)
@@ -183,19 +167,7 @@ func (s *RedisSentinel) Master(ctx context.Context) (*Redis, error) {
 // the master, that server says it is a master, and each other running
 // server is its connected replica.
 func (s *RedisSentinel) WaitReady(within time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var last error
-	for {
-		if last = s.ready(ctx); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redis sentinel setup not ready within %v: %w", within, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return waitCtx(within, "redis sentinel setup not ready", s.ready)
 }
 
 func (s *RedisSentinel) ready(ctx context.Context) error {
@@ -218,12 +190,7 @@ func (s *RedisSentinel) ready(ctx context.Context) error {
 		if master != nil && master.Addr() != m {
 			return fmt.Errorf("sentinels disagree on the master: %s and %s", master.Addr(), m)
 		}
-		for _, r := range s.Servers {
-			if r.Addr() == m {
-				master = r
-			}
-		}
-		if master == nil || !master.Running() {
+		if master = byAddr(s.Servers, m); master == nil || !master.Running() {
 			return fmt.Errorf("sentinel %s names %s, not a running server", sn.Addr(), m)
 		}
 		ok := 0
