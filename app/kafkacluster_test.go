@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
+	"github.com/keepstate/keepstate/internal/fencedial"
 	"github.com/keepstate/keepstate/internal/testkit"
 )
 
@@ -70,7 +72,7 @@ func newClusterRig(t *testing.T, store string) *clusterRig {
 	for _, in := range r.inst {
 		cc.waitReady(in, 90*time.Second)
 	}
-	fences := newFenceDialer()
+	fences := fencedial.New(net.Dialer{Timeout: time.Second}, time.Second)
 	r.mon = startStallMonitor(t, c.Brokers, []string{c.OutputTopic, c.EngineConfig(nil).Topics().Changelog}, fences)
 	r.feed = startFeed(t, c, 400, fences)
 	t.Cleanup(r.feed.stop)
@@ -385,7 +387,7 @@ const feedPartitions = 3
 // startFeed sends about rate ratings per second to c's input topic until
 // stop; a send error ends it (reported by pause and stop as a test error).
 // Its connections are dialed by fences.
-func startFeed(t *testing.T, c app.Config, rate int, fences *fenceDialer) *ratingFeed {
+func startFeed(t *testing.T, c app.Config, rate int, fences *fencedial.Dialer) *ratingFeed {
 	t.Helper()
 	reg, err := app.OpenRegistry(context.Background(), app.Config{SchemaRegistry: c.SchemaRegistry}, nil)
 	if err != nil {
@@ -619,7 +621,7 @@ type stallMonitor struct {
 	fewer    []time.Time // answers that listed fewer brokers than the cluster has
 }
 
-func startStallMonitor(t *testing.T, brokers []string, topics []string, fences *fenceDialer) *stallMonitor {
+func startStallMonitor(t *testing.T, brokers []string, topics []string, fences *fencedial.Dialer) *stallMonitor {
 	m := &stallMonitor{advanced: map[string][]time.Time{}, last: map[string]int64{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -700,7 +702,7 @@ func stableEnd(client sarama.Client, topic string, p int32) (int64, error) {
 // records each answer listing fewer than all: the first such answer is
 // the earliest sign of Kafka's fence (a paused broker holds only its own
 // poll, for the 500 ms read timeout, so it does not delay the others').
-func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string, fences *fenceDialer) {
+func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string, fences *fencedial.Dialer) {
 	var wg sync.WaitGroup
 	for _, addr := range addrs {
 		wg.Go(func() { m.watchBroker(ctx, addr, addrs, fences) })
@@ -710,7 +712,7 @@ func (m *stallMonitor) watchBrokers(ctx context.Context, addrs []string, fences 
 
 // watchBroker is watchBrokers' poll of the broker at addr, of a cluster
 // of the brokers all; fences observes each answer.
-func (m *stallMonitor) watchBroker(ctx context.Context, addr string, all []string, fences *fenceDialer) {
+func (m *stallMonitor) watchBroker(ctx context.Context, addr string, all []string, fences *fencedial.Dialer) {
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
 	sc.Net.DialTimeout, sc.Net.ReadTimeout = 500*time.Millisecond, 500*time.Millisecond
@@ -721,11 +723,11 @@ func (m *stallMonitor) watchBroker(ctx context.Context, addr string, all []strin
 		if resp, err := b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{})); err != nil {
 			_ = b.Close()
 		} else {
-			listed := map[string]bool{}
+			listed := make([]string, 0, len(resp.Brokers))
 			for _, lb := range resp.Brokers {
-				listed[lb.Addr()] = true
+				listed = append(listed, lb.Addr())
 			}
-			fences.observe(addr, listed, all)
+			fences.Observe(addr, listed, time.Now())
 			if len(resp.Brokers) < len(all) {
 				m.mu.Lock()
 				m.fewer = append(m.fewer, time.Now())

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -11,39 +10,26 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/keepstate/keepstate/internal/fencedial"
 )
 
-// brokerWatch dials every broker connection of the engine's clients and
-// cuts the ones to a broker the cluster has fenced.
-//
-// A broker that stops answering without closing its connections (paused,
-// cut off) holds every request sent to it until the client's read timeout
-// (10 to 30 s), long after the controller fenced it (missed heartbeats for
-// broker.session.timeout.ms, 9 s), moved its leaderships and coordinators
-// and left it out of every metadata answer; sarama may even dial it again,
-// as it still accepts connections.
-//
-// The watch asks the cluster for its brokers every pollEvery, each poll
-// starting with the next broker. A broker a recent answer leaves out is
-// fenced (see observe): its connections are closed, failing the requests
-// waiting on them at once (the clients retry on the new leaders), and
-// dials to it fail until every recent answer lists it again. The same
-// answers carry the leaders of the engine's partitions and of the
-// coordinators' internal partitions: when one moves, every client looks
-// its leaders and coordinators up again (see observeLeaders). Safe for
-// concurrent use.
+// brokerWatch dials every broker connection of the engine's clients
+// (fencedial.Dialer) and asks the cluster for its brokers every pollEvery,
+// each poll starting with the next broker: a broker a recent answer leaves
+// out is fenced, its connections cut and dials to it refused until every
+// recent answer lists it again. The same answers carry the leaders of the
+// engine's partitions and of the coordinators' internal partitions: when
+// one moves, every client looks its leaders and coordinators up again (see
+// observeLeaders). Safe for concurrent use.
 type brokerWatch struct {
-	dialer net.Dialer
-	seeds  []string
-	cfg    *sarama.Config // of the watch's own metadata requests
+	*fencedial.Dialer // the clients' dialer: fences brokers (observe)
+	seeds             []string
+	cfg               *sarama.Config // of the watch's own metadata requests
 
 	mu     sync.Mutex
-	conns  map[string]map[*trackedConn]struct{} // broker address → open connections
-	listed map[string]bool                      // brokers ever in an answer
-	views  map[string]brokerView                // each broker's last answer
-	fenced map[string]bool                      // brokers left out of two answers since
-	next   int                                  // where the next poll starts
-	failed map[string]bool                      // brokers whose last metadata answer failed
+	next   int             // where the next poll starts
+	failed map[string]bool // brokers whose last metadata answer failed
 	probes map[string]*sarama.Broker
 	// clients are refreshed when a broker is fenced or a leader moves
 	// (watchedclients.go).
@@ -77,13 +63,9 @@ func newBrokerWatch(seeds []string, sc *sarama.Config, topics ...string) *broker
 	cfg := NewSaramaConfig(sc.ClientID)
 	cfg.Net.DialTimeout, cfg.Net.ReadTimeout = time.Second, time.Second
 	return &brokerWatch{
-		dialer: net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive},
+		Dialer: fencedial.New(net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive}, viewAge),
 		seeds:  slices.Clone(seeds),
 		cfg:    cfg,
-		conns:  map[string]map[*trackedConn]struct{}{},
-		listed: map[string]bool{},
-		fenced: map[string]bool{},
-		views:  map[string]brokerView{},
 		failed: map[string]bool{},
 		probes: map[string]*sarama.Broker{},
 		topics: slices.DeleteFunc(slices.Clone(topics), func(t string) bool { return t == "" }),
@@ -95,36 +77,7 @@ var _ fenceKeeper = (*brokerWatch)(nil)
 
 // errBrokerFenced marks a dial refused because the cluster fenced the
 // broker.
-var errBrokerFenced = errors.New("fenced by the cluster (left out of its metadata); not dialing it until it is back")
-
-// Dial connects to addr, unless the cluster has fenced it.
-func (w *brokerWatch) Dial(network, addr string) (net.Conn, error) {
-	w.mu.Lock()
-	fenced := w.fenced[addr]
-	w.mu.Unlock()
-	if fenced {
-		return nil, fmt.Errorf("broker %s: %w", addr, errBrokerFenced)
-	}
-	c, err := w.dialer.Dial(network, addr)
-	if err != nil {
-		return nil, err
-	}
-	wc := &trackedConn{Conn: c, w: w, addr: addr}
-	w.mu.Lock()
-	fenced = w.fenced[addr] // fenced while dialing: its cut missed this one
-	if !fenced {
-		if w.conns[addr] == nil {
-			w.conns[addr] = map[*trackedConn]struct{}{}
-		}
-		w.conns[addr][wc] = struct{}{}
-	}
-	w.mu.Unlock()
-	if fenced {
-		_ = c.Close()
-		return nil, fmt.Errorf("broker %s: %w", addr, errBrokerFenced)
-	}
-	return wc, nil
-}
+var errBrokerFenced = fencedial.ErrFenced
 
 // run polls the cluster's brokers until ctx ends.
 func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
@@ -176,7 +129,7 @@ type pollAnswer struct {
 func (w *brokerWatch) poll() (pollAnswer, bool) {
 	w.mu.Lock()
 	ask := slices.Clone(w.seeds)
-	for a := range w.listed {
+	for _, a := range w.Listed() {
 		if !slices.Contains(ask, a) {
 			ask = append(ask, a)
 		}
@@ -312,85 +265,14 @@ const (
 	changeWindow = 3 * time.Second
 )
 
-func (w *brokerWatch) isFenced(addr string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fenced[addr]
-}
+func (w *brokerWatch) isFenced(addr string) bool { return w.Fenced(addr) }
 
 // observe takes the brokers of one answer, given by broker from (at now),
-// and returns the brokers it fenced, whose connections it closed. A broker
-// ever listed is fenced while a recent answer (of the last viewAge) leaves
-// it out, and no longer once every recent answer lists it. Leaving out is
-// what counts: brokers apply the cluster's metadata in one order, so one
-// that still lists a fenced broker is only behind.
+// and returns the brokers it fenced, whose connections it closed (see
+// fencedial.Dialer.Observe).
 func (w *brokerWatch) observe(from string, addrs []string, now time.Time) (cut []string) {
-	view := map[string]bool{}
-	for _, a := range addrs {
-		view[a] = true
-	}
-	var cutConns []*trackedConn
-	w.mu.Lock()
-	w.views[from] = brokerView{at: now, addrs: view}
-	for a := range view {
-		w.listed[a] = true
-	}
-	for a := range w.listed {
-		out := false
-		for _, v := range w.views {
-			if now.Sub(v.at) <= viewAge && !v.addrs[a] {
-				out = true
-			}
-		}
-		switch {
-		case out && !w.fenced[a]:
-			w.fenced[a] = true
-			cut = append(cut, a)
-			for c := range w.conns[a] {
-				cutConns = append(cutConns, c)
-			}
-		case !out:
-			delete(w.fenced, a)
-		}
-	}
-	w.mu.Unlock()
-	for _, c := range cutConns {
-		_ = c.Close()
-	}
-	slices.Sort(cut)
-	return cut
-}
-
-// brokerView is one broker's last answer: the brokers it listed.
-type brokerView struct {
-	at    time.Time
-	addrs map[string]bool
+	return w.Observe(from, addrs, now)
 }
 
 // viewAge is how long a broker's answer counts.
 const viewAge = 2 * time.Second
-
-// forget drops a closed connection.
-func (w *brokerWatch) forget(c *trackedConn) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.conns[c.addr], c)
-}
-
-// trackedConn is a broker connection the watch can cut.
-type trackedConn struct {
-	net.Conn
-	w    *brokerWatch
-	addr string
-	once sync.Once
-}
-
-// Close closes the connection once and forgets it.
-func (c *trackedConn) Close() error {
-	err := net.ErrClosed
-	c.once.Do(func() {
-		c.w.forget(c)
-		err = c.Conn.Close()
-	})
-	return err
-}
