@@ -438,11 +438,7 @@ func (b *bench) profileIn(ctx context.Context, phase string) (wait func()) {
 
 // profile collects a CPU profile of the child, if it serves /debug/pprof.
 func (b *bench) profile(ctx context.Context) {
-	base := b.cfg.ProfileURL
-	if base == "" {
-		base = b.api
-	}
-	err := CollectCPUProfile(ctx, base, b.cfg.ProfileFor, b.cfg.CPUProfile)
+	err := CollectCPUProfile(ctx, cmp.Or(b.cfg.ProfileURL, b.api), b.cfg.ProfileFor, b.cfg.CPUProfile)
 	switch {
 	case errors.Is(err, ErrNoProfiler):
 		b.log.Warn("bench: no CPU profile: the child does not serve /debug/pprof there (enable it with --child-arg, point --cpuprofile-url at it)", "err", err)
