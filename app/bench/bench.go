@@ -245,18 +245,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if cfg.Job == JobOrders {
 		b.encode.Encode = encodeOrder
 	}
-	addr, err := FreeTCPAddr()
-	if err != nil {
-		return res, err
-	}
-	b.httpAddr, b.api = addr, "http://"+addr
-	for range cfg.Instances - 1 {
+	var addrs []string // the child's, then its peers'
+	for range cfg.Instances {
 		a, err := FreeTCPAddr()
 		if err != nil {
 			return res, err
 		}
-		b.peerAddrs = append(b.peerAddrs, a)
+		addrs = append(addrs, a)
 	}
+	b.httpAddr, b.api, b.peerAddrs = addrs[0], "http://"+addrs[0], addrs[1:]
 	defer b.stopChild()
 
 	res.Date = time.Now().UTC().Format(time.RFC3339)
