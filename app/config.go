@@ -110,33 +110,26 @@ type Secrets struct {
 // by `kubectl create secret` and most editors). Errors name the option but
 // never the content.
 func (c Config) ReadSecrets() (Secrets, error) {
-	s := Secrets{RegistryPassword: c.SchemaRegistryPassword, PeerSecret: []byte(c.PeerSecret)}
-	read := func(flag, path string) (string, error) {
-		b, err := os.ReadFile(path)
+	password, peer := c.SchemaRegistryPassword, c.PeerSecret
+	for _, f := range []struct {
+		flag, path string
+		dst        *string
+	}{
+		{"schema-registry-password-file", c.SchemaRegistryPasswordFile, &password},
+		{"peer-secret-file", c.PeerSecretFile, &peer},
+	} {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
 		if err != nil {
-			return "", fmt.Errorf("%w: --%s: %w", ErrConfig, flag, err)
+			return Secrets{}, fmt.Errorf("%w: --%s: %w", ErrConfig, f.flag, err)
 		}
-		v := strings.TrimRight(string(b), "\r\n")
-		if v == "" {
-			return "", fmt.Errorf("%w: --%s: %s is empty", ErrConfig, flag, path)
+		if *f.dst = strings.TrimRight(string(b), "\r\n"); *f.dst == "" {
+			return Secrets{}, fmt.Errorf("%w: --%s: %s is empty", ErrConfig, f.flag, f.path)
 		}
-		return v, nil
 	}
-	if c.SchemaRegistryPasswordFile != "" {
-		v, err := read("schema-registry-password-file", c.SchemaRegistryPasswordFile)
-		if err != nil {
-			return Secrets{}, err
-		}
-		s.RegistryPassword = v
-	}
-	if c.PeerSecretFile != "" {
-		v, err := read("peer-secret-file", c.PeerSecretFile)
-		if err != nil {
-			return Secrets{}, err
-		}
-		s.PeerSecret = []byte(v)
-	}
-	return s, nil
+	return Secrets{RegistryPassword: password, PeerSecret: []byte(peer)}, nil
 }
 
 // Default returns the defaults documented in the README. The engine's

@@ -80,6 +80,15 @@ func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.C
 	return ec
 }
 
+// engineConfig is the engine configuration j runs with under c: its
+// consumer group (ApplicationID) and topics.
+func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
+	if j.movies {
+		return c.EngineConfig(log)
+	}
+	return c.JobConfig(log, j.name(), j.input, j.output)
+}
+
 // partitionedStore is a store that keeps a partition's keys together (a
 // Redis Cluster): it opens a table only knowing its partition count,
 // engine.TableSpec.Partitions.
@@ -95,13 +104,13 @@ type oldLayoutRemover interface {
 
 // start builds j's engine on store and registers its table in opts.
 func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registry, advertise string, log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
-	runner, ec := j.runner, c.JobConfig(log, j.name(), j.input, j.output)
+	runner, ec := j.runner, j.engineConfig(c, log)
 	if j.movies {
 		r, err := movies.Job(reg).Runner()
 		if err != nil {
 			return nil, err
 		}
-		runner, ec = r, c.EngineConfig(log)
+		runner = r
 	}
 	spec := runner.Spec()
 	if ps, ok := store.(partitionedStore); ok && ps.NeedsPartitions() {
@@ -171,7 +180,6 @@ func readyAll(engines []*engine.Engine) func() error {
 	}
 }
 
-// statsAll sums the engines' counters.
 // rolesAll returns the partition roles of every engine, by table name.
 func rolesAll(engines []*engine.Engine) func() map[string][]engine.PartitionRole {
 	return func() map[string][]engine.PartitionRole {
@@ -183,6 +191,7 @@ func rolesAll(engines []*engine.Engine) func() map[string][]engine.PartitionRole
 	}
 }
 
+// statsAll sums the engines' counters.
 func statsAll(engines []*engine.Engine) func() engine.Stats {
 	if len(engines) == 1 {
 		return engines[0].Stats

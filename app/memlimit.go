@@ -139,8 +139,7 @@ const minAutoCacheBudgetDocs = 3000
 // cacheBudgetDocs returns the --cache-budget-docs in effect for the engine
 // of each of jobs jobs: budget when positive (the operator's choice); none
 // (0) when budget is -1, or when it is 0 (automatic) and --cache-max-docs
-// was set (maxDocs > 0: the operator bounded each partition, as before the
-// budget existed); else defaultCacheBudgetDocs, lowered under a memory
+// was set (maxDocs > 0: the operator bounded each partition); else defaultCacheBudgetDocs, lowered under a memory
 // limit (goLimit, Go's share in bytes; 0 for none) to cacheDocsPerGoMiB per
 // MiB of it, not below minAutoCacheBudgetDocs, and split between the jobs.
 //

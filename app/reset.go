@@ -92,15 +92,6 @@ func ResetJobs(ctx context.Context, c Config, reprocess bool, log *slog.Logger, 
 	return nil
 }
 
-// engineConfig is the engine configuration j runs with under c: its
-// consumer group (ApplicationID) and topics.
-func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
-	if j.movies {
-		return c.EngineConfig(log)
-	}
-	return c.JobConfig(log, j.name(), j.input, j.output)
-}
-
 // resetState wipes j's table in store (engine.TableResetter), keeping its
 // spec and epochs, and what an older key layout left of it. A store that
 // keeps a partition's keys together opens the table with the partition

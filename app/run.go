@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keepstate/keepstate/avro"
@@ -267,21 +268,18 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	webErr := make(chan error, 1)
 	go func() { webErr <- srv.Serve(webCtx, ln) }()
 	ds, _ := store.(*docstore.Store)
-	govDone := make(chan struct{})
+	var governing sync.WaitGroup
+	defer func() { cancel(); governing.Wait() }()
 	if gov != nil {
 		g := *gov
 		for _, e := range engines {
 			g.engines = append(g.engines, e)
 		}
-		go func() {
-			defer close(govDone)
+		governing.Go(func() {
 			g.run(ctx)
 			gov.plan = g.plan // a raised target outlives a rebuild of the store
-		}()
-	} else {
-		close(govDone)
+		})
 	}
-	defer func() { cancel(); <-govDone }()
 	names := make([]string, len(jobs))
 	for i, j := range jobs {
 		names[i] = j.name()

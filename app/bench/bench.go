@@ -245,18 +245,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if cfg.Job == JobOrders {
 		b.encode.Encode = encodeOrder
 	}
-	addr, err := FreeTCPAddr()
-	if err != nil {
-		return res, err
-	}
-	b.httpAddr, b.api = addr, "http://"+addr
-	for range cfg.Instances - 1 {
+	var addrs []string // the child's, then its peers'
+	for range cfg.Instances {
 		a, err := FreeTCPAddr()
 		if err != nil {
 			return res, err
 		}
-		b.peerAddrs = append(b.peerAddrs, a)
+		addrs = append(addrs, a)
 	}
+	b.httpAddr, b.api, b.peerAddrs = addrs[0], "http://"+addrs[0], addrs[1:]
 	defer b.stopChild()
 
 	res.Date = time.Now().UTC().Format(time.RFC3339)
@@ -438,11 +435,7 @@ func (b *bench) profileIn(ctx context.Context, phase string) (wait func()) {
 
 // profile collects a CPU profile of the child, if it serves /debug/pprof.
 func (b *bench) profile(ctx context.Context) {
-	base := b.cfg.ProfileURL
-	if base == "" {
-		base = b.api
-	}
-	err := CollectCPUProfile(ctx, base, b.cfg.ProfileFor, b.cfg.CPUProfile)
+	err := CollectCPUProfile(ctx, cmp.Or(b.cfg.ProfileURL, b.api), b.cfg.ProfileFor, b.cfg.CPUProfile)
 	switch {
 	case errors.Is(err, ErrNoProfiler):
 		b.log.Warn("bench: no CPU profile: the child does not serve /debug/pprof there (enable it with --child-arg, point --cpuprofile-url at it)", "err", err)

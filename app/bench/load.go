@@ -59,7 +59,7 @@ func (w Workload) Len() int64 {
 	return w.Ratings
 }
 
-// Ratings returns the workload's generator: each call gives the next rating
+// Generator returns the workload's generator: each call gives the next rating
 // and false once all Len() were given. Ratings are multiples of 0.5, so any
 // sum of them is exact in a float64 whatever the order. Not safe for
 // concurrent use.

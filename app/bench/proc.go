@@ -49,9 +49,6 @@ func StartChild(logPath, bin string, args ...string) (*Child, error) {
 	return c, nil
 }
 
-// Pid is the child's process id.
-func (c *Child) Pid() int { return c.cmd.Process.Pid }
-
 // Exited reports whether the child has ended.
 func (c *Child) Exited() bool {
 	select {
@@ -111,7 +108,7 @@ const clockTicks = 100
 
 // Usage reads the child's CPU time and resident set size from /proc (Linux
 // only); it fails once the child has exited.
-func (c *Child) Usage() (ProcUsage, error) { return ReadProcUsage(c.Pid()) }
+func (c *Child) Usage() (ProcUsage, error) { return ReadProcUsage(c.cmd.Process.Pid) }
 
 // ReadProcUsage reads pid's CPU time and resident set size from /proc.
 func ReadProcUsage(pid int) (ProcUsage, error) {

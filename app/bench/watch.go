@@ -97,19 +97,17 @@ type DrainWatch struct {
 	// {"app-ratings-by-movie-repartition"}}. The first stage must exist and
 	// be complete when Wait starts.
 	Stages [][]string
-	// Poll is the pause between two reads of the committed offsets
-	// (default 25 ms); the result is exact to one poll.
-	Poll time.Duration
 }
 
 // DrainResult is what DrainWatch.Wait measured.
 type DrainResult struct {
-	// At is the time of the first poll that saw every offset committed.
+	// At is the time of the first poll that saw every offset committed;
+	// polls are drainPoll apart, so it is exact to one poll.
 	At time.Time
-	// Records is the number of committed records across the stages'
-	// partitions (ends minus low watermarks).
-	Records map[string]int64
 }
+
+// drainPoll is the pause between two reads of the committed offsets.
+const drainPoll = 25 * time.Millisecond
 
 type watchPart struct {
 	topic string
@@ -129,10 +127,6 @@ type watchPoll struct {
 // finds the first poll in its history that had every offset committed, so
 // the time spent reading ends is not counted.
 func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
-	poll := w.Poll
-	if poll <= 0 {
-		poll = 25 * time.Millisecond
-	}
 	client, err := sarama.NewClient(w.Brokers, benchClientConfig())
 	if err != nil {
 		return DrainResult{}, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, w.Brokers, err)
@@ -169,7 +163,7 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 		}
 		return true
 	}
-	tick := time.NewTicker(poll)
+	tick := time.NewTicker(drainPoll)
 	defer tick.Stop()
 	for {
 		at := time.Now()
@@ -206,11 +200,7 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 		if known == len(w.Stages) {
 			for _, h := range history {
 				if satisfied(h.committed, -1) {
-					rec := map[string]int64{}
-					for _, wp := range parts {
-						rec[wp.topic] += wp.end - wp.low
-					}
-					return DrainResult{At: h.at, Records: rec}, nil
+					return DrainResult{At: h.at}, nil
 				}
 			}
 		}

@@ -42,30 +42,10 @@ func CommonFlags(fs *flag.FlagSet, c *app.Config) {
 	fs.IntVar(&c.BufferedRecords, "buffered-records", c.BufferedRecords, "fetched records each partition buffers ahead of its stage (as Kafka Streams' buffered.records.per.partition); memory up to this × the largest record × partitions owned; lower it for very large records")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.InstanceID, "instance-id", c.InstanceID, "static group membership id, stable per instance (empty: dynamic membership)")
-	fs.Func("partitions", "partitions of the topics keepstate creates (default: as many as the input topic)", func(s string) error {
-		var n int32
-		if _, err := fmt.Sscan(s, &n); err != nil {
-			return fmt.Errorf("not a number: %q", s)
-		}
-		c.Partitions = n
-		return nil
-	})
-	fs.Func("replication-factor", "replication factor of the topics keepstate creates (default 1)", func(s string) error {
-		var n int16
-		if _, err := fmt.Sscan(s, &n); err != nil {
-			return fmt.Errorf("not a number: %q", s)
-		}
-		c.ReplicationFactor = n
-		return nil
-	})
-	fs.Func("min-insync-replicas", "min.insync.replicas of the topics keepstate creates: replicas that must have a write before it succeeds (default 0: the broker's)", func(s string) error {
-		var n int16
-		if _, err := fmt.Sscan(s, &n); err != nil {
-			return fmt.Errorf("not a number: %q", s)
-		}
-		c.MinInsyncReplicas = n
-		return nil
-	})
+	fs.Func("partitions", "partitions of the topics keepstate creates (default: as many as the input topic)", intFlag(&c.Partitions))
+	fs.Func("replication-factor", "replication factor of the topics keepstate creates (default 1)", intFlag(&c.ReplicationFactor))
+	fs.Func("min-insync-replicas", "min.insync.replicas of the topics keepstate creates: replicas that must have a write before it succeeds (default 0: the broker's)",
+		intFlag(&c.MinInsyncReplicas))
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "host:port other instances use to reach this API (default: hostname and the --http-addr port)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long a silent instance keeps its partitions")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's profiler (/debug/pprof) on this address, e.g. localhost:6060 (off when empty; never exposed on --http-addr)")
@@ -84,6 +64,19 @@ func CommonFlags(fs *flag.FlagSet, c *app.Config) {
 	fs.DurationVar(&c.StaleDropAfter, "stale-drop-after", c.StaleDropAfter, "clover: delete a partition's documents this long after it moved to another instance (0: keep them)")
 	fs.IntVar(&c.StandbyReplicas, "standby-replicas", c.StandbyReplicas, "clover: how many other instances keep a standby copy of each partition, tailing its changelog, so that it moves with a short replay (0: none)")
 	fs.Int64Var(&c.AcceptableLag, "acceptable-lag", c.AcceptableLag, "changelog records an instance may be behind on a partition and still take it; a farther one warms up first")
+}
+
+// intFlag parses a flag's value into *dst, which it leaves alone when the
+// value is not a number.
+func intFlag[T int16 | int32](dst *T) func(string) error {
+	return func(s string) error {
+		var n T
+		if _, err := fmt.Sscan(s, &n); err != nil {
+			return fmt.Errorf("not a number: %q", s)
+		}
+		*dst = n
+		return nil
+	}
 }
 
 // RegistryAuthFlags registers the Schema Registry credential flags.

@@ -47,10 +47,7 @@ func ExitCode(stderr io.Writer, prog, cmd string, err error, extra ...error) int
 		return 2
 	}
 	fmt.Fprintf(stderr, "%s %s: %v\n", prog, cmd, err)
-	if errors.Is(err, app.ErrConfig) || errors.Is(err, app.ErrUnavailable) {
-		return 2
-	}
-	for _, e := range extra {
+	for _, e := range append([]error{app.ErrConfig, app.ErrUnavailable}, extra...) {
 		if errors.Is(err, e) {
 			return 2
 		}
