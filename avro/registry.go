@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -134,7 +133,7 @@ func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 		r.transport = http.DefaultTransport
 	}
 	if r.log == nil {
-		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		r.log = slog.New(slog.DiscardHandler)
 	}
 	r.schemas.Store(&map[int]*writerSchema{})
 	r.ids.Store(&map[subjectSchema]int{})
@@ -182,12 +181,9 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 		if err != nil {
 			return 0, err
 		}
-		st := ""
-		if t := got.SchemaType(); t != nil {
-			st = t.String()
-		}
-		r.publishSchema(newWriterSchema(got.ID(), st, got.Schema()))
-		r.publishID(key, got.ID())
+		w := newWriterSchema(got.ID(), got)
+		publish(&r.mu, &r.schemas, w.id, w)
+		publish(&r.mu, &r.ids, key, got.ID())
 		r.log.Debug("registered schema", "subject", subject, "id", got.ID(), "version", got.Version())
 		return got.ID(), nil
 	})
@@ -195,6 +191,17 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 		return 0, err
 	}
 	return v.(int), nil
+}
+
+// writerOf splits a Confluent-framed record into its writer schema and
+// Avro payload. Errors are those of Unframe and writer.
+func (r *Registry) writerOf(ctx context.Context, b []byte) (*writerSchema, []byte, error) {
+	id, payload, err := Unframe(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := r.writer(ctx, id)
+	return w, payload, err
 }
 
 // writer returns the compiled writer schema of id, fetching it on a miss.
@@ -217,18 +224,14 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 			return err
 		})
 		if err != nil {
-			if isUnknown(err) {
+			if errors.Is(err, ErrUnknownSchema) {
 				r.unknown.add(id, time.Now())
 			}
 			r.log.Debug("schema fetch failed", "id", id, "err", err)
 			return nil, err
 		}
-		st := ""
-		if t := got.SchemaType(); t != nil {
-			st = t.String()
-		}
-		w := newWriterSchema(id, st, got.Schema())
-		r.publishSchema(w)
+		w := newWriterSchema(id, got)
+		publish(&r.mu, &r.schemas, id, w)
 		r.unknown.forget(id)
 		r.log.Debug("fetched schema", "id", id, "usable", w.err == nil)
 		return w, nil
@@ -268,22 +271,16 @@ func (r *Registry) shared(ctx context.Context, key string, fetch func(context.Co
 	}
 }
 
-func (r *Registry) publishSchema(w *writerSchema) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := *r.schemas.Load()
-	if _, ok := old[w.id]; ok {
-		return // ids are immutable: keep the first compiled schema
+// publish adds k -> v to the copy-on-write map *m unless k is there: ids
+// are immutable, so the first value (compiled schema, id) stays.
+func publish[K comparable, V any](mu *sync.Mutex, m *atomic.Pointer[map[K]V], k K, v V) {
+	mu.Lock()
+	defer mu.Unlock()
+	old := *m.Load()
+	if _, ok := old[k]; ok {
+		return
 	}
 	next := maps.Clone(old)
-	next[w.id] = w
-	r.schemas.Store(&next)
-}
-
-func (r *Registry) publishID(k subjectSchema, id int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	next := maps.Clone(*r.ids.Load())
-	next[k] = id
-	r.ids.Store(&next)
+	next[k] = v
+	m.Store(&next)
 }
