@@ -168,13 +168,12 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 	if id, ok := (*r.ids.Load())[key]; ok {
 		return id, nil
 	}
-	v, err := r.shared(ctx, "register\x00"+subject+"\x00"+schema, func(fctx context.Context) (any, error) {
+	return shared(ctx, r, "register\x00"+subject+"\x00"+schema, func(fctx context.Context) (int, error) {
 		if id, ok := (*r.ids.Load())[key]; ok {
 			return id, nil
 		}
 		var got *srclient.Schema
-		op := "register subject " + subject
-		err := r.call(fctx, op, true, func(c *srclient.SchemaRegistryClient) (err error) {
+		err := r.call(fctx, "register subject "+subject, true, func(c *srclient.SchemaRegistryClient) (err error) {
 			got, err = c.CreateSchema(subject, schema, srclient.Avro)
 			return err
 		})
@@ -187,10 +186,6 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 		r.log.Debug("registered schema", "subject", subject, "id", got.ID(), "version", got.Version())
 		return got.ID(), nil
 	})
-	if err != nil {
-		return 0, err
-	}
-	return v.(int), nil
 }
 
 // writerOf splits a Confluent-framed record into its writer schema and
@@ -213,7 +208,7 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 	if id < 0 {
 		return nil, fmt.Errorf("%w: schema id %d is negative", ErrUnknownSchema, id)
 	}
-	v, err := r.shared(ctx, "id\x00"+strconv.Itoa(id), func(fctx context.Context) (any, error) {
+	return shared(ctx, r, "id\x00"+strconv.Itoa(id), func(fctx context.Context) (*writerSchema, error) {
 		// A flight that ended just before this one may have filled the cache.
 		if w, err, ok := r.cachedWriter(id); ok {
 			return w, err
@@ -236,10 +231,6 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 		r.log.Debug("fetched schema", "id", id, "usable", w.err == nil)
 		return w, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*writerSchema), nil
 }
 
 // cachedWriter answers from the caches; ok is false on a miss.
@@ -256,18 +247,20 @@ func (r *Registry) cachedWriter(id int) (w *writerSchema, err error, ok bool) {
 // shared runs fetch once for all concurrent callers with the same key. The
 // fetch is detached from any one caller's cancellation (it is bounded by
 // the registry timeout); each caller stops waiting when its own ctx ends.
-func (r *Registry) shared(ctx context.Context, key string, fetch func(context.Context) (any, error)) (any, error) {
+func shared[T any](ctx context.Context, r *Registry, key string, fetch func(context.Context) (T, error)) (T, error) {
+	var zero T
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("schema registry %s: %w", r.url, err)
+		return zero, fmt.Errorf("schema registry %s: %w", r.url, err)
 	}
 	ch := r.flight.DoChan(key, func() (any, error) {
 		return fetch(context.WithoutCancel(ctx))
 	})
 	select {
 	case res := <-ch:
-		return res.Val, res.Err
+		v, _ := res.Val.(T)
+		return v, res.Err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("schema registry %s: %w", r.url, ctx.Err())
+		return zero, fmt.Errorf("schema registry %s: %w", r.url, ctx.Err())
 	}
 }
 

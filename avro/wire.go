@@ -49,17 +49,15 @@ func readLong(b []byte) (int64, int, error) {
 
 // fastRecord decodes a writer schema that is a record of primitive fields
 // without going through goavro's generic map, allocating nothing.
-type fastRecord struct {
-	kinds []kind
-}
+type fastRecord []kind
 
 // decodePair reads the whole record in b and returns field idIdx as an
 // integer and field numIdx as a float64. Field kinds were checked when the
 // plan was made: idIdx is int or long, numIdx is int, long, float or double.
-func (f *fastRecord) decodePair(b []byte, idIdx, numIdx int) (int64, float64, error) {
+func (f fastRecord) decodePair(b []byte, idIdx, numIdx int) (int64, float64, error) {
 	var id int64
 	var num float64
-	for i, k := range f.kinds {
+	for i, k := range f {
 		var iv int64
 		var fv float64
 		switch k {

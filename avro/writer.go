@@ -38,7 +38,7 @@ type pairPlan struct {
 type writerSchema struct {
 	id          int
 	codec       *goavro.Codec
-	fast        *fastRecord // nil: decode with goavro's generic codec
+	fast        fastRecord // nil: decode with goavro's generic codec
 	rating      pairPlan
 	countAndSum pairPlan
 	err         error // wraps ErrDecode: the schema is unusable
@@ -90,7 +90,7 @@ func newWriterSchema(id int, s *srclient.Schema) *writerSchema {
 		}
 	}
 	if fast {
-		w.fast = &fastRecord{kinds: kinds}
+		w.fast = kinds // non-nil even for a record of no fields
 	}
 	w.rating = w.plan(names, kinds, ratingFields)
 	w.countAndSum = w.plan(names, kinds, countAndSumFields)
