@@ -1,6 +1,7 @@
 package avro
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -122,19 +123,9 @@ func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 		r.user, r.password = user, password
 	}
 	r.unknown = newUnknownCache(r.unknownTTL, r.unknownMax)
-	if r.timeout == 0 {
-		r.timeout = r.httpClient.Timeout
-	}
-	if r.timeout == 0 {
-		r.timeout = DefaultTimeout
-	}
-	r.transport = r.httpClient.Transport
-	if r.transport == nil {
-		r.transport = http.DefaultTransport
-	}
-	if r.log == nil {
-		r.log = slog.New(slog.DiscardHandler)
-	}
+	r.timeout = cmp.Or(r.timeout, r.httpClient.Timeout, DefaultTimeout)
+	r.transport = cmp.Or(r.httpClient.Transport, http.DefaultTransport)
+	r.log = cmp.Or(r.log, slog.New(slog.DiscardHandler))
 	r.schemas.Store(&map[int]*writerSchema{})
 	r.ids.Store(&map[subjectSchema]int{})
 	return r, nil
