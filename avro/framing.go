@@ -15,10 +15,12 @@ const headerLen = 5
 // schema id: magic byte 0, id as 4 bytes big-endian (the low 32 bits of id;
 // registry ids fit), then a copy of payload. It is pure.
 func Frame(id int, payload []byte) []byte {
-	b := make([]byte, headerLen, headerLen+len(payload))
-	b[0] = magicByte
-	binary.BigEndian.PutUint32(b[1:], uint32(id))
-	return append(b, payload...)
+	return append(appendHeader(make([]byte, 0, headerLen+len(payload)), id), payload...)
+}
+
+// appendHeader appends the frame header of schema id to b.
+func appendHeader(b []byte, id int) []byte {
+	return binary.BigEndian.AppendUint32(append(b, magicByte), uint32(id))
 }
 
 // Unframe splits a Confluent-framed record into its schema id (a signed

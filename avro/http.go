@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
+	"sync/atomic"
 
 	"github.com/riferrei/srclient"
 )
@@ -14,28 +14,18 @@ import (
 // context) to ctx and remembers the last HTTP status it saw, which
 // classify needs because srclient drops it from non-JSON error answers.
 type callTransport struct {
-	ctx  context.Context
-	base http.RoundTripper
-
-	mu     sync.Mutex
-	status int
+	ctx    context.Context
+	base   http.RoundTripper
+	status atomic.Int64
 }
 
 // RoundTrip sends req under the call's context.
 func (t *callTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req.WithContext(t.ctx))
 	if resp != nil {
-		t.mu.Lock()
-		t.status = resp.StatusCode
-		t.mu.Unlock()
+		t.status.Store(int64(resp.StatusCode))
 	}
 	return resp, err
-}
-
-func (t *callTransport) lastStatus() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.status
 }
 
 // call runs fn with a srclient whose requests are bound to ctx (plus the
@@ -58,7 +48,7 @@ func (r *Registry) call(ctx context.Context, op string, registering bool, fn fun
 	if err == nil {
 		return nil
 	}
-	return r.classify(ctx, op, registering, err, tr.lastStatus())
+	return r.classify(ctx, op, registering, err, int(tr.status.Load()))
 }
 
 // classify maps a srclient error to the package sentinels.

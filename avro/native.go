@@ -13,25 +13,11 @@ import (
 // ErrRegistryUnavailable (retry), or ctx's error. It never panics. Safe for
 // concurrent use.
 func (r *Registry) DecodeNative(ctx context.Context, b []byte) (any, error) {
-	id, payload, err := Unframe(b)
+	w, payload, err := r.writerOf(ctx, b)
 	if err != nil {
 		return nil, err
 	}
-	w, err := r.writer(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if w.err != nil {
-		return nil, w.err
-	}
-	native, rest, err := w.codec.NativeFromBinary(payload)
-	if err != nil {
-		return nil, fmt.Errorf("%w: schema id %d: %v", ErrDecode, id, err)
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("%w: schema id %d: %d bytes after the record", ErrDecode, id, len(rest))
-	}
-	return native, nil
+	return w.native(payload)
 }
 
 // Decoder returns a decoder of Confluent-framed Avro records for a job's

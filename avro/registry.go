@@ -1,10 +1,10 @@
 package avro
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -123,19 +123,9 @@ func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 		r.user, r.password = user, password
 	}
 	r.unknown = newUnknownCache(r.unknownTTL, r.unknownMax)
-	if r.timeout == 0 {
-		r.timeout = r.httpClient.Timeout
-	}
-	if r.timeout == 0 {
-		r.timeout = DefaultTimeout
-	}
-	r.transport = r.httpClient.Transport
-	if r.transport == nil {
-		r.transport = http.DefaultTransport
-	}
-	if r.log == nil {
-		r.log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	r.timeout = cmp.Or(r.timeout, r.httpClient.Timeout, DefaultTimeout)
+	r.transport = cmp.Or(r.httpClient.Transport, http.DefaultTransport)
+	r.log = cmp.Or(r.log, slog.New(slog.DiscardHandler))
 	r.schemas.Store(&map[int]*writerSchema{})
 	r.ids.Store(&map[subjectSchema]int{})
 	return r, nil
@@ -169,32 +159,35 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 	if id, ok := (*r.ids.Load())[key]; ok {
 		return id, nil
 	}
-	v, err := r.shared(ctx, "register\x00"+subject+"\x00"+schema, func(fctx context.Context) (any, error) {
+	return shared(ctx, r, "register\x00"+subject+"\x00"+schema, func(fctx context.Context) (int, error) {
 		if id, ok := (*r.ids.Load())[key]; ok {
 			return id, nil
 		}
 		var got *srclient.Schema
-		op := "register subject " + subject
-		err := r.call(fctx, op, true, func(c *srclient.SchemaRegistryClient) (err error) {
+		err := r.call(fctx, "register subject "+subject, true, func(c *srclient.SchemaRegistryClient) (err error) {
 			got, err = c.CreateSchema(subject, schema, srclient.Avro)
 			return err
 		})
 		if err != nil {
 			return 0, err
 		}
-		st := ""
-		if t := got.SchemaType(); t != nil {
-			st = t.String()
-		}
-		r.publishSchema(newWriterSchema(got.ID(), st, got.Schema()))
-		r.publishID(key, got.ID())
+		w := newWriterSchema(got.ID(), got)
+		publish(&r.mu, &r.schemas, w.id, w)
+		publish(&r.mu, &r.ids, key, got.ID())
 		r.log.Debug("registered schema", "subject", subject, "id", got.ID(), "version", got.Version())
 		return got.ID(), nil
 	})
+}
+
+// writerOf splits a Confluent-framed record into its writer schema and
+// Avro payload. Errors are those of Unframe and writer.
+func (r *Registry) writerOf(ctx context.Context, b []byte) (*writerSchema, []byte, error) {
+	id, payload, err := Unframe(b)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	return v.(int), nil
+	w, err := r.writer(ctx, id)
+	return w, payload, err
 }
 
 // writer returns the compiled writer schema of id, fetching it on a miss.
@@ -206,7 +199,7 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 	if id < 0 {
 		return nil, fmt.Errorf("%w: schema id %d is negative", ErrUnknownSchema, id)
 	}
-	v, err := r.shared(ctx, "id\x00"+strconv.Itoa(id), func(fctx context.Context) (any, error) {
+	return shared(ctx, r, "id\x00"+strconv.Itoa(id), func(fctx context.Context) (*writerSchema, error) {
 		// A flight that ended just before this one may have filled the cache.
 		if w, err, ok := r.cachedWriter(id); ok {
 			return w, err
@@ -217,26 +210,18 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 			return err
 		})
 		if err != nil {
-			if isUnknown(err) {
+			if errors.Is(err, ErrUnknownSchema) {
 				r.unknown.add(id, time.Now())
 			}
 			r.log.Debug("schema fetch failed", "id", id, "err", err)
 			return nil, err
 		}
-		st := ""
-		if t := got.SchemaType(); t != nil {
-			st = t.String()
-		}
-		w := newWriterSchema(id, st, got.Schema())
-		r.publishSchema(w)
+		w := newWriterSchema(id, got)
+		publish(&r.mu, &r.schemas, id, w)
 		r.unknown.forget(id)
 		r.log.Debug("fetched schema", "id", id, "usable", w.err == nil)
 		return w, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*writerSchema), nil
 }
 
 // cachedWriter answers from the caches; ok is false on a miss.
@@ -253,37 +238,33 @@ func (r *Registry) cachedWriter(id int) (w *writerSchema, err error, ok bool) {
 // shared runs fetch once for all concurrent callers with the same key. The
 // fetch is detached from any one caller's cancellation (it is bounded by
 // the registry timeout); each caller stops waiting when its own ctx ends.
-func (r *Registry) shared(ctx context.Context, key string, fetch func(context.Context) (any, error)) (any, error) {
+func shared[T any](ctx context.Context, r *Registry, key string, fetch func(context.Context) (T, error)) (T, error) {
+	var zero T
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("schema registry %s: %w", r.url, err)
+		return zero, fmt.Errorf("schema registry %s: %w", r.url, err)
 	}
 	ch := r.flight.DoChan(key, func() (any, error) {
 		return fetch(context.WithoutCancel(ctx))
 	})
 	select {
 	case res := <-ch:
-		return res.Val, res.Err
+		v, _ := res.Val.(T)
+		return v, res.Err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("schema registry %s: %w", r.url, ctx.Err())
+		return zero, fmt.Errorf("schema registry %s: %w", r.url, ctx.Err())
 	}
 }
 
-func (r *Registry) publishSchema(w *writerSchema) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	old := *r.schemas.Load()
-	if _, ok := old[w.id]; ok {
-		return // ids are immutable: keep the first compiled schema
+// publish adds k -> v to the copy-on-write map *m unless k is there: ids
+// are immutable, so the first value (compiled schema, id) stays.
+func publish[K comparable, V any](mu *sync.Mutex, m *atomic.Pointer[map[K]V], k K, v V) {
+	mu.Lock()
+	defer mu.Unlock()
+	old := *m.Load()
+	if _, ok := old[k]; ok {
+		return
 	}
 	next := maps.Clone(old)
-	next[w.id] = w
-	r.schemas.Store(&next)
-}
-
-func (r *Registry) publishID(k subjectSchema, id int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	next := maps.Clone(*r.ids.Load())
-	next[k] = id
-	r.ids.Store(&next)
+	next[k] = v
+	m.Store(&next)
 }

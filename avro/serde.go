@@ -2,7 +2,6 @@ package avro
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -55,15 +54,9 @@ func (r *Registry) DecodeCountAndSum(ctx context.Context, b []byte) (CountAndSum
 }
 
 func (r *Registry) decodePair(ctx context.Context, b []byte, p pairFields, plan func(*writerSchema) *pairPlan) (int64, float64, error) {
-	id, payload, err := Unframe(b)
-	if err != nil {
-		return 0, 0, err
-	}
-	w, err := r.writer(ctx, id)
+	w, payload, err := r.writerOf(ctx, b)
 	if err != nil {
 		return 0, 0, err
 	}
 	return w.decodePair(payload, plan(w), p)
 }
-
-func isUnknown(err error) bool { return errors.Is(err, ErrUnknownSchema) }

@@ -76,11 +76,3 @@ func (c *unknownCache) forget(id int) {
 	defer c.mu.Unlock()
 	delete(c.until, id)
 }
-
-// len returns how many ids are remembered (expired ones included until
-// they are looked up or evicted).
-func (c *unknownCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.until)
-}

@@ -10,6 +10,14 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
+// len returns how many ids c remembers (expired ones included until they
+// are looked up or evicted).
+func (c *unknownCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.until)
+}
+
 func TestUnknownCacheIsBounded(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := newUnknownCache(time.Minute, 8)

@@ -32,6 +32,7 @@ var errShort = errors.New("payload truncated")
 
 // readLong reads a zigzag varint long exactly as goavro does (goavro is the
 // reference of the slow path; both must accept and reject the same bytes).
+// goavro reads an int with the same loop.
 func readLong(b []byte) (int64, int, error) {
 	var value uint64
 	var shift uint
@@ -46,34 +47,17 @@ func readLong(b []byte) (int64, int, error) {
 	return 0, 0, errShort
 }
 
-// readInt reads a zigzag varint int exactly as goavro does.
-func readInt(b []byte) (int32, int, error) {
-	var value int
-	var shift uint
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		value |= int(c&0x7f) << shift
-		if c&0x80 == 0 {
-			return int32(value>>1) ^ -int32(value&1), i + 1, nil
-		}
-		shift += 7
-	}
-	return 0, 0, errShort
-}
-
 // fastRecord decodes a writer schema that is a record of primitive fields
 // without going through goavro's generic map, allocating nothing.
-type fastRecord struct {
-	kinds []kind
-}
+type fastRecord []kind
 
 // decodePair reads the whole record in b and returns field idIdx as an
 // integer and field numIdx as a float64. Field kinds were checked when the
 // plan was made: idIdx is int or long, numIdx is int, long, float or double.
-func (f *fastRecord) decodePair(b []byte, idIdx, numIdx int) (int64, float64, error) {
+func (f fastRecord) decodePair(b []byte, idIdx, numIdx int) (int64, float64, error) {
 	var id int64
 	var num float64
-	for i, k := range f.kinds {
+	for i, k := range f {
 		var iv int64
 		var fv float64
 		switch k {
@@ -86,16 +70,13 @@ func (f *fastRecord) decodePair(b []byte, idIdx, numIdx int) (int64, float64, er
 				return 0, 0, fmt.Errorf("field %d: boolean byte %d", i, b[0])
 			}
 			b = b[1:]
-		case kindInt:
-			v, n, err := readInt(b)
-			if err != nil {
-				return 0, 0, fmt.Errorf("field %d (int): %w", i, err)
-			}
-			iv, fv, b = int64(v), float64(v), b[n:]
-		case kindLong:
+		case kindInt, kindLong:
 			v, n, err := readLong(b)
 			if err != nil {
-				return 0, 0, fmt.Errorf("field %d (long): %w", i, err)
+				return 0, 0, fmt.Errorf("field %d (%s): %w", i, [...]string{kindInt: "int", kindLong: "long"}[k], err)
+			}
+			if k == kindInt {
+				v = int64(int32(v)) // goavro keeps an int's low 32 bits
 			}
 			iv, fv, b = v, float64(v), b[n:]
 		case kindFloat:
@@ -135,18 +116,11 @@ func (f *fastRecord) decodePair(b []byte, idIdx, numIdx int) (int64, float64, er
 	return id, num, nil
 }
 
-// appendLongDouble appends the Avro binary encoding of a record made of a
-// long then a double: zigzag varint, then 8 bytes little-endian IEEE 754.
-// binary.AppendVarint is zigzag + LEB128, which is Avro's long encoding.
-func appendLongDouble(b []byte, l int64, d float64) []byte {
+// encodeFramed returns the Confluent-framed record {long l, double d} for
+// schema id: a zigzag varint (binary.AppendVarint is zigzag + LEB128,
+// Avro's long encoding), then 8 bytes little-endian IEEE 754.
+func encodeFramed(id int, l int64, d float64) []byte {
+	b := appendHeader(make([]byte, 0, headerLen+binary.MaxVarintLen64+8), id)
 	b = binary.AppendVarint(b, l)
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(d))
-}
-
-// encodeFramed returns the framed record {long, double} for schema id.
-func encodeFramed(id int, l int64, d float64) []byte {
-	b := make([]byte, headerLen, headerLen+binary.MaxVarintLen64+8)
-	b[0] = magicByte
-	binary.BigEndian.PutUint32(b[1:], uint32(id))
-	return appendLongDouble(b, l, d)
 }

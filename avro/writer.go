@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/linkedin/goavro/v2"
+	"github.com/riferrei/srclient"
 )
 
 func init() {
@@ -37,7 +38,7 @@ type pairPlan struct {
 type writerSchema struct {
 	id          int
 	codec       *goavro.Codec
-	fast        *fastRecord // nil: decode with goavro's generic codec
+	fast        fastRecord // nil: decode with goavro's generic codec
 	rating      pairPlan
 	countAndSum pairPlan
 	err         error // wraps ErrDecode: the schema is unusable
@@ -51,14 +52,15 @@ type recordJSON struct {
 	} `json:"fields"`
 }
 
-// newWriterSchema compiles the schema text the registry holds for id.
-// schemaType is the registry's schemaType ("" or "AVRO" for Avro).
-func newWriterSchema(id int, schemaType, text string) *writerSchema {
+// newWriterSchema compiles the schema s the registry holds for id. A
+// schemaType that is absent or empty means Avro.
+func newWriterSchema(id int, s *srclient.Schema) *writerSchema {
 	w := &writerSchema{id: id}
-	if schemaType != "" && schemaType != "AVRO" {
-		w.err = fmt.Errorf("%w: schema id %d is a %s schema, not Avro", ErrDecode, id, schemaType)
+	if t := s.SchemaType(); t != nil && *t != "" && *t != srclient.Avro {
+		w.err = fmt.Errorf("%w: schema id %d is a %s schema, not Avro", ErrDecode, id, *t)
 		return w
 	}
+	text := s.Schema()
 	codec, err := goavro.NewCodec(text)
 	if err != nil {
 		w.err = fmt.Errorf("%w: schema id %d does not compile: %v", ErrDecode, id, err)
@@ -88,7 +90,7 @@ func newWriterSchema(id int, schemaType, text string) *writerSchema {
 		}
 	}
 	if fast {
-		w.fast = &fastRecord{kinds: kinds}
+		w.fast = kinds // non-nil even for a record of no fields
 	}
 	w.rating = w.plan(names, kinds, ratingFields)
 	w.countAndSum = w.plan(names, kinds, countAndSumFields)
@@ -141,17 +143,9 @@ func (w *writerSchema) decodePair(payload []byte, pp *pairPlan, p pairFields) (i
 
 // decodeGeneric is the slow path through goavro's native maps.
 func (w *writerSchema) decodeGeneric(payload []byte, p pairFields) (id int64, num float64, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			id, num, err = 0, 0, fmt.Errorf("%w: schema id %d: decoder panic: %v", ErrDecode, w.id, r)
-		}
-	}()
-	native, rest, err := w.codec.NativeFromBinary(payload)
+	native, err := w.native(payload)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%w: schema id %d: %v", ErrDecode, w.id, err)
-	}
-	if len(rest) != 0 {
-		return 0, 0, fmt.Errorf("%w: schema id %d: %d trailing bytes after the record", ErrDecode, w.id, len(rest))
+		return 0, 0, err
 	}
 	m, ok := native.(map[string]any)
 	if !ok {
@@ -178,4 +172,25 @@ func (w *writerSchema) decodeGeneric(payload []byte, p pairFields) (id int64, nu
 		return 0, 0, fmt.Errorf("%w: schema id %d: field %q is missing or not a double, float, long or int (%T)", ErrDecode, w.id, p.num, v)
 	}
 	return id, num, nil
+}
+
+// native decodes payload into goavro's native form; bytes after the record
+// are an error. Every error wraps ErrDecode. It never panics.
+func (w *writerSchema) native(payload []byte) (v any, err error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, fmt.Errorf("%w: schema id %d: decoder panic: %v", ErrDecode, w.id, r)
+		}
+	}()
+	v, rest, err := w.codec.NativeFromBinary(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema id %d: %v", ErrDecode, w.id, err)
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: schema id %d: %d trailing bytes after the record", ErrDecode, w.id, len(rest))
+	}
+	return v, nil
 }

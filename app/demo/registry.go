@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -98,9 +99,7 @@ func (p *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := httptest.NewRecorder()
 	p.reg.Handler().ServeHTTP(rec, r)
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
+	maps.Copy(w.Header(), rec.Header())
 	w.WriteHeader(rec.Code)
 	body := rec.Body.Bytes()
 	_, _ = w.Write(body)

@@ -132,11 +132,7 @@ func produceOrders(ctx context.Context, p produceConfig, log *slog.Logger) (int6
 		if err != nil || !ok {
 			return app.Record{}, ok, err
 		}
-		r := app.Record{Value: g.value}
-		if len(g.key) > 0 {
-			r.Key = g.key
-		}
-		return r, true, nil
+		return app.Record{Key: g.key, Value: g.value}, true, nil // g.key is nil when there is none
 	})
 }
 
