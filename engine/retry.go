@@ -23,8 +23,6 @@ func (e *Engine) retryUnavailable(ctx context.Context, what string, fn func() er
 		if !sleepCtx(ctx, backoff) {
 			return ctx.Err()
 		}
-		if backoff < 5*time.Second {
-			backoff *= 2
-		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
