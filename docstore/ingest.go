@@ -36,8 +36,13 @@ type kvEntry struct {
 // entries atomically and durably, newer than everything it holds, without
 // going through its write path. Each run is sorted by key, with no key
 // twice, and every key of a run is below every key of the next.
+//
+// holdCompactions(true) tells it a bulk load starts, whose ingestions
+// overlap one another, and holdCompactions(false) that one ended: an
+// engine may defer merging the files until then.
 type kvIngester interface {
 	ingest(runs [][]kvEntry) error
+	holdCompactions(on bool)
 }
 
 // withSize returns Clover's collection metadata meta with its size set to

@@ -26,8 +26,9 @@ type pebbleKV struct {
 	opts *pebble.Options
 	// tmp is where ingested files are written before Pebble links them
 	// in: beside the database, on the same file system.
-	tmp string
-	seq int
+	tmp  string
+	seq  int
+	gate *compactionGate
 }
 
 var _ kvIngester = (*pebbleKV)(nil)
@@ -36,6 +37,7 @@ var _ kvIngester = (*pebbleKV)(nil)
 // path with the memory bounds of o.
 func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebbleKV, error) {
 	cache := pebble.NewCache(o.cacheBytes)
+	gate := newCompactionGate(log)
 	opts := &pebble.Options{
 		Cache:                       cache,
 		FS:                          bufferedFS{vfs.Default},
@@ -59,6 +61,7 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 	// rewriting them, for no faster range queries. Default compactions
 	// still weigh deletions (a file's compensated size).
 	opts.Experimental.TombstoneDenseCompactionThreshold = -1
+	opts.Experimental.CompactionScheduler = gate
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10) // point reads of missing keys skip files
 		// No block compression: Snappy saved disk but cost compaction CPU,
@@ -70,7 +73,7 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 	if err != nil {
 		return nil, err
 	}
-	return &pebbleKV{db: db, opts: opts, tmp: path + ingestDirSuffix}, nil
+	return &pebbleKV{db: db, opts: opts, tmp: path + ingestDirSuffix, gate: gate}, nil
 }
 
 func (p *pebbleKV) snapshot() kvReader { return &pebbleReader{r: p.db.NewSnapshot()} }
@@ -286,8 +289,16 @@ func (p *pebbleKV) ingest(runs [][]kvEntry) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	return p.db.Ingest(context.Background(), paths)
+	if err := p.db.Ingest(context.Background(), paths); err != nil {
+		return err
+	}
+	p.gate.level0(int(p.db.Metrics().Levels[0].Sublevels))
+	return nil
 }
+
+// holdCompactions holds compactions back while a bulk load lasts (on), or
+// ends that (off); see compactionGate.
+func (p *pebbleKV) holdCompactions(on bool) { p.gate.hold(on) }
 
 // writeTable writes runs, in order, into a new synced table at path.
 func (p *pebbleKV) writeTable(path string, runs [][]kvEntry) error {

@@ -56,6 +56,25 @@ type tableBulk struct {
 	overflow bool
 	// seen holds every key the load has written out.
 	seen seenKeys
+	// holding is set while the load holds the store's compactions back
+	// (kvIngester.holdCompactions): from a batch on, until the load ends
+	// or no batch has come for holdIdle. last is when the last one came.
+	holding bool
+	last    time.Time
+}
+
+// holdIdle is how long a bulk load goes without batches before it lets
+// compactions run again: a restore that has caught up merges what it
+// ingested, while short pauses in its fetches do not.
+const holdIdle = time.Second
+
+// holdCompactions starts or ends the load's hold on compactions.
+func (s *Store) holdCompactions(b *tableBulk, on bool) {
+	if b.holding != on {
+		b.holding = on
+		s.kv.(kvIngester).holdCompactions(on)
+		s.log.Debug("docstore table bulk load and compactions", "table", b.t.spec.Name, "held", on)
+	}
 }
 
 func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints) == 0 }
@@ -136,6 +155,8 @@ func (t *table) buffer(b engine.DocBatch) {
 	bulk.add(b.Docs)
 	bulk.checkpoints[b.Partition] = b.Checkpoint
 	t.cache.buffered.Store(true)
+	bulk.last = time.Now()
+	t.s.holdCompactions(bulk, true)
 }
 
 // add buffers docs (kept as they are: see Apply) in order, as the
@@ -162,7 +183,7 @@ func (b *tableBulk) add(docs []engine.Doc) {
 	}
 }
 
-// afterBuffer hands a full buffer to a background ingestion, or (re)arms
+// afterBuffer hands a full buffer to a background ingestion and (re)arms
 // the idle timer. The caller holds wmu.
 func (t *table) afterBuffer() error {
 	s, tc := t.s, t.cache
@@ -173,7 +194,9 @@ func (t *table) afterBuffer() error {
 		if err := s.awaitTableIngest(tc); err != nil {
 			return err
 		}
-		return s.startTableIngest(tc)
+		if err := s.startTableIngest(tc); err != nil {
+			return err
+		}
 	}
 	idle := cmp.Or(s.tcache.idle, ingestIdle)
 	if tc.bulk.timer == nil {
@@ -197,6 +220,13 @@ func (s *Store) materializeTableIdle(tc *tableCache) {
 	if err := s.materializeTable(tc); err != nil {
 		s.log.Warn("docstore table bulk load not written yet; retried before the next operation", "err", err)
 	}
+	if b := &tc.bulk; b.holding {
+		if wait := holdIdle - time.Since(b.last); wait > 0 {
+			b.timer.Reset(wait)
+		} else {
+			s.holdCompactions(b, false)
+		}
+	}
 }
 
 // flushBuffered writes the table's buffer out if it holds anything, for
@@ -217,8 +247,8 @@ func (t *table) flushBuffered() error {
 // holds wmu and the shared lock.
 func (s *Store) materializeTable(tc *tableCache) error {
 	bulk := &tc.bulk
-	if bulk.timer != nil {
-		bulk.timer.Stop()
+	if bulk.timer != nil && !bulk.holding {
+		bulk.timer.Stop() // a holding load's timer still ends its hold
 	}
 	if err := s.awaitTableIngest(tc); err != nil {
 		return err
@@ -246,6 +276,7 @@ func (s *Store) endTableBulk(tc *tableCache) error {
 		return err
 	}
 	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", tc.m.len())
+	s.holdCompactions(&tc.bulk, false)
 	tc.bulk = tableBulk{}
 	s.tcache.unpin(tc, s.cacheMax)
 	return nil
