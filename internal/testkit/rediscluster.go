@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -255,14 +256,11 @@ type RedisClusterNode struct {
 	Slots              []string // ranges "0-5460", single slots, migrations
 }
 
-// Has reports whether the node carries flag (master, slave, fail, ...).
+// Has reports whether the node carries flag (master, slave, fail, ...),
+// exactly: "fail" is a failure the cluster agreed on, "fail?" one node's
+// suspicion.
 func (n RedisClusterNode) Has(flag string) bool {
-	for _, f := range n.Flags {
-		if f == flag || f == flag+"?" {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(n.Flags, flag)
 }
 
 // ServesSlot reports whether the node's slot ranges include slot.
@@ -348,7 +346,7 @@ func (c *RedisCluster) MasterOf(ctx context.Context, slot int) (master *Redis, r
 	}
 	var id string
 	for _, v := range view {
-		if v.Has("master") && !v.Has("fail") && v.ServesSlot(slot) {
+		if v.Has("master") && !v.Has("fail") && !v.Has("fail?") && v.ServesSlot(slot) {
 			id, master = v.ID, c.Node(v.Addr)
 		}
 	}
@@ -398,7 +396,7 @@ func (c *RedisCluster) healthy(ctx context.Context) error {
 			if !other.Running() && !v.Has("fail") {
 				return fmt.Errorf("node %s does not see the stopped node %s as failed", n.Addr(), v.Addr)
 			}
-			if other.Running() && (v.Has("fail") || strings.Contains(strings.Join(v.Flags, ","), "fail?")) {
+			if other.Running() && (v.Has("fail") || v.Has("fail?")) {
 				return fmt.Errorf("node %s sees the running node %s as failed", n.Addr(), v.Addr)
 			}
 			if v.Has("master") && !v.Has("fail") && !other.Running() {
