@@ -38,11 +38,11 @@ type compactionGate struct {
 	maxSublevels int
 	granted      int
 	log          *slog.Logger
-	closed   bool
-	idle     *sync.Cond // signalled when granting ends
-	poke     chan struct{}
-	stop     chan struct{}
-	stopped  chan struct{}
+	closed       bool
+	idle         *sync.Cond // signalled when granting ends
+	poke         chan struct{}
+	stop         chan struct{}
+	stopped      chan struct{}
 }
 
 var _ pebble.CompactionScheduler = (*compactionGate)(nil)
