@@ -27,16 +27,13 @@ const maxHeldSublevels = 64
 //
 // It is safe for concurrent use; Pebble calls it from its own goroutines.
 type compactionGate struct {
-	mu       sync.Mutex
-	db       pebble.DBForCompaction // set by Register
-	running  int
-	held     int  // bulk loads in progress
-	over     bool // level 0 is past maxHeldSublevels
-	granting bool // a grant loop runs (one at a time)
-	// maxSublevels is maxHeldSublevels (tests lower it); granted counts
-	// the compactions granted.
-	maxSublevels int
-	granted      int
+	mu           sync.Mutex
+	db           pebble.DBForCompaction // set by Register
+	running      int
+	held         int  // bulk loads in progress
+	over         bool // level 0 is past maxHeldSublevels
+	granting     bool // a grant loop runs (one at a time)
+	maxSublevels int  // maxHeldSublevels (tests lower it)
 	log          *slog.Logger
 	closed       bool
 	idle         *sync.Cond // signalled when granting ends
@@ -82,7 +79,6 @@ func (g *compactionGate) TrySchedule() (bool, pebble.CompactionGrantHandle) {
 		return false, nil
 	}
 	g.running++
-	g.granted++
 	return true, g
 }
 
@@ -177,7 +173,6 @@ func (g *compactionGate) grant() {
 		}
 		g.mu.Lock()
 		g.running++
-		g.granted++
 		g.mu.Unlock()
 	}
 	g.mu.Lock()

@@ -277,6 +277,9 @@ func (s *Store) endTableBulk(tc *tableCache) error {
 	}
 	s.log.Info("docstore table bulk load ended", "partitions", len(tc.bulk.parts), "cached_docs", tc.m.len())
 	s.holdCompactions(&tc.bulk, false)
+	if tc.bulk.timer != nil {
+		tc.bulk.timer.Stop() // left armed by materializeTable while the load held
+	}
 	tc.bulk = tableBulk{}
 	s.tcache.unpin(tc, s.cacheMax)
 	return nil
