@@ -43,8 +43,8 @@ CLUSTER_RUN ?= ^TestCluster
 CLUSTER_PKGS ?= $(shell grep -rlE --include='*_test.go' '^func TestCluster' . | grep -vE '^\./(compare|deploytest)/' | xargs -r -n1 dirname | sort -u | sed 's|$$|/|')
 # Tests built only without -race (//go:build !race: a fault that makes a
 # dependency race with itself); unit runs them in a second pass.
-NORACE_PKGS ?= $(if $(filter ./...,$(PKGS)),./app/)
-NORACE_RUN ?= ^TestBrokerOutageExact$$
+NORACE_PKGS ?= $(if $(filter ./...,$(PKGS)),./app/ ./engine/)
+NORACE_RUN ?= ^(TestBrokerOutageExact|TestUnitStaticMembership)$$
 # Only the packages that have such tests (compiling the others with -race
 # for nothing costs CI minutes, and their "no tests to run" lines hide the
 # real results).
