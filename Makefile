@@ -73,6 +73,7 @@ lint:
 	if [[ -n "$$unformatted" ]]; then \
 		echo "gofmt: these files are not formatted (run gofmt -w):"; echo "$$unformatted"; exit 1; \
 	fi
+	@command -v $(STATICCHECK) >/dev/null || { echo "lint: no staticcheck at $(STATICCHECK): run make deps (it installs the pinned version)" >&2; exit 1; }
 	$(if $(PKGS),$(GO) vet $(PKGS))
 	$(if $(PKGS),$(STATICCHECK) $(PKGS))
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
