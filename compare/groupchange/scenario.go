@@ -222,15 +222,20 @@ func (sc *scenario) run(ctx context.Context) (systemResult, error) {
 	return res, nil
 }
 
-// checkAPI reads every movie through in's API, again for up to 30 s while
-// it is not exact (the store is written right after the commit).
+// checkAPI reads every movie through in's API, again while it is not exact
+// (the store is written right after the commit), for 30 s plus 30 s per
+// million movies: one scan of 3M movies takes tens of seconds. A scan that
+// fails counts every movie missing and names its error.
 func (sc *scenario) checkAPI(ctx context.Context, in *instance) bench.CheckReport {
 	var r bench.CheckReport
-	_, _ = waitFor(30*time.Second, "API exact", func() error {
+	budget := 30*time.Second + time.Duration(sc.truth.Movies())*30*time.Microsecond
+	_, _ = waitFor(budget, "API exact", func() error {
 		obs, err := bench.ScanAPI(ctx, "http://"+in.addr)
 		r = bench.CheckReport{Movies: sc.truth.Movies(), Missing: sc.truth.Movies()}
 		if err == nil {
 			r = sc.truth.Check(obs)
+		} else {
+			r.Examples = []string{"scan failed: " + err.Error()}
 		}
 		if !r.OK() {
 			return errors.New(r.String())
