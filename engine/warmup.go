@@ -87,29 +87,35 @@ func (e *Engine) handOver(now time.Duration) (ready []*replica, rejoin bool) {
 }
 
 // handOverWarmups makes the member rejoin the group when handOver says
-// so, and then settles the store's bulk load while the group rebalances.
+// so, once the store's bulk load is settled.
 func (e *Engine) handOverWarmups(ctx context.Context) {
 	ready, rejoin := e.handOver(monoNow())
 	if !rejoin {
 		return
 	}
 	// Top the ready warm-ups up while their bulk load is still on: the new
-	// active's delta replay is then what was written during the
-	// rebalance, not up to the acceptable lag on the slower path.
+	// active's delta replay is then what was written while the load was
+	// written out and the group rebalanced, not up to the acceptable lag
+	// on the slower path.
 	ps := make([]int32, 0, len(ready))
 	for _, r := range ready {
 		e.catchUp(ctx, r)
 		ps = append(ps, r.p)
 	}
 	slices.Sort(ps)
-	e.rejoin(fmt.Sprint("warm-ups caught up: partitions ", ps))
-	// Settled even when a warm-up is left behind (it reads what it
-	// writes): the new actives' claims would wait for the buffer.
+	// Settled before the rebalance, even when a warm-up is left behind (it
+	// reads what it writes): writing the buffer out takes seconds at
+	// millions of documents, and the new actives' claims would wait for it
+	// with their partitions stopped, where now the old actives go on.
 	if st, ok := e.table.(TableSettler); ok {
+		began := time.Now()
 		if err := st.Settle(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("could not write out the warm-ups' bulk load before the hand-over; the first flush will", "err", err)
+		} else {
+			e.log.Debug("warm-ups' bulk load written out before the hand-over", "partitions", ps, "took", time.Since(began))
 		}
 	}
+	e.rejoin(fmt.Sprint("warm-ups caught up: partitions ", ps))
 }
 
 // yieldToRestores waits, for at most restoreYield, while a task of this
