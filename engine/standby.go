@@ -83,14 +83,17 @@ func (s *standbySet) get(p int32) *replica {
 // restoringFrom records that partition p, active here, restores from a
 // copy read up to checkpoint with the changelog at end (within the
 // acceptable lag): until it runs, the copy answers as a standby would.
-// A promoted standby is kept as it is.
+// A promoted standby that has read the changelog is kept as it is; one
+// promoted before its first read (a member back from a restart whose
+// standbys yielded to its restores) takes the restore's figures, or the
+// copy would answer nothing while the partition restores.
 func (s *standbySet) restoringFrom(p int32, checkpoint, end int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.promoted == nil {
 		s.promoted = map[int32]*replica{}
 	}
-	if s.promoted[p] != nil {
+	if r := s.promoted[p]; r != nil && r.readAt.Load() != 0 {
 		return
 	}
 	r := &replica{p: p}

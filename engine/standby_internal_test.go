@@ -49,3 +49,36 @@ func TestStandbyOfFormerActive(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoringFromPromotedUnread: a standby promoted to active before its
+// first read (its member back from a restart, its standbys yielding to its
+// restores) takes the restore's figures, so the copy answers as a replica
+// while the partition restores; one that has read keeps its own.
+func TestRestoringFromPromotedUnread(t *testing.T) {
+	tests := []struct {
+		name        string
+		read        bool // the promoted standby read the changelog
+		wantRecords int64
+	}{
+		{"promoted before its first read", false, 346},
+		{"promoted after a read", true, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s standbySet
+			r := &replica{p: 4}
+			if tt.read {
+				r.checkpoint.Store(995)
+				r.end.Store(1000)
+				r.readAt.Store(int64(monoNow()))
+			}
+			s.promoted = map[int32]*replica{4: r}
+			s.restoringFrom(4, 50558, 50904)
+			got := s.promotedTo(4)
+			records, _, ok := got.lag(monoNow())
+			if !ok || records != tt.wantRecords {
+				t.Errorf("lag of the copy restoring partition 4 = %d (ok %v), want %d (ok true)", records, ok, tt.wantRecords)
+			}
+		})
+	}
+}
