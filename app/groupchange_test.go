@@ -301,9 +301,6 @@ func runGroupChangeTest(t *testing.T, store string) {
 	}
 
 	var fig phaseFigures
-	// settle waits until the live instances run every partition, each
-	// table's actives at most one apart, and checks that it took at most
-	// the warm-up time + 5 s from began.
 	// runningActives counts, per table, the RUNNING actives of each live
 	// instance.
 	runningActives := func() (map[string][]int, error) {
@@ -344,6 +341,9 @@ func runGroupChangeTest(t *testing.T, store string) {
 			return nil
 		})
 	}
+	// settle waits until the live instances run every partition, each
+	// table's actives at most one apart, and checks that it took at most
+	// the warm-up time + 5 s from began.
 	settle := func(what string, began time.Time) {
 		testkit.Eventually(t, 120*time.Second, what+": actives balanced", func() error {
 			running, err := runningActives()
