@@ -105,8 +105,9 @@ func (e *Engine) handOverWarmups(ctx context.Context) {
 	slices.Sort(ps)
 	// Settled before the rebalance, even when a warm-up is left behind (it
 	// reads what it writes): writing the buffer out takes seconds at
-	// millions of documents, and the new actives' claims would wait for it
-	// with their partitions stopped, where now the old actives go on.
+	// millions of documents, and during the rebalance the new actives'
+	// claims would wait for it with their partitions stopped; before it,
+	// the old actives go on meanwhile.
 	if st, ok := e.table.(TableSettler); ok {
 		began := time.Now()
 		if err := st.Settle(ctx); err != nil && ctx.Err() == nil {
