@@ -207,7 +207,16 @@ func (e *Engine) runStandbys(ctx context.Context) {
 	defer poll.Stop()
 	for {
 		behind := false
-		for _, r := range s.list() {
+		list := s.list()
+		// A copy the store holds answers once its lag is known: read the
+		// changelog's end for each new one before any replays (a member
+		// back from a restart may be handed its partition any moment).
+		for _, r := range list {
+			if _, held := e.copies.get(r.p); held && r.readAt.Load() == 0 && ctx.Err() == nil {
+				e.turn(ctx, r, true)
+			}
+		}
+		for _, r := range list {
 			if ctx.Err() != nil {
 				return
 			}
@@ -237,6 +246,12 @@ func (e *Engine) runStandbys(ctx context.Context) {
 // catchUp runs one turn of replica r and reports whether it is still
 // behind (another turn is due at once).
 func (e *Engine) catchUp(ctx context.Context, r *replica) (behind bool) {
+	return e.turn(ctx, r, false)
+}
+
+// turn runs one turn of replica r, without its replay when probe is set,
+// and reports whether it is still behind.
+func (e *Engine) turn(ctx context.Context, r *replica, probe bool) (behind bool) {
 	r.busy.Lock()
 	defer r.busy.Unlock()
 	if r.ctx.Err() != nil || monoNow() < time.Duration(r.retryAt.Load()) {
@@ -246,7 +261,7 @@ func (e *Engine) catchUp(ctx context.Context, r *replica) (behind bool) {
 	defer cancel()
 	stop := context.AfterFunc(r.ctx, cancel)
 	defer stop()
-	behind, err := e.tail(ctx, r)
+	behind, err := e.tail(ctx, r, probe)
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrFenced) {
 			e.log.Warn("standby could not catch up; it tries again", "partition", r.p, "err", err, "retry_in", standbyRetry)
@@ -258,9 +273,11 @@ func (e *Engine) catchUp(ctx context.Context, r *replica) (behind bool) {
 	return behind
 }
 
-// tail claims r's partition in the store on its first turn and replays
-// the changelog from r's checkpoint towards the last stable offset.
-func (e *Engine) tail(ctx context.Context, r *replica) (behind bool, err error) {
+// tail claims r's partition in the store on its first turn, reads the
+// changelog's last stable offset (from then on the copy answers, its lag
+// declared, see replicaStaleness) and, unless probe is set, replays the
+// changelog from r's checkpoint towards it.
+func (e *Engine) tail(ctx context.Context, r *replica, probe bool) (behind bool, err error) {
 	if !r.claimed {
 		if r.epoch, err = e.table.Claim(ctx, r.p); err != nil {
 			return false, err
@@ -296,6 +313,11 @@ func (e *Engine) tail(ctx context.Context, r *replica) (behind bool, err error) 
 		return true, nil
 	}
 	if cp < end {
+		r.end.Store(end)
+		r.readAt.Store(int64(monoNow()))
+		if probe {
+			return true, nil
+		}
 		_, cp, err = e.replay(ctx, r.p, r.epoch, cp, end, standbyTurnRecords, &e.c.standbyRead)
 		if err != nil {
 			return false, err
