@@ -27,10 +27,8 @@ type Config struct {
 	CommitInterval time.Duration
 	// IdleFlush flushes a partition before CommitInterval once its input
 	// has stayed empty this long and it has read every record the broker
-	// holds (at most once per 100 ms). It must exceed the rekey stage's
-	// commit period (250 ms), so a busy partition keeps one flush per
-	// interval. A task that starts also flushes its first batch at once
-	// and again once caught up. 0 turns both off.
+	// holds (at most once per 100 ms; see idleFlushGap). It must exceed the
+	// rekey stage's commit period (250 ms). 0 turns it off.
 	IdleFlush time.Duration
 	// CacheMaxDocs flushes a partition early when it holds this many changed
 	// documents, and bounds how many documents a partition keeps cached
@@ -46,10 +44,8 @@ type Config struct {
 	CacheBudgetDocs int
 	// BufferedRecords is how many fetched records each claimed partition
 	// buffers ahead of its stage (sarama's ChannelBufferSize), like Kafka
-	// Streams' buffered.records.per.partition. A stage drains up to 2000
-	// at a time, so a smaller buffer means smaller batches (see
-	// docs/benchmarks.md); it may hold this times the largest record times
-	// the partitions owned.
+	// Streams' buffered.records.per.partition; a smaller buffer means
+	// smaller batches (see docs/benchmarks.md).
 	BufferedRecords int
 	// InstanceID enables static group membership when non-empty.
 	InstanceID string
@@ -74,12 +70,9 @@ type Config struct {
 	ProcessingGuarantee Guarantee
 	// TransactionTimeout is how long the broker waits before it aborts a
 	// transaction its producer left open (a crashed or paused instance).
-	// The default, 30 s, is above Kafka's failure detection (7.5-13 s), so
-	// a transaction whose coordinator was lost is committed on the new
-	// one, not aborted for its timeout (which fences the producer and
-	// restarts the session). A long timeout delays no move: the next
-	// owner's producer, with the same transactional id, aborts the old
-	// owner's transaction at once.
+	// The default, 30 s, outlasts Kafka's failure detection (7.5-13 s), so
+	// a transaction whose coordinator was lost commits on the new one. It
+	// delays no move: the next owner's producer aborts it at once.
 	TransactionTimeout time.Duration
 	// StaleDropAfter, when positive, deletes a partition's documents from
 	// an InstanceLocal store this long after the partition moved away (see
@@ -125,49 +118,32 @@ func DefaultConfig() Config {
 // Validate reports every invalid field, wrapping ErrInvalid.
 func (c Config) Validate() error {
 	var errs []error
-	if len(c.Brokers) == 0 {
-		errs = append(errs, errors.New("no brokers"))
-	}
-	if c.ApplicationID == "" || c.InputTopic == "" {
-		errs = append(errs, errors.New("application id and input topic must be set"))
-	}
-	if c.CommitInterval <= 0 {
-		errs = append(errs, errors.New("commit interval must be positive"))
-	}
-	if c.IdleFlush < 0 {
-		errs = append(errs, errors.New("idle flush must not be negative"))
-	}
-	if c.SessionTimeout < time.Second {
-		errs = append(errs, errors.New("session timeout must be at least 1s"))
-	}
-	if c.CacheMaxDocs <= 0 {
-		errs = append(errs, errors.New("cache max docs must be positive"))
-	}
-	if c.CacheBudgetDocs < 0 {
-		errs = append(errs, errors.New("cache budget docs must not be negative"))
-	}
-	if c.BufferedRecords <= 0 {
-		errs = append(errs, errors.New("buffered records must be positive"))
-	}
-	switch c.ProcessingGuarantee {
-	case ExactlyOnce, AtLeastOnce:
-	default:
-		errs = append(errs, fmt.Errorf("processing guarantee %q: want %s or %s", c.ProcessingGuarantee, ExactlyOnce, AtLeastOnce))
-	}
-	if c.ProcessingGuarantee == ExactlyOnce && (c.TransactionTimeout < time.Second || c.TransactionTimeout > 15*time.Minute) {
-		errs = append(errs, errors.New("transaction timeout must be between 1s and 15m (the broker's transaction.max.timeout.ms default)"))
-	}
-	if c.StandbyReplicas < 0 || c.StandbyReplicas > 8 {
-		errs = append(errs, errors.New("standby replicas must be between 0 and 8"))
-	}
-	if c.AcceptableLag < 0 {
-		errs = append(errs, errors.New("acceptable lag must not be negative"))
-	}
-	if c.MinInsyncReplicas < 0 || c.MinInsyncReplicas > c.ReplicationFactor {
-		errs = append(errs, fmt.Errorf("min insync replicas %d: want 0 (the broker's default) up to the replication factor %d", c.MinInsyncReplicas, c.ReplicationFactor))
-	}
-	if c.ReplicationFactor < 1 || c.Partitions < 0 {
-		errs = append(errs, errors.New("replication factor must be >= 1 and partitions >= 0"))
+	for _, check := range []struct {
+		bad bool
+		msg string
+	}{
+		{len(c.Brokers) == 0, "no brokers"},
+		{c.ApplicationID == "" || c.InputTopic == "", "application id and input topic must be set"},
+		{c.CommitInterval <= 0, "commit interval must be positive"},
+		{c.IdleFlush < 0, "idle flush must not be negative"},
+		{c.SessionTimeout < time.Second, "session timeout must be at least 1s"},
+		{c.CacheMaxDocs <= 0, "cache max docs must be positive"},
+		{c.CacheBudgetDocs < 0, "cache budget docs must not be negative"},
+		{c.BufferedRecords <= 0, "buffered records must be positive"},
+		{c.ProcessingGuarantee != ExactlyOnce && c.ProcessingGuarantee != AtLeastOnce,
+			fmt.Sprintf("processing guarantee %q: want %s or %s", c.ProcessingGuarantee, ExactlyOnce, AtLeastOnce)},
+		{c.ProcessingGuarantee == ExactlyOnce && (c.TransactionTimeout < time.Second || c.TransactionTimeout > 15*time.Minute),
+			"transaction timeout must be between 1s and 15m (the broker's transaction.max.timeout.ms default)"},
+		{c.StandbyReplicas < 0 || c.StandbyReplicas > 8, "standby replicas must be between 0 and 8"},
+		{c.AcceptableLag < 0, "acceptable lag must not be negative"},
+		{c.MinInsyncReplicas < 0 || c.MinInsyncReplicas > c.ReplicationFactor, fmt.Sprintf(
+			"min insync replicas %d: want 0 (the broker's default) up to the replication factor %d",
+			c.MinInsyncReplicas, c.ReplicationFactor)},
+		{c.ReplicationFactor < 1 || c.Partitions < 0, "replication factor must be >= 1 and partitions >= 0"},
+	} {
+		if check.bad {
+			errs = append(errs, errors.New(check.msg))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("engine config: %w: %w", ErrInvalid, errors.Join(errs...))
@@ -208,11 +184,8 @@ type Topics struct {
 // Topics returns the topic names: the internal ones as set, or derived from
 // the application id: <id>-repartition, <id>-changelog and <id>-dlq.
 func (c Config) Topics() Topics {
-	return Topics{
-		Input:       c.InputTopic,
-		Output:      c.OutputTopic,
+	return Topics{Input: c.InputTopic, Output: c.OutputTopic,
 		Repartition: cmp.Or(c.RepartitionTopic, c.ApplicationID+"-repartition"),
 		Changelog:   cmp.Or(c.ChangelogTopic, c.ApplicationID+"-changelog"),
-		DLQ:         cmp.Or(c.DLQTopic, c.ApplicationID+"-dlq"),
-	}
+		DLQ:         cmp.Or(c.DLQTopic, c.ApplicationID+"-dlq")}
 }

@@ -27,9 +27,8 @@ var ErrInstanceFenced = errors.New("another instance with the same --instance-id
 type Engine struct {
 	cfg    Config
 	topics Topics
-	// table holds the job's state; job is the aggregation it runs.
-	table Table
-	job   Runner
+	table  Table  // the job's state
+	job    Runner // the aggregation
 	// localStore is set when the table is InstanceLocal (see persist).
 	localStore bool
 	log        *slog.Logger
@@ -39,9 +38,7 @@ type Engine struct {
 	// Run tells a session that ended from a join that never got one.
 	setups atomic.Int64
 	route  *Router
-	// budget is the cache budget in effect (Config.CacheBudgetDocs, then
-	// SetCacheBudget).
-	budget atomic.Int64
+	budget atomic.Int64 // the cache budget (Config.CacheBudgetDocs, then SetCacheBudget)
 
 	kafka    saramaKafka
 	watch    *brokerWatch // dials every client's connections (brokerwatch.go)
@@ -122,23 +119,18 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	if e.watch != nil {
 		sc.Net.Proxy.Enable, sc.Net.Proxy.Dialer = true, e.watch
 	}
-	sc.Metadata.Retry.Max = 2
-	sc.Metadata.Retry.Backoff = 200 * time.Millisecond
-	sc.Producer.Idempotent = true
-	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Metadata.Retry.Max, sc.Metadata.Retry.Backoff = 2, 200*time.Millisecond
+	sc.Producer.Idempotent, sc.Producer.RequiredAcks = true, sarama.WaitForAll
 	sc.Producer.Return.Successes = true
 	// Retry a produce to a dead leader for 10 s: Kafka notices the loss
 	// (broker.session.timeout.ms, 9 s) and elects a new leader by then.
-	sc.Producer.Retry.Max = 50
-	sc.Producer.Retry.Backoff = 200 * time.Millisecond
+	sc.Producer.Retry.Max, sc.Producer.Retry.Backoff = 50, 200*time.Millisecond
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	sc.Producer.Flush.Messages = 1000
-	sc.Producer.Flush.Frequency = 5 * time.Millisecond
+	sc.Producer.Flush.Messages, sc.Producer.Flush.Frequency = 1000, 5*time.Millisecond
 	sc.Net.MaxOpenRequests = 1
 	sc.Producer.MaxMessageBytes = MaxRecordBytes
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
-	sc.Consumer.Offsets.AutoCommit.Enable = false
-	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.Offsets.AutoCommit.Enable, sc.Consumer.Offsets.Initial = false, sarama.OffsetOldest
 	// Look a lost leader up again every 500 ms (sarama: 2 s), or 50 ms
 	// just after the broker watch saw a fence or a leader move.
 	sc.Consumer.Retry.Backoff = 500 * time.Millisecond
@@ -151,8 +143,7 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	// Rebalance.Retry.Backoff while the whole group waits for it: sarama's
 	// 2 s stops every partition 2 s longer (Java rejoins at once). 200 ms,
 	// with as many retries as make sarama's 8 s budget (coordinator moves).
-	sc.Consumer.Group.Rebalance.Retry.Backoff = 200 * time.Millisecond
-	sc.Consumer.Group.Rebalance.Retry.Max = 40
+	sc.Consumer.Group.Rebalance.Retry.Backoff, sc.Consumer.Group.Rebalance.Retry.Max = 200*time.Millisecond, 40
 	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = e.heartbeatInterval()
 	sc.Consumer.Group.Member.UserData = []byte(e.cfg.AdvertiseAddr)
@@ -161,16 +152,6 @@ func (e *Engine) saramaConfig() *sarama.Config {
 	// dominate; see Config.BufferedRecords and docs/benchmarks.md.
 	sc.ChannelBufferSize = e.cfg.BufferedRecords
 	return sc
-}
-
-// groupTimeouts bounds how long the group's client waits for a broker's
-// answer to the session timeout (at least 5 s), not sarama's 30 s, which
-// outlives the session: a silent broker (paused, cut off) then holds a
-// heartbeat or fetch only that long, and the client finds the coordinator
-// or leader Kafka elected meanwhile, keeping the generation. A JoinGroup
-// that times out is sent again (Rebalance.Retry) as the same member.
-func groupTimeouts(gc *sarama.Config, session time.Duration) {
-	gc.Net.ReadTimeout = max(session, 5*time.Second)
 }
 
 // connect opens the client, the admin and the producer, and creates the
@@ -247,7 +228,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	// (newSaramaGroup): outlast the session timeout, within which Kafka
 	// elects a new coordinator and the group keeps its generation.
 	gc.Metadata.Retry.Max = max(gc.Metadata.Retry.Max, int(e.cfg.SessionTimeout/gc.Metadata.Retry.Backoff))
-	groupTimeouts(gc, e.cfg.SessionTimeout)
+	// A broker's answer is waited for the session timeout (at least 5 s),
+	// not sarama's 30 s, which outlives the session: a silent broker then
+	// holds a heartbeat or fetch only that long, and the client finds the
+	// coordinator or leader Kafka elected meanwhile, keeping the
+	// generation. A JoinGroup that times out is sent again as the same member.
+	gc.Net.ReadTimeout = max(e.cfg.SessionTimeout, 5*time.Second)
 	e.dropStaleMembership(ctx)
 	group, err := e.kafka.NewConsumerGroup(e.cfg.ApplicationID, gc)
 	if err != nil {
@@ -288,19 +274,18 @@ func (e *Engine) Run(ctx context.Context) error {
 			// A setting no retry can fix: say so at once.
 			return fmt.Errorf("engine: --session-timeout=%v is outside the range the brokers allow (group.min.session.timeout.ms to group.max.session.timeout.ms, 6s to 30m by default): %w",
 				e.cfg.SessionTimeout, err)
-		case err != nil && e.setups.Load() == setups:
-			// No session began: the join failed (coordinator failover,
-			// Kafka unreachable). Not a restart loop, so /readyz does not
-			// count it; the lapsed lease or restoring partitions show.
-			e.c.restarts.Add(1)
-			e.log.Warn("could not join the consumer group", "err", err, "retry_in", backoff)
-			if !sleepUntil(ctx, backoff, changed) {
-				return nil
-			}
 		case err != nil:
-			e.route.restarts.note(err)
+			msg := "consumer group session ended"
+			if e.setups.Load() == setups {
+				// No session began: the join failed (coordinator failover,
+				// Kafka unreachable). Not a restart loop, so /readyz does not
+				// count it; the lapsed lease or restoring partitions show.
+				msg = "could not join the consumer group"
+			} else {
+				e.route.restarts.note(err)
+			}
 			e.c.restarts.Add(1)
-			e.log.Warn("consumer group session ended", "err", err, "retry_in", backoff)
+			e.log.Warn(msg, "err", err, "retry_in", backoff)
 			if !sleepUntil(ctx, backoff, changed) {
 				return nil
 			}
@@ -315,13 +300,19 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) rejoin(reason string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.cancelSession == nil {
-		return
+	if e.cancelSession != nil {
+		e.log.Info("rejoining the group", "reason", reason)
+		e.c.rejoins.Add(1)
+		e.endSessionLocked()
 	}
-	e.log.Info("rejoining the group", "reason", reason)
-	e.c.rejoins.Add(1)
-	e.cancelSession()
-	e.cancelSession = nil
+}
+
+// endSessionLocked cancels the current group session, if any; e.mu held.
+func (e *Engine) endSessionLocked() {
+	if e.cancelSession != nil {
+		e.cancelSession()
+		e.cancelSession = nil
+	}
 }
 
 // startSession records the aggregate and input partitions of the session
@@ -339,18 +330,12 @@ func (e *Engine) startSession(gen int32, actives, inputs []int32) (was []int32) 
 	return was
 }
 
-// lastActives returns the partitions run here in the last session.
-func (e *Engine) lastActives() []int32 {
+// lastSession returns the aggregate and input partitions run here in the
+// last session.
+func (e *Engine) lastSession() (actives, inputs []int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.Clone(e.actives)
-}
-
-// lastInputs returns the input partitions read here in the last session.
-func (e *Engine) lastInputs() []int32 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.inputs)
+	return slices.Clone(e.actives), slices.Clone(e.inputs)
 }
 
 // restartSession ends the current group session so that the instance
@@ -363,10 +348,7 @@ func (e *Engine) restartSession(reason string, err error) {
 	if errors.Is(err, ErrCorrupt) && e.fatal == nil {
 		e.log.Error("store corrupt: stopping the job", "reason", reason, "err", err)
 		e.fatal = err
-		if e.cancelSession != nil {
-			e.cancelSession()
-			e.cancelSession = nil
-		}
+		e.endSessionLocked()
 		return
 	}
 	if e.cancelSession == nil {
@@ -375,8 +357,7 @@ func (e *Engine) restartSession(reason string, err error) {
 	e.log.Warn("restarting group session", "reason", reason, "err", err)
 	e.route.restarts.note(err)
 	e.c.restarts.Add(1)
-	e.cancelSession()
-	e.cancelSession = nil
+	e.endSessionLocked()
 }
 
 func (e *Engine) close() {

@@ -23,7 +23,7 @@ func (e *Engine) leave() {
 	if e.cfg.InstanceID == "" || admin == nil {
 		return
 	}
-	actives := e.lastActives()
+	actives, _ := e.lastSession()
 	if e.localStore {
 		m, err := e.route.describe()
 		if err != nil {

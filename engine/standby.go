@@ -387,7 +387,8 @@ func (e *Engine) loadCopies(ctx context.Context) error {
 
 // memberState is what this member reports to the assignor.
 func (e *Engine) memberState() memberState {
-	s := memberState{Addr: e.cfg.AdvertiseAddr, Shared: !e.localStore, Actives: e.lastActives(), Inputs: e.lastInputs()}
+	actives, inputs := e.lastSession()
+	s := memberState{Addr: e.cfg.AdvertiseAddr, Shared: !e.localStore, Actives: actives, Inputs: inputs}
 	if e.localStore {
 		s.Copies = e.copies.snapshot()
 		for _, r := range e.standby.list() {
