@@ -12,57 +12,44 @@ import (
 )
 
 // The assignment plan: which member runs each aggregate partition
-// (active), which members tail its changelog into their own store
-// (standby), and which of those are warm-ups, standbys placed where the
-// balance of actives wants the partition to go.
+// (active), which tail its changelog into their own store (standby), and
+// which of those are warm-ups, standbys placed where the balance of
+// actives wants the partition to go.
 //
-// The leader plans from what every member reported when it joined
-// (memberState): its advertised address, the partitions it ran as active
-// before, and the changelog checkpoint of every partition its store holds.
-// A member's lag on a partition is the best checkpoint any member reported
-// less its own (no copy: unbounded); it is caught up within
-// Config.AcceptableLag. The rules, in order:
+// The leader plans from each member's memberState. A member's lag on a
+// partition is the best checkpoint any member reported less its own (no
+// copy: unbounded); it is caught up within Config.AcceptableLag. Rules:
 //
 //  1. sticky: a partition stays with the member that ran it, if that
 //     member is still in the group and caught up;
 //  2. balance: each member has a target of n/k actives (the first n%k,
-//     by actives held, one more); a member over its target hands a
-//     partition to a member under its target that is caught up on it,
-//     the most caught-up first;
-//  3. orphans (their member left, or fell behind): to a caught-up member
-//     under its target, else to the most caught-up member (which may go
-//     over its target: a partition is never given to a member that would
-//     have to replay more than the acceptable lag while another need not);
+//     by actives held, one more); a member over target hands a partition
+//     to a caught-up member under target, the most caught-up first;
+//  3. orphans: to a caught-up member under target, else to the most
+//     caught-up member (even over target: never to one that would replay
+//     more than the acceptable lag while another need not);
 //  4. warm-ups: for each active a member holds beyond its target, a
-//     warm-up on a member under its target. When the warm-up is caught up
-//     its member asks for a rebalance, and rule 2 moves the active;
-//  5. standbys: up to Config.StandbyReplicas replicas per partition
-//     (warm-ups count), on members other than its active: caught-up
-//     members first, then those that kept a standby of it already
-//     (sticky), then the fewest standbys;
-//  6. standby balance: a member with two or more standbys more than one
-//     that warms up nothing lends it one, as an extra replica, until
-//     the copy is caught up and rule 5 moves the standby (lendStandbys).
+//     warm-up on a member under target; once caught up, its member asks
+//     for a rebalance and rule 2 moves the active;
+//  5. standbys: up to Config.StandbyReplicas per partition (warm-ups
+//     count), off its active: caught-up members first, then sticky, then
+//     the fewest standbys;
+//  6. standby balance: see lendStandbys.
 //
-// On a store every instance shares (Redis) every member holds every
-// partition, caught up: the rules reduce to sticky and balanced, with no
-// standbys and no warm-ups. The plan is a pure function of its input, so
-// every leader computes the same one.
+// On a shared store (Redis) every member is caught up on every partition:
+// sticky and balanced, no standbys or warm-ups. The plan is a pure
+// function of its input, so every leader computes the same one.
 
 // memberState is what a member reports in its subscription user data.
 type memberState struct {
-	// Addr is the member's advertised address (see Config.AdvertiseAddr).
-	Addr string
-	// Shared is set when the member's store is shared by every instance.
-	Shared bool
+	Addr   string // the advertised address (see Config.AdvertiseAddr)
+	Shared bool   // the member's store is shared by every instance
 	// Actives are the aggregate partitions it ran in its last generation;
 	// Standbys those it kept standby copies of.
 	Actives, Standbys []int32
-	// Copies maps each partition its store holds to the partition's
-	// changelog checkpoint there.
-	Copies map[int32]int64
+	Copies            map[int32]int64 // each partition its store holds → its checkpoint
 	// Inputs are the input partitions it read in its last generation (nil
-	// from a member of an older build, which does not report them).
+	// from an older build).
 	Inputs []int32
 }
 
@@ -321,12 +308,11 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 				}
 			}
 		}
-		cands := under
-		if len(cands) == 0 {
+		cands := ids
+		if len(under) > 0 {
+			cands = under
+		} else if len(any) > 0 {
 			cands = any
-		}
-		if len(cands) == 0 {
-			cands = ids
 		}
 		id := slices.MinFunc(cands, better(p))
 		owner[p] = id

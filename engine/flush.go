@@ -40,22 +40,18 @@ type persistJob struct {
 	msgs []*sarama.ProducerMessage
 	docs []Doc
 	dead int
-	// next is the repartition offset to commit with the batch; commit is
-	// false when it was committed already.
+	// next is the repartition offset to commit (commit: not yet committed).
 	next   int64
 	commit bool
-	// verify is an idle partition's empty store write (claim check) at
-	// checkpoint.
+	// verify is an idle partition's empty claim-check write at checkpoint.
 	verify     bool
 	checkpoint int64
-	// base is the store's checkpoint when the job was prepared (the claim
-	// check of a shared store writes it again, see persist).
-	base int64
+	base       int64 // the store's checkpoint when prepared (see persist)
 
 	done chan struct{}
 	err  error
-	// wrote is true when the store write happened; checkpoint is then the
-	// store's new checkpoint, at the time verified.
+	// wrote: the store write happened; checkpoint is then the store's new
+	// checkpoint, at the time verified.
 	wrote    bool
 	verified time.Time
 }
@@ -75,25 +71,18 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 		}
 		return nil, nil
 	}
-	job := &persistJob{
-		docs:   make([]Doc, 0, len(t.dirty)),
-		msgs:   make([]*sarama.ProducerMessage, 0, 2*len(t.dirty)+len(t.dead)),
-		dead:   len(t.dead),
-		next:   t.next,
-		commit: t.next > t.committed,
-		base:   t.checkpoint,
-	}
+	job := &persistJob{docs: make([]Doc, 0, len(t.dirty)), msgs: make([]*sarama.ProducerMessage, 0, 2*len(t.dirty)+len(t.dead)),
+		dead: len(t.dead), next: t.next, commit: t.next > t.committed, base: t.checkpoint}
 	a := newRecordArena(2*len(t.dirty), 1)
 	values := make([]byte, 0, 32*len(t.dirty))
 	index := make([]IndexValue, 0, len(t.dirty)*len(e.job.Spec().Indexes))
 	for _, c := range t.dirty {
 		c.dirty = false
 		var err error
-		start := len(values)
+		start, istart := len(values), len(index)
 		if values, err = c.agg.AppendValue(ctx, values); err != nil {
 			return nil, err
 		}
-		istart := len(index)
 		index = c.agg.AppendIndex(index)
 		d := Doc{Key: c.key, Partition: t.p, Version: c.version, Sources: maps.Clone(c.sources),
 			Value: values[start:len(values):len(values)], Index: index[istart:len(index):len(index)]}
@@ -109,29 +98,25 @@ func (t *task) prepare(ctx context.Context) (*persistJob, error) {
 	}
 	job.msgs = append(job.msgs, t.dead...)
 	clear(t.dirty)
-	t.dirty = t.dirty[:0]
-	t.dead = nil
+	t.dirty, t.dead = t.dirty[:0], nil
 	return job, nil
 }
 
-// persist makes job durable.
+// persist makes job durable. It runs on its own goroutine and touches
+// only job, the partition's producer and the engine, never the cache.
 //
 // Exactly-once: (1) in one Kafka transaction, the changelog, output and
-// dead-letter records and the repartition offset (committed with the
-// group's generation and member, so the broker refuses a member that lost
-// the partition); (2) only after the commit, the documents and the
-// changelog checkpoint (one past the transaction's last changelog record,
-// from the acks) in one atomic store write. A failed or fenced transaction
-// is aborted and the store left untouched; any error breaks the task (see
-// awaitPersist) and restarts the session, which restores the partition
-// and reprocesses it from the committed offsets.
+// dead-letter records and the repartition offset (with the group's
+// generation and member, so the broker refuses a member that lost the
+// partition); (2) only after the commit, the documents and the changelog
+// checkpoint (one past the transaction's last changelog record) in one
+// atomic store write. A failed or fenced transaction is aborted and the
+// store left untouched; any error breaks the task (awaitPersist) and
+// restarts the session, which restores and reprocesses the partition.
 //
 // At-least-once: records, then the store, then the offset commit. A crash
 // between two steps replays at most this batch, which the version checks
 // make a no-op; a zombie is not fenced at the broker.
-//
-// persist runs on its own goroutine and touches only job, the partition's
-// producer and the engine, never the task's cache.
 func (t *task) persist(ctx context.Context, job *persistJob) error {
 	e := t.e
 	// The store write follows a committed transaction: it outlives the
@@ -155,18 +140,18 @@ func (t *task) persist(ctx context.Context, job *persistJob) error {
 		}
 	}
 	end := e.route.writes.begin("partition " + itoa(int64(t.p)))
+	var err error
 	if t.producer != nil {
-		if err := t.commitTxn(job.msgs, job.next, job.commit); err != nil {
-			end()
-			return err
-		}
+		err = t.commitTxn(job.msgs, job.next, job.commit)
 	} else if len(job.msgs) > 0 {
-		if err := e.producer.SendMessages(job.msgs); err != nil {
-			end()
-			return fmt.Errorf("send changelog and averages: %w", sendErr(err))
+		if err = e.producer.SendMessages(job.msgs); err != nil {
+			err = fmt.Errorf("send changelog and averages: %w", sendErr(err))
 		}
 	}
 	end()
+	if err != nil {
+		return err
+	}
 	e.c.dead.Add(int64(job.dead))
 	if len(job.docs) > 0 {
 		checkpoint := int64(-1)
@@ -260,8 +245,7 @@ func (t *task) commitTxn(msgs []*sarama.ProducerMessage, next int64, commit bool
 // answerable (warm) after the session: a new owner may be ahead of it.
 func (t *task) drop() {
 	t.cache.reset()
-	t.dirty = nil
-	t.dead = nil
+	t.dirty, t.dead = nil, nil
 	t.e.route.parts.set(t.p, Restoring)
 }
 
@@ -274,13 +258,11 @@ const storeWaitAfterSession = 2 * time.Second
 
 // write applies b to the store for job, retrying while the store is
 // unavailable, and records the new checkpoint in job. A fenced write
-// (another owner claimed the partition, or the store lost the claim with
-// its state) returns an error wrapping ErrFenced, which breaks the task and
-// restarts the session. Once the session has ended, an unavailable store
-// (a full disk) is waited for only storeWaitAfterSession (enough to redial
-// a connection a pause broke), or the member would hold up the group's
-// rebalance; the batch is in the changelog, so the partition's next
-// restore or standby here replays it. Called by persist.
+// (another owner claimed the partition, or the store lost the claim)
+// wraps ErrFenced, which breaks the task and restarts the session. Once
+// the session has ended, an unavailable store is waited for only
+// storeWaitAfterSession, or the member would hold up the rebalance; the
+// batch is in the changelog, so the next restore or standby replays it.
 func (t *task) write(ctx context.Context, job *persistJob, b DocBatch) error {
 	e := t.e
 	waitCtx, stop := context.WithCancel(ctx)
@@ -311,10 +293,8 @@ func (e *Engine) changelogRecord(ctx context.Context, d Doc, agg Agg, a *recordA
 		return nil, fmt.Errorf("encode changelog value: %w", err)
 	}
 	pm := a.msg()
-	pm.Topic = e.topics.Changelog
-	pm.Partition = d.Partition
-	pm.Key = a.enc(d.Key)
-	pm.Value = a.enc(v)
+	pm.Topic, pm.Partition = e.topics.Changelog, d.Partition
+	pm.Key, pm.Value = a.enc(d.Key), a.enc(v)
 	pm.Headers = a.headers(2)
 	pm.Headers[0] = sarama.RecordHeader{Key: keyVersion, Value: a.int(d.Version)}
 	pm.Headers[1] = sarama.RecordHeader{Key: keySources, Value: a.sources(d.Sources)}
@@ -328,10 +308,8 @@ func (e *Engine) outputRecord(key []byte, agg Agg, a *recordArena) *sarama.Produ
 	start := len(a.buf)
 	a.buf = e.job.AppendOutput(a.buf, agg)
 	pm := a.msg()
-	pm.Topic = e.topics.Output
-	pm.Partition = PartitionFor(key, e.nOut)
-	pm.Key = a.enc(key)
-	pm.Value = a.enc(a.cut(start))
+	pm.Topic, pm.Partition = e.topics.Output, PartitionFor(key, e.nOut)
+	pm.Key, pm.Value = a.enc(key), a.enc(a.cut(start))
 	return pm
 }
 

@@ -15,41 +15,30 @@ import (
 // own, dialed so that the loss of the group coordinator does not end the
 // session.
 //
-// sarama's heartbeat loop retries a heartbeat that failed on the
-// connection at once, on the cached coordinator, without a refresh or a
-// pause: its Metadata.Retry.Max tries are spent within milliseconds, the
-// session ends, and the member rejoins, which for the group leader means a
-// rebalance of the whole group. The Java client instead finds the new
-// coordinator and heartbeats on within the session timeout, keeping the
-// generation. Four changes give sarama's loop that behaviour:
+// sarama's heartbeat loop retries a failed heartbeat at once on the cached
+// coordinator: its Metadata.Retry.Max tries are spent within milliseconds
+// and the member rejoins (for the leader, a rebalance of the whole group).
+// Like the Java client, this one finds the new coordinator within the
+// session timeout, keeping the generation:
 //
-//   - a failed dial returns only after Metadata.Retry.Backoff, so the
-//     loop's tries last Retry.Max x Backoff (sized to the session timeout
-//     by the caller);
-//   - a failed dial starts one background RefreshCoordinator, which points
-//     the client at the new coordinator once Kafka has elected it;
-//   - a read that times out (a broker that stopped answering but accepts
-//     connections) makes its broker fail dials for half the read timeout,
-//     with a refresh, as if it were dead (watchedConn);
-//   - a coordinator lookup that yields a broker it cannot connect to takes
-//     the backoff too (pacedClient).
+//   - a failed dial returns only after Metadata.Retry.Backoff (the caller
+//     sizes Retry.Max x Backoff to the session timeout) and starts one
+//     background RefreshCoordinator;
+//   - a read that times out makes its broker fail dials for half the read
+//     timeout, with a refresh, as if it were dead (watchedConn);
+//   - a coordinator lookup that yields an unconnected broker takes the
+//     backoff too (pacedClient).
 //
-// A broker the broker watch has fenced is refused at once, without the
-// pause: sarama's walks over the brokers (metadata refresh, coordinator
-// lookup) still start at a fenced seed, and dials to one broker are
-// serialized, so a pause per try would add up to seconds.
+// A broker the watch has fenced is refused at once, without the pause:
+// sarama's walks over the brokers still start at a fenced seed, and dials
+// to one broker are serialized, so a pause per try would add up.
 func newSaramaGroup(brokers []string, group string, cfg *sarama.Config) (*ownedGroup, error) {
 	var under dialer = &net.Dialer{Timeout: cfg.Net.DialTimeout, KeepAlive: cfg.Net.KeepAlive, LocalAddr: cfg.Net.LocalAddr}
 	if cfg.Net.Proxy.Enable {
 		under = cfg.Net.Proxy.Dialer
 	}
-	d := &groupDialer{
-		dialer:  under,
-		backoff: cfg.Metadata.Retry.Backoff,
-		quiet:   max(cfg.Metadata.Retry.Backoff, cfg.Net.ReadTimeout/2),
-		group:   group,
-		silent:  map[string]time.Time{},
-	}
+	d := &groupDialer{dialer: under, backoff: cfg.Metadata.Retry.Backoff, group: group,
+		quiet: max(cfg.Metadata.Retry.Backoff, cfg.Net.ReadTimeout/2), silent: map[string]time.Time{}}
 	cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, d
 	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
@@ -75,9 +64,7 @@ type groupDialer struct {
 	dialer  dialer
 	backoff time.Duration
 	group   string
-
-	// quiet is how long a broker whose read timed out is not dialed.
-	quiet time.Duration
+	quiet   time.Duration // how long a broker whose read timed out is not dialed
 
 	mu         sync.Mutex
 	client     sarama.Client

@@ -133,10 +133,8 @@ func (e *Engine) forward(ctx context.Context, f *forwarder, batch []*sarama.Cons
 			continue
 		}
 		pm := a.msg()
-		pm.Topic = e.topics.Repartition
-		pm.Partition = PartitionFor(key, e.nParts)
-		pm.Key = a.enc(key)
-		pm.Value = a.enc(m.Value)
+		pm.Topic, pm.Partition = e.topics.Repartition, PartitionFor(key, e.nParts)
+		pm.Key, pm.Value = a.enc(key), a.enc(m.Value)
 		pm.Headers = a.headers(2)
 		pm.Headers[0] = sarama.RecordHeader{Key: keySourcePartition, Value: a.int(int64(m.Partition))}
 		pm.Headers[1] = sarama.RecordHeader{Key: keySourceOffset, Value: a.int(m.Offset)}

@@ -10,19 +10,16 @@ import (
 	"time"
 )
 
-// Standby replicas: a partition assigned here as a standby (or a warm-up,
-// see assign.go) is tailed from its changelog into the local store by the
-// replay a restore uses, under a claim epoch of its own, so that when the
-// partition moves here its restore replays only what the active wrote
-// since. A standby never writes to Kafka; the active's restore here claims
-// a newer epoch, which fences any late standby write.
+// Standby replicas: a partition assigned here as a standby (or warm-up,
+// see assign.go) is tailed from its changelog into the local store under
+// a claim epoch of its own, so that when it moves here its restore
+// replays only what the active wrote since. A standby never writes to
+// Kafka; the active's restore claims a newer epoch, fencing late writes.
 //
 // One goroutine (runStandbys) tails every replica in turn, at most
-// standbyTurnRecords records per turn, so standbys use at most one core
-// and a long catch-up does not starve the others; once all are caught up
-// it polls each commit interval. Before each turn (but the first of a copy
-// the store holds) it lets restoring actives go first (yieldToRestores),
-// and after it, hands caught-up warm-ups over (warmup.go).
+// standbyTurnRecords per turn, so standbys use at most one core and no
+// catch-up starves the others. Restoring actives go first
+// (yieldToRestores); caught-up warm-ups are handed over (warmup.go).
 
 // standbyTurnRecords bounds the records one replica replays per turn.
 const standbyTurnRecords = 50_000
@@ -42,10 +39,9 @@ type replica struct {
 
 	claimed bool  // guarded by busy
 	epoch   int64 // guarded by busy
-	// checkpoint is the next changelog offset to read; end the last
-	// stable offset seen; readAt when the last catch-up ended (monoNow,
-	// 0: none yet); retryAt when a failed one may be tried again;
-	// warmSince when it became a warm-up (monoNow).
+	// checkpoint is the next changelog offset to read; end the last stable
+	// offset seen; readAt when the last catch-up ended (monoNow, 0: none);
+	// retryAt when a failed one may retry; warmSince when it became a warm-up.
 	checkpoint, end, readAt, retryAt, warmSince atomic.Int64
 }
 
@@ -82,11 +78,10 @@ func (s *standbySet) get(p int32) *replica {
 
 // restoringFrom records that partition p, active here, restores from a
 // copy read up to checkpoint with the changelog at end (within the
-// acceptable lag): until it runs, the copy answers as a standby would.
-// A promoted standby that has read the changelog is kept as it is; one
-// promoted before its first read (a member back from a restart whose
-// standbys yielded to its restores) takes the restore's figures, or the
-// copy would answer nothing while the partition restores.
+// acceptable lag): until it runs, the copy answers as a standby would. A
+// promoted standby that has read the changelog keeps its figures; one
+// promoted before its first read takes the restore's, or it would answer
+// nothing while the partition restores.
 func (s *standbySet) restoringFrom(p int32, checkpoint, end int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,10 +92,16 @@ func (s *standbySet) restoringFrom(p int32, checkpoint, end int64) {
 		return
 	}
 	r := &replica{p: p}
+	r.markRead(checkpoint, end)
+	s.promoted[p] = r
+}
+
+// markRead records that r has read the changelog up to checkpoint, with
+// its end at end, now.
+func (r *replica) markRead(checkpoint, end int64) {
 	r.checkpoint.Store(checkpoint)
 	r.end.Store(end)
 	r.readAt.Store(int64(monoNow()))
-	s.promoted[p] = r
 }
 
 // promotedTo returns the standby copy partition p restores from here, if
@@ -168,9 +169,7 @@ func (e *Engine) setReplicas(was, actives, standbys, warmups []int32) {
 			ctx, cancel := context.WithCancel(context.Background())
 			r = &replica{p: p, ctx: ctx, cancel: cancel}
 			if cp, ok := e.copies.get(p); ok && slices.Contains(was, p) {
-				r.checkpoint.Store(cp)
-				r.end.Store(cp)
-				r.readAt.Store(int64(monoNow()))
+				r.markRead(cp, cp)
 			}
 			s.parts[p] = r
 			added = append(added, p)
@@ -225,7 +224,7 @@ func (e *Engine) runStandbys(ctx context.Context) {
 				// and it makes the copy answer) is not held back.
 				e.yieldToRestores(ctx)
 			}
-			if e.catchUp(ctx, r) {
+			if e.turn(ctx, r, false) {
 				behind = true
 			}
 			e.handOverWarmups(ctx)
@@ -241,12 +240,6 @@ func (e *Engine) runStandbys(ctx context.Context) {
 		case <-poll.C:
 		}
 	}
-}
-
-// catchUp runs one turn of replica r and reports whether it is still
-// behind (another turn is due at once).
-func (e *Engine) catchUp(ctx context.Context, r *replica) (behind bool) {
-	return e.turn(ctx, r, false)
 }
 
 // turn runs one turn of replica r, without its replay when probe is set,
@@ -318,11 +311,9 @@ func (e *Engine) tail(ctx context.Context, r *replica, probe bool) (behind bool,
 		if probe {
 			return true, nil
 		}
-		_, cp, err = e.replay(ctx, r.p, r.epoch, cp, end, standbyTurnRecords, &e.c.standbyRead)
-		if err != nil {
+		if _, cp, err = e.replay(ctx, r.p, r.epoch, cp, end, standbyTurnRecords, &e.c.standbyRead); err != nil {
 			return false, err
 		}
-		r.checkpoint.Store(cp)
 	}
 	if _, ok := e.copies.get(r.p); !ok && cp == end {
 		// An empty changelog leaves no checkpoint in the store, yet the
@@ -330,8 +321,7 @@ func (e *Engine) tail(ctx context.Context, r *replica, probe bool) (behind bool,
 		// warm-up caught up and its member rejoins for it again and again.
 		e.copies.set(r.p, cp)
 	}
-	r.end.Store(end)
-	r.readAt.Store(int64(monoNow()))
+	r.markRead(cp, end)
 	return cp < end, nil
 }
 

@@ -23,34 +23,27 @@ type task struct {
 	p     int32
 	epoch int64
 
-	// producer is the partition's transactional producer (exactly-once
-	// only; nil under at-least-once, where the engine's shared idempotent
-	// producer is used).
+	// producer is the partition's transactional producer (nil under
+	// at-least-once, which uses the engine's shared producer).
 	producer sarama.SyncProducer
-	// dead are dead letters waiting for the next flush's transaction.
-	dead []*sarama.ProducerMessage
+	dead     []*sarama.ProducerMessage // dead letters for the next flush's transaction
 
 	cache docCache
-	// dirty lists the cached documents changed since the last flush took
-	// them (each once: entry.dirty).
-	dirty []*entry
-	// hits is process's scratch: the cached entry of each record.
-	hits []*entry
+	dirty []*entry // changed since the last flush (each once: entry.dirty)
+	hits  []*entry // process's scratch: the cached entry of each record
 	// next is the repartition offset to commit (last seen + 1); committed
 	// is the last value committed.
 	next, committed int64
 	// checkpoint is the partition's changelog checkpoint in the store;
-	// verified is when the claim was last confirmed by a store write.
+	// verified is when a store write last confirmed the claim.
 	checkpoint int64
 	verified   time.Time
 
-	// inflight is the persist in flight (see flush), nil when none; broken
-	// is the error of a failed persist, after which the task writes nothing
-	// more this session.
+	// inflight is the persist in flight (see flush); broken is the error
+	// of a failed persist, after which the task writes nothing more.
 	inflight *persistJob
 	broken   error
-	// flushed is when the last flush handed a batch to a persist.
-	flushed time.Time
+	flushed  time.Time // when the last flush handed a batch to a persist
 }
 
 func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) *task {
@@ -127,12 +120,11 @@ func (t *task) run() error {
 }
 
 // caughtUp reports whether the task has seen every record of its
-// partition that the broker holds: its next offset is the partition's end
-// but for the transaction markers that may follow the last record
-// (markerSlack bounds them). sarama learns the end only from fetches that
-// return records, so it may be stale; the idle time, longer than the
-// rekey commit period, keeps a partition between two commits of a busy
-// rekey stage from counting as idle.
+// partition that the broker holds, but for the transaction markers that
+// may follow the last one (markerSlack). sarama learns the end only from
+// fetches that return records, so it may be stale; the idle time, longer
+// than the rekey commit period, keeps a partition between two commits of
+// a busy rekey stage from counting as idle.
 func (t *task) caughtUp() bool {
 	hwm := t.claim.HighWaterMarkOffset()
 	return t.next >= 0 && hwm-t.next <= markerSlack
@@ -143,17 +135,13 @@ func (t *task) caughtUp() bool {
 const markerSlack = 16
 
 // The idle flush: a task whose input runs dry flushes once no record has
-// arrived for Config.IdleFlush and it has seen every record the broker
-// holds (caughtUp), at most once per idleFlushGap, so the end of a burst
-// is visible without waiting for the commit interval. A task that is
-// behind always has records buffered, and one waiting between two rekey
-// commits waits less than IdleFlush, so under load flushes stay one per
-// commit interval (or cache bound).
+// arrived for Config.IdleFlush and it is caughtUp, at most once per
+// idleFlushGap, so the end of a burst shows without waiting for the commit
+// interval; under load flushes stay one per commit interval.
 //
 // The catch-up flush: a task that starts flushes its first batch at once
-// and again as soon as it has caught up with the records that queued while
-// nobody ran its partition; the commit interval counts again from there.
-// Config.IdleFlush 0 turns both off.
+// and again once it has caught up with the records that queued while
+// nobody ran its partition. Config.IdleFlush 0 turns both off.
 const idleFlushGap = 100 * time.Millisecond
 
 // stop turns a flush or process error into the task's result. An error
@@ -261,25 +249,20 @@ func (t *task) process(ctx context.Context, batch []*sarama.ConsumerMessage) err
 		}
 	}
 	var dead []*sarama.ProducerMessage
-	next := t.next
 	var stopErr error
+	next := t.next
+records:
 	for i, m := range batch {
-		if bad[i] {
-			dead = append(dead, e.deadLetter(m, fmt.Errorf("bad repartition key: %w", ErrInvalid)))
-			next = m.Offset + 1
-			continue
-		}
 		srcP, srcO, hasSrc, err := sourceOf(m.Headers)
-		if err != nil {
-			dead = append(dead, e.deadLetter(m, err))
-			next = m.Offset + 1
-			continue
-		}
-		err = t.apply(ctx, m, hits[i], srcP, srcO, hasSrc)
-		if err != nil && ctx.Err() != nil {
-			// Not this record's fault: stop here, it is processed again later.
-			stopErr = ctx.Err()
-			break
+		switch {
+		case bad[i]:
+			err = fmt.Errorf("bad repartition key: %w", ErrInvalid)
+		case err == nil:
+			if err = t.apply(ctx, m, hits[i], srcP, srcO, hasSrc); err != nil && ctx.Err() != nil {
+				// Not this record's fault: stop here, it is processed again later.
+				stopErr = ctx.Err()
+				break records
+			}
 		}
 		next = m.Offset + 1
 		if err != nil {
@@ -304,15 +287,10 @@ func (t *task) apply(ctx context.Context, m *sarama.ConsumerMessage, d *entry, s
 		d = t.cache.get(m.Key)
 	}
 	if d != nil {
-		if m.Offset <= d.version {
+		last, seen := d.sources[srcP]
+		if m.Offset <= d.version || hasSrc && seen && srcO <= last {
 			e.c.duplicates.Add(1)
 			return nil
-		}
-		if hasSrc {
-			if last, ok := d.sources[srcP]; ok && srcO <= last {
-				e.c.duplicates.Add(1)
-				return nil
-			}
 		}
 	}
 	fresh := d == nil

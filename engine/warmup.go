@@ -99,7 +99,7 @@ func (e *Engine) handOverWarmups(ctx context.Context) {
 	// on the slower path.
 	ps := make([]int32, 0, len(ready))
 	for _, r := range ready {
-		e.catchUp(ctx, r)
+		e.turn(ctx, r, false)
 		ps = append(ps, r.p)
 	}
 	slices.Sort(ps)
