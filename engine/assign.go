@@ -215,10 +215,7 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 	if k == 0 || n <= 0 {
 		return out
 	}
-	shared := false
-	for _, id := range ids {
-		shared = shared || states[id].Shared
-	}
+	shared := slices.ContainsFunc(ids, func(id string) bool { return states[id].Shared })
 	best := make([]int64, n)
 	for p := range best {
 		best[p] = -1
@@ -355,10 +352,9 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 	want := min(standbys, k-1)
 	nStandby := map[string]int{}
 	// standbyBefore orders candidates: caught up, sticky, fewest standbys,
-	// least lag (then id: they are visited in order). Caught up comes
-	// first: a member back from a restart with a current copy takes the
-	// standby from one still replaying, so the next member to stop finds
-	// a copy that can take its actives at once.
+	// least lag, id. Caught up first: a member back from a restart with a
+	// current copy takes the standby from one still replaying, so the next
+	// member to stop finds a copy that can take its actives at once.
 	standbyBefore := func(a, b string, p int32) bool {
 		if ca, cb := caught(a, p), caught(b, p); ca != cb {
 			return ca
@@ -414,13 +410,11 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 }
 
 // lendStandbys is rule 6, standby balance. Caught-up copies win rule 5,
-// so standbys gather on the members that held them and a new member gets
-// none. While one member keeps two or more standbys more than another
-// that warms up nothing, the one with the most lends a standby to the one
-// with the fewest, as an extra replica, so no partition has fewer
-// caught-up copies meanwhile; once it caught up, rule 5 gives the standby
-// to whichever caught-up member has fewer. A member warming up actives
-// borrows nothing.
+// so standbys gather on the members that held them. While one member keeps
+// two or more standbys more than another that warms up nothing, the one
+// with the most lends one to the one with the fewest, as an extra replica
+// (no partition has fewer caught-up copies meanwhile); once it caught up,
+// rule 5 gives the standby to whichever caught-up member has fewer.
 func lendStandbys(ids []string, owner []string, replicas [][]string, nStandby map[string]int, out map[string]*memberPlan) {
 	held := copyCounts(ids, nStandby)
 	lentOut := map[int]bool{} // partitions lent already

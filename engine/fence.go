@@ -7,15 +7,13 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// A member that dies mid-transaction leaves it open on the broker, and the
-// group's offset fetch of its partitions is refused (UNSTABLE_OFFSET_COMMIT)
-// until it ends; sarama fetches a new session's offsets before processing
-// any partition, so every partition of the next generation would wait for
-// the transaction timeout. Initialising a producer with the transaction's
-// id aborts it at once (and fences the producer, should its process still
-// be alive): abortPredecessor does so for a restarted instance's previous
-// run, and fenceDeparted, on the group's leader, for the partitions of
-// members that left without a word.
+// A member that dies mid-transaction leaves it open, and the group's offset
+// fetch of its partitions is refused (UNSTABLE_OFFSET_COMMIT) until it
+// ends: sarama fetches every offset before processing any partition, so
+// the next generation would wait for the transaction timeout.
+// Initialising a producer with the transaction's id aborts it at once (and
+// fences it): abortPredecessor does so for a restarted instance's previous
+// run, fenceDeparted (on the leader) for members that left without a word.
 
 // fenceTimeout bounds how long the group's leader spends fencing before it
 // hands out a plan: well inside the session timeout, which the other
@@ -161,10 +159,9 @@ func departed(states map[string]memberState, aggregates, inputs int32) (parts, i
 
 // fenceDeparted is run by the group's leader before it hands out a plan:
 // it fences the transactions of the partitions whose owner departed,
-// within fenceTimeout, so that their next owners' offset fetch does not
-// wait for the transaction timeout. A fence still running at the deadline
-// may later fence a next owner's producer, which then restarts its
-// session, still exact.
+// within fenceTimeout. A fence still running at the deadline may later
+// fence a next owner's producer, which then restarts its session, still
+// exact.
 func (e *Engine) fenceDeparted(states map[string]memberState, aggregates, inputs int32) {
 	if e.cfg.ProcessingGuarantee != ExactlyOnce {
 		return

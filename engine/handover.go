@@ -4,29 +4,22 @@ import "time"
 
 // Hand-over: with the eager rebalance protocol every member gives up all
 // its partitions (Cleanup) before the group assigns them again (Setup).
-// Between the two nobody processes the partition, and this store holds
-// exactly what it answered a moment before; answering 503 there would
-// make every rebalance fail the lookups of partitions that never moved.
-//
-// So a partition RUNNING when revoked stays answerable ("warm") until the
-// next assignment: given back, it stays answerable through its short
-// restore; given to another instance, it stops at once, before the new
-// owner can have flushed anything. A warm partition also expires after
-// the grace period, should no assignment come (Kafka unreachable). A
-// partition that was not RUNNING is never warm: its store is behind, and
-// its keys answer 503 with Retry-After.
+// Between the two nobody processes the partition and this store holds
+// exactly what it answered a moment before, so a partition RUNNING when
+// revoked stays answerable ("warm") until the next assignment: given back,
+// through its short restore; given elsewhere, it stops at once, before the
+// new owner can have flushed anything. It also expires after the grace
+// period (Kafka unreachable). A partition not RUNNING is never warm.
 
 // minHandoverGrace is the least time a revoked partition stays warm.
 const minHandoverGrace = 5 * time.Second
 
 // onAssigned is called by Setup with the new assignment (already marked
 // RESTORING) of generation gen: partitions assigned elsewhere stop being
-// warm, pending drops of the assigned ones are cancelled.
-//
-// Every warm partition also stops being warm unless gen directly follows
-// the generation that revoked them: a member paused past the session
-// timeout revokes its partitions only when it wakes, after others ran
-// them, and answering from its copy would be a stale read.
+// warm, pending drops of the assigned ones are cancelled. All stop being
+// warm unless gen directly follows the revoking generation: a member
+// paused past the session timeout revokes only when it wakes, after
+// others ran them, and its copy would be a stale read.
 func (e *Engine) onAssigned(ps []int32, gen int32) {
 	e.route.assigned(ps, gen, max(2*e.cfg.SessionTimeout, minHandoverGrace))
 	e.cancelStaleDrops(ps)

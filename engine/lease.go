@@ -11,22 +11,19 @@ import (
 )
 
 // The read lease fences reads as the broker (KIP-447) and the store's
-// claim epochs fence writes: an instance answers a partition from its own
-// store, as its owner, only while its group membership is proven recent.
-// The coordinator expels a member no sooner than the session timeout after
-// the last heartbeat it received (or the rebalance timeout after a
-// rebalance began, which follows that heartbeat), so a heartbeat sent at t
-// and answered without error proves nobody else gets this instance's
-// partitions before t + min(session, rebalance timeout). The lease runs
-// until then, less a margin for clock-rate drift.
+// claim epochs fence writes: an instance answers a partition as its owner
+// only while its group membership is proven recent. The coordinator
+// expels a member no sooner than the session timeout after its last
+// heartbeat (or the rebalance timeout after a rebalance began), so a
+// heartbeat sent at t and answered without error proves nobody else gets
+// this instance's partitions before t + min(session, rebalance timeout),
+// less a margin for clock-rate drift.
 //
 // The lease is read on a monotonic clock, which runs on while the process
-// is stopped: an instance woken from a SIGSTOP longer than its session
-// finds its lease lapsed at its first instruction, before any goroutine
-// learns that the group went on without it, and answers no partition as
-// owner until a heartbeat of the current generation is answered (see
-// Router.OwnerOf). sarama's heartbeats do not report their outcome, so the
-// engine sends its own every heartbeat interval (keepLease).
+// is stopped: an instance woken from a long SIGSTOP finds its lease lapsed
+// at its first instruction, before any goroutine learns that the group
+// went on without it. sarama's heartbeats do not report their outcome, so
+// the engine sends its own every heartbeat interval (keepLease).
 
 // leaseEpoch anchors the lease's monotonic clock.
 var leaseEpoch = time.Now()
@@ -39,14 +36,13 @@ func monoNow() time.Duration { return time.Since(leaseEpoch) }
 func leaseMargin(span time.Duration) time.Duration { return max(span/10, 100*time.Millisecond) }
 
 // readLease is how long this instance's group membership is proven. Reads
-// are one atomic load; renewals and revocations come from the lease keeper
-// of the current session only (a keeper of an ended session can still
-// have a heartbeat in flight). Safe for concurrent use.
+// are one atomic load; renewals and revocations come from the current
+// session's keeper only (an ended one may still have a heartbeat in
+// flight). Safe for concurrent use.
 type readLease struct {
 	until atomic.Int64 // monoNow() value the lease runs to; 0: never proven
-	// proven is the furthest until ever proven, kept when the lease is
-	// revoked (then cut to the revocation): the last moment this
-	// instance's copies of its partitions were known to be current.
+	// proven is the furthest until ever proven (cut to a revocation): the
+	// last moment this instance's copies were known to be current.
 	proven atomic.Int64
 
 	mu      sync.Mutex
@@ -170,11 +166,10 @@ func (e *Engine) keepLease(s sarama.ConsumerGroupSession, client sarama.Client) 
 					"generation", s.GenerationID(), "lapsed_for", (now - prev).Round(time.Millisecond))
 			}
 		case errors.Is(err, sarama.ErrUnknownMemberId), errors.Is(err, sarama.ErrIllegalGeneration), errors.Is(err, sarama.ErrFencedInstancedId):
-			// Revoked, but the keeper goes on: a coordinator that was
-			// paused and lost the group to another broker answers so from
-			// its stale state while the member is still in the generation
-			// on the new one. If the group did go on, the session (and
-			// this keeper) ends; if not, a later answer renews the lease.
+			// Revoked, but the keeper goes on: a paused coordinator that lost
+			// the group to another broker answers so from stale state. If
+			// the group went on, the session ends; else a later answer
+			// renews the lease.
 			if !revoked {
 				revoked = true
 				e.c.leaseLapses.Add(1)
@@ -201,10 +196,9 @@ func (e *Engine) leaseSpan() time.Duration {
 	return min(e.cfg.SessionTimeout, e.saramaConfig().Consumer.Group.Rebalance.Timeout)
 }
 
-// heartbeatInterval is how often sarama and the lease keeper heartbeat. A
-// member learns of a rebalance from a heartbeat's answer while the whole
-// group waits for it, so a thirtieth of the session timeout (333 ms by
-// default) rather than a tenth: three small requests a second per member.
+// heartbeatInterval is how often sarama and the lease keeper heartbeat: a
+// thirtieth of the session timeout rather than a tenth, since a member
+// learns of a rebalance from a heartbeat while the whole group waits.
 func (e *Engine) heartbeatInterval() time.Duration {
 	return max(e.cfg.SessionTimeout/30, 100*time.Millisecond)
 }
@@ -213,10 +207,8 @@ func (e *Engine) heartbeatInterval() time.Duration {
 func (r *Router) leaseValid() bool { return r.lease.valid(monoNow()) }
 
 // unconfirmed reports whether p would be answerable here as its active
-// (RUNNING, or in hand-over) but for a lapsed read lease, and how long ago
-// the lease ran out: the copy was current then, and may be behind now.
-// Such a copy answers as a replica would, its staleness declared (see
-// replicaStaleness), never as the owner.
+// but for a lapsed read lease, and how long ago the lease ran out: such a
+// copy answers as a replica, its staleness declared, never as the owner.
 func (r *Router) unconfirmed(p int32) (age time.Duration, ok bool) {
 	now := monoNow()
 	proven := time.Duration(r.lease.proven.Load())

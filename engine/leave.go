@@ -7,14 +7,11 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// Leaving: a static member (Config.InstanceID) that stops stays in the
-// group until its session times out, so that one restarting within it
-// finds its partitions where it left them; meanwhile nobody runs them. So
-// a stopping member whose every active has a standby on another member,
-// or whose store every member shares (Redis), removes itself from the
-// group (LeaveGroup by instance id, KIP-345), and the group moves its
-// actives to their standbys at once. A member with an active nobody else
-// holds stays. A dynamic member leaves on close anyway (sarama).
+// Leaving: a stopping static member (Config.InstanceID) stays in the group
+// until its session times out, and nobody runs its partitions meanwhile.
+// So one whose every active has a standby elsewhere, or whose store is
+// shared (Redis), leaves (LeaveGroup by instance id, KIP-345) and its
+// actives move to their standbys at once. A dynamic member leaves anyway.
 
 // leave removes this static member from the group if its actives are
 // covered (see above). It runs once the group session has ended.
@@ -46,13 +43,11 @@ func (e *Engine) leave() {
 }
 
 // Returning without the state: a static member back within the session
-// timeout gets its old assignment without a rebalance (KIP-345), so an
-// instance whose volume was lost would replay the whole changelog while
-// others hold caught-up standbys. So before it joins, if the group still
-// holds its old assignment and its store is more than the acceptable lag
-// behind on one of those partitions, it removes its old membership and
-// joins as a new member: the assignor gives those partitions to their
-// standbys and warms this instance up.
+// timeout gets its old assignment without a rebalance (KIP-345), so one
+// whose volume was lost would replay the whole changelog while others
+// hold caught-up standbys. If its store is more than the acceptable lag
+// behind on a partition of its old assignment, it removes its old
+// membership and joins as a new member, so those go to their standbys.
 
 // dropStaleMembership removes this instance's old static membership when
 // it returns without its state (see above).

@@ -9,22 +9,18 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// rekeyer is the exactly-once rekey stage of one input partition. It
-// forwards records inside a transaction of the input partition's producer
-// (see Topics.RekeyTransactionalID) and commits, every commit interval, the
-// forwarded records together with the input offset, which carries the
-// group's generation and member (KIP-447).
+// rekeyer is the exactly-once rekey stage of one input partition, used by
+// its claim's goroutine only. It forwards records inside a transaction of
+// the input partition's producer (Topics.RekeyTransactionalID), committed
+// every commit interval with the input offset, which carries the group's
+// generation and member (KIP-447).
 //
-// The aggregate skips a repartition record whose input offset is not above
-// the last one it counted from the same input partition, which is exact
-// only if each input partition's records arrive once and in order. A
-// zombie (paused past the session timeout) still forwarding would
-// interleave its records with the new owner's, whose lower offsets would
-// be skipped uncounted. In a transaction a zombie's records never commit:
-// the new owner's producer initialisation aborts its open transaction,
-// and its offset commit is refused for its old generation.
-//
-// A rekeyer is used by its claim's goroutine only.
+// The aggregate skips a record whose input offset is not above the last
+// one it counted from that input partition, exact only if each input
+// partition's records arrive once and in order. A zombie's interleaved
+// records would make the new owner's skipped uncounted; in a transaction
+// they never commit: the new owner's producer aborts the zombie's open
+// transaction, and its offset commit is refused for its old generation.
 type rekeyer struct {
 	e    *Engine
 	sess sarama.ConsumerGroupSession

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -19,19 +21,15 @@ const restoreBatchDocs = 5000
 // changelog. It is the RESTORING state of a task:
 //
 //  1. exactly-once: open the partition's transactional producer, which
-//     fences every earlier owner's producer and has the broker abort its
-//     open transaction;
-//  2. claim the partition in the store (new epoch: fences any previous
-//     writer of a shared store);
-//  3. read the changelog's high watermark and wait until its last stable
-//     offset reaches it (every transaction below it decided);
-//  4. checkpoint present and inside the changelog → replay the committed
-//     records after it (usually none); no checkpoint → replay the whole
-//     partition; checkpoint beyond the changelog's end (changelog deleted
-//     or truncated) → keep the store and re-seed the changelog from it.
+//     fences earlier owners' producers and aborts their open transaction;
+//  2. claim the partition in the store (a new epoch fences older writers);
+//  3. wait until the changelog's last stable offset reaches its high
+//     watermark (every transaction below it decided);
+//  4. replay the committed records after the checkpoint (all without
+//     one); a checkpoint beyond the changelog's end (deleted or truncated)
+//     keeps the store and re-seeds the changelog from it.
 //
-// Replayed records go through the store's version check, so an old record
-// never rolls a document back.
+// Replayed records go through the store's version check.
 func (t *task) restore(ctx context.Context) error {
 	e := t.e
 	began := time.Now()
@@ -118,21 +116,17 @@ func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 var errReplayLimit = errors.New("replay limit reached")
 
 // replay applies the committed changelog records in [start, end) of
-// partition p to the store, under the claim epoch, in replay batches of at
-// most restoreBatchDocs documents (the last version of each key). It
-// returns how many records it read and the checkpoint it wrote last: end,
-// or, when it stopped after limit > 0 records, one past the last record
-// applied. Restores and standbys use it; each record read adds one to
-// counter.
+// partition p to the store, under epoch, in replay batches of at most
+// restoreBatchDocs documents (the last version of each key). It returns
+// how many records it read (each adds one to counter) and the checkpoint
+// it wrote last: end, or, when it stopped after limit > 0 records, one
+// past the last record applied.
 func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit int64, counter *atomic.Int64) (read, checkpoint int64, err error) {
 	pending := map[string]Doc{}
 	checkpoint = start
 	meter := e.meters.get(p)
 	write := func(cp int64) error {
-		docs := make([]Doc, 0, len(pending))
-		for _, d := range pending {
-			docs = append(docs, d)
-		}
+		docs := slices.Collect(maps.Values(pending))
 		b := DocBatch{Partition: p, Epoch: epoch, Docs: docs, Checkpoint: cp, Replay: true}
 		if err := e.retryUnavailable(ctx, "replay", func() error { return e.table.Apply(ctx, b) }); err != nil {
 			return fmt.Errorf("replay batch: %w", err)
@@ -147,10 +141,9 @@ func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit i
 		read++
 		counter.Add(1)
 		meter.n.Add(1)
-		// A temporarily unavailable decoder (the Schema Registry down) is
-		// waited for: skipping would move the checkpoint past records the
-		// state lacks. Only an unreadable record (not framed, not Avro, a
-		// bad key or header) is skipped.
+		// An unavailable decoder (the Schema Registry down) is waited for:
+		// skipping would move the checkpoint past records the state lacks.
+		// Only an unreadable record is skipped.
 		var d Doc
 		err := e.withRetry(ctx, func() (err error) {
 			d, err = e.decodeChangelog(ctx, p, m)

@@ -9,13 +9,12 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// Router is an instance's routing and readiness state: which aggregate
-// partitions this instance owns and in which state, which revoked ones it
-// may still answer (hand-over), whether the store answers, how often the
-// group restarted, and the group's membership snapshot, by which keys are
-// routed to their owner. The engine writes it; the HTTP handlers read it.
-// Its own locks are never held across a network call nor shared with the
-// engine. Safe for concurrent use. Get it from Engine.Router.
+// Router is an instance's routing and readiness state: the aggregate
+// partitions owned here and their states, the revoked ones still answered
+// (hand-over), store health, group restarts, and the membership snapshot
+// that routes keys to their owner. The engine writes it; the HTTP
+// handlers read it. Its locks are never held across a network call nor
+// shared with the engine. Safe for concurrent use.
 type Router struct {
 	appID       string
 	self        string // this instance's advertised address

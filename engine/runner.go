@@ -98,14 +98,21 @@ func (b *box[K, V, A]) AppendIndex(dst []IndexValue) []IndexValue {
 
 func (r *jobRunner[K, V, A]) Spec() TableSpec { return r.spec }
 
+// decode decodes an input record and returns it with its key.
+func (r *jobRunner[K, V, A]) decode(ctx context.Context, value []byte) (v V, k K, err error) {
+	if v, err = r.j.Decode(ctx, value); err != nil {
+		return v, k, err
+	}
+	if k, err = r.j.Key(v); err != nil {
+		return v, k, fmt.Errorf("key of %s record: %w", r.j.Name, err)
+	}
+	return v, k, nil
+}
+
 func (r *jobRunner[K, V, A]) AppendKey(ctx context.Context, dst, value []byte) ([]byte, error) {
-	v, err := r.j.Decode(ctx, value)
+	_, k, err := r.decode(ctx, value)
 	if err != nil {
 		return dst, err
-	}
-	k, err := r.j.Key(v)
-	if err != nil {
-		return dst, fmt.Errorf("key of %s record: %w", r.j.Name, err)
 	}
 	return r.appendKey(dst, k)
 }
@@ -141,13 +148,9 @@ func (r *jobRunner[K, V, A]) Add(ctx context.Context, a Agg, key, value []byte) 
 	if !ok {
 		return fmt.Errorf("aggregate of another job: %w", ErrInvalid)
 	}
-	v, err := r.j.Decode(ctx, value)
+	v, k, err := r.decode(ctx, value)
 	if err != nil {
 		return err
-	}
-	k, err := r.j.Key(v)
-	if err != nil {
-		return fmt.Errorf("key of %s record: %w", r.j.Name, err)
 	}
 	if rk, err := r.j.Keys.Decode(key); err != nil || rk != k {
 		return fmt.Errorf("record key %s does not match its value's key %s: %w",
@@ -158,9 +161,9 @@ func (r *jobRunner[K, V, A]) Add(ctx context.Context, a Agg, key, value []byte) 
 }
 
 func (r *jobRunner[K, V, A]) DecodeValue(ctx context.Context, v []byte) (Agg, error) {
-	a, err := r.j.Values.Decode(ctx, "", v)
+	a, err := r.j.Value(ctx, Doc{Value: v})
 	if err != nil {
-		return nil, fmt.Errorf("decode %s value: %w", r.j.Name, err)
+		return nil, err
 	}
 	return &box[K, V, A]{r: r, a: a}, nil
 }
@@ -212,9 +215,9 @@ func (r *jobRunner[K, V, A]) KeyKind() string { return r.j.Keys.Kind }
 func (r *jobRunner[K, V, A]) KeySize() int { return r.j.Keys.Size }
 
 func (r *jobRunner[K, V, A]) ValueJSON(ctx context.Context, value []byte) (json.RawMessage, error) {
-	a, err := r.j.Values.Decode(ctx, "", value)
+	a, err := r.j.Value(ctx, Doc{Value: value})
 	if err != nil {
-		return nil, fmt.Errorf("decode %s value: %w", r.j.Name, err)
+		return nil, err
 	}
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -225,7 +228,6 @@ func (r *jobRunner[K, V, A]) ValueJSON(ctx context.Context, value []byte) (json.
 
 // Value returns the typed aggregate of a document of j's table.
 func (j Job[K, V, A]) Value(ctx context.Context, d Doc) (A, error) {
-	var a A
 	c := j.Values
 	if c == nil {
 		c = JSONCodec[A]()

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,12 +47,21 @@ type staleDrop struct{ timer *time.Timer }
 // stop disarms every pending drop and waits for a running one, so that no
 // drop touches the store after the engine's Run returned (the caller then
 // closes the store).
-func (d *staleDropper) stop() {
+func (d *staleDropper) stop() { d.disarm(true, nil) }
+
+// disarm disarms the drops of ps (all and stops arming more, if all) and
+// waits for a drop in progress.
+func (d *staleDropper) disarm(all bool, ps []int32) {
 	d.mu.Lock()
-	d.stopped = true
-	for p, sd := range d.pending {
-		sd.timer.Stop()
-		delete(d.pending, p)
+	if all {
+		d.stopped = true
+		ps = slices.Collect(maps.Keys(d.pending))
+	}
+	for _, p := range ps {
+		if sd := d.pending[p]; sd != nil {
+			sd.timer.Stop()
+			delete(d.pending, p)
+		}
 	}
 	d.mu.Unlock()
 	d.running.Lock()
@@ -91,20 +102,7 @@ func (e *Engine) scheduleStaleDrops(ps []int32) {
 // cancelStaleDrops disarms the drops of newly assigned partitions and waits
 // for a drop in progress. The caller has already marked ps as owned, so a
 // drop that starts after this returns skips them.
-func (e *Engine) cancelStaleDrops(ps []int32) {
-	d := &e.stale
-	d.mu.Lock()
-	for _, p := range ps {
-		if sd := d.pending[p]; sd != nil {
-			sd.timer.Stop()
-			delete(d.pending, p)
-		}
-	}
-	d.mu.Unlock()
-	d.running.Lock()
-	//lint:ignore SA2001 an empty critical section: wait for a running drop
-	d.running.Unlock()
-}
+func (e *Engine) cancelStaleDrops(ps []int32) { e.stale.disarm(false, ps) }
 
 // dropStale deletes the stale copy of p if sd is still its pending drop
 // and this instance has not been assigned p again.

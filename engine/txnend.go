@@ -14,15 +14,13 @@ const txnEndBackoff = 100 * time.Millisecond
 // commitTxn commits pr's open transaction, begun at begun.
 //
 // A commit caught by the loss of its transaction coordinator fails in
-// sarama once its retries are spent, with the producer still committing
-// (no error flag): Kafka elects the new coordinator only after noticing
-// the loss (broker.session.timeout.ms, 9 s) and loading the transaction,
-// often just past the transaction timeout. commitTxn then commits again, until twice the transaction timeout since
-// begun or an answer settles it (committed, fenced, refused); on an error
-// the caller aborts (endTxn). Committing late is safe: the coordinator
-// decides a transaction once, and one it aborted for its timeout refuses
-// the commit (the producer is fenced). A late commit spares the partition
-// a rewind and restore, and the group a rebalance.
+// sarama once its retries are spent, with the producer still committing:
+// Kafka elects the new coordinator only after noticing the loss (9 s) and
+// loading the transaction. commitTxn then commits again, until twice the
+// transaction timeout since begun or an answer settles it; on an error the
+// caller aborts (endTxn). Committing late is safe: the coordinator decides
+// a transaction once, and one aborted for its timeout refuses the commit.
+// A late commit spares the partition a restore and the group a rebalance.
 func (e *Engine) commitTxn(pr sarama.SyncProducer, begun time.Time) error {
 	deadline := begun.Add(2 * e.cfg.TransactionTimeout)
 	for attempt := 1; ; attempt++ {
@@ -44,13 +42,11 @@ func ending(pr sarama.SyncProducer) bool {
 	return st&sarama.ProducerTxnFlagEndTransaction != 0 && st&sarama.ProducerTxnFlagInError == 0
 }
 
-// abortTxn aborts pr's failed transaction when the producer still can
-// (it began, failed with an abortable error, or failed to commit or
-// abort), calling AbortTxn again while the coordinator does not answer,
-// for up to twice the transaction timeout: a transaction left open holds
-// back every read_committed reader of its partitions (this instance's
-// restore among them) until the broker aborts it for its timeout. cause
-// is why it is aborted; a failed abort is logged at warn with it.
+// abortTxn aborts pr's failed transaction when the producer still can,
+// calling AbortTxn again while the coordinator does not answer, for up to
+// twice the transaction timeout: an open transaction holds back every
+// read_committed reader of its partitions (restores among them) until the
+// broker aborts it. cause is why it is aborted (logged if the abort fails).
 func (e *Engine) abortTxn(pr sarama.SyncProducer, what string, cause error) {
 	st := pr.TxnStatus()
 	if st&sarama.ProducerTxnFlagFatalError != 0 ||

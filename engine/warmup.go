@@ -7,16 +7,13 @@ import (
 	"time"
 )
 
-// Hand-over of warm-ups. A warm-up (assign.go) is a replica placed where
-// the assignor wants the partition to run; once it is within the
-// acceptable lag, its member rejoins the group so that the leader moves
-// the active here. Every rejoin is an eager rebalance that stops the whole
-// group for a moment, so a member hands its warm-ups over together: it
-// waits for the ones still behind, but no longer than a quarter of the
-// time the first took to catch up (gatherWait). Before the rebalance it
-// tops them up to the changelog's end and ends the store's bulk load
-// (TableSettler), which a new active's claim and first flush would
-// otherwise wait for. It never rejoins while its own actives restore.
+// Hand-over of warm-ups (assign.go): once a warm-up is within the
+// acceptable lag, its member rejoins so that the leader moves the active
+// here. Every rejoin stops the whole group for a moment, so a member hands
+// its warm-ups over together, waiting for those behind no longer than a
+// quarter of the time the first took (gatherWait). It first tops them up
+// and ends the store's bulk load (TableSettler), which a new active's
+// claim would otherwise wait for, and never rejoins while actives restore.
 
 // minRejoinGap bounds how often caught-up warm-ups make this member
 // rejoin the group.
@@ -93,21 +90,17 @@ func (e *Engine) handOverWarmups(ctx context.Context) {
 	if !rejoin {
 		return
 	}
-	// Top the ready warm-ups up while their bulk load is still on: the new
-	// active's delta replay is then what was written while the load was
-	// written out and the group rebalanced, not up to the acceptable lag
-	// on the slower path.
+	// Top the ready warm-ups up while their bulk load is still on, so the
+	// new active's delta replay is short.
 	ps := make([]int32, 0, len(ready))
 	for _, r := range ready {
 		e.turn(ctx, r, false)
 		ps = append(ps, r.p)
 	}
 	slices.Sort(ps)
-	// Settled before the rebalance, even when a warm-up is left behind (it
-	// reads what it writes): writing the buffer out takes seconds at
-	// millions of documents, and during the rebalance the new actives'
-	// claims would wait for it with their partitions stopped; before it,
-	// the old actives go on meanwhile.
+	// Settled before the rebalance: writing the buffer out takes seconds at
+	// millions of documents, and the new actives' claims would wait for it
+	// with their partitions stopped; before it, the old actives go on.
 	if st, ok := e.table.(TableSettler); ok {
 		began := time.Now()
 		if err := st.Settle(ctx); err != nil && ctx.Err() == nil {
