@@ -25,11 +25,8 @@ const arenaBytes = 16 << 10
 // newRecordArena returns an arena sized for n records of headers headers
 // each; it grows past that when needed.
 func newRecordArena(n, headers int) *recordArena {
-	return &recordArena{
-		msgs: make([]sarama.ProducerMessage, 0, n),
-		hdrs: make([]sarama.RecordHeader, 0, n*headers),
-		encs: make([]sarama.ByteEncoder, 0, 2*n),
-	}
+	return &recordArena{msgs: make([]sarama.ProducerMessage, 0, n),
+		hdrs: make([]sarama.RecordHeader, 0, n*headers), encs: make([]sarama.ByteEncoder, 0, 2*n)}
 }
 
 // enc returns b as a sarama.Encoder without allocating: a ByteEncoder
@@ -69,12 +66,9 @@ func (a *recordArena) headers(n int) []sarama.RecordHeader {
 // every record of the send).
 func (a *recordArena) reset() {
 	clear(a.msgs)
-	a.msgs = a.msgs[:0]
 	clear(a.hdrs)
-	a.hdrs = a.hdrs[:0]
 	clear(a.encs)
-	a.encs = a.encs[:0]
-	a.buf = a.buf[:0]
+	a.msgs, a.hdrs, a.encs, a.buf = a.msgs[:0], a.hdrs[:0], a.encs[:0], a.buf[:0]
 }
 
 // reserve makes room for n more bytes in the current block.

@@ -12,10 +12,8 @@ import (
 
 // committedReader reads the committed records of one partition up to a
 // given end offset, as a read_committed consumer sees them (see read), and
-// knows exactly when it has reached that end: markers, aborted records and
-// compaction gaps all move its position without delivering anything.
-// sarama's PartitionConsumer hides its position past control records, so
-// a restore built on it could only guess its end with an idle timeout.
+// knows exactly when it has reached that end, which sarama's
+// PartitionConsumer hides past control records.
 type committedReader struct {
 	client sarama.Client
 	topic  string
@@ -164,16 +162,15 @@ type queued struct {
 // in offset order, and returns when every record below end is delivered or
 // skipped. fn's error stops the read and is returned.
 //
-// It fetches read_uncommitted (bounded by the high watermark) and decides
-// each transactional record by its producer's next control marker, COMMIT
-// or ABORT, instead of trusting the broker's aborted-transaction index: on
-// Apache Kafka a read_committed fetch below the last stable offset could
-// come back empty just after the changelog was cleaned, which looks like
-// the end of the data. The caller has waited for the last stable offset to
-// reach end (waitStable), so every transaction with records below end is
-// decided and its marker written; compaction keeps a marker as long as any
-// record of its transaction remains. A record whose marker lies beyond end
-// is held until the marker is read.
+// It fetches read_uncommitted and decides each transactional record by its
+// producer's next control marker, not by the broker's aborted-transaction
+// index: on Apache Kafka a read_committed fetch below the last stable
+// offset could come back empty just after the changelog was cleaned,
+// which looks like the end of the data. The caller has waited for the
+// last stable offset to reach end (waitStable), so every transaction with
+// records below end has its marker written (compaction keeps a marker as
+// long as a record of its transaction remains); a record whose marker
+// lies beyond end is held until the marker is read.
 func (r *committedReader) read(ctx context.Context, start, end int64, fn func(CommittedRecord) error) error {
 	if r.maxBytes <= 0 {
 		r.maxBytes = 1 << 20
@@ -209,24 +206,18 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 			MaxBytes: r.maxBytes, Isolation: sarama.ReadUncommitted, SessionEpoch: -1}
 		req.AddBlock(r.topic, r.p, next, r.maxBytes, -1)
 		resp, err := broker.Fetch(req)
+		var b *sarama.FetchResponseBlock
 		if err != nil {
 			_ = broker.Close() // sarama keeps a connection whose read timed out, dead, until closed
-			_ = r.client.RefreshMetadata(r.topic)
-			if !sleepCtx(ctx, 100*time.Millisecond) {
-				return ctx.Err()
-			}
-			continue
-		}
-		b := resp.GetBlock(r.topic, r.p)
-		if b == nil {
+		} else if b = resp.GetBlock(r.topic, r.p); b == nil {
 			return fmt.Errorf("fetch %s/%d: %w", r.topic, r.p, sarama.ErrIncompleteResponse)
 		}
 		switch {
-		case errors.Is(b.Err, sarama.ErrNoError):
-		case errors.Is(b.Err, sarama.ErrOffsetOutOfRange) && b.LogStartOffset > next:
+		case err == nil && errors.Is(b.Err, sarama.ErrNoError):
+		case err == nil && errors.Is(b.Err, sarama.ErrOffsetOutOfRange) && b.LogStartOffset > next:
 			next = b.LogStartOffset // deleted by retention below the start: nothing to read there
 			continue
-		case errors.Is(b.Err, sarama.ErrNotLeaderForPartition), errors.Is(b.Err, sarama.ErrLeaderNotAvailable),
+		case err != nil, errors.Is(b.Err, sarama.ErrNotLeaderForPartition), errors.Is(b.Err, sarama.ErrLeaderNotAvailable),
 			errors.Is(b.Err, sarama.ErrUnknownTopicOrPartition):
 			_ = r.client.RefreshMetadata(r.topic)
 			if !sleepCtx(ctx, 100*time.Millisecond) {
@@ -262,12 +253,10 @@ func (r *committedReader) read(ctx context.Context, start, end int64, fn func(Co
 			}
 			if e, ok := epoch[rb.ProducerID]; ok && rb.IsTransactional && rb.ProducerEpoch > e {
 				// Records of a newer epoch while older ones wait for their
-				// marker: compaction removed that marker (allowed after
-				// delete.retention.ms) between two fetches. A later owner
-				// bumps the epoch and the engine never reuses a producer
-				// after an abort, so the older records are aborted, or
-				// committed and superseded by later records of the same
-				// keys: skipping them is right either way.
+				// marker: compaction removed that marker between two fetches.
+				// The engine never reuses a producer after an abort, so the
+				// older records are aborted, or committed and superseded by
+				// later records of the same keys: skipping them is right.
 				for _, q := range open[rb.ProducerID] {
 					q.pending, q.aborted = false, true
 				}

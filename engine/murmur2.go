@@ -89,25 +89,13 @@ type murmur2Hash struct{ buf []byte }
 
 var _ hash.Hash32 = (*murmur2Hash)(nil)
 
-// Write appends p to the data to hash; it never fails.
 func (h *murmur2Hash) Write(p []byte) (int, error) {
 	h.buf = append(h.buf, p...)
 	return len(p), nil
 }
 
-// Sum appends the big-endian hash of the data written to b.
-func (h *murmur2Hash) Sum(b []byte) []byte {
-	return binary.BigEndian.AppendUint32(b, h.Sum32())
-}
-
-// Sum32 returns Murmur2 of the data written, as an unsigned value.
-func (h *murmur2Hash) Sum32() uint32 { return uint32(Murmur2(h.buf)) }
-
-// Reset forgets the data written, keeping the buffer for reuse.
-func (h *murmur2Hash) Reset() { h.buf = h.buf[:0] }
-
-// Size returns 4, the number of bytes Sum appends.
-func (h *murmur2Hash) Size() int { return 4 }
-
-// BlockSize returns 4, the block size of MurmurHash2.
-func (h *murmur2Hash) BlockSize() int { return 4 }
+func (h *murmur2Hash) Sum(b []byte) []byte { return binary.BigEndian.AppendUint32(b, h.Sum32()) }
+func (h *murmur2Hash) Sum32() uint32       { return uint32(Murmur2(h.buf)) }
+func (h *murmur2Hash) Reset()              { h.buf = h.buf[:0] }
+func (h *murmur2Hash) Size() int           { return 4 }
+func (h *murmur2Hash) BlockSize() int      { return 4 }

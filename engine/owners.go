@@ -81,11 +81,10 @@ func (r *Router) refresh() {
 // still names this instance. Safe for concurrent use; it never blocks
 // longer than ctx or describeTimeout.
 func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bool, err error) {
-	n := r.numParts.Load()
-	if n == 0 {
-		return "", false, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+	p, err := r.partitionOf(key)
+	if err != nil {
+		return "", false, err
 	}
-	p := PartitionFor(key, n)
 	if r.answerable(p) {
 		return r.self, true, nil
 	}
@@ -107,6 +106,16 @@ func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bo
 	// Owned by this address in a snapshot taken before this instance
 	// lost the partition: nobody is known to run it.
 	return "", false, fmt.Errorf("partition %d has no owner right now (rebalancing): %w", p, ErrUnavailable)
+}
+
+// partitionOf returns the aggregate partition of key; ErrUnavailable
+// before the engine connected.
+func (r *Router) partitionOf(key []byte) (int32, error) {
+	n := r.numParts.Load()
+	if n == 0 {
+		return 0, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+	}
+	return PartitionFor(key, n), nil
 }
 
 // Membership returns the current ownership snapshot, describing the group

@@ -51,8 +51,8 @@ const MaxKeyBytes = 1024
 const MaxIndexStringBytes = 512
 
 // TableSpec describes one table: the state of one job. A store keeps each
-// table apart (a Clover collection, a Redis key prefix, a map), with its
-// own documents, index entries, partition epochs and checkpoints.
+// table apart, with its own documents, index entries, epochs and
+// checkpoints.
 type TableSpec struct {
 	// Name is the table's name ([a-z][a-z0-9_-]{0,63}); it names the
 	// job's internal topics and its HTTP routes too.
@@ -66,10 +66,9 @@ type TableSpec struct {
 	// the exact reverse of an ascending one.
 	TiesAscending bool
 	// Partitions is the number of partitions the table's documents are
-	// spread over (a document's Partition is PartitionFor(Key,
-	// Partitions)); 0 when unknown. A store that keeps a partition's keys
-	// together needs it to find a document by its key: it refuses to open
-	// a table without it and refuses a document of another partition
+	// spread over (Doc.Partition is PartitionFor(Key, Partitions)); 0 when
+	// unknown. A store that keeps a partition's keys together needs it: it
+	// refuses a table without it and a document of another partition
 	// (ErrInvalid). Reopening a table with another count is no conflict.
 	Partitions int32
 }
@@ -166,9 +165,8 @@ func (a IndexValue) validate(k IndexKind) error {
 }
 
 // Doc is one stored aggregate of a table: the job's encoding of the
-// aggregate (opaque to stores) plus the processing metadata that makes
-// re-applying a record a no-op, and the values of the table's declared
-// indexes.
+// aggregate (opaque to stores), the processing metadata that makes
+// re-applying a record a no-op, and its declared index values.
 type Doc struct {
 	// Key is the aggregate's key as the job's key codec encodes it (the
 	// repartition and changelog record key).
@@ -274,16 +272,8 @@ func (q IndexQuery) Validate(s TableSpec) (pos int, kind IndexKind, err error) {
 	if q.Limit <= 0 {
 		return -1, 0, fmt.Errorf("limit must be positive: %w", ErrInvalid)
 	}
-	for _, b := range []struct {
-		set bool
-		v   IndexValue
-	}{{q.HasMin, q.Min}, {q.HasMax, q.Max}} {
-		if !b.set {
-			continue
-		}
-		if ix.Kind == IndexNumber && math.IsNaN(b.v.Num) {
-			return -1, 0, fmt.Errorf("index %s: bounds must be numbers: %w", ix.Name, ErrInvalid)
-		}
+	if ix.Kind == IndexNumber && (q.HasMin && math.IsNaN(q.Min.Num) || q.HasMax && math.IsNaN(q.Max.Num)) {
+		return -1, 0, fmt.Errorf("index %s: bounds must be numbers: %w", ix.Name, ErrInvalid)
 	}
 	if q.After != nil && ix.Kind == IndexNumber && math.IsNaN(q.After.Value.Num) {
 		return -1, 0, fmt.Errorf("index %s: cursor must be a number: %w", ix.Name, ErrInvalid)
@@ -346,17 +336,16 @@ type DocPage struct {
 
 // Table keeps one job's aggregates and per-partition checkpoints: the
 // engine's protocol (Claim, Checkpoint, Load, Apply, DropPartition) on
-// opaque documents, plus key lookups and index queries. It is the one
-// store contract: every store implements it (see Tables) and runs
-// engine/storetest. Implementations must be safe for concurrent use;
-// readers never see a partly applied batch.
+// opaque documents, plus key lookups and index queries. Every store
+// implements it and runs engine/storetest. Implementations must be safe
+// for concurrent use; readers never see a partly applied batch.
 type Table interface {
 	// Spec returns the table's spec.
 	Spec() TableSpec
 	// Claim makes the caller the writer of partition p and returns its new
-	// epoch, greater than every epoch claimed before for p in this table
-	// (after a power loss, than every epoch a surviving write was made
-	// under: a store may leave a claim unsynced until its next write).
+	// epoch, greater than every epoch claimed before for p (after a power
+	// loss, than every epoch of a surviving write: a claim may stay
+	// unsynced until the next write).
 	Claim(ctx context.Context, p int32) (epoch int64, err error)
 	// Checkpoint returns the next changelog offset to read for partition
 	// p; ok is false when the table holds no checkpoint for p.
@@ -367,15 +356,13 @@ type Table interface {
 	// Apply writes b atomically: all documents, their index entries and
 	// the checkpoint, or nothing. It returns ErrFenced if b.Epoch is not
 	// the partition's current claimed epoch (older: another writer claimed
-	// it since; newer or no claim at all: the table lost its state since
-	// the claim), or (unless b.Replay) if a document's Version is not newer
-	// than the stored one; ErrInvalid (nothing written) if a document fails
+	// it; newer or none: the table lost its state since the claim), or
+	// (unless b.Replay) if a document's Version is not newer than the
+	// stored one; ErrInvalid (nothing written) if a document fails
 	// Doc.Validate. A batch without documents only moves the checkpoint
-	// and confirms the claim. Every later read sees an applied batch. A
-	// live batch is durable when Apply returns; a replay batch may be held
-	// in memory and made durable with later ones (a bulk load), so a crash
-	// may undo replay batches together with their checkpoint, and the next
-	// restore repeats them.
+	// and confirms the claim. A live batch is durable when Apply returns;
+	// replay batches may be held in memory and made durable with later
+	// ones (a crash undoes them with their checkpoint; restore repeats them).
 	Apply(ctx context.Context, b DocBatch) error
 	// DropPartition deletes every document, index entry and the checkpoint
 	// of partition p.
@@ -407,21 +394,18 @@ type TableScanner interface {
 
 // FilteredQuerier is an optional ability of a Table: Query that skips,
 // inside its index walk and before reading them, the documents whose key
-// keep rejects. Skipped documents do not count toward q.Limit, so a page
-// holds up to Limit documents keep accepts, in q's order, and Next is set
-// when it is full. It is how an instance answers for some partitions of a
-// store that holds others too (standbys, copies of partitions that
-// moved) without reading those. keep is called from the calling goroutine
-// only. A walk cancelled by ctx stops with ctx's error.
+// keep rejects; they do not count toward q.Limit. It is how an instance
+// answers for some partitions of a store that holds others too. keep is
+// called from the calling goroutine only; a walk cancelled by ctx stops
+// with ctx's error.
 type FilteredQuerier interface {
 	QueryFiltered(ctx context.Context, q IndexQuery, keep func(key []byte) bool) (DocPage, error)
 }
 
 // TableSettler is an optional ability of a Table that buffers replayed
-// batches (a bulk load into an empty table): Settle writes out what is
-// buffered and ends the buffering, so that the first ordinary write of a
-// partition about to become active does not wait for it. It is safe to
-// call at any time; a table with nothing buffered returns at once.
+// batches (a bulk load): Settle writes out what is buffered and ends the
+// buffering, so that a partition about to become active does not wait for
+// it. Safe to call at any time.
 type TableSettler interface {
 	Settle(ctx context.Context) error
 }

@@ -66,11 +66,10 @@ func (v *TableView) Get(ctx context.Context, key []byte) (Doc, error) {
 		return v.e.table.Get(ctx, key)
 	}
 	r := v.e.route
-	n := r.numParts.Load()
-	if n == 0 {
-		return Doc{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+	p, err := r.partitionOf(key)
+	if err != nil {
+		return Doc{}, err
 	}
-	p := PartitionFor(key, n)
 	if !r.answerable(p) {
 		return Doc{}, fmt.Errorf("partition %d is not running on this instance: %w", p, ErrUnavailable)
 	}
@@ -226,28 +225,25 @@ type Staleness struct {
 	// Age is how long ago that read ended.
 	Age time.Duration
 	// Unconfirmed marks this instance's own copy of a partition it runs,
-	// answering while its read lease has lapsed (woken from a pause, a
-	// rebalance outlasting the lease). Records is then 0 and Age counts
-	// from when the lease ran out. A caught-up standby elsewhere is
+	// answering while its read lease has lapsed; Records is then 0 and Age
+	// counts from when the lease ran out. A caught-up standby elsewhere is
 	// usually fresher: ask it first.
 	Unconfirmed bool
 }
 
 // GetReplica returns the document of key from this instance's standby
 // copy of its partition (see standby.go) and how stale that copy is, for
-// a key whose active cannot answer (restoring, moving, dead, paused). It
-// returns ErrUnavailable when there is no standby here, or one not yet
-// read or behind by more than Config.AcceptableLag; ErrNotFound, with the
-// staleness, when the copy has no such document. This instance's own copy
-// of a partition it runs answers too while its read lease has lapsed,
-// marked Staleness.Unconfirmed.
+// a key whose active cannot answer. It returns ErrUnavailable when there
+// is no standby here, or one not yet read or behind by more than
+// Config.AcceptableLag; ErrNotFound, with the staleness, when the copy has
+// no such document. This instance's own copy of a partition it runs
+// answers too while its read lease has lapsed (Staleness.Unconfirmed).
 func (v *TableView) GetReplica(ctx context.Context, key []byte) (Doc, Staleness, error) {
 	e := v.e
-	n := e.route.numParts.Load()
-	if n == 0 {
-		return Doc{}, Staleness{}, fmt.Errorf("engine not connected yet: %w", ErrUnavailable)
+	p, err := e.route.partitionOf(key)
+	if err != nil {
+		return Doc{}, Staleness{}, err
 	}
-	p := PartitionFor(key, n)
 	st, ok := e.replicaStaleness(p)
 	if !ok {
 		return Doc{}, Staleness{}, fmt.Errorf("no caught-up standby of partition %d on this instance: %w", p, ErrUnavailable)

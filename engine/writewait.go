@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -49,18 +51,10 @@ func (w *writeWaits) begin(what string) func() {
 func (w *writeWaits) stuck(cause error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.stuckAfter <= 0 {
+	if w.stuckAfter <= 0 || len(w.since) == 0 {
 		return nil
 	}
-	var oldest writeWait
-	for _, ww := range w.since {
-		if oldest.since.IsZero() || ww.since.Before(oldest.since) {
-			oldest = ww
-		}
-	}
-	if oldest.since.IsZero() {
-		return nil
-	}
+	oldest := slices.MinFunc(slices.Collect(maps.Values(w.since)), func(a, b writeWait) int { return a.since.Compare(b.since) })
 	waited := time.Since(oldest.since)
 	if waited < w.stuckAfter {
 		return nil
