@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -97,11 +98,7 @@ func (t *partitionTracker) setStoreErr(err error) {
 func (r *Router) Partitions() map[int32]PartitionState {
 	r.parts.mu.Lock()
 	defer r.parts.mu.Unlock()
-	out := make(map[int32]PartitionState, len(r.parts.states))
-	for p, s := range r.parts.states {
-		out[p] = s
-	}
-	return out
+	return maps.Clone(r.parts.states)
 }
 
 // Owns reports whether this instance currently owns aggregate partition p

@@ -26,17 +26,15 @@ const defaultInputPartitions = 3
 // the changelog (compacted), cleanup.policy=compact. nil when empty.
 func (e *Engine) topicConfig(written, compacted bool) map[string]*string {
 	entries := map[string]*string{}
+	set := func(k, v string) { entries[k] = &v }
 	if n := e.cfg.MinInsyncReplicas; n > 0 {
-		s := strconv.Itoa(int(n))
-		entries["min.insync.replicas"] = &s
+		set("min.insync.replicas", strconv.Itoa(int(n)))
 	}
 	if written {
-		s := strconv.Itoa(topicMaxMessageBytes)
-		entries["max.message.bytes"] = &s
+		set("max.message.bytes", strconv.Itoa(topicMaxMessageBytes))
 	}
 	if compacted {
-		s := "compact"
-		entries["cleanup.policy"] = &s
+		set("cleanup.policy", "compact")
 	}
 	if len(entries) == 0 {
 		return nil
