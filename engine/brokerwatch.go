@@ -86,7 +86,7 @@ func (w *brokerWatch) run(ctx context.Context, log *slog.Logger) {
 	defer w.closeProbes()
 	for {
 		if ans, ok := w.poll(); ok {
-			cut := w.observe(ans.from, ans.addrs, time.Now())
+			cut := w.Observe(ans.from, ans.addrs, time.Now()) // fences brokers, closing their connections
 			for _, a := range cut {
 				log.Warn("broker fenced by the cluster: cutting its connections, so requests waiting on it go to the new leaders and coordinators", "broker", a)
 			}
@@ -149,7 +149,7 @@ func (w *brokerWatch) poll() (pollAnswer, bool) {
 	})
 	w.mu.Unlock()
 	for _, addr := range ask {
-		if w.isFenced(addr) {
+		if w.Fenced(addr) {
 			continue
 		}
 		b := w.probe(addr)
@@ -264,15 +264,6 @@ const (
 	afterChange  = 50 * time.Millisecond
 	changeWindow = 3 * time.Second
 )
-
-func (w *brokerWatch) isFenced(addr string) bool { return w.Fenced(addr) }
-
-// observe takes the brokers of one answer, given by broker from (at now),
-// and returns the brokers it fenced, whose connections it closed (see
-// fencedial.Dialer.Observe).
-func (w *brokerWatch) observe(from string, addrs []string, now time.Time) (cut []string) {
-	return w.Observe(from, addrs, now)
-}
 
 // viewAge is how long a broker's answer counts.
 const viewAge = 2 * time.Second

@@ -71,17 +71,21 @@ var errLeaderGone = errors.New("partition leader unreachable")
 // sarama.ReadCommitted. It retries while the leader is gone (backing off
 // from 100 ms to 1 s), so a leader failover delays a restore or a standby
 // instead of failing it, and returns ctx's error if ctx ends first.
-func listOffset(ctx context.Context, client sarama.Client, topic string, p int32, ts int64, iso sarama.IsolationLevel) (int64, error) {
-	backoff := 100 * time.Millisecond
-	for {
+// Its errors say "what of topic/p: ".
+func listOffset(ctx context.Context, client sarama.Client, topic string, p int32, ts int64, iso sarama.IsolationLevel,
+	what string) (int64, error) {
+	for backoff := 100 * time.Millisecond; ; backoff = min(backoff*2, time.Second) {
 		n, err := listOffsetOnce(client, topic, p, ts, iso)
-		if !errors.Is(err, errLeaderGone) {
-			return n, err
+		if errors.Is(err, errLeaderGone) {
+			if sleepCtx(ctx, backoff) {
+				continue
+			}
+			err = ctx.Err()
 		}
-		if !sleepCtx(ctx, backoff) {
-			return 0, ctx.Err()
+		if err != nil {
+			return 0, fmt.Errorf("%s of %s/%d: %w", what, topic, p, err)
 		}
-		backoff = min(backoff*2, time.Second)
+		return n, nil
 	}
 }
 
@@ -126,15 +130,15 @@ func listOffsetOnce(client sarama.Client, topic string, p int32, ts int64, iso s
 // then decided (committed or aborted), so a read_committed reader can read
 // everything below it. It polls until ctx ends.
 func waitStable(ctx context.Context, client sarama.Client, topic string, p int32) (int64, error) {
-	hwm, err := listOffset(ctx, client, topic, p, sarama.OffsetNewest, sarama.ReadUncommitted)
+	hwm, err := listOffset(ctx, client, topic, p, sarama.OffsetNewest, sarama.ReadUncommitted, "high watermark")
 	if err != nil {
-		return 0, fmt.Errorf("high watermark of %s/%d: %w", topic, p, err)
+		return 0, err
 	}
 	backoff := 20 * time.Millisecond
 	for {
-		lso, err := listOffset(ctx, client, topic, p, sarama.OffsetNewest, sarama.ReadCommitted)
+		lso, err := listOffset(ctx, client, topic, p, sarama.OffsetNewest, sarama.ReadCommitted, "last stable offset")
 		if err != nil {
-			return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
+			return 0, err
 		}
 		if lso >= hwm {
 			return hwm, nil

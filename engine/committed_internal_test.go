@@ -164,7 +164,7 @@ func TestListOffsetWaitsForLeader(t *testing.T) {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	got, err := listOffset(ctx, client, "t", 0, sarama.OffsetNewest, sarama.ReadCommitted)
+	got, err := listOffset(ctx, client, "t", 0, sarama.OffsetNewest, sarama.ReadCommitted, "last stable offset")
 	if err != nil || got != 0 {
 		t.Fatalf("listOffset while the leader is away: got %d, %v; want 0, nil", got, err)
 	}

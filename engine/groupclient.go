@@ -83,7 +83,7 @@ func (d *groupDialer) setClient(c sarama.Client) {
 // returns an error after the backoff; a dial to a broker the watch has
 // fenced fails at once.
 func (d *groupDialer) Dial(network, addr string) (net.Conn, error) {
-	if f, ok := d.dialer.(fenceKeeper); ok && f.isFenced(addr) {
+	if f, ok := d.dialer.(fenceKeeper); ok && f.Fenced(addr) {
 		d.refresh()
 		return nil, fmt.Errorf("broker %s: %w", addr, errBrokerFenced)
 	}
@@ -109,7 +109,7 @@ func (d *groupDialer) Dial(network, addr string) (net.Conn, error) {
 // fenceKeeper is a dialer that knows which brokers the cluster has fenced
 // (brokerWatch).
 type fenceKeeper interface {
-	isFenced(addr string) bool
+	Fenced(addr string) bool
 }
 
 // watchedConn is a connection of the group's client whose read timeouts

@@ -17,8 +17,8 @@ func TestGroupDialerFencedAtOnce(t *testing.T) {
 	fenced, closed := "127.0.0.1:1", "127.0.0.1:2" // nothing listens on either
 	w := newBrokerWatch([]string{fenced, closed}, NewSaramaConfig("t"))
 	t0 := time.Now()
-	w.observe(closed, []string{fenced, closed}, t0)
-	if cut := w.observe(closed, []string{closed}, t0.Add(time.Second)); len(cut) != 1 || !w.isFenced(fenced) {
+	w.Observe(closed, []string{fenced, closed}, t0)
+	if cut := w.Observe(closed, []string{closed}, t0.Add(time.Second)); len(cut) != 1 || !w.Fenced(fenced) {
 		t.Fatalf("an answer without %s: cut %v; want it fenced", fenced, cut)
 	}
 	d := &groupDialer{dialer: w, backoff: backoff, quiet: time.Minute, group: "g", silent: map[string]time.Time{}}

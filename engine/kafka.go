@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/IBM/sarama"
 )
@@ -82,11 +81,7 @@ func (k saramaKafka) NewLog(client sarama.Client) changelogLog { return changelo
 // Start returns the first offset of topic/p (the log start offset),
 // waiting while the partition has no reachable leader.
 func (l changelogLog) Start(ctx context.Context, topic string, p int32) (int64, error) {
-	n, err := listOffset(ctx, l.client, topic, p, sarama.OffsetOldest, sarama.ReadUncommitted)
-	if err != nil {
-		return 0, fmt.Errorf("start of %s/%d: %w", topic, p, err)
-	}
-	return n, nil
+	return listOffset(ctx, l.client, topic, p, sarama.OffsetOldest, sarama.ReadUncommitted, "start")
 }
 
 // StableEnd waits until every transaction below topic/p's high watermark
@@ -100,11 +95,7 @@ func (l changelogLog) StableEnd(ctx context.Context, topic string, p int32) (int
 // a record below it is decided. It does not wait for open transactions,
 // only while the partition has no reachable leader.
 func (l changelogLog) LastStable(ctx context.Context, topic string, p int32) (int64, error) {
-	n, err := listOffset(ctx, l.client, topic, p, sarama.OffsetNewest, sarama.ReadCommitted)
-	if err != nil {
-		return 0, fmt.Errorf("last stable offset of %s/%d: %w", topic, p, err)
-	}
-	return n, nil
+	return listOffset(ctx, l.client, topic, p, sarama.OffsetNewest, sarama.ReadCommitted, "last stable offset")
 }
 
 // ReadCommitted calls fn, in offset order, for each committed record of
