@@ -15,35 +15,29 @@ import (
 )
 
 // brokerWatch dials every broker connection of the engine's clients
-// (fencedial.Dialer) and asks the cluster for its brokers every pollEvery,
-// each poll starting with the next broker: a broker a recent answer leaves
-// out is fenced, its connections cut and dials to it refused until every
-// recent answer lists it again. The same answers carry the leaders of the
-// engine's partitions and of the coordinators' internal partitions: when
-// one moves, every client looks its leaders and coordinators up again (see
-// observeLeaders). Safe for concurrent use.
+// (fencedial.Dialer) and asks the cluster for its brokers every pollEvery:
+// a broker a recent answer leaves out is fenced, its connections cut and
+// dials to it refused until every recent answer lists it again. When a
+// leader of the engine's or the coordinators' partitions moves, every
+// client looks its leaders up again (observeLeaders). Safe for concurrent
+// use.
 type brokerWatch struct {
 	*fencedial.Dialer // the clients' dialer: fences brokers (observe)
 	seeds             []string
 	cfg               *sarama.Config // of the watch's own metadata requests
 
-	mu     sync.Mutex
-	next   int             // where the next poll starts
-	failed map[string]bool // brokers whose last metadata answer failed
-	probes map[string]*sarama.Broker
-	// clients are refreshed when a broker is fenced or a leader moves
-	// (watchedclients.go).
-	clients map[*watchedClient]struct{}
-	// topics are the topics whose partition leaders the watch follows
-	// (see observeLeaders); epochs holds the highest leader epoch seen
-	// for each of their partitions.
+	mu      sync.Mutex
+	next    int             // where the next poll starts
+	failed  map[string]bool // brokers whose last metadata answer failed
+	probes  map[string]*sarama.Broker
+	clients map[*watchedClient]struct{} // refreshed on a fence or a leader move
+	// topics are the topics whose partition leaders the watch follows;
+	// epochs the highest leader epoch seen for each of their partitions.
 	topics []string
 	epochs map[topicPartition]int32
-	// changed is closed, and cleared, when the watch next fences a broker
-	// or sees a leader move (see nextChange).
-	changed chan struct{}
-	// changedAt is when (monoNow) the watch last fenced a broker or saw
-	// a leader move; zero before the first (see consumerBackoff).
+	// changed is closed, and cleared, at the next fence or leader move
+	// (nextChange); changedAt is when (monoNow) the last one was seen.
+	changed   chan struct{}
 	changedAt time.Duration
 }
 
@@ -62,15 +56,10 @@ const pollEvery = 250 * time.Millisecond
 func newBrokerWatch(seeds []string, sc *sarama.Config, topics ...string) *brokerWatch {
 	cfg := NewSaramaConfig(sc.ClientID)
 	cfg.Net.DialTimeout, cfg.Net.ReadTimeout = time.Second, time.Second
-	return &brokerWatch{
-		Dialer: fencedial.New(net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive}, viewAge),
-		seeds:  slices.Clone(seeds),
-		cfg:    cfg,
-		failed: map[string]bool{},
-		probes: map[string]*sarama.Broker{},
+	return &brokerWatch{Dialer: fencedial.New(net.Dialer{Timeout: sc.Net.DialTimeout, KeepAlive: sc.Net.KeepAlive}, viewAge),
+		seeds: slices.Clone(seeds), cfg: cfg, failed: map[string]bool{}, probes: map[string]*sarama.Broker{},
 		topics: slices.DeleteFunc(slices.Clone(topics), func(t string) bool { return t == "" }),
-		epochs: map[topicPartition]int32{},
-	}
+		epochs: map[topicPartition]int32{}}
 }
 
 var _ fenceKeeper = (*brokerWatch)(nil)
@@ -179,12 +168,10 @@ func (w *brokerWatch) poll() (pollAnswer, bool) {
 }
 
 // observeLeaders takes the leader epochs of one answer and returns how
-// many partitions got a new leader: an epoch above the highest seen for a
-// partition already seen (a broker behind the others changes nothing).
-// A client keeps a leader until a request to it fails, so after a move
-// (controlled shutdown, preferred leader election) its next produce,
-// fetch or offset commit goes to the old leader or coordinator and waits
-// out a retry backoff; refreshing every client spares them that.
+// many partitions got a new leader (an epoch above the highest seen). A
+// client keeps a leader until a request to it fails, so after a move its
+// next request waits out a retry backoff; refreshing every client spares
+// them that.
 func (w *brokerWatch) observeLeaders(epochs map[topicPartition]int32) (moved int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -222,11 +209,10 @@ func (w *brokerWatch) closeProbes() {
 	}
 }
 
-// nextChange returns a channel that is closed the next time the watch
-// fences a broker or sees a partition leader move (a coordinator moves
-// with its internal partition's leader), after it refreshed the clients:
-// a join that failed on the old coordinator may be retried at once. A
-// nil watch returns nil (never closed).
+// nextChange returns a channel closed the next time the watch fences a
+// broker or sees a leader move, after it refreshed the clients: a join
+// that failed on the old coordinator may be retried at once. A nil watch
+// returns nil (never closed).
 func (w *brokerWatch) nextChange() <-chan struct{} {
 	if w == nil {
 		return nil
@@ -239,11 +225,9 @@ func (w *brokerWatch) nextChange() <-chan struct{} {
 	return w.changed
 }
 
-// consumerBackoff is the pause before a partition consumer's retry
-// (sarama's Consumer.Retry.BackoffFunc): afterChange within changeWindow
-// after the watch fenced a broker or saw a leader move, when the clients
-// already know the new leaders, else steady. A nil watch always returns
-// steady.
+// consumerBackoff is sarama's Consumer.Retry.BackoffFunc: afterChange
+// within changeWindow after a fence or leader move (the clients already
+// know the new leaders), else steady (always, for a nil watch).
 func (w *brokerWatch) consumerBackoff(steady time.Duration) func(retries int) time.Duration {
 	return func(int) time.Duration {
 		if w == nil {

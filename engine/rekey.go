@@ -46,13 +46,16 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 		return e.rekeyTxn(s, c)
 	}
 	ctx := s.Context()
-	lastCommit := time.Now()
+	lastCommit, pending := time.Now(), false
+	commit := func() {
+		s.Commit()
+		lastCommit, pending = time.Now(), false
+	}
 	f := newForwarder()
 	// Offsets marked after the last commit are committed by the ticker too,
 	// so that the input's committed offset catches up once input stops.
 	ticker := time.NewTicker(e.cfg.CommitInterval)
 	defer ticker.Stop()
-	pending := false
 	for {
 		var first *sarama.ConsumerMessage
 		select {
@@ -60,8 +63,7 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 			return nil
 		case <-ticker.C:
 			if pending {
-				s.Commit()
-				lastCommit, pending = time.Now(), false
+				commit()
 			}
 			continue
 		case m, ok := <-c.Messages():
@@ -84,8 +86,7 @@ func (e *Engine) rekey(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClai
 		s.MarkMessage(batch[len(batch)-1], "")
 		pending = true
 		if time.Since(lastCommit) >= e.cfg.CommitInterval {
-			s.Commit()
-			lastCommit, pending = time.Now(), false
+			commit()
 		}
 	}
 }

@@ -15,9 +15,8 @@ import (
 
 // ErrTxnAborted means a task's transaction was aborted (or its outcome is
 // unknown): none of its records are visible to read_committed readers, its
-// offsets were not committed and the store was not written. The task drops
-// its cache and its partition is restored and reprocessed from the last
-// committed offsets.
+// offsets were not committed and the store was not written; the partition
+// is restored and reprocessed from the last committed offsets.
 var ErrTxnAborted = errors.New("transaction aborted")
 
 // MaxRecordBytes is the largest record the engine produces (key, value and
@@ -48,15 +47,14 @@ func (t Topics) RekeyTransactionalID(p int32) string {
 	return t.Repartition + "-txn-" + strconv.Itoa(int(p))
 }
 
-// txnProduceBackoff is the pause between two tries of a transactional
-// produce that failed.
-const txnProduceBackoff = 250 * time.Millisecond
-
-// txnFirstRetryBackoff is the pause before a failed transactional
-// produce's first retry. sarama looks the leader up again before it
-// retries, so a produce that failed only because the leader moved while
-// the producer was idle reaches the new one at once.
-const txnFirstRetryBackoff = 25 * time.Millisecond
+// txnProduceBackoff is the pause between two tries of a failed
+// transactional produce; txnFirstRetryBackoff the one before its first
+// retry, short since sarama looks the leader up again first (it may only
+// have moved while the producer was idle).
+const (
+	txnProduceBackoff    = 250 * time.Millisecond
+	txnFirstRetryBackoff = 25 * time.Millisecond
+)
 
 // newTaskProducer opens the transactional producer of aggregate partition
 // p (see newTxnProducer).
@@ -70,10 +68,10 @@ func (e *Engine) newRekeyProducer(ctx context.Context, p int32) (sarama.SyncProd
 	return e.newTxnProducer(ctx, e.topics.RekeyTransactionalID(p), "-rekey-"+strconv.Itoa(int(p)))
 }
 
-// newTxnProducer opens a transactional producer with transactional id id.
-// Opening it fences every earlier producer with the same id and waits for
-// the broker to abort their open transaction. Its produce retries are
-// paced by a txnRetry on ctx (see txnProducerConfig).
+// newTxnProducer opens a transactional producer with transactional id id,
+// which fences every earlier producer with the same id and waits for the
+// broker to abort their open transaction. A txnRetry on ctx paces its
+// produce retries.
 func (e *Engine) newTxnProducer(ctx context.Context, id, clientSuffix string) (sarama.SyncProducer, error) {
 	r := &txnRetry{ctx: ctx}
 	sc := e.txnProducerConfig(id, clientSuffix, r)
@@ -90,13 +88,12 @@ func (e *Engine) newTxnProducer(ctx context.Context, id, clientSuffix string) (s
 const txnQuickRetries = 5
 
 // txnRetry paces the produce retries of one transactional producer: once
-// after txnFirstRetryBackoff (the leader may only have moved), then every
-// txnProduceBackoff for twice the transaction timeout, to ride out a
-// leader failover without aborting the transaction. The remaining tries
-// are spent without a pause once the transaction is in error (it can only
-// abort) or, after txnQuickRetries, once ctx is done (the session or the
-// engine is ending and must not wait for a failover). Safe for concurrent
-// use.
+// after txnFirstRetryBackoff, then every txnProduceBackoff for twice the
+// transaction timeout, to ride out a leader failover without aborting.
+// The remaining tries are spent without a pause once the transaction is in
+// error (it can only abort) or, after txnQuickRetries, once ctx is done
+// (the session is ending and must not wait for a failover). Safe for
+// concurrent use.
 type txnRetry struct {
 	ctx context.Context
 	pr  atomic.Value // sarama.SyncProducer, once opened
@@ -141,10 +138,9 @@ func (e *Engine) txnProducerConfig(id, clientSuffix string, retry *txnRetry) *sa
 
 // producerTimeouts bounds how long a producer waits for a broker's answer
 // to Producer.Timeout (the broker's wait for its in-sync replicas) plus
-// 2 s, not sarama's 30 s: a silent broker (paused, cut off) holds a
-// request, and the transaction, only that long before it is retried on
-// the leader or coordinator Kafka elected meanwhile. Only producers: a
-// JoinGroup may rightly wait longer.
+// 2 s, not sarama's 30 s: a silent broker then holds a request only that
+// long before it is retried on the leader Kafka elected meanwhile. Only
+// producers: a JoinGroup may rightly wait longer.
 func producerTimeouts(sc *sarama.Config) {
 	sc.Net.ReadTimeout = sc.Producer.Timeout + 2*time.Second
 }
