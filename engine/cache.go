@@ -10,13 +10,12 @@ import (
 
 // docCache is a task's write-behind cache of documents, in least recently
 // used order. It never evicts by itself: a dirty document must stay until
-// it is flushed, so the task trims the cache back to its bound after a
-// flush, dropping the coldest clean documents and keeping the hot set.
+// flushed, so the task trims it back to its bound after a flush.
 //
-// A job whose keys are all 8 bytes (Int64Keys) is cached by the key as a
-// uint64, which hashes and compares in a few instructions; other jobs by
-// the key as a string (one of the two LRUs is set). Callers pass only keys
-// the job's CheckKey accepted. Not safe for concurrent use.
+// A job whose keys are all 8 bytes is cached by the key as a uint64, which
+// hashes and compares in a few instructions; others by the key as a string
+// (one of the two LRUs is set). Callers pass only keys the job's CheckKey
+// accepted. Not safe for concurrent use.
 type docCache struct {
 	n *simplelru.LRU[uint64, *entry]
 	s *simplelru.LRU[string, *entry]
@@ -25,9 +24,8 @@ type docCache struct {
 // entry is one cached document: the aggregate and its processing
 // metadata.
 type entry struct {
-	key []byte
-	// short holds key when it fits (no allocation of its own).
-	short [16]byte
+	key   []byte
+	short [16]byte // holds key when it fits (no allocation of its own)
 	// dirty is set while the entry changed since the last flush took it
 	// (the task lists it in task.dirty once).
 	dirty   bool
@@ -138,10 +136,9 @@ func (e *Engine) cacheBound() int {
 }
 
 // SetCacheBudget replaces Config.CacheBudgetDocs while the engine runs
-// (0 turns the budget off; a negative n is taken as 0). The partitions
-// take their new share at their next flush check, evicting their least
-// recently used clean documents at their next flush. Safe for concurrent
-// use (a memory governor calls it).
+// (0, or a negative n, turns the budget off). The partitions take their
+// new share at their next flush. Safe for concurrent use (a memory
+// governor calls it).
 func (e *Engine) SetCacheBudget(n int) { e.budget.Store(int64(max(n, 0))) }
 
 // CacheBudget returns the budget in effect (see SetCacheBudget).

@@ -51,21 +51,15 @@ type Engine struct {
 
 	mu            sync.Mutex
 	cancelSession context.CancelFunc
-	// fatal is the first task error that must stop Run rather than
-	// restart the session (ErrCorrupt); guarded by mu.
-	fatal error
+	fatal         error // the first task error that stops Run (ErrCorrupt); guarded by mu
 
-	stale staleDropper
-	// asg is the group assignor; standby the partitions tailed here as
-	// replicas; copies the checkpoint of each partition the store holds;
-	// meters the records replayed into each.
+	stale   staleDropper
 	asg     *assignor
-	standby standbySet
-	copies  copies
-	meters  replayMeters
+	standby standbySet   // the partitions tailed here as replicas
+	copies  copies       // the checkpoint of each partition the store holds
+	meters  replayMeters // the records replayed into each
 	// actives and inputs are the aggregate and input partitions run here
-	// in the last session (reported to the assignor, which keeps them
-	// here); guarded by mu. activesGen is the generation they ran in.
+	// in the last session, of generation activesGen; guarded by mu.
 	actives, inputs []int32
 	activesGen      int32
 }
@@ -111,9 +105,7 @@ func (e *Engine) Topics() Topics { return e.topics }
 
 // saramaConfig is the client configuration shared by consumer and producer:
 // idempotent producer with acks=all and one request in flight, manual
-// offset commits, read_committed, static membership when an instance id is
-// set. Version 3.6 makes transactional offset commits carry the member and
-// generation (KIP-447), which is what fences a zombie.
+// offset commits, read_committed, static membership with an instance id.
 func (e *Engine) saramaConfig() *sarama.Config {
 	sc := NewSaramaConfig(e.cfg.ApplicationID)
 	if e.watch != nil {
@@ -140,9 +132,8 @@ func (e *Engine) saramaConfig() *sarama.Config {
 		rangeStrategy{BalanceStrategy: sarama.NewBalanceStrategyRange(), addr: e.cfg.AdvertiseAddr}}
 	sc.Consumer.Group.InstanceId = e.cfg.InstanceID
 	// A member whose SyncGroup meets a new rebalance joins again after
-	// Rebalance.Retry.Backoff while the whole group waits for it: sarama's
-	// 2 s stops every partition 2 s longer (Java rejoins at once). 200 ms,
-	// with as many retries as make sarama's 8 s budget (coordinator moves).
+	// Rebalance.Retry.Backoff while the whole group waits: 200 ms, not
+	// sarama's 2 s, with retries for sarama's 8 s budget.
 	sc.Consumer.Group.Rebalance.Retry.Backoff, sc.Consumer.Group.Rebalance.Retry.Max = 200*time.Millisecond, 40
 	sc.Consumer.Group.Session.Timeout = e.cfg.SessionTimeout
 	sc.Consumer.Group.Heartbeat.Interval = e.heartbeatInterval()
@@ -318,8 +309,7 @@ func (e *Engine) endSessionLocked() {
 // startSession records the aggregate and input partitions of the session
 // of generation gen and returns the aggregate partitions the last session
 // ran here, if gen directly follows its generation: only then did nobody
-// else run them in between, so the copies here are current. After a pause
-// past the session timeout the group went on without this member.
+// else run them in between, so the copies here are current.
 func (e *Engine) startSession(gen int32, actives, inputs []int32) (was []int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

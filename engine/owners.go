@@ -46,10 +46,8 @@ type Membership struct {
 // across the network: the snapshot is an atomic pointer and a refresh runs
 // once (singleflight) in its own goroutine with a deadline.
 type owners struct {
-	snap atomic.Pointer[Membership]
-	// stable is the last snapshot taken while the group was not
-	// rebalancing (see describe).
-	stable atomic.Pointer[Membership]
+	snap   atomic.Pointer[Membership]
+	stable atomic.Pointer[Membership] // the last taken while not rebalancing
 	flight singleflight.Group
 
 	mu       sync.Mutex // guards Router.admin and rejected
@@ -61,9 +59,8 @@ func (o *owners) invalidate() { o.snap.Store(nil) }
 
 // refresh describes the group in the background, so that the snapshot of
 // a just-assigned generation is there before the next rebalance hides the
-// members' addresses (see describe); a new member needs it to find the
-// standby copies of the partitions that rebalance moves. Errors are
-// dropped: the next Membership retries.
+// members' addresses (a new member needs it to find the standbys of the
+// partitions that rebalance moves). The next Membership retries errors.
 func (r *Router) refresh() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), describeTimeout)
@@ -73,13 +70,11 @@ func (r *Router) refresh() {
 }
 
 // OwnerOf returns where the record key key can be answered: local=true
-// when its partition is RUNNING here (or in hand-over, see handover.go),
-// else the address (a validated bare host:port) of its owner. The error
-// wraps ErrUnavailable while the partition is RESTORING here or nobody
-// usable owns it (rebalancing, an invalid advertised address), and
-// ErrLeaseLapsed when the read lease has lapsed (lease.go) and the group
-// still names this instance. Safe for concurrent use; it never blocks
-// longer than ctx or describeTimeout.
+// when its partition is RUNNING here (or in hand-over), else the validated
+// address of its owner. The error wraps ErrUnavailable while the partition
+// is RESTORING here or nobody usable owns it, and ErrLeaseLapsed when the
+// read lease has lapsed and the group still names this instance. Safe for
+// concurrent use; it never blocks longer than ctx or describeTimeout.
 func (r *Router) OwnerOf(ctx context.Context, key []byte) (addr string, local bool, err error) {
 	p, err := r.partitionOf(key)
 	if err != nil {
@@ -146,8 +141,7 @@ func (r *Router) Membership(ctx context.Context) (Membership, error) {
 
 // describe asks the broker for the group's members and assignments. sarama
 // takes no context, so the call runs in its own goroutine and describe
-// gives up after describeTimeout (the goroutine ends with sarama's own
-// network timeouts; singleflight keeps at most one in flight).
+// gives up after describeTimeout (singleflight keeps one in flight).
 func (r *Router) describe() (Membership, error) {
 	r.owners.mu.Lock()
 	admin := r.admin
@@ -215,11 +209,9 @@ func (r *Router) describe() (Membership, error) {
 	}
 	slices.Sort(m.Members)
 	m.Members = slices.Compact(m.Members)
-	// While the group rebalances it shows no assignment, and Apache Kafka
-	// shows members without their metadata (addresses). The last stable
-	// snapshot is the best guess: a peer answers only what it can (else a
-	// 503 falls back to a standby), and standbys keep their copies
-	// through a rebalance.
+	// While the group rebalances it shows no assignment (Apache Kafka not
+	// even addresses): the last stable snapshot is the best guess, as a
+	// peer answers only what it can and standbys keep their copies.
 	if rebalancing && len(m.Owners) == 0 {
 		if last := r.owners.stable.Load(); last != nil {
 			m.Owners, m.Replicas = last.Owners, last.Replicas

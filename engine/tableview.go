@@ -8,12 +8,11 @@ import (
 	"time"
 )
 
-// TableView is an engine's table as its queries see it: key lookups and
-// index queries answered from the store, with the instance's ownership
-// applied. On a store local to the instance (InstanceLocal) only
-// partitions RUNNING here are answered and other keys are routed to their
-// owner; a shared store (Redis) answers everything everywhere. Safe for
-// concurrent use.
+// TableView is an engine's table as its queries see it, with the
+// instance's ownership applied: on an InstanceLocal store only partitions
+// RUNNING here are answered and other keys are routed to their owner; a
+// shared store (Redis) answers everything everywhere. Safe for concurrent
+// use.
 type TableView struct {
 	e *Engine
 }
@@ -98,8 +97,7 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 		if err != nil {
 			return DocPage{}, nil, err
 		}
-		n := r.numParts.Load()
-		all := make([]int32, n)
+		all := make([]int32, r.numParts.Load())
 		for i := range all {
 			all[i] = int32(i)
 		}
@@ -109,10 +107,10 @@ func (v *TableView) QueryLocal(ctx context.Context, q IndexQuery) (DocPage, []in
 }
 
 // QueryReplicas answers q from every partition this instance can answer
-// at all (its caught-up standbys, its unconfirmed own copies, see
-// GetReplica, and what QueryLocal answers) and returns the partitions the
-// page covers (sorted), for partitions whose active did not answer a
-// scattered query. A shared store has no standbys: it covers none.
+// at all (caught-up standbys, unconfirmed own copies, see GetReplica, and
+// what QueryLocal answers) and returns the partitions the page covers
+// (sorted), for partitions whose active did not answer a scattered query.
+// A shared store has no standbys: it covers none.
 func (v *TableView) QueryReplicas(ctx context.Context, q IndexQuery) (DocPage, []int32, error) {
 	if _, _, err := q.Validate(v.e.table.Spec()); err != nil {
 		return DocPage{}, nil, err
