@@ -317,7 +317,7 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 	}
 	replicas := make([][]string, n)
 	// Rule 4: warm-ups for the actives beyond each member's target.
-	planned := copyCounts(ids, count)
+	planned := maps.Clone(count)
 	for _, from := range ids {
 		extra := count[from] - target[from]
 		for p := n - 1; p >= 0 && extra > 0; p-- {
@@ -416,7 +416,7 @@ func planPartitions(ids []string, states map[string]memberState, n int32, standb
 // (no partition has fewer caught-up copies meanwhile); once it caught up,
 // rule 5 gives the standby to whichever caught-up member has fewer.
 func lendStandbys(ids []string, owner []string, replicas [][]string, nStandby map[string]int, out map[string]*memberPlan) {
-	held := copyCounts(ids, nStandby)
+	held := maps.Clone(nStandby)
 	lentOut := map[int]bool{} // partitions lent already
 	for {
 		from, to := "", ""
@@ -448,15 +448,6 @@ func lendStandbys(ids []string, owner []string, replicas [][]string, nStandby ma
 			return
 		}
 	}
-}
-
-// copyCounts returns a copy of count restricted to ids.
-func copyCounts(ids []string, count map[string]int) map[string]int {
-	out := make(map[string]int, len(ids))
-	for _, id := range ids {
-		out[id] = count[id]
-	}
-	return out
 }
 
 // planInputs spreads n stateless input partitions over the members, in

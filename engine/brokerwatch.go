@@ -117,13 +117,7 @@ type pollAnswer struct {
 // would hold the poll for the read timeout).
 func (w *brokerWatch) poll() (pollAnswer, bool) {
 	w.mu.Lock()
-	ask := slices.Clone(w.seeds)
-	for _, a := range w.Listed() {
-		if !slices.Contains(ask, a) {
-			ask = append(ask, a)
-		}
-	}
-	slices.Sort(ask)
+	ask := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(w.seeds), w.Listed()...))))
 	w.next++
 	n := w.next % len(ask)
 	ask = append(ask[n:], ask[:n]...)

@@ -41,20 +41,19 @@ type partitionTracker struct {
 	warmGen int32
 }
 
-// revoked records the generation of the session that is giving up its
-// partitions (Cleanup), for the next assignment to check (onAssigned).
-func (t *partitionTracker) revoked(gen int32) {
+// locked runs f holding t.mu.
+func (t *partitionTracker) locked(f func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.warmGen = gen
+	f()
 }
 
+// revoked records the generation of the session that is giving up its
+// partitions (Cleanup), for the next assignment to check (onAssigned).
+func (t *partitionTracker) revoked(gen int32) { t.locked(func() { t.warmGen = gen }) }
+
 // unwarm ends the hand-over of p at once: its copy here may be behind.
-func (t *partitionTracker) unwarm(p int32) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.warm, p)
-}
+func (t *partitionTracker) unwarm(p int32) { t.locked(func() { delete(t.warm, p) }) }
 
 func (t *partitionTracker) set(p int32, s PartitionState) {
 	t.mu.Lock()
@@ -82,17 +81,9 @@ func (t *partitionTracker) remove(p int32) {
 	delete(t.states, p)
 }
 
-func (t *partitionTracker) setJoined() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.joined = true
-}
+func (t *partitionTracker) setJoined() { t.locked(func() { t.joined = true }) }
 
-func (t *partitionTracker) setStoreErr(err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.storeErr = err
-}
+func (t *partitionTracker) setStoreErr(err error) { t.locked(func() { t.storeErr = err }) }
 
 // Partitions returns the state of each repartition partition this instance owns.
 func (r *Router) Partitions() map[int32]PartitionState {

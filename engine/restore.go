@@ -41,10 +41,10 @@ func (t *task) restore(ctx context.Context) error {
 		t.producer = pr
 	}
 	fenced := time.Since(began)
-	var epoch, cp int64
+	var cp int64
 	var hasCP bool
 	err := e.retryUnavailable(ctx, "claim", func() (err error) {
-		if epoch, err = e.table.Claim(ctx, t.p); err != nil {
+		if t.epoch, err = e.table.Claim(ctx, t.p); err != nil {
 			return err
 		}
 		cp, hasCP, err = e.table.Checkpoint(ctx, t.p)
@@ -54,7 +54,6 @@ func (t *task) restore(ctx context.Context) error {
 		return err
 	}
 	claimed := time.Since(began)
-	t.epoch = epoch
 	oldest, err := e.clog.Start(ctx, e.topics.Changelog, t.p)
 	if err != nil {
 		return fmt.Errorf("changelog start: %w", err)

@@ -166,14 +166,11 @@ func sendErr(err error) error {
 	if !errors.As(err, &pes) || len(pes) == 0 {
 		return err
 	}
-	seen := map[string]bool{}
 	var names []string
 	errs := make([]error, 0, len(pes))
 	for _, pe := range pes {
 		if pe.Msg != nil {
-			n := pe.Msg.Topic + "/" + strconv.Itoa(int(pe.Msg.Partition))
-			if !seen[n] {
-				seen[n] = true
+			if n := pe.Msg.Topic + "/" + strconv.Itoa(int(pe.Msg.Partition)); !slices.Contains(names, n) {
 				names = append(names, n)
 			}
 		}
