@@ -83,12 +83,6 @@ func parseDecimal(b []byte, bits uint) (int64, bool) {
 	return int64(u), true
 }
 
-// findHeader returns the value of header k and whether it is present.
-func findHeader(hs []*sarama.RecordHeader, k string) (string, bool) {
-	v, ok := findHeaderBytes(hs, k)
-	return string(v), ok
-}
-
 // sourceOf returns the input position carried by a repartition record; ok is
 // false when the headers are absent (records not written by keepstate).
 func sourceOf(hs []*sarama.RecordHeader) (p int32, off int64, ok bool, err error) {

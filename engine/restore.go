@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,10 +100,8 @@ func (t *task) restore(ctx context.Context) error {
 	return nil
 }
 
-// replay applies the committed changelog records in [start, end) of the
-// task's partition to the store in replay batches and returns how many
-// records it read. The last batch moves the checkpoint to end, past the
-// final transaction marker.
+// replay replays [start, end) of the task's partition (see Engine.replay);
+// the last batch moves the checkpoint to end, past the final marker.
 func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
 	n, _, err := t.e.replay(ctx, t.p, t.epoch, start, end, 0, &t.e.c.restored)
 	if err == nil {
@@ -158,10 +157,7 @@ func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit i
 			pending[string(d.Key)] = d
 		}
 		if limit > 0 && read >= limit {
-			if err := write(m.Offset + 1); err != nil {
-				return err
-			}
-			return errReplayLimit
+			return cmp.Or(write(m.Offset+1), errReplayLimit)
 		}
 		if len(pending) >= restoreBatchDocs {
 			return write(m.Offset + 1)
@@ -187,16 +183,16 @@ func (e *Engine) decodeChangelog(ctx context.Context, p int32, m CommittedRecord
 	if err != nil {
 		return Doc{}, err
 	}
-	vs, ok := findHeader(m.Headers, HeaderVersion)
+	vs, ok := findHeaderBytes(m.Headers, HeaderVersion)
 	if !ok {
 		return Doc{}, fmt.Errorf("no %s header: %w", HeaderVersion, ErrInvalid)
 	}
-	version, err := strconv.ParseInt(vs, 10, 64)
+	version, err := strconv.ParseInt(string(vs), 10, 64)
 	if err != nil {
 		return Doc{}, fmt.Errorf("bad %s header %q: %w", HeaderVersion, vs, ErrInvalid)
 	}
-	ss, _ := findHeader(m.Headers, HeaderSources)
-	sources, err := decodeSources(ss)
+	ss, _ := findHeaderBytes(m.Headers, HeaderSources)
+	sources, err := decodeSources(string(ss))
 	if err != nil {
 		return Doc{}, err
 	}

@@ -11,15 +11,12 @@ import (
 // writeWaits tracks the Kafka writes in flight (a flush's transaction, a
 // rekey stage's send or commit), so that /readyz can say when Kafka has
 // stopped accepting them: the producers retry for up to twice the
-// transaction timeout, so a cluster that takes no writes (brokers down,
-// too few in-sync replicas) would otherwise leave /readyz at 200.
+// transaction timeout, which would otherwise leave /readyz at 200.
 type writeWaits struct {
-	mu    sync.Mutex
-	next  uint64
-	since map[uint64]writeWait
-	// stuckAfter is how long a write may wait before Ready reports it;
-	// zero disables the check.
-	stuckAfter time.Duration
+	mu         sync.Mutex
+	next       uint64
+	since      map[uint64]writeWait
+	stuckAfter time.Duration // how long a write may wait before Ready reports it (0: never)
 }
 
 // writeWait is one write in flight.
