@@ -6,16 +6,14 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// changelogLog reads one topic's partitions below the consumer API:
-// offsets, and committed records decided by their transaction markers
-// (see ReadCommitted). The engine restores a partition from the changelog
-// with it, over its metadata client's broker connections.
+// changelogLog reads the changelog's partitions below the consumer API
+// (offsets, and committed records decided by their transaction markers),
+// over the engine's metadata client's broker connections.
 type changelogLog struct{ client sarama.Client }
 
-// saramaKafka opens the engine's sarama clients, dialed to brokers; every
-// method receives the configuration the engine built for that client.
-// With a watch, the clients and producers it opens are refreshed when the
-// watch fences a broker (watchedclients.go).
+// saramaKafka opens the engine's sarama clients, dialed to brokers, each
+// with the configuration the engine built for it. With a watch, they are
+// refreshed when the watch fences a broker (watchedclients.go).
 type saramaKafka struct {
 	brokers []string
 	watch   *brokerWatch

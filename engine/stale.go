@@ -25,10 +25,8 @@ const staleDropTimeout = time.Minute
 
 // staleDropper deletes the copy of a partition from an instance-local
 // store Config.StaleDropAfter after the partition was revoked, unless it
-// was assigned back meanwhile. Until then the copy is a warm start should
-// the partition come back (only the changelog after its checkpoint is
-// replayed), and range queries skip it (they answer RUNNING partitions
-// only). Safe for concurrent use.
+// was assigned back meanwhile; until then the copy is a warm start should
+// the partition come back. Safe for concurrent use.
 type staleDropper struct {
 	mu      sync.Mutex
 	pending map[int32]*staleDrop

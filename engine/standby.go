@@ -128,13 +128,11 @@ func (s *standbySet) notify() {
 }
 
 // setReplicas makes the replicas of this instance those of its new
-// assignment: actives run here as tasks, standbys (warm-ups among them)
-// are tailed. Replicas no longer wanted stop before it returns, so a
-// restore never runs beside its standby's writes; their copies are
-// dropped later as stale unless the partition is active here. A standby
-// of a partition that ran here until now (was) starts as read up to its
-// store checkpoint (the last flush wrote everything), so it answers at
-// once.
+// assignment: standbys (warm-ups among them) are tailed. Replicas no
+// longer wanted stop before it returns, so a restore never runs beside
+// its standby's writes; their copies are dropped later as stale unless the
+// partition is active here. A standby of a partition that ran here until
+// now (was) starts as read up to its checkpoint, so it answers at once.
 func (e *Engine) setReplicas(was, actives, standbys, warmups []int32) {
 	s := &e.standby
 	want := map[int32]bool{}

@@ -115,13 +115,9 @@ func validName(s string, max int, dash bool) bool {
 	if len(s) == 0 || len(s) > max || s[0] < 'a' || s[0] > 'z' {
 		return false
 	}
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && (!dash || c != '-') {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s[1:], func(c rune) bool {
+		return (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && (!dash || c != '-')
+	})
 }
 
 // IndexValue is one value of a declared index: Num for IndexNumber, Str for

@@ -20,10 +20,9 @@ const topicMetadataWait = 30 * time.Second
 const defaultInputPartitions = 3
 
 // topicConfig is the configuration of a topic the engine creates:
-// min.insync.replicas when configured; for a topic the engine writes
-// (written), a max.message.bytes that accepts the largest record its
-// producer sends (MaxRecordBytes) whatever the broker's default; and for
-// the changelog (compacted), cleanup.policy=compact. nil when empty.
+// min.insync.replicas when configured; for a topic the engine writes, a
+// max.message.bytes that fits MaxRecordBytes whatever the broker's
+// default; for the changelog, cleanup.policy=compact. nil when empty.
 func (e *Engine) topicConfig(written, compacted bool) map[string]*string {
 	entries := map[string]*string{}
 	set := func(k, v string) { entries[k] = &v }
