@@ -72,25 +72,20 @@ func (t *task) run() error {
 	resumed := e.cfg.IdleFlush > 0 // until the catch-up flush (see idleFlushGap)
 	first := resumed               // the first batch is flushed at once
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return t.finalFlush()
 		case <-t.persistDone():
-			if err := t.awaitPersist(); err != nil {
-				return t.stop(err)
-			}
+			err = t.awaitPersist()
 		case <-ticker.C:
-			if err := t.flush(ctx); err != nil {
-				return t.stop(err)
-			}
+			err = t.flush(ctx)
 		case <-idle.C:
 			if wait := idleFlushGap - time.Since(t.flushed); wait > 0 {
 				idle.Reset(wait)
 				continue
 			}
-			if err := t.flush(ctx); err != nil {
-				return t.stop(err)
-			}
+			err = t.flush(ctx)
 		case m, ok := <-t.claim.Messages():
 			if !ok {
 				return t.finalFlush()
@@ -99,22 +94,21 @@ func (t *task) run() error {
 				return t.stop(err)
 			}
 			catchUp := resumed && t.caughtUp()
-			early := first
-			first = false
-			if len(t.dirty) >= e.cacheBound() || len(t.dead) >= maxDrain || catchUp || early {
-				if err := t.flush(ctx); err != nil {
-					return t.stop(err)
-				}
-				if catchUp {
+			if len(t.dirty) >= e.cacheBound() || len(t.dead) >= maxDrain || catchUp || first {
+				if err = t.flush(ctx); err == nil && catchUp {
 					resumed = false
 					ticker.Reset(e.cfg.CommitInterval)
 				}
 			}
-			if e.cfg.IdleFlush > 0 && len(t.claim.Messages()) == 0 && t.caughtUp() {
+			first = false
+			if err == nil && e.cfg.IdleFlush > 0 && len(t.claim.Messages()) == 0 && t.caughtUp() {
 				idle.Reset(e.cfg.IdleFlush)
 			} else {
 				idle.Stop()
 			}
+		}
+		if err != nil {
+			return t.stop(err)
 		}
 	}
 }
