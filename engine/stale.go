@@ -68,10 +68,7 @@ func (d *staleDropper) disarm(all bool, ps []int32) {
 }
 
 // staleDropsEnabled reports whether this engine drops stale copies.
-func (e *Engine) staleDropsEnabled() bool {
-	l, ok := e.table.(InstanceLocal)
-	return ok && l.InstanceLocal() && e.cfg.StaleDropAfter > 0
-}
+func (e *Engine) staleDropsEnabled() bool { return e.localStore && e.cfg.StaleDropAfter > 0 }
 
 // scheduleStaleDrops arms a drop of each revoked partition.
 func (e *Engine) scheduleStaleDrops(ps []int32) {

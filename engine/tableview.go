@@ -39,10 +39,7 @@ func (v *TableView) ValueJSON(d Doc) (json.RawMessage, error) {
 }
 
 // Shared reports whether every instance shares the store (no routing).
-func (v *TableView) Shared() bool {
-	l, ok := v.e.table.(InstanceLocal)
-	return !ok || !l.InstanceLocal()
-}
+func (v *TableView) Shared() bool { return !v.e.localStore }
 
 // Owner returns where key is answered (see Router.Owner); on a shared store
 // always here.
