@@ -158,12 +158,10 @@ func (r *Router) describe() (Membership, error) {
 		g, err := admin.DescribeConsumerGroups([]string{r.appID})
 		done <- result{g, err}
 	}()
-	t := time.NewTimer(describeTimeout)
-	defer t.Stop()
 	var res result
 	select {
 	case res = <-done:
-	case <-t.C:
+	case <-time.After(describeTimeout):
 		return Membership{}, fmt.Errorf("describe group %s: no answer in %v: %w", r.appID, describeTimeout, ErrUnavailable)
 	}
 	if res.err != nil {

@@ -134,14 +134,14 @@ func (v *TableView) queryParts(ctx context.Context, q IndexQuery, parts func() m
 	if len(running) == 0 {
 		return out, []int32{}, nil
 	}
+	var err error
 	if fq, ok := v.e.table.(FilteredQuerier); ok {
 		n := v.e.route.numParts.Load()
-		page, err := fq.QueryFiltered(ctx, q, func(key []byte) bool { return running[PartitionFor(key, n)] })
-		if err != nil {
-			return DocPage{}, nil, err
-		}
-		out = page
-	} else if err := v.pageParts(ctx, q, running, &out); err != nil {
+		out, err = fq.QueryFiltered(ctx, q, func(key []byte) bool { return running[PartitionFor(key, n)] })
+	} else {
+		err = v.pageParts(ctx, q, running, &out)
+	}
+	if err != nil {
 		return DocPage{}, nil, err
 	}
 	var covered []int32

@@ -120,15 +120,14 @@ func (e *Engine) yieldToRestores(ctx context.Context) {
 	if !e.restoring() {
 		return
 	}
-	deadline := time.NewTimer(restoreYield)
-	defer deadline.Stop()
+	deadline := time.After(restoreYield)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for e.restoring() {
 		select {
 		case <-ctx.Done():
 			return
-		case <-deadline.C:
+		case <-deadline:
 			return
 		case <-tick.C:
 		}
