@@ -79,11 +79,8 @@ func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, input
 // still holds in the group (until the session timeout). Failures are only
 // logged: the broker aborts such a transaction after its timeout anyway.
 func (e *Engine) abortPredecessor(ctx context.Context) {
-	if e.cfg.InstanceID == "" {
-		return
-	}
 	admin := e.route.adminClient()
-	if admin == nil {
+	if e.cfg.InstanceID == "" || admin == nil {
 		return
 	}
 	parts, inputs, err := e.lastAssignment(admin)
