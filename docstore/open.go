@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,47 +22,35 @@ const storeDir = "store"
 const dbFileV1 = "keepstate.db"
 
 // formatVersion is the marker that tells a keepstate store from anything
-// else. v1 was the bbolt file dbFileV1, which Open does not read. v2 stores
-// kept each movie's average and version in its members key, rewritten by
-// every update; v3 writes the key only when a document is new or moves
-// partition and reads the rest from the document (memberMark). Open
-// upgrades a v2 store by rewriting the marker (what v2 wrote there is
-// still true, and v3 ignores it); the new marker keeps a v2 binary, which
-// would trust the members values, from opening the store again. Stores of
-// either version may hold the movie layout, which Open migrates into a
-// table (migrate.go).
-const formatVersion = "keepstate-docstore v3 (clover on pebble)"
-
-// formatVersionV2 is the marker of v2 stores (see formatVersion).
-const formatVersionV2 = "keepstate-docstore v2 (clover on pebble)"
+// else (v1 was the bbolt file dbFileV1). v2 kept values in the members
+// keys, which v3 writes only for new or moved documents (memberMark). Open
+// upgrades a v2 store by rewriting the marker alone (v3 ignores what v2
+// wrote), which keeps a v2 binary, trusting those values, from opening it.
+const (
+	formatVersion   = "keepstate-docstore v3 (clover on pebble)"
+	formatVersionV2 = "keepstate-docstore v2 (clover on pebble)"
+)
 
 var formatKey = nsKey(nsMeta, []byte("format"))
 
-// ignorable entries may sit in a data directory that holds no store yet:
-// a fresh volume's root has lost+found, and a corrupt store's marker may
-// outlive the store (see wipeCorrupt).
+// ignorable entries may sit in a data directory without a store (a
+// volume's lost+found, a marker that outlived its store: wipeCorrupt).
 var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true, corruptMarker: true}
 
 // Open opens the store in dir, creating the directory and an empty store
 // when needed. It fails with ErrNotStore, leaving everything untouched,
-// when dir is a file, holds files but no keepstate store, or holds only a
-// store of the old bbolt format (v1, see oldStoreError), with ErrLocked when
-// another process holds dir for longer than the lock timeout, and with
-// ErrCorrupt when the store is damaged (found by an earlier run, or by
-// Pebble now) unless WithRebuildCorrupt is on, which wipes it and opens
-// it empty. A store holding the movie layout of earlier versions is
-// migrated into the table "movies" before Open returns (migrate.go; it
-// fails with ErrMigration when it cannot). The returned Store is safe for
-// concurrent use.
+// when dir is a file, holds files but no keepstate store, or only an old
+// bbolt store (ErrOldStore); with ErrLocked when another process holds dir
+// past the lock timeout; with ErrCorrupt when the store is damaged, unless
+// WithRebuildCorrupt wipes it and opens it empty. The movie layout of
+// earlier versions is migrated into the table "movies" (else
+// ErrMigration). The returned Store is safe for concurrent use.
 func Open(dir string, opts ...Option) (*Store, error) {
 	o := defaults()
 	for _, opt := range opts {
 		opt(&o)
 	}
-	log := o.logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(o.logger, slog.New(slog.DiscardHandler))
 	found, err := prepareDir(dir)
 	if err != nil {
 		return nil, err
@@ -90,10 +79,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// openChecked is open for a dir that may hold a damaged store: one an
-// earlier run condemned (its marker), or one Pebble finds corrupt while
-// opening. With o.rebuild it wipes such a store and opens an empty one;
-// without, it fails with ErrCorrupt.
+// openChecked is open for a dir that may hold a damaged store (an earlier
+// run's marker, or Pebble finds it corrupt): o.rebuild wipes it and opens
+// an empty one; otherwise it fails with ErrCorrupt.
 func openChecked(dir string, found contents, o options, log *slog.Logger) (*Store, error) {
 	why, marked, err := readCorruptMarker(dir)
 	if err != nil {
@@ -151,13 +139,10 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	}
 	db, err := openKV(path, o, log, found.store)
 	if err != nil {
-		if found.store && pebble.IsCorruptionError(err) {
-			return nil, fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
-		}
-		if found.store {
+		if found.store && !pebble.IsCorruptionError(err) {
 			return nil, fmt.Errorf("%w: %s: %s is not a readable store: %v", ErrNotStore, dir, storeDir, err)
 		}
-		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+		return nil, openError(dir, err)
 	}
 	if err := initialize(db); err != nil {
 		_ = db.close(true)
@@ -186,11 +171,9 @@ func openError(dir string, err error) error {
 	return fmt.Errorf("open docstore %s: %w", dir, err)
 }
 
-// contents is what prepareDir found in a data directory.
-type contents struct {
-	store bool // the Pebble store
-	v1    bool // an old bbolt store file (dbFileV1) next to the Pebble store
-}
+// contents is what prepareDir found in a data directory: the Pebble store,
+// an old bbolt store file (dbFileV1).
+type contents struct{ store, v1 bool }
 
 // prepareDir creates dir if missing and refuses a path that is not a
 // directory, a directory holding other files and no store, or one holding
@@ -248,10 +231,8 @@ func prepareDir(dir string) (contents, error) {
 	return c, nil
 }
 
-// oldStoreError is the refusal of a data directory that holds a store of
-// format v1 (dbFileV1, Clover on bbolt) and no Pebble store. The state it
-// held is in the changelog: moving the file away lets the next start
-// restore it into a new store.
+// oldStoreError refuses a data directory holding a v1 store (dbFileV1)
+// and no Pebble store; the changelog restores its state once it is gone.
 func oldStoreError(dir string) error {
 	return fmt.Errorf("%w: data dir %s holds %s, a store from before the Pebble engine, which this version no longer reads; "+
 		"run `keepstate reset` (with this --data-dir) to remove it: the next start restores the state from the changelog",
@@ -292,9 +273,8 @@ func syncDir(dir string) error {
 }
 
 // initialize checks the format marker of an existing store (upgrading a
-// v2 marker, see formatVersion), or writes the marker of an empty one
-// (synced; tables create their own collections). It refuses, without
-// writing, a Pebble database holding other data or another marker.
+// v2 marker), or writes the marker of an empty one (synced). It refuses,
+// without writing, a Pebble database holding other data or another marker.
 func initialize(db kv) error {
 	snap := db.snapshot()
 	marker, err := snap.get(formatKey)

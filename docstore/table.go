@@ -385,37 +385,29 @@ func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) e
 		return nil
 	}
 	var buf []byte
-	if len(keys) < seekLoadMin {
-		for i, k := range keys {
-			t.s.counts.docGets.Add(1)
-			buf = t.l.docKey(buf[:0], k)
-			raw, err := r.get(buf)
-			if err != nil {
-				return err
-			}
-			if raw != nil {
-				if err := fn(i, raw); err != nil {
-					return err
-				}
-			}
+	var it kvIter
+	if len(keys) >= seekLoadMin {
+		upper := append(t.l.docKey(nil, keys[len(keys)-1]), 0)
+		if it, err = r.iter(t.l.docKey(nil, keys[0]), upper, false); err != nil {
+			return err
 		}
-		return nil
+		defer closeInto(it, &err)
 	}
-	first := t.l.docKey(nil, keys[0])
-	upper := append(t.l.docKey(nil, keys[len(keys)-1]), 0)
-	it, err := r.iter(first, upper, false)
-	if err != nil {
-		return err
-	}
-	defer closeInto(it, &err)
 	for i, k := range keys {
 		t.s.counts.docGets.Add(1)
 		buf = t.l.docKey(buf[:0], k)
-		if !seekExact(it, buf) {
-			continue
+		var raw []byte
+		if it == nil {
+			if raw, err = r.get(buf); err != nil {
+				return err
+			}
+		} else if seekExact(it, buf) {
+			raw = it.value()
 		}
-		if err := fn(i, it.value()); err != nil {
-			return err
+		if raw != nil {
+			if err := fn(i, raw); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -89,16 +89,7 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 			unknown, at = append(unknown, k), append(at, i)
 		}
 	}
-	err = t.readDocs(b, unknown, func(j int, raw []byte) error {
-		t.s.counts.writeReads.Add(1)
-		d, err := decodeTableDoc(raw, t.spec, true)
-		if err != nil {
-			return err
-		}
-		priors[at[j]] = headPrior(t.spec, d.Version, d.Partition, d.Index)
-		return nil
-	})
-	if err != nil {
+	if err := t.readPriors(b, unknown, func(j int, p tablePrior) { priors[at[j]] = p }); err != nil {
 		return nil, err
 	}
 	w := tableWriter{t: t, b: b, enc: newTableEncoder()}
@@ -174,12 +165,8 @@ func (w *tableWriter) put(doc engine.Doc, old tablePrior) error {
 			return err
 		}
 	}
-	data, err := w.enc.encode(spec, doc)
-	if err != nil {
-		return fmt.Errorf("encode key %s: %w", keyString(doc.Key), err)
-	}
 	w.scratch = l.docKey(w.scratch[:0], doc.Key)
-	if err := w.b.set(w.scratch, data); err != nil {
+	if err := w.b.set(w.scratch, w.enc.encode(spec, doc)); err != nil {
 		return err
 	}
 	if old.exists && old.part == doc.Partition {

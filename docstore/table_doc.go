@@ -42,7 +42,7 @@ type tableEncoder struct {
 func newTableEncoder() *tableEncoder { return &tableEncoder{buf: make([]byte, 0, 256)} }
 
 // encode returns the stored form of the validated document doc.
-func (e *tableEncoder) encode(spec engine.TableSpec, doc engine.Doc) ([]byte, error) {
+func (e *tableEncoder) encode(spec engine.TableSpec, doc engine.Doc) []byte {
 	b := mpMapLen(e.buf[:0], 7)
 	b = mpStr(b, tfID)
 	b = mpStrLen(b, hex.EncodedLen(len(doc.Key)))
@@ -83,7 +83,7 @@ func (e *tableEncoder) encode(spec engine.TableSpec, doc engine.Doc) ([]byte, er
 		}
 	}
 	e.buf = b
-	return b, nil
+	return b
 }
 
 // mpNil is msgpack's nil.
