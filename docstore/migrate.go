@@ -14,47 +14,35 @@ import (
 
 // The movie migration moves the movie job's state from the movie layout
 // of earlier versions into the table "movies" (movieTableSpec), without
-// replaying the changelog: every movie becomes the document the movie
-// job's table holds (Doc.Key the 8-byte big-endian id, Doc.Value count and
-// sum bits, 16 bytes big-endian, Doc.Index the average), and each
-// partition's checkpoint and claim epoch are carried over, so a Claim
-// after the migration returns an epoch above every epoch claimed on the
-// movie layout (an old writer stays fenced).
+// replaying the changelog: every movie becomes the movie job's document
+// (Doc.Key the 8-byte big-endian id, Doc.Value count and sum bits, 16
+// bytes big-endian, Doc.Index the average), and each partition's
+// checkpoint and claim epoch are carried over, so a Claim after it
+// returns an epoch above every epoch claimed before (an old writer stays
+// fenced).
 //
 // The movie layout held one Clover document per movie in the "movies"
-// collection (_id a UUID whose first 16 hex digits are the movie id
-// offset by the sign bit; fields movieId, partition, count, sum, avg,
-// version, sources, rank), Clover's index entries on rank, and, outside
-// Clover, one key per partition for checkpoints ('b') and claim epochs
-// ('e') and one members key per movie ('m', partition then movie id).
+// collection (fields movieId, partition, count, sum, avg, version,
+// sources, rank), Clover's index entries on rank, and one key per
+// partition for checkpoints ('b') and claim epochs ('e') and one members
+// key per movie ('m', partition then movie id).
 //
-// It runs inside every Open that finds the movie layout, before the Store
-// exists, so nothing else reads or writes meanwhile. It is crash-safe and
-// idempotent, in three steps, each a batch that records how far it got
-// under migrationKey:
+// It runs inside Open, before the Store exists, and is crash-safe and
+// idempotent in three steps, each a batch recording its progress under
+// migrationKey:
 //
-//  1. begin (synced): create the table if missing (or check its spec),
-//     empty its documents, index entries, members and checkpoints (a
-//     table left by an earlier migration is rebuilt from the movie
-//     layout, which is the newer state whenever it holds anything), copy
-//     the checkpoints, raise each table epoch to the movie layout's, and
-//     record the migration as begun.
-//  2. copy: the documents, migrateBatchDocs per batch, in the movie
-//     layout's key order, each batch recording the last key copied and
-//     the count so far.
+//  1. begin (synced): create (or check) the table, empty its documents,
+//     index entries, members and checkpoints (the movie layout is the
+//     newer state whenever it holds anything), copy the checkpoints, raise
+//     each table epoch to the movie layout's, and record the migration.
+//  2. copy: the documents, migrateBatchDocs per batch, in key order, each
+//     batch recording the last key copied and the count so far.
 //  3. finish (synced): set the collection size, delete every key of the
-//     movie layout (range deletions, and the movies collection's
-//     metadata) and the record.
+//     movie layout and the record.
 //
-// A crash before step 1 commits leaves the movie layout alone; after it,
-// the next Open finds the record and resumes the copy after the last key
-// recorded; step 3 is atomic. A store without the movie layout's keys is
-// left alone, so a second Open does nothing.
-//
-// The migration reads the movie documents with a decoder of its own
-// (decodeOldMovie) and names the movie layout's keys itself (old* below),
-// so it does not depend on the movie layout's code; it writes with the
-// table code (tableWriter).
+// A crash after step 1 resumes the copy after the last key recorded; a
+// store without the movie layout's keys is left alone. It decodes the
+// movie documents itself (decodeOldMovie) and writes with tableWriter.
 
 // movieTableSpec is the spec of the table the movies move into: the movie
 // job's table.

@@ -47,9 +47,16 @@ type options struct {
 }
 
 func defaults() options {
-	return options{fsync: true, lockTimeout: DefaultLockTimeout,
-		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve,
+	return options{fsync: true, lockTimeout: DefaultLockTimeout, cacheBytes: DefaultCacheSize,
+		memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve,
 		ingestChunk: defaultIngestChunk}
+}
+
+// setIf sets *dst to v when ok.
+func setIf[T any](dst *T, v T, ok bool) {
+	if ok {
+		*dst = v
+	}
 }
 
 // WithRebuildCorrupt sets what Open does with a store found damaged, by
@@ -62,12 +69,9 @@ func WithRebuildCorrupt(on bool) Option { return func(o *options) { o.rebuild = 
 
 // WithFsync sets whether every batch is flushed to disk (fsync of the
 // write-ahead log) before a table's Apply returns (replay batches excepted,
-// see table.Apply). It is on by default.
-//
-// Risk when off: Apply returns once the batch is in the operating system's
-// page cache. A process crash (kill -9, panic, OOM kill) still loses
-// nothing, but a power loss or kernel crash can lose the last batches; the
-// store then restores them from the changelog after its checkpoint.
+// see table.Apply). It is on by default. Off, a process crash still loses
+// nothing, but a power loss or kernel crash can lose the last batches,
+// which the store then restores from the changelog after its checkpoint.
 func WithFsync(on bool) Option { return func(o *options) { o.fsync = on } }
 
 // WithLogger sets the logger; nil (the default) discards logs.
@@ -77,11 +81,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // another process before failing with ErrLocked (default
 // DefaultLockTimeout). Zero or negative means the default.
 func WithLockTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.lockTimeout = d
-		}
-	}
+	return func(o *options) { setIf(&o.lockTimeout, d, d > 0) }
 }
 
 // WithCacheSize bounds the engine's block cache (decompressed data and
@@ -89,11 +89,7 @@ func WithLockTimeout(d time.Duration) Option {
 // Zero or negative means the default. The operating system's page cache
 // holds the files besides.
 func WithCacheSize(bytes int64) Option {
-	return func(o *options) {
-		if bytes > 0 {
-			o.cacheBytes = bytes
-		}
-	}
+	return func(o *options) { setIf(&o.cacheBytes, bytes, bytes > 0) }
 }
 
 // WithMemtableSize sets the size of one memtable, in bytes (default
@@ -102,48 +98,31 @@ func WithCacheSize(bytes int64) Option {
 // also bounds the write-ahead log replayed after a crash. Zero or negative
 // means the default.
 func WithMemtableSize(bytes int64) Option {
-	return func(o *options) {
-		if bytes > 0 {
-			o.memtableBytes = bytes
-		}
-	}
+	return func(o *options) { setIf(&o.memtableBytes, bytes, bytes > 0) }
 }
 
 // WithWriteCache sets how many documents the write cache of the store's
 // tables remembers, all tables together (default DefaultWriteCache; 0
-// turns it off). For each key a table has read or written (or found
-// absent) it keeps what the next write needs (version, partition, index
-// values) and, for small documents, the rest (about 150 bytes for a movie
-// job's document, with the map), so that Apply writes that key without
-// reading it first, and Load returns it without searching the store
-// (tableCaches). When full it forgets documents at random: it serves the
-// keys the engine works on, which Load has just read. A restore into an
-// empty table (the bulk load) keeps every document it writes, up to 2M or
-// this limit if larger, and shrinks back when it ends. Negative means the
-// default.
+// turns it off; negative means the default). For each key a table has
+// read or written (or found absent) it keeps what the next write needs
+// and, for small documents, the rest, so that Apply writes that key
+// without reading it and Load returns it without searching the store.
+// When full it forgets documents at random. A restore into an empty table
+// (the bulk load) keeps every document it writes, up to 2M or this limit
+// if larger, and shrinks back when it ends.
 func WithWriteCache(docs int) Option {
-	return func(o *options) {
-		if docs >= 0 {
-			o.writeCache = docs
-		}
-	}
+	return func(o *options) { setIf(&o.writeCache, docs, docs >= 0) }
 }
 
 // WithBulkMemory bounds the Go heap, in bytes, that a restore into an
-// empty table (the bulk load) uses for its write cache and its buffer of
-// documents not yet written out: it then keeps at most as many documents
-// as half of it holds (about 125 bytes each) instead of 2M, and writes out
-// a buffer whose two halves (one written while the next fills) hold the
-// other half (about 372 bytes per document) instead of 250k. A bulk
-// load whose cache fills ends, and the rest of the restore reads before
-// it writes, as any batch does: slower, not wrong. Zero or negative means
-// no bound (the defaults). Set it from the process's memory limit, so a
-// restore in a small container is not killed for its memory.
-func WithBulkMemory(bytes int64) Option {
-	return func(o *options) {
-		o.bulkMemory = max(bytes, 0)
-	}
-}
+// empty table (the bulk load) uses: half for its write cache (about 125
+// bytes a document, instead of 2M documents) and half for its buffer of
+// documents not yet written out (about 372 bytes a document, in two
+// halves, instead of 250k). A bulk load whose cache fills ends, and the
+// rest of the restore reads before it writes: slower, not wrong. Zero or
+// negative means no bound (the defaults). Set it from the process's memory
+// limit, so a restore in a small container is not killed for its memory.
+func WithBulkMemory(bytes int64) Option { return func(o *options) { o.bulkMemory = max(bytes, 0) } }
 
 // Sizes the bulk load's structures take per document in Go's heap, as
 // measured on the movie job's documents (upper ends: a map's table
@@ -183,9 +162,5 @@ func (o options) bulkLimits() (bulkMax, ingestChunk int) {
 // besides a batch (memtables not yet flushed, flushes, compactions). Zero
 // turns the check off; negative means the default.
 func WithDiskReserve(bytes int64) Option {
-	return func(o *options) {
-		if bytes >= 0 {
-			o.diskReserve = bytes
-		}
-	}
+	return func(o *options) { setIf(&o.diskReserve, bytes, bytes >= 0) }
 }

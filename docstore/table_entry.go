@@ -28,14 +28,14 @@ type tablePrior struct {
 
 // priorHead is a tablePrior's fixed-size part.
 type priorHead struct {
-	version int64
-	srcOff  int64 // the one source's offset (src == srcOne)
-	part    int32
-	srcPart int32 // the one source's partition (src == srcOne)
-	vlen    int32 // the value's bytes at the head of data; -1 for a nil value
-	exists  bool
-	whole   bool // the value and the sources are kept: Load can rebuild the document
-	src     srcKind
+	version  int64
+	srcOff   int64 // the one source's offset (src == srcOne)
+	part     int32
+	srcPart  int32 // the one source's partition (src == srcOne)
+	vlen     int32 // the value's bytes at the head of data; -1 for a nil value
+	exists   bool
+	whole    bool // the value and the sources are kept: Load can rebuild the document
+	src      srcKind
 	nilIndex bool // a nil Doc.Index (a table without indexes) reads back as nil
 }
 
@@ -87,7 +87,8 @@ func docPrior(spec engine.TableSpec, d engine.Doc) tablePrior {
 			p.vlen = -1
 		}
 	}
-	p.data = appendIndexValues(append(make([]byte, 0, len(value)+indexBytes(spec, d.Index)), value...), spec, d.Index)
+	p.data = append(make([]byte, 0, len(value)+indexBytes(spec, d.Index)), value...)
+	p.data = appendIndexValues(p.data, spec, d.Index)
 	return p
 }
 
