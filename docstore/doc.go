@@ -9,8 +9,6 @@
 // tables' index entries, members keys, claim epochs and checkpoints live
 // beside Clover's keys in a namespace of their own (table_layout.go).
 //
-// Clover talks to its storage through store.Store; this package gives it
-// one bound to a Pebble snapshot (reads) or to one write batch (writes).
 // A table's Apply writes its documents, their index entries and members
 // keys, the collection size and the partition checkpoint as one Pebble
 // batch after checking the claim epoch, or nothing; readers see whole

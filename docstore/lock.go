@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -34,8 +35,7 @@ type dirLock struct {
 }
 
 // lockDir takes the lock on dir, waiting up to timeout for another holder.
-// It writes nothing: record records the holder once the store is open, so
-// that a refused directory is left untouched.
+// It writes nothing (record does, once the store is open).
 func lockDir(dir string, timeout time.Duration) (*dirLock, error) {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -60,8 +60,7 @@ func lockDir(dir string, timeout time.Duration) (*dirLock, error) {
 	return &dirLock{dir: dir, f: f}, nil
 }
 
-// record writes this process into the lock info file, for the error
-// another process gets.
+// record writes this process into the lock info file.
 func (l *dirLock) record() error {
 	host, _ := os.Hostname()
 	info := fmt.Sprintf("pid=%d host=%s since=%s\n", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
@@ -78,10 +77,7 @@ func (l *dirLock) unlock() error {
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil
 	}
-	if cerr := l.f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return cmp.Or(err, l.f.Close())
 }
 
 // lockedError builds the ErrLocked error for dir after waiting timeout.

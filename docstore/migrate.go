@@ -82,26 +82,24 @@ func oldRanges() [][2][]byte {
 // 2 MB of keys and values); a variable for tests.
 var migrateBatchDocs = 8192
 
-// ErrMigration means the movie layout could not be migrated: a document
-// is not a movie, or the table "movies" exists with other indexes. Open
-// fails with it and leaves the store as it was after the last completed
-// step.
+// ErrMigration means the movie layout could not be migrated (a document
+// is not a movie, or the table "movies" exists with other indexes); Open
+// fails with it, the store left as after the last completed step.
 var ErrMigration = errors.New("docstore: movie migration failed")
 
 // movieMigration is one run of the migration on db (Open runs one on
-// every store; a checksum failure is ErrCorrupt, see openError).
+// every store).
 type movieMigration struct {
 	db    kv
 	log   *slog.Logger
 	batch int // documents per copy batch
 }
 
-// migrationState is the value of migrationKey.
+// migrationState is the value of migrationKey: the key of the last
+// document copied (nil before the first) and how many were.
 type migrationState struct {
-	// After is the key of the last document copied (nil before the first).
-	After []byte `json:"after"`
-	// Copied counts the documents copied.
-	Copied int `json:"copied"`
+	After  []byte `json:"after"`
+	Copied int    `json:"copied"`
 }
 
 // run migrates the movie layout, if any, resuming a migration an earlier
@@ -162,14 +160,12 @@ func (m movieMigration) hasOldLayout() (bool, error) {
 	return false, nil
 }
 
-// moviesTable returns the table the movies move into, for its layout and
-// writer (it has no Store: the migration runs before there is one).
+// moviesTable returns the table the movies move into, without a Store.
 func moviesTable() *table {
 	return &table{spec: movieTableSpec, l: newTableLayout(movieTableSpec.Name)}
 }
 
-// begin is step 1. It returns how many checkpoints and epochs it carried
-// over.
+// begin is step 1; it returns how many checkpoints and epochs it carried.
 func (m movieMigration) begin() (parts, epochs int, err error) {
 	t := moviesTable()
 	b := m.db.batch() // indexed: Clover reads what it writes
@@ -188,10 +184,8 @@ func (m movieMigration) begin() (parts, epochs int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
-		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
-			return 0, 0, err
-		}
+	if err := t.deleteRows(b); err != nil {
+		return 0, 0, err
 	}
 	if err := setSize(b, t.l.collKey, func(int) int { return 0 }); err != nil {
 		return 0, 0, err
@@ -254,10 +248,8 @@ func (m movieMigration) copy(st migrationState) (_ migrationState, err error) {
 	if st.After != nil {
 		from = append(append([]byte(nil), st.After...), 0)
 	}
-	ok := it.seek(from)
-	t := moviesTable()
-	enc := newTableEncoder()
-	for ok {
+	t, enc := moviesTable(), newTableEncoder()
+	for ok := it.seek(from); ok; {
 		b := m.db.writeBatch(m.batch * 256)
 		w := tableWriter{t: t, b: b, enc: enc}
 		n := 0
@@ -325,8 +317,7 @@ func setMigrationState(b kvBatch, st migrationState) error {
 }
 
 // decodeOldMovie reads a movie document of the movie layout (a msgpack
-// map: _id, movieId, partition, count, sum, avg, version, rank, sources,
-// in any order and integer width) into the movie table's document.
+// map, any field order and integer width) into the movie table's document.
 func decodeOldMovie(raw []byte) (engine.Doc, error) {
 	var doc engine.Doc
 	r := mpReader{b: raw}

@@ -21,24 +21,21 @@ var (
 	_ engine.TableResetter = (*table)(nil)
 )
 
-// table is one table of a Store (see table_layout.go for its keys). It
-// holds no state of its own: every call reads or writes the store, so
-// several handles of one table are interchangeable. Safe for concurrent
-// use; closed with the store.
+// table is one table of a Store (see table_layout.go for its keys); its
+// handles are interchangeable (all state is in the store and its shared
+// write cache). Safe for concurrent use; closed with the store.
 type table struct {
-	s    *Store
-	spec engine.TableSpec
-	l    tableLayout
-	// cache is the table's write cache, shared by its handles (guarded by
-	// s.wmu, but for its removal count).
-	cache *tableCache
+	s     *Store
+	spec  engine.TableSpec
+	l     tableLayout
+	cache *tableCache // shared by its handles (guarded by s.wmu, but for its removal count)
 }
 
 // OpenTable opens the table of spec, creating it (its Clover collection
 // and its persisted spec, in one batch) when new. Reopening a table with
 // other indexes (names, kinds or order) fails with engine.ErrInvalid.
-// TiesAscending is not persisted: it changes how descending queries walk
-// the index entries (walkTiesAscending), not what is stored.
+// TiesAscending is not persisted: it changes only how descending queries
+// walk the index entries.
 func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("open table: %w", err)
@@ -184,25 +181,19 @@ func (t *table) read(ctx context.Context, fn func(r kvReader, seq uint64) error)
 
 // tableWriteOp says how tableWrite writes its batch.
 type tableWriteOp struct {
-	// blind batches (kv.writeBatch, of size bytes expected) read only the
-	// committed state, for fn that never reads what it wrote.
-	blind bool
+	blind bool // kv.writeBatch (of size bytes expected), for fn that never reads what it wrote
 	size  int
 	sync  bool // durable on return
-	// cache is the write cache of the table the batch writes (nil when
-	// the table is being created): that table's buffered bulk load is written out
-	// first, and its Loads stop answering from the cache until the batch
-	// is in it (tableCaches.serve).
-	cache *tableCache
-	// endBulk ends the table's bulk load (a write of its documents that
-	// is not one: tableBulk).
-	endBulk bool
+	// cache is the write cache of the table written (nil while creating
+	// it): its buffered bulk load is written out first, and it answers no
+	// Load until the batch is in it (tableCaches.serve).
+	cache   *tableCache
+	endBulk bool // ends the table's bulk load (a write of its documents)
 }
 
 // tableWrite runs fn with one write batch, under the store's write lock
-// and disk guard, and commits it when fn returns nil; after, when fn
-// returns one, runs once the batch is committed, still under the write
-// lock.
+// and disk guard, and commits it when fn returns nil; then runs after, if
+// fn returned one, still under the write lock.
 func (s *Store) tableWrite(
 	ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error),
 ) (err error) {
@@ -264,13 +255,12 @@ func (t *table) Spec() engine.TableSpec {
 func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	key := t.l.partKey(tabEpochs, p)
 	var epoch int64
-	// Like every write of the table, a claim comes after the batches its
-	// bulk load buffered (the load goes on). It is not synced (a restore
-	// claims every partition it takes, and an fsync each under the write
-	// lock is slow): the log keeps batches in order, so the first synced
-	// write under the new epoch makes the claim durable too, and a claim a
-	// power loss drops takes every write made under it along, so the next
-	// claim is still above every epoch a stored write has.
+	// Written after the batches the bulk load buffered (the load goes on).
+	// Not synced (a restore claims every partition it takes): the log keeps
+	// batches in order, so the first synced write under the new epoch makes
+	// the claim durable too, and a claim a power loss drops takes every
+	// write made under it along, so the next claim is still above every
+	// epoch a stored write has.
 	op := tableWriteOp{blind: true, cache: t.cache}
 	err := t.s.tableWrite(ctx, op, func(b kvBatch) (func(), error) {
 		last, _, err := getInt64(b, key)
@@ -343,9 +333,8 @@ func keyString(key []byte) string {
 
 // Load returns the stored documents of keys by string(key), all as of one
 // committed state: the write cache answers for the keys it holds whole
-// (tableCaches.serve), the others are read from one snapshot (see
-// readDocs). What it read goes to the write cache (learn), so that the
-// Apply that writes those keys next reads nothing.
+// (tableCaches.serve), the others are read from one snapshot, and go to
+// the write cache (learn), so that the next Apply of them reads nothing.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	before := t.cache.removals.count() // before the snapshot (learn)
 	out := make(map[string]engine.Doc, len(keys))
@@ -376,10 +365,9 @@ func sortedKeys(keys [][]byte) [][]byte {
 }
 
 // readDocs calls fn with the stored document of each of keys (sorted,
-// without repeats) that has one, and its position in keys. Fewer than
-// seekLoadMin keys are point reads; more are seeks of one iterator, in
-// order (document keys sort like keys: hex _ids; see seekLoadMin). raw is
-// valid until fn returns.
+// without repeats) that has one, and its position in keys: point reads,
+// or from seekLoadMin keys on the seeks of one iterator (document keys
+// sort like keys). raw is valid until fn returns.
 func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) error) (err error) {
 	if len(keys) == 0 {
 		return nil

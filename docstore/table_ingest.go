@@ -18,11 +18,8 @@ type tableIngestJob struct {
 	t           *table
 	docs        []engine.Doc // one per key
 	checkpoints map[int32]int64
-	// olds holds the cache's entries, taken when the job started, of the
-	// keys an earlier buffer wrote (their index entries and members keys
-	// change).
-	olds map[string]tablePrior
-	done chan struct{}
+	olds        map[string]tablePrior // entries of the keys earlier buffers wrote
+	done        chan struct{}
 	// Set by the job before done is closed:
 	written []cached
 	fresh   int
@@ -31,9 +28,8 @@ type tableIngestJob struct {
 
 // startTableIngest hands tc's buffer to a background ingestion (none may
 // be in flight). While it runs, tc's entries are only read: every path
-// that changes them (writes, drops, resets, warm-up, the next ingestion)
-// awaits the job first, under wmu, and Loads do not learn (the cache is
-// pinned). The caller holds wmu.
+// that changes them awaits the job first, under wmu, and Loads do not
+// learn (the cache is pinned). The caller holds wmu.
 func (s *Store) startTableIngest(tc *tableCache) error {
 	if err := s.guard.check(); err != nil {
 		return err
@@ -64,9 +60,9 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 	return nil
 }
 
-// readOlds reads into olds the stored documents of keys (the cache
-// overflowed: it may not hold them), from the committed state, which holds
-// every earlier buffer. The caller holds wmu.
+// readOlds reads into olds the stored documents of keys the overflowed
+// cache may not hold (the committed state holds every earlier buffer).
+// The caller holds wmu.
 func (job *tableIngestJob) readOlds(s *Store, keys [][]byte) error {
 	keys = sortedKeys(keys)
 	snap := s.kv.snapshot()
@@ -101,9 +97,9 @@ func (s *Store) runTableIngest(job *tableIngestJob) error {
 }
 
 // awaitTableIngest waits for tc's ingestion in flight, if any, and records
-// what it wrote in the write cache. If it failed, its documents and
-// checkpoints go back into the buffer (under what was buffered since,
-// which is newer) and its error is returned. The caller holds wmu.
+// what it wrote in the write cache; if it failed, its documents and
+// checkpoints go back under the newer buffer and its error is returned.
+// The caller holds wmu.
 func (s *Store) awaitTableIngest(tc *tableCache) error {
 	job := tc.bulk.job
 	if job == nil {
@@ -136,14 +132,11 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 	return nil
 }
 
-// entries turns the job's buffer into the keys of its ingestion, as runs
-// of sorted keys (one run per key family: checkpoints, members, index
-// entries, documents and the collection size) in key order, no key twice,
-// and sets written and fresh. A document not newer than the state an
-// earlier buffer wrote is skipped (replayed while that one was being
-// ingested). Keys and values are cut from a few large buffers (arena):
-// the writer copies them, and a million small allocations cost the
-// garbage collector more than the copies.
+// entries turns the job's buffer into the runs of its ingestion (one per
+// key family) in key order, no key twice, and sets written and fresh. A
+// document not newer than what an earlier buffer wrote is skipped. Keys
+// and values are cut from a few large buffers (arena): a million small
+// allocations cost the garbage collector more than the writer's copies.
 func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 	t := job.t
 	l, spec := t.l, t.spec
