@@ -80,8 +80,7 @@ func (g *compactionGate) TrySchedule() (bool, pebble.CompactionGrantHandle) {
 // UpdateGetAllowedWithoutPermission grants at once what a flush allowed.
 func (g *compactionGate) UpdateGetAllowedWithoutPermission() { g.wake() }
 
-// Started, MeasureCPU and CumulativeStats are the grant handle's reports,
-// unused.
+// Started, MeasureCPU and CumulativeStats (grant handle reports) are unused.
 func (g *compactionGate) Started()                                          {}
 func (g *compactionGate) MeasureCPU(pebble.CompactionGoroutineKind)         {}
 func (g *compactionGate) CumulativeStats(pebble.CompactionGrantHandleStats) {}
@@ -150,11 +149,10 @@ func (g *compactionGate) granter() {
 // grant starts the compactions Pebble has waiting, as many as allowed.
 func (g *compactionGate) grant() {
 	g.mu.Lock()
-	if g.closed || g.granting || g.heldLocked() {
-		g.mu.Unlock()
-		return
+	n := 0
+	if !g.closed && !g.granting && !g.heldLocked() {
+		n = g.db.GetAllowedWithoutPermission() - g.running
 	}
-	n := g.db.GetAllowedWithoutPermission() - g.running
 	if n <= 0 {
 		g.mu.Unlock()
 		return

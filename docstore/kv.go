@@ -1,9 +1,6 @@
 package docstore
 
-import (
-	"bytes"
-	"encoding/binary"
-)
+import "encoding/binary"
 
 // The store keeps everything in one ordered key space, split by a one-byte
 // namespace prefix. 'b', 'e' and 'm' hold the movie layout's checkpoints,
@@ -44,6 +41,7 @@ type kvReader interface {
 // iterator's direction. key and value are valid until the next call.
 type kvIter interface {
 	seek(k []byte) bool
+	seekExact(k []byte) bool // positions at k and reports whether it exists (forward)
 	next() bool
 	valid() bool
 	key() []byte
@@ -60,20 +58,6 @@ func closeInto(it kvIter, err *error) {
 	if cerr := it.close(); *err == nil {
 		*err = cerr
 	}
-}
-
-// exactSeeker is an iterator that can seek to exactly one key faster than
-// seek (Pebble's prefix seek consults the files' bloom filters).
-type exactSeeker interface {
-	seekExact(k []byte) bool
-}
-
-// seekExact positions it at k and reports whether k exists.
-func seekExact(it kvIter, k []byte) bool {
-	if e, ok := it.(exactSeeker); ok {
-		return e.seekExact(k)
-	}
-	return it.seek(k) && bytes.Equal(it.key(), k)
 }
 
 // kvBatch is one atomic write. Nothing is visible to other readers before

@@ -12,7 +12,7 @@ import (
 )
 
 // ErrLocked means the data directory is in use by another process (or
-// another Store in this process). The error names the directory and, when
+// another Store in this process); the error names the directory and, when
 // known, the other process.
 var ErrLocked = errors.New("data directory locked")
 
@@ -20,12 +20,10 @@ var ErrLocked = errors.New("data directory locked")
 // docstore; Open refuses it and leaves it unmodified.
 var ErrNotStore = errors.New("not a keepstate store")
 
-// lockInfoFile records which process holds the directory, for the error a
-// second process reports. The lock itself is a flock on the directory.
-const lockInfoFile = "keepstate.lock"
-
-// lockPoll is how often Open retries a locked directory.
-const lockPoll = 20 * time.Millisecond
+const (
+	lockInfoFile = "keepstate.lock"      // which process holds the directory (the lock is a flock)
+	lockPoll     = 20 * time.Millisecond // how often Open retries a locked directory
+)
 
 // dirLock is an exclusive flock on the data directory, held from Open to
 // Close (released by the kernel if the process dies).
@@ -70,8 +68,8 @@ func (l *dirLock) record() error {
 	return nil
 }
 
-// unlock removes the holder record, then releases the lock (in that order,
-// so it never removes the next holder's record).
+// unlock removes the holder record, then releases the lock (so it never
+// removes the next holder's record).
 func (l *dirLock) unlock() error {
 	err := os.Remove(filepath.Join(l.dir, lockInfoFile))
 	if errors.Is(err, os.ErrNotExist) {

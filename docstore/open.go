@@ -13,13 +13,10 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// storeDir is the Pebble database inside the data directory.
-const storeDir = "store"
-
-// dbFileV1 is the store of format v1, one bbolt file in the data
-// directory. Open refuses a directory that holds it and no Pebble store
-// (see oldStoreError) and never touches the file.
-const dbFileV1 = "keepstate.db"
+const (
+	storeDir = "store"        // the Pebble database inside the data directory
+	dbFileV1 = "keepstate.db" // the v1 store, a bbolt file (oldStoreError), never touched
+)
 
 // formatVersion is the marker that tells a keepstate store from anything
 // else (v1 was the bbolt file dbFileV1). v2 kept values in the members
@@ -113,7 +110,7 @@ func openChecked(dir string, found contents, o options, log *slog.Logger) (*Stor
 	return open(dir, found, o, log)
 }
 
-// open opens (or creates) the engine of dir, locked by the caller.
+// open opens (or creates) the store of dir, locked by the caller.
 func open(dir string, found contents, o options, log *slog.Logger) (*Store, error) {
 	path := filepath.Join(dir, storeDir)
 	if found.v1 {
@@ -162,8 +159,8 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	return s, nil
 }
 
-// openError wraps an error met opening the store of dir: ErrCorrupt when
-// a file failed its checksum.
+// openError wraps an error met opening the store of dir (ErrCorrupt when
+// a file failed its checksum).
 func openError(dir string, err error) error {
 	if pebble.IsCorruptionError(err) {
 		return fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
@@ -176,8 +173,8 @@ func openError(dir string, err error) error {
 type contents struct{ store, v1 bool }
 
 // prepareDir creates dir if missing and refuses a path that is not a
-// directory, a directory holding other files and no store, or one holding
-// an old bbolt store file and no Pebble store.
+// directory, or that holds other files or an old bbolt store file and no
+// Pebble store.
 func prepareDir(dir string) (contents, error) {
 	var c contents
 	fi, err := os.Stat(dir)
@@ -240,14 +237,14 @@ func oldStoreError(dir string) error {
 }
 
 // ErrOldStore means the data directory holds a store of the old bbolt
-// format, which this version does not read. It wraps ErrNotStore.
-// RemoveOldStore deletes it.
+// format, which this version does not read (RemoveOldStore deletes it).
+// It wraps ErrNotStore.
 var ErrOldStore = fmt.Errorf("%w (old bbolt format)", ErrNotStore)
 
 // RemoveOldStore deletes the old bbolt store file of dir, if any, and the
 // directory an interrupted migration to Pebble left, so that Open can
-// make a new store there (keepstate reset calls it; the changelog then
-// restores the state). It reports whether there was a file to delete.
+// make a new store there (keepstate reset). It reports whether there was
+// a file to delete.
 func RemoveOldStore(dir string) (bool, error) {
 	err := os.Remove(filepath.Join(dir, dbFileV1))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -302,9 +299,8 @@ func initialize(db kv) error {
 	return b.commit(true)
 }
 
-// Close flushes and closes the engine and releases the directory. It is
-// not safe to call concurrently with other methods; calling it twice
-// returns nil.
+// Close flushes and closes the engine and releases the directory. Not
+// safe concurrently with other methods; a second call returns nil.
 func (s *Store) Close() error {
 	s.stopping.Store(true)
 	s.mu.Lock()
@@ -312,16 +308,13 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	// A condemned store (ErrCorrupt) writes nothing more: the next open
-	// wipes it or refuses it.
-	sound := s.CondemnedErr() == nil
+	sound := s.CondemnedErr() == nil // a condemned store writes nothing more
 	s.wmu.Lock()
 	if sound {
 		s.materializeTables()
 	}
 	s.wmu.Unlock()
-	// No flush on a full disk: Pebble cannot survive a failed write;
-	// the next open replays the log instead.
+	// No flush on a full disk (Pebble cannot survive a failed write).
 	err := s.kv.close(sound && s.guard.check() == nil)
 	if lerr := s.lock.unlock(); err == nil && lerr != nil {
 		err = fmt.Errorf("release lock: %w", lerr)

@@ -14,13 +14,10 @@ const (
 	DefaultCacheSize    = 64 << 20
 	DefaultMemtableSize = 16 << 20
 	// MaxMemtables is how many memtables may exist at once (the one being
-	// written and those waiting to be flushed; Pebble stops writes
-	// beyond it): the store's memtables take at most MaxMemtables times
-	// the memtable size.
+	// written and those waiting to be flushed; Pebble stops writes beyond).
 	MaxMemtables = 4
 	// DefaultWriteCache is the default number of documents the write
-	// cache remembers (see WithWriteCache): about 30 MiB when full of the
-	// movie job's documents (cacheEntryBytes each).
+	// cache remembers: about 30 MiB of the movie job's documents.
 	DefaultWriteCache = 250_000
 )
 
@@ -36,12 +33,10 @@ type options struct {
 	noBulk        bool // the bulk-load path off (tests)
 	ingestChunk   int
 	writeCache    int
-	bulkMemory    int64 // WithBulkMemory
-	diskReserve   int64 // WithDiskReserve
-	rebuild       bool  // WithRebuildCorrupt
-	// corruptSink takes the corruption Pebble reports on its own
-	// goroutines to the Store (set by Open).
-	corruptSink *corruptSink
+	bulkMemory    int64
+	diskReserve   int64
+	rebuild       bool
+	corruptSink   *corruptSink // set by Open
 	// openKV opens the engine; nil means Pebble (tests set another).
 	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
 }
@@ -59,12 +54,11 @@ func setIf[T any](dst *T, v T, ok bool) {
 	}
 }
 
-// WithRebuildCorrupt sets what Open does with a store found damaged, by
-// an earlier run (which left a marker file, see ErrCorrupt) or by Pebble
-// while opening it. On: Open removes the store's files (the marker last)
-// and opens an empty store, so the engine restores the state from the
-// changelog. Off, the default: Open fails with ErrCorrupt and leaves the
-// files for inspection. Other data in the directory is never touched.
+// WithRebuildCorrupt sets what Open does with a store found damaged (by
+// an earlier run, see ErrCorrupt, or by Pebble while opening it). On, it
+// removes the store's files and opens an empty store, which the engine
+// restores from the changelog. Off, the default, it fails with ErrCorrupt
+// and leaves the files for inspection.
 func WithRebuildCorrupt(on bool) Option { return func(o *options) { o.rebuild = on } }
 
 // WithFsync sets whether every batch is flushed to disk (fsync of the
@@ -84,19 +78,17 @@ func WithLockTimeout(d time.Duration) Option {
 	return func(o *options) { setIf(&o.lockTimeout, d, d > 0) }
 }
 
-// WithCacheSize bounds the engine's block cache (decompressed data and
-// index blocks shared by all reads), in bytes (default DefaultCacheSize).
-// Zero or negative means the default. The operating system's page cache
-// holds the files besides.
+// WithCacheSize bounds the engine's block cache (decompressed blocks
+// shared by all reads), in bytes (default DefaultCacheSize). Zero or
+// negative means the default.
 func WithCacheSize(bytes int64) Option {
 	return func(o *options) { setIf(&o.cacheBytes, bytes, bytes > 0) }
 }
 
 // WithMemtableSize sets the size of one memtable, in bytes (default
 // DefaultMemtableSize): writes are buffered in memory up to this size
-// before they are flushed to a file, and at most MaxMemtables exist. It
-// also bounds the write-ahead log replayed after a crash. Zero or negative
-// means the default.
+// before a flush to a file (and the log replayed after a crash with them).
+// Zero or negative means the default.
 func WithMemtableSize(bytes int64) Option {
 	return func(o *options) { setIf(&o.memtableBytes, bytes, bytes > 0) }
 }
@@ -134,13 +126,11 @@ const (
 	// map (64; the buffer being written out has dropped its map).
 	bufferedDocBytes = 372
 	minIngestChunk   = 10_000
+	// defaultBulkMax is the most documents the write cache holds while a
+	// bulk load pins it, unless WithWriteCache asks for more or
+	// WithBulkMemory for less.
+	defaultBulkMax = 2_000_000
 )
-
-// defaultBulkMax is the most documents the write cache holds while a bulk
-// load pins it (unless WithWriteCache asks for more, or WithBulkMemory
-// for less): a restore of up to this many documents into an empty table
-// reads nothing.
-const defaultBulkMax = 2_000_000
 
 // bulkLimits returns the most documents the pinned write cache holds and
 // the load buffer's size that starts an ingestion.
@@ -155,12 +145,10 @@ func (o options) bulkLimits() (bulkMax, ingestChunk int) {
 }
 
 // WithDiskReserve sets the free space, in bytes, the store keeps on its
-// volume (default DefaultDiskReserve): with less free, every write fails
-// with engine.ErrUnavailable (wrapping syscall.ENOSPC) naming the full
-// disk, and goes through again once space is freed. Pebble stops the
-// process on a failed log write, so the reserve must cover what it writes
-// besides a batch (memtables not yet flushed, flushes, compactions). Zero
-// turns the check off; negative means the default.
+// volume (default DefaultDiskReserve, see diskGuard): with less free,
+// every write fails with engine.ErrUnavailable (wrapping syscall.ENOSPC)
+// until space is freed. Zero turns the check off; negative means the
+// default.
 func WithDiskReserve(bytes int64) Option {
 	return func(o *options) { setIf(&o.diskReserve, bytes, bytes >= 0) }
 }

@@ -23,9 +23,7 @@ import (
 type pebbleKV struct {
 	db   *pebble.DB
 	opts *pebble.Options
-	// tmp is where ingested files are written before Pebble links them
-	// in: beside the database, on the same file system.
-	tmp  string
+	tmp  string // ingested files before Pebble links them in, beside the database
 	seq  int
 	gate *compactionGate
 }
@@ -45,20 +43,18 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 		ErrorIfNotExists:            mustExist,
 		Logger:                      pebbleLogger{log: log},
 		EventListener:               corruptionListener(log, o.corruptSink),
-		// Level 0 is compacted at 4 files (Pebble's default; 2 made
-		// restores slower); writes stall only far beyond, so a restore
-		// may outpace compaction for a while.
+		// Level 0 is compacted at 4 files (2 made restores slower); writes
+		// stall only far beyond, so a restore may outpace compaction.
 		L0CompactionThreshold: 4,
 		L0StopWritesThreshold: 1000,
 		// One compaction at a time: the machine has 2 cores and the
 		// foreground (applies, queries) must keep one.
 		CompactionConcurrencyRange: func() (int, int) { return 1, 1 },
 	}
-	// No tombstone-density compactions: every index value change deletes
-	// the old entry, so index blocks are always dense with deletions and
-	// the default threshold spent a large share of all compactions
-	// rewriting them, for no faster range queries. Default compactions
-	// still weigh deletions (a file's compensated size).
+	// No tombstone-density compactions: index blocks are always dense with
+	// deletions (every index value change deletes the old entry), and the
+	// default spent a large share of all compactions rewriting them, for
+	// no faster queries.
 	opts.Experimental.TombstoneDenseCompactionThreshold = -1
 	opts.Experimental.CompactionScheduler = gate
 	for i := range opts.Levels {
@@ -102,8 +98,7 @@ func (p *pebbleKV) close(flush bool) error {
 	return nil
 }
 
-// dbReader reads the committed state of the database; releasing it does
-// nothing.
+// dbReader reads the committed state of the database; Close does nothing.
 type dbReader struct{ *pebble.DB }
 
 func (dbReader) Close() error { return nil }
@@ -215,9 +210,8 @@ func (i *pebbleIter) close() error {
 	return i.failed
 }
 
-// pebbleLogger routes Pebble's log lines to slog. Fatalf is only called by
-// Pebble on an internal invariant violation (corruption) and must not
-// return.
+// pebbleLogger routes Pebble's log lines to slog. Fatalf (an invariant
+// violation) must not return.
 type pebbleLogger struct{ log *slog.Logger }
 
 func (l pebbleLogger) Infof(format string, args ...any) {
@@ -234,8 +228,8 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	panic("pebble: " + msg)
 }
 
-// ingestDirSuffix names the directory (beside the database's) holding
-// files being written for ingestion; Open removes what a crash left there.
+// ingestDirSuffix names the directory, beside the database's, of files
+// being written for ingestion (Open removes what a crash left there).
 const ingestDirSuffix = ".ingest"
 
 // ingest writes the runs into two sorted tables (split where their sizes
@@ -283,8 +277,6 @@ func (p *pebbleKV) ingest(runs [][]kvEntry) error {
 	return nil
 }
 
-// holdCompactions holds compactions back while a bulk load lasts (on), or
-// ends that (off); see compactionGate.
 func (p *pebbleKV) holdCompactions(on bool) { p.gate.hold(on) }
 
 // writeTable writes runs, in order, into a new synced table at path.

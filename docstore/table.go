@@ -44,23 +44,18 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 	t := &table{s: s, spec: spec, l: newTableLayout(spec.Name)}
 	specKey := t.l.family(tabSpec)
 	var found bool
-	err := s.tableRead(ctx, func(r kvReader) error {
+	check := func(r kvReader) error {
 		raw, err := r.get(specKey)
-		if err != nil || raw == nil {
+		if found = raw != nil; err != nil || !found {
 			return err
 		}
-		found = true
 		return t.sameSpec(raw)
-	})
+	}
+	err := s.tableRead(ctx, check)
 	if err == nil && !found {
 		err = s.tableWrite(ctx, tableWriteOp{sync: s.sync}, func(b kvBatch) (func(), error) {
-			raw, err := b.get(specKey)
-			if err != nil {
+			if err := check(b); err != nil || found { // created meanwhile
 				return nil, err
-			}
-			if raw != nil { // created meanwhile
-				found = true
-				return nil, t.sameSpec(raw)
 			}
 			return nil, t.create(b)
 		})
@@ -389,7 +384,7 @@ func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) e
 			if raw, err = r.get(buf); err != nil {
 				return err
 			}
-		} else if seekExact(it, buf) {
+		} else if it.seekExact(buf) {
 			raw = it.value()
 		}
 		if raw != nil {
