@@ -58,6 +58,13 @@ const (
 	warmChunk   = 20_000 // documents a warm-up adds per hold of the write lock
 )
 
+var _ engine.InstanceLocal = (*Store)(nil)
+
+// InstanceLocal reports true: the store lives in this instance's data
+// directory, so the engine may drop copies of partitions that moved to
+// another instance (engine.Config.StaleDropAfter).
+func (s *Store) InstanceLocal() bool { return true }
+
 // Dir returns the data directory of the store.
 func (s *Store) Dir() string { return s.dir }
 

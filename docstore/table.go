@@ -19,6 +19,7 @@ var (
 	_ engine.Table         = (*table)(nil)
 	_ engine.TableScanner  = (*table)(nil)
 	_ engine.TableResetter = (*table)(nil)
+	_ engine.InstanceLocal = (*table)(nil)
 )
 
 // table is one table of a Store (see table_layout.go for its keys); its
@@ -237,6 +238,11 @@ func (s *Store) tableWrite(
 	}
 	return nil
 }
+
+// InstanceLocal reports true for a table too: its documents are those of
+// the partitions this instance owns (or owned), so the engine answers only
+// partitions RUNNING here and routes the others to their owner.
+func (t *table) InstanceLocal() bool { return true }
 
 // Spec returns the table's spec.
 func (t *table) Spec() engine.TableSpec {
