@@ -9,10 +9,9 @@ import (
 	"github.com/ostafen/clover/v2/store"
 )
 
-// readCounts counts what Clover reads through the adapter: documents
-// fetched by key, documents visited by a cursor (a collection scan), and
-// other keys visited by a cursor (index entries). Tests use them to prove
-// that a query is served by the index.
+// readCounts counts reads, so that tests can prove what a read costs (a
+// query served by the index): documents fetched by key, visited by a
+// cursor (a collection scan), and other keys a cursor visits.
 type readCounts struct {
 	writeReads atomic.Int64 // documents read by Apply (table.writeDocs) and ingestions
 	ingests    atomic.Int64 // bulk-load buffers written out as ingested files
@@ -34,9 +33,8 @@ func isDocKey(k []byte) bool {
 }
 
 // cloverStore is a Clover store.Store bound to one kv read view or write
-// batch: every Begin joins it, and the returned transaction's Commit and
-// Rollback do nothing, so the Store decides the outcome. Clover's keys live
-// under the nsClover namespace. It is used by one goroutine.
+// batch, under the nsClover namespace: every Begin joins it, and Commit
+// and Rollback do nothing (the Store decides). Used by one goroutine.
 type cloverStore struct {
 	r      kvReader
 	w      kvBatch // nil for a read view
@@ -47,7 +45,6 @@ var _ store.Store = (*cloverStore)(nil)
 
 var errReadOnly = errors.New("docstore: write inside a read-only view")
 
-// Begin returns a view of the bound read view or batch.
 func (s *cloverStore) Begin(update bool) (store.Tx, error) {
 	if update && s.w == nil {
 		return nil, errReadOnly
@@ -55,7 +52,6 @@ func (s *cloverStore) Begin(update bool) (store.Tx, error) {
 	return &cloverTx{s: s}, nil
 }
 
-// Close does nothing: the Store owns the engine.
 func (s *cloverStore) Close() error { return nil }
 
 // cloverTx is Clover's view of the bound read view or batch.
@@ -94,15 +90,12 @@ func (t *cloverTx) Cursor(forward bool) (store.Cursor, error) {
 	return &cloverCursor{it: it, counts: t.s.counts}, nil
 }
 
-// Commit does nothing: the Store commits the batch.
 func (t *cloverTx) Commit() error { return nil }
 
-// Rollback does nothing: the Store decides.
 func (t *cloverTx) Rollback() error { return nil }
 
-// cloverCursor adapts a kv iterator to Clover's cursor. A reverse Seek
-// positions on the last key <= the sought key, like Clover's own bbolt
-// adapter.
+// cloverCursor adapts a kv iterator to Clover's cursor (a reverse Seek
+// positions on the last key <= the sought key, as Clover's bbolt adapter).
 type cloverCursor struct {
 	it     kvIter
 	counts *readCounts

@@ -14,18 +14,13 @@ import (
 const maxHeldSublevels = 64
 
 // compactionGate is the store's Pebble compaction scheduler: Pebble's own
-// policy (as many compactions at once as the database allows, one here,
-// granted again every 100 ms and whenever one ends), with one addition:
-// while a table's bulk load lasts (hold), no compaction starts, unless
-// level 0 has grown past maxHeldSublevels (over).
-//
-// A bulk load ingests its files into level 0, and with keys spread over
-// the whole table every file overlaps every other. Compacted as they
-// come, each level-0 compaction rewrites the whole table below it again:
-// the work grows with the square of the number of files. Held back, the
-// files are merged into the table once, when the load ends.
-//
-// It is safe for concurrent use; Pebble calls it from its own goroutines.
+// policy (as many compactions as the database allows, granted every
+// 100 ms and whenever one ends), except that while a bulk load lasts
+// (hold) no compaction starts, unless level 0 is past maxHeldSublevels.
+// A bulk load's files all overlap in level 0: compacted as they come, each
+// compaction rewrites the whole table below again (work growing with the
+// square of the files); held back, they are merged once, when it ends.
+// Safe for concurrent use (Pebble calls it from its own goroutines).
 type compactionGate struct {
 	mu           sync.Mutex
 	db           pebble.DBForCompaction // set by Register
@@ -85,8 +80,7 @@ func (g *compactionGate) TrySchedule() (bool, pebble.CompactionGrantHandle) {
 // UpdateGetAllowedWithoutPermission grants at once what a flush allowed.
 func (g *compactionGate) UpdateGetAllowedWithoutPermission() { g.wake() }
 
-// Started, MeasureCPU and CumulativeStats are the grant handle's reports,
-// unused.
+// Started, MeasureCPU and CumulativeStats (grant handle reports) are unused.
 func (g *compactionGate) Started()                                          {}
 func (g *compactionGate) MeasureCPU(pebble.CompactionGoroutineKind)         {}
 func (g *compactionGate) CumulativeStats(pebble.CompactionGrantHandleStats) {}
@@ -122,8 +116,7 @@ func (g *compactionGate) hold(on bool) {
 	g.wake()
 }
 
-// level0 records level 0's depth after an ingestion: past
-// maxHeldSublevels, compactions run while it is.
+// level0 records level 0's depth after an ingestion (see maxHeldSublevels).
 func (g *compactionGate) level0(sublevels int) {
 	g.mu.Lock()
 	over := sublevels >= g.maxSublevels
@@ -137,7 +130,7 @@ func (g *compactionGate) level0(sublevels int) {
 }
 
 // granter grants waiting compactions every 100 ms and when woken, as
-// Pebble's own scheduler does: Pebble stops asking once one was refused.
+// Pebble's scheduler does (Pebble stops asking once refused).
 func (g *compactionGate) granter() {
 	defer close(g.stopped)
 	t := time.NewTicker(100 * time.Millisecond)
@@ -156,11 +149,10 @@ func (g *compactionGate) granter() {
 // grant starts the compactions Pebble has waiting, as many as allowed.
 func (g *compactionGate) grant() {
 	g.mu.Lock()
-	if g.closed || g.granting || g.heldLocked() {
-		g.mu.Unlock()
-		return
+	n := 0
+	if !g.closed && !g.granting && !g.heldLocked() {
+		n = g.db.GetAllowedWithoutPermission() - g.running
 	}
-	n := g.db.GetAllowedWithoutPermission() - g.running
 	if n <= 0 {
 		g.mu.Unlock()
 		return

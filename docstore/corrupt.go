@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,13 +17,11 @@ import (
 )
 
 // ErrCorrupt means a file of the store failed its checksum (a damaged disk
-// or a bad copy): what the store holds can no longer be trusted. It is
-// engine.ErrCorrupt, so the engine stops on it instead of retrying. The
-// error names the directory. Once a Store has met corruption it is
-// condemned: every later call fails with the same error, and a marker
-// file in the data directory tells the next Open. Recovery is to open the
-// directory again with WithRebuildCorrupt (or move it away): the state is
-// rebuilt from the changelog, as for a lost store. Check with errors.Is.
+// or a bad copy). It is engine.ErrCorrupt, so the engine stops on it
+// instead of retrying. Once a Store has met it, it is condemned: every
+// later call fails with the same error, and a marker file tells the next
+// Open. Recovery is to reopen with WithRebuildCorrupt (or move the
+// directory away): the state is rebuilt from the changelog.
 var ErrCorrupt = engine.ErrCorrupt
 
 // corruptMarker is the file in the data directory that records that a
@@ -30,8 +29,7 @@ var ErrCorrupt = engine.ErrCorrupt
 const corruptMarker = "CORRUPT"
 
 // corruptSink hands the corruption Pebble reports from its own goroutines
-// (compactions, flushes) to the Store, which exists only after Pebble is
-// open (open sets it).
+// to the Store, once open has set it.
 type corruptSink struct{ s atomic.Pointer[Store] }
 
 // report condemns the store with cause; before the store exists it does
@@ -45,9 +43,8 @@ func (c *corruptSink) report(cause error) {
 	}
 }
 
-// corrupt wraps err in ErrCorrupt, with the store's directory and how to
-// recover, when it reports on-disk corruption, and condemns the store;
-// other errors (nil included) are returned as they are.
+// corrupt wraps err in ErrCorrupt (corruptErr) when it reports on-disk
+// corruption, and condemns the store; other errors are returned as is.
 func (s *Store) corrupt(err error) error {
 	if err == nil || errors.Is(err, ErrCorrupt) || !pebble.IsCorruptionError(err) {
 		return err
@@ -57,16 +54,14 @@ func (s *Store) corrupt(err error) error {
 	return err
 }
 
-// corruptErr wraps the corruption cause in ErrCorrupt, naming the
-// directory and the way out.
+// corruptErr wraps cause in ErrCorrupt, naming the directory and the way out.
 func (s *Store) corruptErr(cause error) error {
 	return fmt.Errorf("docstore %s: %w: a file failed its checksum; the state is rebuilt from the changelog once the store is reopened with the rebuild option (or the directory is moved away): %w",
 		s.dir, ErrCorrupt, cause)
 }
 
-// condemn makes every later call of s fail with err (which wraps
-// ErrCorrupt) and writes the marker that tells the next Open. Only the
-// first call does anything.
+// condemn makes every later call of s fail with err (wrapping ErrCorrupt)
+// and writes the marker for the next Open; only the first call counts.
 func (s *Store) condemn(err error) {
 	if !s.condemned.CompareAndSwap(nil, &err) {
 		return
@@ -79,15 +74,13 @@ func (s *Store) condemn(err error) {
 		"dir", s.dir, "err", err)
 }
 
-// Condemned returns a channel closed once the store has met corruption;
-// from then on every call fails with CondemnedErr's error. Whoever runs
-// the store watches it to stop and rebuild even when nothing else calls
-// the store (an idle engine). Safe for concurrent use.
+// Condemned returns a channel closed once the store has met corruption
+// (then every call fails with CondemnedErr), so that whoever runs the
+// store can stop and rebuild even when idle. Safe for concurrent use.
 func (s *Store) Condemned() <-chan struct{} { return s.condemnedCh }
 
 // CondemnedErr returns the error (wrapping ErrCorrupt) every call of a
-// condemned store fails with, or nil while it is sound. Safe for
-// concurrent use.
+// condemned store fails with, or nil. Safe for concurrent use.
 func (s *Store) CondemnedErr() error {
 	if p := s.condemned.Load(); p != nil {
 		return *p
@@ -106,13 +99,10 @@ func writeCorruptMarker(dir string, why error) error {
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err = cmp.Or(err, f.Close()); err != nil {
+		return err
 	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	return err
+	return syncDir(dir)
 }
 
 // readCorruptMarker returns the marker's text, and whether dir has one.
@@ -127,28 +117,25 @@ func readCorruptMarker(dir string) (string, bool, error) {
 	return strings.TrimSpace(string(b)), true, nil
 }
 
-// wipeCorrupt removes the Pebble database of dir, then its marker (in
-// that order: a crash between them leaves a marker over no store, which
-// the next open clears).
+// wipeCorrupt removes the Pebble database of dir, then its marker (a crash
+// between leaves a marker over no store, which the next open clears).
 func wipeCorrupt(dir string) error {
-	if err := os.RemoveAll(filepath.Join(dir, storeDir)); err != nil {
-		return fmt.Errorf("wipe the corrupt store of %s: %w", dir, err)
+	err := os.RemoveAll(filepath.Join(dir, storeDir))
+	if err = cmp.Or(err, syncDir(dir)); err == nil {
+		if err = os.Remove(filepath.Join(dir, corruptMarker)); errors.Is(err, os.ErrNotExist) {
+			err = nil
+		}
 	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("wipe the corrupt store of %s: %w", dir, err)
-	}
-	if err := os.Remove(filepath.Join(dir, corruptMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err != nil {
 		return fmt.Errorf("wipe the corrupt store of %s: %w", dir, err)
 	}
 	return syncDir(dir)
 }
 
-// corruptionListener reports on-disk corruption Pebble finds as an error
-// log line and condemns the store (through sink). Pebble's default calls
-// its logger's Fatalf, which would stop the process from whatever
-// goroutine read the damaged block (the write cache's warm-up, a
-// compaction): the read fails with a corruption error instead, which the
-// store returns as ErrCorrupt.
+// corruptionListener logs on-disk corruption Pebble finds and condemns the
+// store (through sink). Pebble's default calls Fatalf, which would stop
+// the process from whatever goroutine read the damaged block; instead the
+// read fails with a corruption error, which the store returns as ErrCorrupt.
 func corruptionListener(log *slog.Logger, sink *corruptSink) *pebble.EventListener {
 	return &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
 		log.Error("docstore: on-disk corruption: a file failed its checksum",

@@ -50,11 +50,8 @@ func (r *mpReader) mapLen() (int, bool) {
 		return 0, false
 	case c >= 0x80 && c <= 0x8f:
 		return int(c & 0x0f), true
-	case c == 0xde:
-		n, ok := r.uint(2)
-		return int(n), ok
-	case c == 0xdf:
-		n, ok := r.uint(4)
+	case c == 0xde || c == 0xdf: // map 16, 32
+		n, ok := r.uint(2 << (c - 0xde))
 		return int(n), ok
 	}
 	return 0, false
@@ -68,12 +65,8 @@ func (r *mpReader) str() ([]byte, bool) {
 		return nil, false
 	case c >= 0xa0 && c <= 0xbf:
 		n = uint64(c & 0x1f)
-	case c == 0xd9:
-		n, ok = r.uint(1)
-	case c == 0xda:
-		n, ok = r.uint(2)
-	case c == 0xdb:
-		n, ok = r.uint(4)
+	case c >= 0xd9 && c <= 0xdb: // str 8, 16, 32
+		n, ok = r.uint(1 << (c - 0xd9))
 	default:
 		return nil, false
 	}
@@ -92,27 +85,14 @@ func (r *mpReader) int() (int64, bool) {
 		return int64(c), true
 	case c >= 0xe0:
 		return int64(int8(c)), true
-	}
-	var v uint64
-	switch c {
-	case 0xcc, 0xcd, 0xce: // uint8, 16, 32
-		v, ok = r.uint(1 << (c - 0xcc))
-		return int64(v), ok
-	case 0xcf: // uint64
-		v, ok = r.uint(8)
+	case c >= 0xcc && c <= 0xcf: // uint 8, 16, 32, 64
+		v, ok := r.uint(1 << (c - 0xcc))
 		return int64(v), ok && v <= math.MaxInt64
-	case 0xd0:
-		v, ok = r.uint(1)
-		return int64(int8(v)), ok
-	case 0xd1:
-		v, ok = r.uint(2)
-		return int64(int16(v)), ok
-	case 0xd2:
-		v, ok = r.uint(4)
-		return int64(int32(v)), ok
-	case 0xd3:
-		v, ok = r.uint(8)
-		return int64(v), ok
+	case c >= 0xd0 && c <= 0xd3: // int 8, 16, 32, 64: sign-extended
+		n := 1 << (c - 0xd0)
+		v, ok := r.uint(n)
+		shift := 64 - 8*n
+		return int64(v<<shift) >> shift, ok
 	}
 	return 0, false
 }

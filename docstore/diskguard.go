@@ -13,20 +13,17 @@ const DefaultDiskReserve = 128 << 20
 
 // diskGuard refuses writes while the store's volume has less free space
 // than the reserve. Pebble cannot survive a failed write to its log or
-// manifest (it stops the process: its commit pipeline is left unusable),
-// so a full disk must be caught before a write reaches it: the refused
-// write is ErrUnavailable, which the engine retries with a backoff while
-// /readyz names the full disk, and it goes through once space is freed.
-// The reserve leaves room for what Pebble writes besides the batch: the
-// log of the memtables not yet flushed, flushes and compactions.
+// manifest (it stops the process), so a full disk must be caught first:
+// the refused write is ErrUnavailable, which the engine retries with a
+// backoff until space is freed. The reserve leaves room for what Pebble
+// writes besides the batch (log, flushes, compactions).
 type diskGuard struct {
 	dir     string
 	reserve uint64 // 0: no check
 }
 
-// check returns nil when the volume has at least the reserve free, and
-// otherwise ErrUnavailable wrapping ENOSPC with the figures. A failing
-// statfs is reported as is (a permanent error: the directory is gone).
+// check returns nil when the volume has at least the reserve free, else
+// ErrUnavailable wrapping ENOSPC. A failing statfs is reported as is.
 func (g diskGuard) check() error {
 	if g.reserve == 0 {
 		return nil

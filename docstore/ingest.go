@@ -9,12 +9,9 @@ import (
 // Bulk loads are written as sorted files, not through the memtable: a
 // restore through Pebble's write path (log, memtable, flush, compactions
 // rewriting the same keys at every level) spends most of its time in the
-// engine. An engine that ingests (kvIngester: Pebble) links the files
-// into its tree in one step, so each key is written and sorted once, and
-// the documents, their index entries and members keys, the collection
-// size and the checkpoints land together. tableBulk (table_bulk.go) says
-// when a load runs and when its buffer is written out; table_ingest.go
-// builds the files' keys.
+// engine. An engine that ingests (kvIngester: Pebble) links the files into
+// its tree in one step: each key is written and sorted once, and a
+// buffer's keys land together (tableBulk, table_ingest.go).
 
 // defaultIngestChunk is how many documents a bulk-load buffer holds before
 // it is handed to a background ingestion (a few hundred bytes each in
@@ -34,19 +31,17 @@ type kvEntry struct {
 
 // kvIngester is the optional ability of a kv engine to add runs of
 // entries atomically and durably, newer than everything it holds, without
-// going through its write path. Each run is sorted by key, with no key
-// twice, and every key of a run is below every key of the next.
-//
-// holdCompactions(true) tells it a bulk load starts, whose ingestions
-// overlap one another, and holdCompactions(false) that one ended: an
-// engine may defer merging the files until then.
+// its write path. Each run is sorted by key, no key twice, and below the
+// next. holdCompactions(true) says a bulk load starts, whose ingestions
+// overlap one another, and (false) that one ended: an engine may defer
+// merging the files until then.
 type kvIngester interface {
 	ingest(runs [][]kvEntry) error
 	holdCompactions(on bool)
 }
 
-// withSize returns Clover's collection metadata meta with its size set to
-// size(the size it holds).
+// withSize returns Clover's collection metadata meta with size applied to
+// its size.
 func withSize(meta []byte, size func(int) int) ([]byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(meta, &fields); err != nil {
@@ -60,8 +55,7 @@ func withSize(meta []byte, size func(int) int) ([]byte, error) {
 	return json.Marshal(fields)
 }
 
-// setSize sets the size in the Clover metadata at key to size(the size
-// it holds), in b.
+// setSize applies size to the size in the Clover metadata at key, in b.
 func setSize(b kvBatch, key []byte, size func(int) int) error {
 	raw, err := b.get(key)
 	if err != nil {

@@ -1,14 +1,10 @@
 package docstore
 
-import (
-	"bytes"
-	"encoding/binary"
-)
+import "encoding/binary"
 
-// The store keeps everything in one ordered key space of the log-structured
-// engine, split by a one-byte namespace prefix. 'b', 'e' and 'm' held the
-// movie layout's checkpoints, epochs and members: only the migration
-// (migrate.go) reads them, and nothing else may use them.
+// The store keeps everything in one ordered key space, split by a one-byte
+// namespace prefix. 'b', 'e' and 'm' hold the movie layout's checkpoints,
+// epochs and members, for the migration (migrate.go) alone.
 const (
 	nsMeta   byte = 'a' // format marker, migration record
 	nsTables byte = 't' // tables' specs, epochs, checkpoints, members, index entries (table_layout.go)
@@ -19,20 +15,16 @@ const (
 // production (pebbleKV). Writes are serialized by the Store; reads run
 // concurrently on snapshots.
 type kv interface {
-	// snapshot returns a consistent read view of the committed state.
-	snapshot() kvReader
+	snapshot() kvReader // a consistent read view of the committed state
 	// batch returns an empty write batch whose reads see the committed
 	// state plus its own writes.
 	batch() kvBatch
 	// writeBatch returns an empty write batch whose reads see the
 	// committed state only, not its own writes: cheaper, for callers that
-	// never read a key after writing it (Apply) while holding the Store's
-	// write lock (so the committed state cannot change under them). size
-	// is the expected size of the batch in bytes (0 when unknown): a
-	// batch that starts that large is not copied as it grows.
+	// never read what they wrote, under the Store's write lock. size is
+	// the expected size in bytes (0 when unknown), allocated up front.
 	writeBatch(size int) kvBatch
-	// close closes the engine, first flushing its memory to its files
-	// when flush is set (so that the next open replays no log).
+	// close closes the engine, first flushing its memtables when flush is set.
 	close(flush bool) error
 }
 
@@ -40,8 +32,7 @@ type kv interface {
 // the returned slice is only valid until the next call on the reader.
 type kvReader interface {
 	get(key []byte) ([]byte, error)
-	// iter returns an iterator over [lower, upper).
-	iter(lower, upper []byte, reverse bool) (kvIter, error)
+	iter(lower, upper []byte, reverse bool) (kvIter, error) // over [lower, upper)
 	release()
 }
 
@@ -50,39 +41,23 @@ type kvReader interface {
 // iterator's direction. key and value are valid until the next call.
 type kvIter interface {
 	seek(k []byte) bool
+	seekExact(k []byte) bool // positions at k and reports whether it exists (forward)
 	next() bool
 	valid() bool
 	key() []byte
 	value() []byte
-	// err is the error a positioning call met (it then reported no key),
-	// or nil.
-	err() error
+	err() error // the error a positioning call met (it then reported no key)
 	close() error
 }
 
 // closeInto closes it and, when *err is nil, sets *err to the error the
-// iterator met (a read that failed part-way, a damaged block, ends its
-// keys as if there were no more): `defer closeInto(it, &err)` in a
-// function with a named error result, so that a failed read is never
-// taken for absent keys.
+// iterator met (a failed read ends its keys as if there were no more):
+// `defer closeInto(it, &err)`, so that a failed read is never taken for
+// absent keys.
 func closeInto(it kvIter, err *error) {
 	if cerr := it.close(); *err == nil {
 		*err = cerr
 	}
-}
-
-// exactSeeker is an iterator that can seek to exactly one key faster than
-// seek (Pebble's prefix seek consults the files' bloom filters).
-type exactSeeker interface {
-	seekExact(k []byte) bool
-}
-
-// seekExact positions it at k and reports whether k exists.
-func seekExact(it kvIter, k []byte) bool {
-	if e, ok := it.(exactSeeker); ok {
-		return e.seekExact(k)
-	}
-	return it.seek(k) && bytes.Equal(it.key(), k)
 }
 
 // kvBatch is one atomic write. Nothing is visible to other readers before
@@ -91,11 +66,8 @@ type kvBatch interface {
 	kvReader
 	set(key, value []byte) error
 	del(key []byte) error
-	// delRange deletes every key in [lower, upper).
-	delRange(lower, upper []byte) error
-	// commit applies the batch atomically; with sync it is durable on
-	// return.
-	commit(sync bool) error
+	delRange(lower, upper []byte) error // deletes every key in [lower, upper)
+	commit(sync bool) error             // atomically; with sync durable on return
 }
 
 // nsKey returns key under namespace ns.

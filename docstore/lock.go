@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -11,7 +12,7 @@ import (
 )
 
 // ErrLocked means the data directory is in use by another process (or
-// another Store in this process). The error names the directory and, when
+// another Store in this process); the error names the directory and, when
 // known, the other process.
 var ErrLocked = errors.New("data directory locked")
 
@@ -19,12 +20,10 @@ var ErrLocked = errors.New("data directory locked")
 // docstore; Open refuses it and leaves it unmodified.
 var ErrNotStore = errors.New("not a keepstate store")
 
-// lockInfoFile records which process holds the directory, for the error a
-// second process reports. The lock itself is a flock on the directory.
-const lockInfoFile = "keepstate.lock"
-
-// lockPoll is how often Open retries a locked directory.
-const lockPoll = 20 * time.Millisecond
+const (
+	lockInfoFile = "keepstate.lock"      // which process holds the directory (the lock is a flock)
+	lockPoll     = 20 * time.Millisecond // how often Open retries a locked directory
+)
 
 // dirLock is an exclusive flock on the data directory, held from Open to
 // Close (released by the kernel if the process dies).
@@ -34,8 +33,7 @@ type dirLock struct {
 }
 
 // lockDir takes the lock on dir, waiting up to timeout for another holder.
-// It writes nothing: record records the holder once the store is open, so
-// that a refused directory is left untouched.
+// It writes nothing (record does, once the store is open).
 func lockDir(dir string, timeout time.Duration) (*dirLock, error) {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -60,8 +58,7 @@ func lockDir(dir string, timeout time.Duration) (*dirLock, error) {
 	return &dirLock{dir: dir, f: f}, nil
 }
 
-// record writes this process into the lock info file, for the error
-// another process gets.
+// record writes this process into the lock info file.
 func (l *dirLock) record() error {
 	host, _ := os.Hostname()
 	info := fmt.Sprintf("pid=%d host=%s since=%s\n", os.Getpid(), host, time.Now().UTC().Format(time.RFC3339))
@@ -71,17 +68,14 @@ func (l *dirLock) record() error {
 	return nil
 }
 
-// unlock removes the holder record, then releases the lock (in that order,
-// so it never removes the next holder's record).
+// unlock removes the holder record, then releases the lock (so it never
+// removes the next holder's record).
 func (l *dirLock) unlock() error {
 	err := os.Remove(filepath.Join(l.dir, lockInfoFile))
 	if errors.Is(err, os.ErrNotExist) {
 		err = nil
 	}
-	if cerr := l.f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return cmp.Or(err, l.f.Close())
 }
 
 // lockedError builds the ErrLocked error for dir after waiting timeout.

@@ -14,47 +14,35 @@ import (
 
 // The movie migration moves the movie job's state from the movie layout
 // of earlier versions into the table "movies" (movieTableSpec), without
-// replaying the changelog: every movie becomes the document the movie
-// job's table holds (Doc.Key the 8-byte big-endian id, Doc.Value count and
-// sum bits, 16 bytes big-endian, Doc.Index the average), and each
-// partition's checkpoint and claim epoch are carried over, so a Claim
-// after the migration returns an epoch above every epoch claimed on the
-// movie layout (an old writer stays fenced).
+// replaying the changelog: every movie becomes the movie job's document
+// (Doc.Key the 8-byte big-endian id, Doc.Value count and sum bits, 16
+// bytes big-endian, Doc.Index the average), and each partition's
+// checkpoint and claim epoch are carried over, so a Claim after it
+// returns an epoch above every epoch claimed before (an old writer stays
+// fenced).
 //
 // The movie layout held one Clover document per movie in the "movies"
-// collection (_id a UUID whose first 16 hex digits are the movie id
-// offset by the sign bit; fields movieId, partition, count, sum, avg,
-// version, sources, rank), Clover's index entries on rank, and, outside
-// Clover, one key per partition for checkpoints ('b') and claim epochs
-// ('e') and one members key per movie ('m', partition then movie id).
+// collection (fields movieId, partition, count, sum, avg, version,
+// sources, rank), Clover's index entries on rank, and one key per
+// partition for checkpoints ('b') and claim epochs ('e') and one members
+// key per movie ('m', partition then movie id).
 //
-// It runs inside every Open that finds the movie layout, before the Store
-// exists, so nothing else reads or writes meanwhile. It is crash-safe and
-// idempotent, in three steps, each a batch that records how far it got
-// under migrationKey:
+// It runs inside Open, before the Store exists, and is crash-safe and
+// idempotent in three steps, each a batch recording its progress under
+// migrationKey:
 //
-//  1. begin (synced): create the table if missing (or check its spec),
-//     empty its documents, index entries, members and checkpoints (a
-//     table left by an earlier migration is rebuilt from the movie
-//     layout, which is the newer state whenever it holds anything), copy
-//     the checkpoints, raise each table epoch to the movie layout's, and
-//     record the migration as begun.
-//  2. copy: the documents, migrateBatchDocs per batch, in the movie
-//     layout's key order, each batch recording the last key copied and
-//     the count so far.
+//  1. begin (synced): create (or check) the table, empty its documents,
+//     index entries, members and checkpoints (the movie layout is the
+//     newer state whenever it holds anything), copy the checkpoints, raise
+//     each table epoch to the movie layout's, and record the migration.
+//  2. copy: the documents, migrateBatchDocs per batch, in key order, each
+//     batch recording the last key copied and the count so far.
 //  3. finish (synced): set the collection size, delete every key of the
-//     movie layout (range deletions, and the movies collection's
-//     metadata) and the record.
+//     movie layout and the record.
 //
-// A crash before step 1 commits leaves the movie layout alone; after it,
-// the next Open finds the record and resumes the copy after the last key
-// recorded; step 3 is atomic. A store without the movie layout's keys is
-// left alone, so a second Open does nothing.
-//
-// The migration reads the movie documents with a decoder of its own
-// (decodeOldMovie) and names the movie layout's keys itself (old* below),
-// so it does not depend on the movie layout's code; it writes with the
-// table code (tableWriter).
+// A crash after step 1 resumes the copy after the last key recorded; a
+// store without the movie layout's keys is left alone. It decodes the
+// movie documents itself (decodeOldMovie) and writes with tableWriter.
 
 // movieTableSpec is the spec of the table the movies move into: the movie
 // job's table.
@@ -94,26 +82,24 @@ func oldRanges() [][2][]byte {
 // 2 MB of keys and values); a variable for tests.
 var migrateBatchDocs = 8192
 
-// ErrMigration means the movie layout could not be migrated: a document
-// is not a movie, or the table "movies" exists with other indexes. Open
-// fails with it and leaves the store as it was after the last completed
-// step.
+// ErrMigration means the movie layout could not be migrated (a document
+// is not a movie, or the table "movies" exists with other indexes); Open
+// fails with it, the store left as after the last completed step.
 var ErrMigration = errors.New("docstore: movie migration failed")
 
 // movieMigration is one run of the migration on db (Open runs one on
-// every store; a checksum failure is ErrCorrupt, see openError).
+// every store).
 type movieMigration struct {
 	db    kv
 	log   *slog.Logger
 	batch int // documents per copy batch
 }
 
-// migrationState is the value of migrationKey.
+// migrationState is the value of migrationKey: the key of the last
+// document copied (nil before the first) and how many were.
 type migrationState struct {
-	// After is the key of the last document copied (nil before the first).
-	After []byte `json:"after"`
-	// Copied counts the documents copied.
-	Copied int `json:"copied"`
+	After  []byte `json:"after"`
+	Copied int    `json:"copied"`
 }
 
 // run migrates the movie layout, if any, resuming a migration an earlier
@@ -174,14 +160,12 @@ func (m movieMigration) hasOldLayout() (bool, error) {
 	return false, nil
 }
 
-// moviesTable returns the table the movies move into, for its layout and
-// writer (it has no Store: the migration runs before there is one).
+// moviesTable returns the table the movies move into, without a Store.
 func moviesTable() *table {
 	return &table{spec: movieTableSpec, l: newTableLayout(movieTableSpec.Name)}
 }
 
-// begin is step 1. It returns how many checkpoints and epochs it carried
-// over.
+// begin is step 1; it returns how many checkpoints and epochs it carried.
 func (m movieMigration) begin() (parts, epochs int, err error) {
 	t := moviesTable()
 	b := m.db.batch() // indexed: Clover reads what it writes
@@ -200,10 +184,8 @@ func (m movieMigration) begin() (parts, epochs int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
-		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
-			return 0, 0, err
-		}
+	if err := t.deleteRows(b); err != nil {
+		return 0, 0, err
 	}
 	if err := setSize(b, t.l.collKey, func(int) int { return 0 }); err != nil {
 		return 0, 0, err
@@ -266,10 +248,8 @@ func (m movieMigration) copy(st migrationState) (_ migrationState, err error) {
 	if st.After != nil {
 		from = append(append([]byte(nil), st.After...), 0)
 	}
-	ok := it.seek(from)
-	t := moviesTable()
-	enc := newTableEncoder()
-	for ok {
+	t, enc := moviesTable(), newTableEncoder()
+	for ok := it.seek(from); ok; {
 		b := m.db.writeBatch(m.batch * 256)
 		w := tableWriter{t: t, b: b, enc: enc}
 		n := 0
@@ -337,8 +317,7 @@ func setMigrationState(b kvBatch, st migrationState) error {
 }
 
 // decodeOldMovie reads a movie document of the movie layout (a msgpack
-// map: _id, movieId, partition, count, sum, avg, version, rank, sources,
-// in any order and integer width) into the movie table's document.
+// map, any field order and integer width) into the movie table's document.
 func decodeOldMovie(raw []byte) (engine.Doc, error) {
 	var doc engine.Doc
 	r := mpReader{b: raw}

@@ -1,6 +1,7 @@
 package docstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,56 +13,41 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// storeDir is the Pebble database inside the data directory.
-const storeDir = "store"
-
-// dbFileV1 is the store of format v1, one bbolt file in the data
-// directory. Open refuses a directory that holds it and no Pebble store
-// (see oldStoreError) and never touches the file.
-const dbFileV1 = "keepstate.db"
+const (
+	storeDir = "store"        // the Pebble database inside the data directory
+	dbFileV1 = "keepstate.db" // the v1 store, a bbolt file (oldStoreError), never touched
+)
 
 // formatVersion is the marker that tells a keepstate store from anything
-// else. v1 was the bbolt file dbFileV1, which Open does not read. v2 stores
-// kept each movie's average and version in its members key, rewritten by
-// every update; v3 writes the key only when a document is new or moves
-// partition and reads the rest from the document (memberMark). Open
-// upgrades a v2 store by rewriting the marker (what v2 wrote there is
-// still true, and v3 ignores it); the new marker keeps a v2 binary, which
-// would trust the members values, from opening the store again. Stores of
-// either version may hold the movie layout, which Open migrates into a
-// table (migrate.go).
-const formatVersion = "keepstate-docstore v3 (clover on pebble)"
-
-// formatVersionV2 is the marker of v2 stores (see formatVersion).
-const formatVersionV2 = "keepstate-docstore v2 (clover on pebble)"
+// else (v1 was the bbolt file dbFileV1). v2 kept values in the members
+// keys, which v3 writes only for new or moved documents (memberMark). Open
+// upgrades a v2 store by rewriting the marker alone (v3 ignores what v2
+// wrote), which keeps a v2 binary, trusting those values, from opening it.
+const (
+	formatVersion   = "keepstate-docstore v3 (clover on pebble)"
+	formatVersionV2 = "keepstate-docstore v2 (clover on pebble)"
+)
 
 var formatKey = nsKey(nsMeta, []byte("format"))
 
-// ignorable entries may sit in a data directory that holds no store yet:
-// a fresh volume's root has lost+found, and a corrupt store's marker may
-// outlive the store (see wipeCorrupt).
+// ignorable entries may sit in a data directory without a store (a
+// volume's lost+found, a marker that outlived its store: wipeCorrupt).
 var ignorable = map[string]bool{"lost+found": true, lockInfoFile: true, corruptMarker: true}
 
 // Open opens the store in dir, creating the directory and an empty store
 // when needed. It fails with ErrNotStore, leaving everything untouched,
-// when dir is a file, holds files but no keepstate store, or holds only a
-// store of the old bbolt format (v1, see oldStoreError), with ErrLocked when
-// another process holds dir for longer than the lock timeout, and with
-// ErrCorrupt when the store is damaged (found by an earlier run, or by
-// Pebble now) unless WithRebuildCorrupt is on, which wipes it and opens
-// it empty. A store holding the movie layout of earlier versions is
-// migrated into the table "movies" before Open returns (migrate.go; it
-// fails with ErrMigration when it cannot). The returned Store is safe for
-// concurrent use.
+// when dir is a file, holds files but no keepstate store, or only an old
+// bbolt store (ErrOldStore); with ErrLocked when another process holds dir
+// past the lock timeout; with ErrCorrupt when the store is damaged, unless
+// WithRebuildCorrupt wipes it and opens it empty. The movie layout of
+// earlier versions is migrated into the table "movies" (else
+// ErrMigration). The returned Store is safe for concurrent use.
 func Open(dir string, opts ...Option) (*Store, error) {
 	o := defaults()
 	for _, opt := range opts {
 		opt(&o)
 	}
-	log := o.logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := cmp.Or(o.logger, slog.New(slog.DiscardHandler))
 	found, err := prepareDir(dir)
 	if err != nil {
 		return nil, err
@@ -90,10 +76,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// openChecked is open for a dir that may hold a damaged store: one an
-// earlier run condemned (its marker), or one Pebble finds corrupt while
-// opening. With o.rebuild it wipes such a store and opens an empty one;
-// without, it fails with ErrCorrupt.
+// openChecked is open for a dir that may hold a damaged store (an earlier
+// run's marker, or Pebble finds it corrupt): o.rebuild wipes it and opens
+// an empty one; otherwise it fails with ErrCorrupt.
 func openChecked(dir string, found contents, o options, log *slog.Logger) (*Store, error) {
 	why, marked, err := readCorruptMarker(dir)
 	if err != nil {
@@ -125,7 +110,7 @@ func openChecked(dir string, found contents, o options, log *slog.Logger) (*Stor
 	return open(dir, found, o, log)
 }
 
-// open opens (or creates) the engine of dir, locked by the caller.
+// open opens (or creates) the store of dir, locked by the caller.
 func open(dir string, found contents, o options, log *slog.Logger) (*Store, error) {
 	path := filepath.Join(dir, storeDir)
 	if found.v1 {
@@ -151,13 +136,10 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	}
 	db, err := openKV(path, o, log, found.store)
 	if err != nil {
-		if found.store && pebble.IsCorruptionError(err) {
-			return nil, fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
-		}
-		if found.store {
+		if found.store && !pebble.IsCorruptionError(err) {
 			return nil, fmt.Errorf("%w: %s: %s is not a readable store: %v", ErrNotStore, dir, storeDir, err)
 		}
-		return nil, fmt.Errorf("open docstore %s: %w", dir, err)
+		return nil, openError(dir, err)
 	}
 	if err := initialize(db); err != nil {
 		_ = db.close(true)
@@ -177,8 +159,8 @@ func open(dir string, found contents, o options, log *slog.Logger) (*Store, erro
 	return s, nil
 }
 
-// openError wraps an error met opening the store of dir: ErrCorrupt when
-// a file failed its checksum.
+// openError wraps an error met opening the store of dir (ErrCorrupt when
+// a file failed its checksum).
 func openError(dir string, err error) error {
 	if pebble.IsCorruptionError(err) {
 		return fmt.Errorf("open docstore %s: %w: a file failed its checksum: %w", dir, ErrCorrupt, err)
@@ -186,15 +168,13 @@ func openError(dir string, err error) error {
 	return fmt.Errorf("open docstore %s: %w", dir, err)
 }
 
-// contents is what prepareDir found in a data directory.
-type contents struct {
-	store bool // the Pebble store
-	v1    bool // an old bbolt store file (dbFileV1) next to the Pebble store
-}
+// contents is what prepareDir found in a data directory: the Pebble store,
+// an old bbolt store file (dbFileV1).
+type contents struct{ store, v1 bool }
 
 // prepareDir creates dir if missing and refuses a path that is not a
-// directory, a directory holding other files and no store, or one holding
-// an old bbolt store file and no Pebble store.
+// directory, or that holds other files or an old bbolt store file and no
+// Pebble store.
 func prepareDir(dir string) (contents, error) {
 	var c contents
 	fi, err := os.Stat(dir)
@@ -248,10 +228,8 @@ func prepareDir(dir string) (contents, error) {
 	return c, nil
 }
 
-// oldStoreError is the refusal of a data directory that holds a store of
-// format v1 (dbFileV1, Clover on bbolt) and no Pebble store. The state it
-// held is in the changelog: moving the file away lets the next start
-// restore it into a new store.
+// oldStoreError refuses a data directory holding a v1 store (dbFileV1)
+// and no Pebble store; the changelog restores its state once it is gone.
 func oldStoreError(dir string) error {
 	return fmt.Errorf("%w: data dir %s holds %s, a store from before the Pebble engine, which this version no longer reads; "+
 		"run `keepstate reset` (with this --data-dir) to remove it: the next start restores the state from the changelog",
@@ -259,14 +237,14 @@ func oldStoreError(dir string) error {
 }
 
 // ErrOldStore means the data directory holds a store of the old bbolt
-// format, which this version does not read. It wraps ErrNotStore.
-// RemoveOldStore deletes it.
+// format, which this version does not read (RemoveOldStore deletes it).
+// It wraps ErrNotStore.
 var ErrOldStore = fmt.Errorf("%w (old bbolt format)", ErrNotStore)
 
 // RemoveOldStore deletes the old bbolt store file of dir, if any, and the
 // directory an interrupted migration to Pebble left, so that Open can
-// make a new store there (keepstate reset calls it; the changelog then
-// restores the state). It reports whether there was a file to delete.
+// make a new store there (keepstate reset). It reports whether there was
+// a file to delete.
 func RemoveOldStore(dir string) (bool, error) {
 	err := os.Remove(filepath.Join(dir, dbFileV1))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -292,9 +270,8 @@ func syncDir(dir string) error {
 }
 
 // initialize checks the format marker of an existing store (upgrading a
-// v2 marker, see formatVersion), or writes the marker of an empty one
-// (synced; tables create their own collections). It refuses, without
-// writing, a Pebble database holding other data or another marker.
+// v2 marker), or writes the marker of an empty one (synced). It refuses,
+// without writing, a Pebble database holding other data or another marker.
 func initialize(db kv) error {
 	snap := db.snapshot()
 	marker, err := snap.get(formatKey)
@@ -322,9 +299,8 @@ func initialize(db kv) error {
 	return b.commit(true)
 }
 
-// Close flushes and closes the engine and releases the directory. It is
-// not safe to call concurrently with other methods; calling it twice
-// returns nil.
+// Close flushes and closes the engine and releases the directory. Not
+// safe concurrently with other methods; a second call returns nil.
 func (s *Store) Close() error {
 	s.stopping.Store(true)
 	s.mu.Lock()
@@ -332,16 +308,13 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	// A condemned store (ErrCorrupt) writes nothing more: the next open
-	// wipes it or refuses it.
-	sound := s.CondemnedErr() == nil
+	sound := s.CondemnedErr() == nil // a condemned store writes nothing more
 	s.wmu.Lock()
 	if sound {
 		s.materializeTables()
 	}
 	s.wmu.Unlock()
-	// No flush on a full disk: Pebble cannot survive a failed write;
-	// the next open replays the log instead.
+	// No flush on a full disk (Pebble cannot survive a failed write).
 	err := s.kv.close(sound && s.guard.check() == nil)
 	if lerr := s.lock.unlock(); err == nil && lerr != nil {
 		err = fmt.Errorf("release lock: %w", lerr)

@@ -14,13 +14,10 @@ const (
 	DefaultCacheSize    = 64 << 20
 	DefaultMemtableSize = 16 << 20
 	// MaxMemtables is how many memtables may exist at once (the one being
-	// written and those waiting to be flushed; Pebble stops writes
-	// beyond it): the store's memtables take at most MaxMemtables times
-	// the memtable size.
+	// written and those waiting to be flushed; Pebble stops writes beyond).
 	MaxMemtables = 4
 	// DefaultWriteCache is the default number of documents the write
-	// cache remembers (see WithWriteCache): about 30 MiB when full of the
-	// movie job's documents (cacheEntryBytes each).
+	// cache remembers: about 30 MiB of the movie job's documents.
 	DefaultWriteCache = 250_000
 )
 
@@ -36,38 +33,39 @@ type options struct {
 	noBulk        bool // the bulk-load path off (tests)
 	ingestChunk   int
 	writeCache    int
-	bulkMemory    int64 // WithBulkMemory
-	diskReserve   int64 // WithDiskReserve
-	rebuild       bool  // WithRebuildCorrupt
-	// corruptSink takes the corruption Pebble reports on its own
-	// goroutines to the Store (set by Open).
-	corruptSink *corruptSink
+	bulkMemory    int64
+	diskReserve   int64
+	rebuild       bool
+	corruptSink   *corruptSink // set by Open
 	// openKV opens the engine; nil means Pebble (tests set another).
 	openKV func(path string, o options, log *slog.Logger, mustExist bool) (kv, error)
 }
 
 func defaults() options {
-	return options{fsync: true, lockTimeout: DefaultLockTimeout,
-		cacheBytes: DefaultCacheSize, memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve,
+	return options{fsync: true, lockTimeout: DefaultLockTimeout, cacheBytes: DefaultCacheSize,
+		memtableBytes: DefaultMemtableSize, writeCache: DefaultWriteCache, diskReserve: DefaultDiskReserve,
 		ingestChunk: defaultIngestChunk}
 }
 
-// WithRebuildCorrupt sets what Open does with a store found damaged, by
-// an earlier run (which left a marker file, see ErrCorrupt) or by Pebble
-// while opening it. On: Open removes the store's files (the marker last)
-// and opens an empty store, so the engine restores the state from the
-// changelog. Off, the default: Open fails with ErrCorrupt and leaves the
-// files for inspection. Other data in the directory is never touched.
+// setIf sets *dst to v when ok.
+func setIf[T any](dst *T, v T, ok bool) {
+	if ok {
+		*dst = v
+	}
+}
+
+// WithRebuildCorrupt sets what Open does with a store found damaged (by
+// an earlier run, see ErrCorrupt, or by Pebble while opening it). On, it
+// removes the store's files and opens an empty store, which the engine
+// restores from the changelog. Off, the default, it fails with ErrCorrupt
+// and leaves the files for inspection.
 func WithRebuildCorrupt(on bool) Option { return func(o *options) { o.rebuild = on } }
 
 // WithFsync sets whether every batch is flushed to disk (fsync of the
 // write-ahead log) before a table's Apply returns (replay batches excepted,
-// see table.Apply). It is on by default.
-//
-// Risk when off: Apply returns once the batch is in the operating system's
-// page cache. A process crash (kill -9, panic, OOM kill) still loses
-// nothing, but a power loss or kernel crash can lose the last batches; the
-// store then restores them from the changelog after its checkpoint.
+// see table.Apply). It is on by default. Off, a process crash still loses
+// nothing, but a power loss or kernel crash can lose the last batches,
+// which the store then restores from the changelog after its checkpoint.
 func WithFsync(on bool) Option { return func(o *options) { o.fsync = on } }
 
 // WithLogger sets the logger; nil (the default) discards logs.
@@ -77,73 +75,46 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // another process before failing with ErrLocked (default
 // DefaultLockTimeout). Zero or negative means the default.
 func WithLockTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.lockTimeout = d
-		}
-	}
+	return func(o *options) { setIf(&o.lockTimeout, d, d > 0) }
 }
 
-// WithCacheSize bounds the engine's block cache (decompressed data and
-// index blocks shared by all reads), in bytes (default DefaultCacheSize).
-// Zero or negative means the default. The operating system's page cache
-// holds the files besides.
+// WithCacheSize bounds the engine's block cache (decompressed blocks
+// shared by all reads), in bytes (default DefaultCacheSize). Zero or
+// negative means the default.
 func WithCacheSize(bytes int64) Option {
-	return func(o *options) {
-		if bytes > 0 {
-			o.cacheBytes = bytes
-		}
-	}
+	return func(o *options) { setIf(&o.cacheBytes, bytes, bytes > 0) }
 }
 
 // WithMemtableSize sets the size of one memtable, in bytes (default
 // DefaultMemtableSize): writes are buffered in memory up to this size
-// before they are flushed to a file, and at most MaxMemtables exist. It
-// also bounds the write-ahead log replayed after a crash. Zero or negative
-// means the default.
+// before a flush to a file (and the log replayed after a crash with them).
+// Zero or negative means the default.
 func WithMemtableSize(bytes int64) Option {
-	return func(o *options) {
-		if bytes > 0 {
-			o.memtableBytes = bytes
-		}
-	}
+	return func(o *options) { setIf(&o.memtableBytes, bytes, bytes > 0) }
 }
 
 // WithWriteCache sets how many documents the write cache of the store's
 // tables remembers, all tables together (default DefaultWriteCache; 0
-// turns it off). For each key a table has read or written (or found
-// absent) it keeps what the next write needs (version, partition, index
-// values) and, for small documents, the rest (about 150 bytes for a movie
-// job's document, with the map), so that Apply writes that key without
-// reading it first, and Load returns it without searching the store
-// (tableCaches). When full it forgets documents at random: it serves the
-// keys the engine works on, which Load has just read. A restore into an
-// empty table (the bulk load) keeps every document it writes, up to 2M or
-// this limit if larger, and shrinks back when it ends. Negative means the
-// default.
+// turns it off; negative means the default). For each key a table has
+// read or written (or found absent) it keeps what the next write needs
+// and, for small documents, the rest, so that Apply writes that key
+// without reading it and Load returns it without searching the store.
+// When full it forgets documents at random. A restore into an empty table
+// (the bulk load) keeps every document it writes, up to 2M or this limit
+// if larger, and shrinks back when it ends.
 func WithWriteCache(docs int) Option {
-	return func(o *options) {
-		if docs >= 0 {
-			o.writeCache = docs
-		}
-	}
+	return func(o *options) { setIf(&o.writeCache, docs, docs >= 0) }
 }
 
 // WithBulkMemory bounds the Go heap, in bytes, that a restore into an
-// empty table (the bulk load) uses for its write cache and its buffer of
-// documents not yet written out: it then keeps at most as many documents
-// as half of it holds (about 125 bytes each) instead of 2M, and writes out
-// a buffer whose two halves (one written while the next fills) hold the
-// other half (about 372 bytes per document) instead of 250k. A bulk
-// load whose cache fills ends, and the rest of the restore reads before
-// it writes, as any batch does: slower, not wrong. Zero or negative means
-// no bound (the defaults). Set it from the process's memory limit, so a
-// restore in a small container is not killed for its memory.
-func WithBulkMemory(bytes int64) Option {
-	return func(o *options) {
-		o.bulkMemory = max(bytes, 0)
-	}
-}
+// empty table (the bulk load) uses: half for its write cache (about 125
+// bytes a document, instead of 2M documents) and half for its buffer of
+// documents not yet written out (about 372 bytes a document, in two
+// halves, instead of 250k). A bulk load whose cache fills ends, and the
+// rest of the restore reads before it writes: slower, not wrong. Zero or
+// negative means no bound (the defaults). Set it from the process's memory
+// limit, so a restore in a small container is not killed for its memory.
+func WithBulkMemory(bytes int64) Option { return func(o *options) { o.bulkMemory = max(bytes, 0) } }
 
 // Sizes the bulk load's structures take per document in Go's heap, as
 // measured on the movie job's documents (upper ends: a map's table
@@ -155,13 +126,11 @@ const (
 	// map (64; the buffer being written out has dropped its map).
 	bufferedDocBytes = 372
 	minIngestChunk   = 10_000
+	// defaultBulkMax is the most documents the write cache holds while a
+	// bulk load pins it, unless WithWriteCache asks for more or
+	// WithBulkMemory for less.
+	defaultBulkMax = 2_000_000
 )
-
-// defaultBulkMax is the most documents the write cache holds while a bulk
-// load pins it (unless WithWriteCache asks for more, or WithBulkMemory
-// for less): a restore of up to this many documents into an empty table
-// reads nothing.
-const defaultBulkMax = 2_000_000
 
 // bulkLimits returns the most documents the pinned write cache holds and
 // the load buffer's size that starts an ingestion.
@@ -176,16 +145,10 @@ func (o options) bulkLimits() (bulkMax, ingestChunk int) {
 }
 
 // WithDiskReserve sets the free space, in bytes, the store keeps on its
-// volume (default DefaultDiskReserve): with less free, every write fails
-// with engine.ErrUnavailable (wrapping syscall.ENOSPC) naming the full
-// disk, and goes through again once space is freed. Pebble stops the
-// process on a failed log write, so the reserve must cover what it writes
-// besides a batch (memtables not yet flushed, flushes, compactions). Zero
-// turns the check off; negative means the default.
+// volume (default DefaultDiskReserve, see diskGuard): with less free,
+// every write fails with engine.ErrUnavailable (wrapping syscall.ENOSPC)
+// until space is freed. Zero turns the check off; negative means the
+// default.
 func WithDiskReserve(bytes int64) Option {
-	return func(o *options) {
-		if bytes >= 0 {
-			o.diskReserve = bytes
-		}
-	}
+	return func(o *options) { setIf(&o.diskReserve, bytes, bytes >= 0) }
 }

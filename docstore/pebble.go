@@ -19,14 +19,11 @@ import (
 )
 
 // pebbleKV is the kv engine on Pebble, an LSM tree: a batch is one append
-// to the write-ahead log (one fsync when synced) and a memtable insert;
-// random updates never rewrite pages in place.
+// to the write-ahead log (one fsync when synced) and a memtable insert.
 type pebbleKV struct {
 	db   *pebble.DB
 	opts *pebble.Options
-	// tmp is where ingested files are written before Pebble links them
-	// in: beside the database, on the same file system.
-	tmp  string
+	tmp  string // ingested files before Pebble links them in, beside the database
 	seq  int
 	gate *compactionGate
 }
@@ -46,20 +43,18 @@ func openPebble(path string, o options, log *slog.Logger, mustExist bool) (*pebb
 		ErrorIfNotExists:            mustExist,
 		Logger:                      pebbleLogger{log: log},
 		EventListener:               corruptionListener(log, o.corruptSink),
-		// Level 0 is compacted at 4 files (Pebble's default; 2 made
-		// restores slower); writes stall only far beyond, so a restore
-		// may outpace compaction for a while.
+		// Level 0 is compacted at 4 files (2 made restores slower); writes
+		// stall only far beyond, so a restore may outpace compaction.
 		L0CompactionThreshold: 4,
 		L0StopWritesThreshold: 1000,
 		// One compaction at a time: the machine has 2 cores and the
 		// foreground (applies, queries) must keep one.
 		CompactionConcurrencyRange: func() (int, int) { return 1, 1 },
 	}
-	// No tombstone-density compactions: every index value change deletes
-	// the old entry, so index blocks are always dense with deletions and
-	// the default threshold spent a large share of all compactions
-	// rewriting them, for no faster range queries. Default compactions
-	// still weigh deletions (a file's compensated size).
+	// No tombstone-density compactions: index blocks are always dense with
+	// deletions (every index value change deletes the old entry), and the
+	// default spent a large share of all compactions rewriting them, for
+	// no faster queries.
 	opts.Experimental.TombstoneDenseCompactionThreshold = -1
 	opts.Experimental.CompactionScheduler = gate
 	for i := range opts.Levels {
@@ -88,8 +83,7 @@ func (p *pebbleKV) writeBatch(size int) kvBatch {
 }
 
 // close flushes the memtable first when flush is set, so that the next
-// open has no write-ahead log to replay (a clean stop reopens at once;
-// only a crash, or a close on a full disk, leaves a log behind).
+// open has no write-ahead log to replay.
 func (p *pebbleKV) close(flush bool) error {
 	var ferr error
 	if flush {
@@ -104,8 +98,7 @@ func (p *pebbleKV) close(flush bool) error {
 	return nil
 }
 
-// dbReader reads the committed state of the database; releasing it does
-// nothing.
+// dbReader reads the committed state of the database; Close does nothing.
 type dbReader struct{ *pebble.DB }
 
 func (dbReader) Close() error { return nil }
@@ -142,8 +135,7 @@ func (r *pebbleReader) iter(lower, upper []byte, reverse bool) (kvIter, error) {
 
 func (r *pebbleReader) release() { _ = r.r.Close() }
 
-// release of a batch closes the batch, which is its reader too unless
-// that is a dbReader (nothing to release).
+// release closes the batch (its reader too, unless a dbReader).
 func (b *pebbleBatch) release() { _ = b.b.Close() }
 
 type pebbleBatch struct {
@@ -157,20 +149,14 @@ func (b *pebbleBatch) delRange(lower, upper []byte) error {
 	return b.b.DeleteRange(lower, upper, nil)
 }
 
-func (b *pebbleBatch) commit(sync bool) error {
-	if sync {
-		return b.b.Commit(pebble.Sync)
-	}
-	return b.b.Commit(pebble.NoSync)
-}
+func (b *pebbleBatch) commit(sync bool) error { return b.b.Commit(&pebble.WriteOptions{Sync: sync}) }
 
 type pebbleIter struct {
 	it      *pebble.Iterator
 	reverse bool
-	// failed is the first error a positioning call met (a damaged block): the
-	// call reported no key, as at the end, so every later call reports
-	// none too and close returns it; a caller cannot mistake a failed
-	// read for an absent key as long as it checks close.
+	// failed is the first error a positioning call met (a damaged block):
+	// every later call reports no key and close returns it, so a caller
+	// that checks close never takes a failed read for absent keys.
 	failed error
 }
 
@@ -192,11 +178,9 @@ func (i *pebbleIter) seek(k []byte) bool {
 	return i.ok(i.it.SeekGE(k))
 }
 
-// seekExact positions the iterator at k and reports whether k exists. It
-// is a prefix seek (the whole key is the prefix under Pebble's default
-// comparer), so files whose bloom filter rules k out are skipped instead
-// of positioned in: a random read of a large store touches one file, not
-// one per level.
+// seekExact positions the iterator at k and reports whether k exists: a
+// prefix seek (the whole key under Pebble's default comparer), so files
+// whose bloom filter rules k out are skipped, not one per level read.
 func (i *pebbleIter) seekExact(k []byte) bool {
 	if i.failed != nil {
 		return false
@@ -226,9 +210,8 @@ func (i *pebbleIter) close() error {
 	return i.failed
 }
 
-// pebbleLogger routes Pebble's log lines to slog. Fatalf is only called by
-// Pebble on an internal invariant violation (corruption) and must not
-// return.
+// pebbleLogger routes Pebble's log lines to slog. Fatalf (an invariant
+// violation) must not return.
 type pebbleLogger struct{ log *slog.Logger }
 
 func (l pebbleLogger) Infof(format string, args ...any) {
@@ -245,15 +228,13 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	panic("pebble: " + msg)
 }
 
-// ingestDirSuffix names the directory (beside the database's) holding
-// files being written for ingestion; Open removes what a crash left there.
+// ingestDirSuffix names the directory, beside the database's, of files
+// being written for ingestion (Open removes what a crash left there).
 const ingestDirSuffix = ".ingest"
 
-// ingest writes the runs into two sorted tables (the runs split where
-// their sizes balance), in parallel, and has Pebble link both into its
-// tree in one step: atomic (all or none), durable on return (the tables
-// are synced, Pebble syncs its manifest), and newer than every key
-// already held.
+// ingest writes the runs into two sorted tables (split where their sizes
+// balance), in parallel, and has Pebble link both in at once: atomic,
+// durable on return, and newer than every key already held.
 func (p *pebbleKV) ingest(runs [][]kvEntry) error {
 	if err := os.MkdirAll(p.tmp, 0o750); err != nil {
 		return err
@@ -296,8 +277,6 @@ func (p *pebbleKV) ingest(runs [][]kvEntry) error {
 	return nil
 }
 
-// holdCompactions holds compactions back while a bulk load lasts (on), or
-// ends that (off); see compactionGate.
 func (p *pebbleKV) holdCompactions(on bool) { p.gate.hold(on) }
 
 // writeTable writes runs, in order, into a new synced table at path.
@@ -326,14 +305,15 @@ func (p *pebbleKV) writeTable(path string, runs [][]kvEntry) error {
 	return nil
 }
 
-// halfCreated reports whether path holds what a crash left of a Pebble
-// database it was creating: files, but no manifest (Pebble writes it
-// before the write-ahead log, and keepstate writes nothing before Open
-// returns) and no table file, so nothing was ever stored there. Such a
-// directory fails a later Open with "database does not exist". A
-// directory with table files but no manifest is a damaged store, not
-// this: it reports false.
-func halfCreated(path string) (bool, error) {
+// removeHalfCreated removes the Pebble directory path of the store in dir
+// when a crash (kill -9, an evicted pod) interrupted its creation, and
+// reports whether it did: then path holds files, but no manifest (Pebble
+// writes it before the write-ahead log, and keepstate writes nothing
+// before Open returns) and no table file, so nothing was ever stored
+// there, and Open would fail with "database does not exist". Table files
+// without a manifest are a damaged store, not this. The caller holds the
+// directory lock.
+func removeHalfCreated(dir, path string, log *slog.Logger) (bool, error) {
 	desc, err := pebble.Peek(path, vfs.Default)
 	if err != nil {
 		return false, fmt.Errorf("inspect the store %s: %w", path, err)
@@ -349,19 +329,6 @@ func halfCreated(path string) (bool, error) {
 		if strings.HasSuffix(e.Name(), ".sst") {
 			return false, nil
 		}
-	}
-	return true, nil
-}
-
-// removeHalfCreated removes the Pebble directory path of the store in dir
-// when a crash (kill -9, an evicted pod) interrupted its creation, at a
-// first start or in a rebuild (halfCreated): nothing was stored yet, so
-// the caller creates it again. It reports whether it removed it. The
-// caller holds the directory lock.
-func removeHalfCreated(dir, path string, log *slog.Logger) (bool, error) {
-	half, err := halfCreated(path)
-	if err != nil || !half {
-		return false, err
 	}
 	if err := os.RemoveAll(path); err != nil {
 		return false, fmt.Errorf("open docstore %s: remove a half-created store: %w", dir, err)

@@ -7,12 +7,11 @@ import (
 )
 
 // removalLog is what a write cache (tableCache) tells a Load about the
-// entries that left it: how many times entries left (count, read without
-// the cache's lock before the Load's snapshot) and which keys the last
-// maxRemovalLog removals took out. The cache holds every key written
-// since any snapshot unless its entry left since, so a Load may teach the
-// cache what it read for every key not removed since its snapshot (since,
-// removedSet.has). Guarded by Store.wmu, but for count.
+// entries that left it: how many times entries left (count, read before
+// the Load's snapshot without the lock) and which keys the last
+// maxRemovalLog removals took out, so that a Load may teach the cache what
+// it read of keys not removed since (tableCaches.learn). Guarded by
+// Store.wmu, but for count.
 type removalLog[K cmp.Ordered] struct {
 	n   atomic.Uint64
 	log []removal[K]
@@ -28,9 +27,8 @@ type removal[K cmp.Ordered] struct {
 
 // maxRemovalLog is how many removals a removalLog remembers: a Load whose
 // snapshot is older than all of them learns nothing. Loads last
-// milliseconds, and a full cache evicts an eighth of itself at a time, so
-// a few suffice; each eviction's keys are held until eight more removals
-// push them out (a drop logs none: it removes all).
+// milliseconds and a full cache evicts an eighth of itself at a time, so
+// a few suffice.
 const maxRemovalLog = 8
 
 // count is the number of removals so far; safe without wmu.
@@ -57,9 +55,8 @@ func (l *removalLog[K]) add(r removal[K]) {
 // removedSet is the removals made since a Load's snapshot.
 type removedSet[K cmp.Ordered] []removal[K]
 
-// since returns the removals made since count was before, and false when
-// the log no longer reaches back that far or one of them removed
-// everything: then nothing read from that snapshot may be kept.
+// since returns the removals made since count was before, or false when
+// the log no longer reaches back that far or one of them removed all.
 func (l *removalLog[K]) since(before uint64) (removedSet[K], bool) {
 	now := l.n.Load()
 	if now == before {

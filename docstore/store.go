@@ -37,41 +37,40 @@ type Store struct {
 	cacheMax, bulkMax int
 	tcache            tableCaches // the tables' write cache (table_cache.go)
 	// learnt holds the write-cache updates of Loads that found wmu held
-	// (underWriteLock), run by the write that held it; lmu guards it.
+	// (underWriteLock); lmu guards it.
 	lmu    sync.Mutex
 	learnt []func()
 
-	// condemned is the error every call fails with once the store met
-	// corruption (corrupt.go); nil while it is sound.
-	condemned   atomic.Pointer[error]
-	condemnedCh chan struct{} // closed when condemned is set
+	condemned   atomic.Pointer[error] // the error of every call once corrupt (corrupt.go)
+	condemnedCh chan struct{}         // closed when condemned is set
 
 	stopping atomic.Bool // Close has begun: warm-ups stop
 }
 
 // Chunk sizes of the tables' reads and writes.
 const (
-	// seekLoadMin is the smallest Load read with one iterator seeking its
-	// keys in order rather than with point reads (table.readDocs): one
-	// iterator seeking forward reuses its position, and each seek is a
-	// prefix seek that consults the files' bloom filters.
+	// seekLoadMin is the smallest read (table.readDocs) done by one
+	// iterator seeking its keys in order, reusing its position, rather
+	// than by point reads.
 	seekLoadMin = 16
-	// scanChunk is how many documents ScanPartition loads per snapshot.
-	scanChunk = 512
-	// dropChunk is how many documents DropPartition reads at a time: they
-	// are held until their tombstones are written.
-	dropChunk = 4096
-	// warmChunk is how many documents a warm-up adds per hold of the
-	// write lock.
-	warmChunk = 20_000
+	scanChunk   = 512    // documents ScanPartition loads per snapshot
+	dropChunk   = 4096   // documents DropPartition reads (and holds) at a time
+	warmChunk   = 20_000 // documents a warm-up adds per hold of the write lock
 )
+
+var _ engine.InstanceLocal = (*Store)(nil)
+
+// InstanceLocal reports true: the store lives in this instance's data
+// directory, so the engine may drop copies of partitions that moved to
+// another instance (engine.Config.StaleDropAfter).
+func (s *Store) InstanceLocal() bool { return true }
 
 // Dir returns the data directory of the store.
 func (s *Store) Dir() string { return s.dir }
 
 // acquire takes the shared lock, or fails with ErrUnavailable once the
 // store is closed, and with ErrCorrupt once it is condemned. The caller
-// must call s.mu.RUnlock when it returns nil.
+// calls s.mu.RUnlock when it returns nil.
 func (s *Store) acquire(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -92,9 +91,9 @@ func (s *Store) acquire(ctx context.Context) error {
 const maxLearnt = 64
 
 // underWriteLock runs learn (what a Load read, for a write cache) under
-// wmu without waiting for it: at once when wmu is free, else queued in
-// s.learnt for the write holding it to run as it ends (drainLearnt). A
-// full queue drops learn: the cache only misses what it would have saved.
+// wmu without waiting: at once when wmu is free, else queued for the write
+// holding it to run as it ends (drainLearnt). A full queue drops learn:
+// the cache only misses what it would have saved.
 func (s *Store) underWriteLock(learn func()) {
 	if s.wmu.TryLock() {
 		learn()
@@ -109,8 +108,7 @@ func (s *Store) underWriteLock(learn func()) {
 	s.lmu.Unlock()
 }
 
-// drainLearnt runs the Loads' updates waiting in s.learnt. The caller
-// holds wmu.
+// drainLearnt runs the Loads' updates waiting in s.learnt, under wmu.
 func (s *Store) drainLearnt() {
 	s.lmu.Lock()
 	waiting := s.learnt

@@ -19,26 +19,24 @@ var (
 	_ engine.Table         = (*table)(nil)
 	_ engine.TableScanner  = (*table)(nil)
 	_ engine.TableResetter = (*table)(nil)
+	_ engine.InstanceLocal = (*table)(nil)
 )
 
-// table is one table of a Store (see table_layout.go for its keys). It
-// holds no state of its own: every call reads or writes the store, so
-// several handles of one table are interchangeable. Safe for concurrent
-// use; closed with the store.
+// table is one table of a Store (see table_layout.go for its keys); its
+// handles are interchangeable (all state is in the store and its shared
+// write cache). Safe for concurrent use; closed with the store.
 type table struct {
-	s    *Store
-	spec engine.TableSpec
-	l    tableLayout
-	// cache is the table's write cache, shared by its handles (guarded by
-	// s.wmu, but for its removal count).
-	cache *tableCache
+	s     *Store
+	spec  engine.TableSpec
+	l     tableLayout
+	cache *tableCache // shared by its handles (guarded by s.wmu, but for its removal count)
 }
 
 // OpenTable opens the table of spec, creating it (its Clover collection
 // and its persisted spec, in one batch) when new. Reopening a table with
 // other indexes (names, kinds or order) fails with engine.ErrInvalid.
-// TiesAscending is not persisted: it changes how descending queries walk
-// the index entries (walkTiesAscending), not what is stored.
+// TiesAscending is not persisted: it changes only how descending queries
+// walk the index entries.
 func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("open table: %w", err)
@@ -47,23 +45,18 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 	t := &table{s: s, spec: spec, l: newTableLayout(spec.Name)}
 	specKey := t.l.family(tabSpec)
 	var found bool
-	err := s.tableRead(ctx, func(r kvReader) error {
+	check := func(r kvReader) error {
 		raw, err := r.get(specKey)
-		if err != nil || raw == nil {
+		if found = raw != nil; err != nil || !found {
 			return err
 		}
-		found = true
 		return t.sameSpec(raw)
-	})
+	}
+	err := s.tableRead(ctx, check)
 	if err == nil && !found {
 		err = s.tableWrite(ctx, tableWriteOp{sync: s.sync}, func(b kvBatch) (func(), error) {
-			raw, err := b.get(specKey)
-			if err != nil {
+			if err := check(b); err != nil || found { // created meanwhile
 				return nil, err
-			}
-			if raw != nil { // created meanwhile
-				found = true
-				return nil, t.sameSpec(raw)
 			}
 			return nil, t.create(b)
 		})
@@ -184,25 +177,19 @@ func (t *table) read(ctx context.Context, fn func(r kvReader, seq uint64) error)
 
 // tableWriteOp says how tableWrite writes its batch.
 type tableWriteOp struct {
-	// blind batches (kv.writeBatch, of size bytes expected) read only the
-	// committed state, for fn that never reads what it wrote.
-	blind bool
+	blind bool // kv.writeBatch (of size bytes expected), for fn that never reads what it wrote
 	size  int
 	sync  bool // durable on return
-	// cache is the write cache of the table the batch writes (nil when
-	// the table is being created): that table's buffered bulk load is written out
-	// first, and its Loads stop answering from the cache until the batch
-	// is in it (tableCaches.serve).
-	cache *tableCache
-	// endBulk ends the table's bulk load (a write of its documents that
-	// is not one: tableBulk).
-	endBulk bool
+	// cache is the write cache of the table written (nil while creating
+	// it): its buffered bulk load is written out first, and it answers no
+	// Load until the batch is in it (tableCaches.serve).
+	cache   *tableCache
+	endBulk bool // ends the table's bulk load (a write of its documents)
 }
 
 // tableWrite runs fn with one write batch, under the store's write lock
-// and disk guard, and commits it when fn returns nil; after, when fn
-// returns one, runs once the batch is committed, still under the write
-// lock.
+// and disk guard, and commits it when fn returns nil; then runs after, if
+// fn returned one, still under the write lock.
 func (s *Store) tableWrite(
 	ctx context.Context, op tableWriteOp, fn func(b kvBatch) (after func(), err error),
 ) (err error) {
@@ -252,6 +239,11 @@ func (s *Store) tableWrite(
 	return nil
 }
 
+// InstanceLocal reports true for a table too: its documents are those of
+// the partitions this instance owns (or owned), so the engine answers only
+// partitions RUNNING here and routes the others to their owner.
+func (t *table) InstanceLocal() bool { return true }
+
 // Spec returns the table's spec.
 func (t *table) Spec() engine.TableSpec {
 	spec := t.spec
@@ -264,13 +256,12 @@ func (t *table) Spec() engine.TableSpec {
 func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 	key := t.l.partKey(tabEpochs, p)
 	var epoch int64
-	// Like every write of the table, a claim comes after the batches its
-	// bulk load buffered (the load goes on). It is not synced (a restore
-	// claims every partition it takes, and an fsync each under the write
-	// lock is slow): the log keeps batches in order, so the first synced
-	// write under the new epoch makes the claim durable too, and a claim a
-	// power loss drops takes every write made under it along, so the next
-	// claim is still above every epoch a stored write has.
+	// Written after the batches the bulk load buffered (the load goes on).
+	// Not synced (a restore claims every partition it takes): the log keeps
+	// batches in order, so the first synced write under the new epoch makes
+	// the claim durable too, and a claim a power loss drops takes every
+	// write made under it along, so the next claim is still above every
+	// epoch a stored write has.
 	op := tableWriteOp{blind: true, cache: t.cache}
 	err := t.s.tableWrite(ctx, op, func(b kvBatch) (func(), error) {
 		last, _, err := getInt64(b, key)
@@ -343,9 +334,8 @@ func keyString(key []byte) string {
 
 // Load returns the stored documents of keys by string(key), all as of one
 // committed state: the write cache answers for the keys it holds whole
-// (tableCaches.serve), the others are read from one snapshot (see
-// readDocs). What it read goes to the write cache (learn), so that the
-// Apply that writes those keys next reads nothing.
+// (tableCaches.serve), the others are read from one snapshot, and go to
+// the write cache (learn), so that the next Apply of them reads nothing.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	before := t.cache.removals.count() // before the snapshot (learn)
 	out := make(map[string]engine.Doc, len(keys))
@@ -376,46 +366,37 @@ func sortedKeys(keys [][]byte) [][]byte {
 }
 
 // readDocs calls fn with the stored document of each of keys (sorted,
-// without repeats) that has one, and its position in keys. Fewer than
-// seekLoadMin keys are point reads; more are seeks of one iterator, in
-// order (document keys sort like keys: hex _ids; see seekLoadMin). raw is
-// valid until fn returns.
+// without repeats) that has one, and its position in keys: point reads,
+// or from seekLoadMin keys on the seeks of one iterator (document keys
+// sort like keys). raw is valid until fn returns.
 func (t *table) readDocs(r kvReader, keys [][]byte, fn func(i int, raw []byte) error) (err error) {
 	if len(keys) == 0 {
 		return nil
 	}
 	var buf []byte
-	if len(keys) < seekLoadMin {
-		for i, k := range keys {
-			t.s.counts.docGets.Add(1)
-			buf = t.l.docKey(buf[:0], k)
-			raw, err := r.get(buf)
-			if err != nil {
-				return err
-			}
-			if raw != nil {
-				if err := fn(i, raw); err != nil {
-					return err
-				}
-			}
+	var it kvIter
+	if len(keys) >= seekLoadMin {
+		upper := append(t.l.docKey(nil, keys[len(keys)-1]), 0)
+		if it, err = r.iter(t.l.docKey(nil, keys[0]), upper, false); err != nil {
+			return err
 		}
-		return nil
+		defer closeInto(it, &err)
 	}
-	first := t.l.docKey(nil, keys[0])
-	upper := append(t.l.docKey(nil, keys[len(keys)-1]), 0)
-	it, err := r.iter(first, upper, false)
-	if err != nil {
-		return err
-	}
-	defer closeInto(it, &err)
 	for i, k := range keys {
 		t.s.counts.docGets.Add(1)
 		buf = t.l.docKey(buf[:0], k)
-		if !seekExact(it, buf) {
-			continue
+		var raw []byte
+		if it == nil {
+			if raw, err = r.get(buf); err != nil {
+				return err
+			}
+		} else if it.seekExact(buf) {
+			raw = it.value()
 		}
-		if err := fn(i, it.value()); err != nil {
-			return err
+		if raw != nil {
+			if err := fn(i, raw); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

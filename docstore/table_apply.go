@@ -11,20 +11,17 @@ import (
 
 // Apply writes b as one batch: every changed document (its Clover
 // document, index entries and members key), the collection size and the
-// partition checkpoint, or nothing. It is synced when the store's fsync
-// option is on, except for replay batches (restored from the changelog,
-// so a power loss that drops them only makes the restore run again; the
-// log keeps batches in order, so a later synced batch makes them durable
-// too). b.Epoch must be the partition's current claim (else ErrFenced);
-// a document that fails Doc.Validate or belongs to another partition is
-// ErrInvalid and nothing is written; see engine.Table for the version
-// rules. It reads the stored document of each key the write cache
-// (tableCaches) does not hold. A replay batch into an empty table takes
-// the bulk-load path instead (tableBulk): it reads only keys the load
-// may have written before and its cache no longer holds, and it is
+// partition checkpoint, or nothing. It is synced when the fsync option is
+// on, except for replay batches (a power loss that drops them only makes
+// the restore run again; the log keeps batches in order, so a later synced
+// batch makes them durable too). b.Epoch must be the partition's current
+// claim (else ErrFenced); a document that fails Doc.Validate or belongs to
+// another partition is ErrInvalid; see engine.Table for the version rules.
+// It reads the stored document of each key the write cache does not hold.
+// A replay batch into an empty table takes the bulk-load path (tableBulk),
 // durable once its buffer is written out rather than on return; Apply
 // keeps its documents (not copies) until then, so the caller must not
-// change a replay batch's documents after passing them.
+// change them.
 func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 	for _, doc := range b.Docs {
 		if err := doc.Validate(t.spec); err != nil {
@@ -35,23 +32,21 @@ func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 				t.spec.Name, b.Partition, keyString(doc.Key), doc.Partition, engine.ErrInvalid)
 		}
 	}
-	if handled, err := t.applyBulk(ctx, b); handled {
-		if err != nil {
-			return fmt.Errorf("table %s: apply partition %d (%d docs): %w", t.spec.Name, b.Partition, len(b.Docs), err)
-		}
-		return nil
+	handled, err := t.applyBulk(ctx, b)
+	if !handled {
+		op := tableWriteOp{blind: true, sync: t.s.sync && !b.Replay, size: tableBatchSize(b), cache: t.cache,
+			endBulk: len(b.Docs) > 0}
+		err = t.s.tableWrite(ctx, op, func(kb kvBatch) (func(), error) {
+			if err := t.checkClaim(kb, b.Partition, b.Epoch); err != nil {
+				return nil, err
+			}
+			after, err := t.writeDocs(kb, b.Docs, b.Replay)
+			if err != nil {
+				return nil, err
+			}
+			return after, kb.set(t.l.partKey(tabCheckpoint, b.Partition), int64Value(b.Checkpoint))
+		})
 	}
-	op := tableWriteOp{blind: true, sync: t.s.sync && !b.Replay, size: tableBatchSize(b), cache: t.cache, endBulk: len(b.Docs) > 0}
-	err := t.s.tableWrite(ctx, op, func(kb kvBatch) (func(), error) {
-		if err := t.checkClaim(kb, b.Partition, b.Epoch); err != nil {
-			return nil, err
-		}
-		after, err := t.writeDocs(kb, b.Docs, b.Replay)
-		if err != nil {
-			return nil, err
-		}
-		return after, kb.set(t.l.partKey(tabCheckpoint, b.Partition), int64Value(b.Checkpoint))
-	})
 	if err != nil {
 		return fmt.Errorf("table %s: apply partition %d (%d docs): %w", t.spec.Name, b.Partition, len(b.Docs), err)
 	}
@@ -59,17 +54,16 @@ func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 }
 
 // writeDocs writes docs into b (a blind batch) as if one by one: a
-// document not newer than the stored version (or an earlier document of
-// the batch for its key) is skipped on replay and refuses the batch with
-// ErrFenced otherwise. after records in the write cache what the batch
-// read and wrote, once it has committed. The caller holds wmu.
+// document not newer than the stored version (or an earlier one of the
+// batch) is skipped on replay and refuses the batch with ErrFenced
+// otherwise. after records in the write cache what the batch read and
+// wrote, once committed. The caller holds wmu.
 func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func(), err error) {
 	if len(docs) == 0 {
 		return nil, nil
 	}
-	// Key order (stable: a key's documents keep their order), so that a
-	// key's documents are adjacent and stored documents are read with one
-	// iterator walking forward.
+	// Key order (stable), so that a key's documents are adjacent and stored
+	// documents are read with one iterator walking forward.
 	docs = slices.Clone(docs)
 	slices.SortStableFunc(docs, func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
 	var keys [][]byte
@@ -89,16 +83,7 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 			unknown, at = append(unknown, k), append(at, i)
 		}
 	}
-	err = t.readDocs(b, unknown, func(j int, raw []byte) error {
-		t.s.counts.writeReads.Add(1)
-		d, err := decodeTableDoc(raw, t.spec, true)
-		if err != nil {
-			return err
-		}
-		priors[at[j]] = headPrior(t.spec, d.Version, d.Partition, d.Index)
-		return nil
-	})
-	if err != nil {
+	if err := t.readPriors(b, unknown, func(j int, p tablePrior) { priors[at[j]] = p }); err != nil {
 		return nil, err
 	}
 	w := tableWriter{t: t, b: b, enc: newTableEncoder()}
@@ -174,12 +159,8 @@ func (w *tableWriter) put(doc engine.Doc, old tablePrior) error {
 			return err
 		}
 	}
-	data, err := w.enc.encode(spec, doc)
-	if err != nil {
-		return fmt.Errorf("encode key %s: %w", keyString(doc.Key), err)
-	}
 	w.scratch = l.docKey(w.scratch[:0], doc.Key)
-	if err := w.b.set(w.scratch, data); err != nil {
+	if err := w.b.set(w.scratch, w.enc.encode(spec, doc)); err != nil {
 		return err
 	}
 	if old.exists && old.part == doc.Partition {
@@ -197,8 +178,7 @@ func (t *table) addSize(b kvBatch, n int) error {
 }
 
 // memberKeys lists the keys of partition p's documents, in key order,
-// from its members keys (one key range; their values are ignored: empty
-// since format v3, a version and index values before).
+// from its members keys (their values are ignored).
 func (t *table) memberKeys(r kvReader, p int32) ([][]byte, error) {
 	prefix := t.l.partKey(tabMembers, p)
 	it, err := r.iter(prefix, prefixUpper(prefix), false)
@@ -213,10 +193,8 @@ func (t *table) memberKeys(r kvReader, p int32) ([][]byte, error) {
 }
 
 // DropPartition deletes every document, index entry and the checkpoint of
-// partition p in one batch. The members keys name the documents; each
-// document is read for its index values (dropChunk documents at a time,
-// with one forward-seeking iterator). Epochs are kept, so an old owner
-// stays fenced.
+// partition p in one batch, the documents named by the members keys and
+// read for their index values. Epochs are kept: an old owner stays fenced.
 func (t *table) DropPartition(ctx context.Context, p int32) error {
 	var n int
 	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache, endBulk: true}, func(b kvBatch) (func(), error) {
@@ -273,14 +251,12 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 }
 
 // Reset deletes every document, index entry and checkpoint of the table in
-// one batch (range deletions); its spec and claim epochs survive, so an
-// old writer stays fenced. Other tables are untouched.
+// one batch; its spec and claim epochs survive, so an old writer stays
+// fenced.
 func (t *table) Reset(ctx context.Context) error {
 	err := t.s.tableWrite(ctx, tableWriteOp{blind: true, sync: t.s.sync, cache: t.cache, endBulk: true}, func(b kvBatch) (func(), error) {
-		for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
-			if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
-				return nil, err
-			}
+		if err := t.deleteRows(b); err != nil {
+			return nil, err
 		}
 		size, err := t.size(b)
 		if err != nil {
@@ -296,11 +272,21 @@ func (t *table) Reset(ctx context.Context) error {
 	return nil
 }
 
-// ScanPartition calls fn for each document of partition p, in key order.
-// It lists the partition's keys from one snapshot, then loads and hands
-// out documents in chunks without holding a snapshot while fn runs, so fn
-// may use the store; a document deleted or moved meanwhile is skipped. It
-// stops at the first error of fn and returns it.
+// deleteRows deletes the table's documents, checkpoints, members keys and
+// index entries in b (range deletions).
+func (t *table) deleteRows(b kvBatch) error {
+	for _, prefix := range [][]byte{t.l.docs, t.l.family(tabCheckpoint), t.l.family(tabMembers), t.l.family(tabIndex)} {
+		if err := b.delRange(prefix, prefixUpper(prefix)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScanPartition calls fn for each document of partition p, in key order,
+// listed from one snapshot and loaded in chunks without holding one while
+// fn runs, so fn may use the store; a document deleted or moved meanwhile
+// is skipped. It stops at fn's first error and returns it.
 func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
 	var members [][]byte
 	err := t.read(ctx, func(r kvReader, _ uint64) error {
@@ -327,10 +313,9 @@ func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) 
 	return nil
 }
 
-// tableBatchSize estimates the bytes Apply writes for b, to size its batch
-// up front: per document its value, its key three times (the document, its
-// members entry, the batch record) and, per index, the old entry's
-// deletion and the new entry (the value is at most a few dozen bytes).
+// tableBatchSize estimates the bytes Apply writes for b: per document its
+// value, its key three times (document, members entry, batch record) and,
+// per index, the old entry's deletion and the new entry.
 func tableBatchSize(b engine.DocBatch) int {
 	n := 0
 	for _, d := range b.Docs {

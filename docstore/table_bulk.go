@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -13,32 +14,23 @@ import (
 
 // tableBulk is the state of a table's bulk load: a restore into an empty
 // table. It starts with the first replay batch into an empty partition of
-// a table that holds no documents, and covers every partition of the
-// table that starts the same way while it lasts. While it is on, the
-// table's write cache is pinned and holds every document the load wrote,
-// so a key the cache does not know is new: its batches read nothing. The
-// batches are buffered (their documents, not copies, see table.Apply, and
-// the partitions' checkpoints), the newest version of each key once, and
-// written out as sorted files that Pebble ingests (table_ingest.go).
+// a table without documents, and covers every partition that starts the
+// same way while it lasts. Meanwhile the table's write cache is pinned and
+// holds every document the load wrote, so a key it does not know is new:
+// the batches read nothing. They are buffered (documents not copied, see
+// table.Apply; the newest version of each key once) and written out as
+// sorted files that Pebble ingests (table_ingest.go): before anything else
+// reads or writes the table, in the background every Store.ingestChunk
+// documents, after ingestIdle without a batch, and on Close. So every read
+// sees every batch Apply accepted, but a bulk batch is durable only once
+// written out: a crash before leaves the partition as of the last buffer
+// written (or empty), and the next start restores the rest again.
 //
-// The buffer is written out before anything reads the table (table.read)
-// or writes it otherwise (tableWrite), in the background when it holds
-// Store.ingestChunk documents (while the next batches buffer), when no
-// bulk batch has arrived for ingestIdle, and on Close. So every read sees
-// every batch Apply accepted. What changes is durability: a bulk batch is
-// durable once its buffer is written out, not when Apply returns. A crash
-// before then leaves the partition as of the last buffer written out (or
-// empty), so the next start restores the rest again; nothing the engine
-// committed to Kafka depends on a restore's batches.
-//
-// A full cache does not end the load: the keys it cannot hold are
-// remembered approximately (seenKeys), and only a key that may have been
-// written before is read. Any other write to the table (a batch of
-// documents that is not a replay, replays into a partition that was not
-// empty, a drop, a reset; not a checkpoint alone, which ends a
-// partition's restore) ends the load, and so does a crash: later batches
-// read what the cache does not hold. It runs only on an engine that
-// ingests (kvIngester: Pebble). Guarded by Store.wmu.
+// A full cache does not end the load: keys it cannot hold are remembered
+// approximately (seenKeys), and only a key that may have been written
+// before is read. Any other write of the table's documents (not a
+// checkpoint alone, which ends a partition's restore) ends the load. It
+// runs only on an engine that ingests (kvIngester). Guarded by Store.wmu.
 type tableBulk struct {
 	on    bool
 	t     *table // a handle of the table (its spec and layout)
@@ -50,22 +42,18 @@ type tableBulk struct {
 	checkpoints map[int32]int64
 	timer       *time.Timer     // writes the buffer out after ingestIdle
 	job         *tableIngestJob // the buffer being ingested, or nil
-	// overflow is set when the full cache refused a document the load
-	// wrote: the cache no longer knows every document, so from the next
-	// buffer on, a key it does not hold is read when seen may hold it.
+	// overflow: the full cache refused a document the load wrote, so a key
+	// it does not hold is read when seen (every key written out) may hold it.
 	overflow bool
-	// seen holds every key the load has written out.
-	seen seenKeys
-	// holding is set while the load holds the store's compactions back
-	// (kvIngester.holdCompactions): from a batch on, until the load ends
-	// or no batch has come for holdIdle. last is when the last one came.
+	seen     seenKeys
+	// holding: the load holds compactions back (kvIngester.holdCompactions)
+	// until it ends or no batch has come for holdIdle since last.
 	holding bool
 	last    time.Time
 }
 
 // holdIdle is how long a bulk load goes without batches before it lets
-// compactions run again: a restore that has caught up merges what it
-// ingested, while short pauses in its fetches do not.
+// compactions run again (short pauses in a restore's fetches do not).
 const holdIdle = time.Second
 
 // holdCompactions starts or ends the load's hold on compactions.
@@ -80,8 +68,8 @@ func (s *Store) holdCompactions(b *tableBulk, on bool) {
 func (b *tableBulk) empty() bool { return len(b.docs) == 0 && len(b.checkpoints) == 0 }
 
 // applyBulk is Apply's bulk-load path: it buffers b when the table is in
-// (or can start) a bulk load; handled is false when b must take the
-// ordinary path (which ends the load when b holds documents).
+// (or can start) a bulk load; handled is false when b takes the ordinary
+// path.
 func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool, err error) {
 	s := t.s
 	if _, ok := s.kv.(kvIngester); !ok || !b.Replay || s.noBulk || s.cacheMax == 0 {
@@ -102,9 +90,7 @@ func (t *table) applyBulk(ctx context.Context, b engine.DocBatch) (handled bool,
 		return true, s.corrupt(err)
 	}
 	if len(b.Docs) == 0 {
-		// A checkpoint alone (a partition's restore ends past its last
-		// transaction marker): buffered behind the partition's batches
-		// when the load covers it, else written as any batch.
+		// A checkpoint alone: buffered when the load covers its partition.
 		if !t.cache.bulk.on || !t.cache.bulk.parts[b.Partition] {
 			return false, nil
 		}
@@ -144,9 +130,8 @@ func (t *table) bulkFor(r kvReader, p int32) (bool, error) {
 	return true, nil
 }
 
-// buffer takes b's documents and checkpoint onto the bulk-load buffer;
-// the ingestion skips what an earlier buffer wrote newer (tableIngestJob.
-// entries). The caller holds wmu.
+// buffer takes b's documents and checkpoint onto the bulk-load buffer.
+// The caller holds wmu.
 func (t *table) buffer(b engine.DocBatch) {
 	bulk := &t.cache.bulk
 	if bulk.checkpoints == nil {
@@ -159,11 +144,9 @@ func (t *table) buffer(b engine.DocBatch) {
 	t.s.holdCompactions(bulk, true)
 }
 
-// add buffers docs (kept as they are: see Apply) in order, as the
-// reading path writes them: a document replaces its key's buffered one
-// only when its version is newer, so that the buffer holds the newest
-// version of each key once and a restore with many versions of a key
-// writes out one.
+// add buffers docs (not copied: see Apply) in order: a document replaces
+// its key's buffered one only when its version is newer, as the reading
+// path would, so that the buffer holds each key's newest version once.
 func (b *tableBulk) add(docs []engine.Doc) {
 	if b.at == nil {
 		b.at = map[string]int32{}
@@ -188,9 +171,8 @@ func (b *tableBulk) add(docs []engine.Doc) {
 func (t *table) afterBuffer() error {
 	s, tc := t.s, t.cache
 	if len(tc.bulk.docs) >= s.ingestChunk {
-		// Written out in the background while the next chunk buffers; the
-		// chunk before it must have landed first (its documents are in
-		// the write cache only then).
+		// The chunk before must have landed first (its documents are in the
+		// write cache only then).
 		if err := s.awaitTableIngest(tc); err != nil {
 			return err
 		}
@@ -207,8 +189,7 @@ func (t *table) afterBuffer() error {
 	return nil
 }
 
-// materializeTableIdle writes tc's buffer out after a pause in bulk
-// batches.
+// materializeTableIdle writes tc's buffer out after a pause in batches.
 func (s *Store) materializeTableIdle(tc *tableCache) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -229,9 +210,8 @@ func (s *Store) materializeTableIdle(tc *tableCache) {
 	}
 }
 
-// flushBuffered writes the table's buffer out if it holds anything, for
-// an operation about to read the table. The caller holds the shared lock,
-// not wmu.
+// flushBuffered writes the table's buffer out, if any, before a read. The
+// caller holds the shared lock, not wmu.
 func (t *table) flushBuffered() error {
 	if !t.cache.buffered.Load() {
 		return nil
@@ -241,10 +221,9 @@ func (t *table) flushBuffered() error {
 	return t.s.materializeTable(t.cache)
 }
 
-// materializeTable writes tc's buffer out (after the ingestion in flight,
-// if any) and returns once everything buffered is in the store. On error
-// the buffer is kept, to be retried by the next operation. The caller
-// holds wmu and the shared lock.
+// materializeTable writes tc's buffer out and returns once everything
+// buffered is in the store; on error the buffer is kept for the next
+// operation. The caller holds wmu and the shared lock.
 func (s *Store) materializeTable(tc *tableCache) error {
 	bulk := &tc.bulk
 	if bulk.timer != nil && !bulk.holding {
@@ -265,9 +244,8 @@ func (s *Store) materializeTable(tc *tableCache) error {
 	return nil
 }
 
-// endTableBulk ends tc's bulk load, if one is on, once its buffer is
-// written out; the cache is unpinned (shrunk back to its bound). The
-// caller holds wmu and the shared lock.
+// endTableBulk ends tc's bulk load, if on, once its buffer is written
+// out, and unpins the cache. The caller holds wmu and the shared lock.
 func (s *Store) endTableBulk(tc *tableCache) error {
 	if !tc.bulk.on {
 		return nil
@@ -288,9 +266,8 @@ func (s *Store) endTableBulk(tc *tableCache) error {
 var _ engine.TableSettler = (*table)(nil)
 
 // Settle writes the table's bulk-load buffer out and ends the load
-// (engine.TableSettler): the engine calls it when its warm-ups are about
-// to become actives, so that their claims and first flushes do not wait
-// for it. A table with no load on returns at once.
+// (engine.TableSettler), so that claims and first flushes of warm-ups
+// becoming actives do not wait for it.
 func (t *table) Settle(ctx context.Context) error {
 	s := t.s
 	if err := s.acquire(ctx); err != nil {
@@ -306,10 +283,7 @@ func (t *table) Settle(ctx context.Context) error {
 // holds wmu and the lock.
 func (s *Store) materializeTables() {
 	s.tcache.mu.RLock()
-	caches := make([]*tableCache, 0, len(s.tcache.byName))
-	for _, tc := range s.tcache.byName {
-		caches = append(caches, tc)
-	}
+	caches := slices.Collect(maps.Values(s.tcache.byName))
 	s.tcache.mu.RUnlock()
 	for _, tc := range caches {
 		if err := s.materializeTable(tc); err != nil {

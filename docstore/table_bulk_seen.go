@@ -6,19 +6,14 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 )
 
-// seenKeys remembers, approximately, the keys a bulk load has written out.
-// Once the pinned write cache is full it no longer holds every such key
-// (tableBulk.overflow), and a buffered key it does not hold may be new or
-// may have been written by an earlier buffer: seenKeys tells them apart
-// without reading the store. A key it does not contain was never written
-// by the load, so the load writes it blind; only a key it may contain is
-// read (about one new key in a hundred, and every key written before).
-// A restore from a compacted changelog (one record per key) therefore
-// reads next to nothing, however large it is.
-//
-// It is a chain of Bloom filters, each with twice the capacity of the one
-// before, so it needs no size up front: about 1.2 bytes per key at a 1 %
-// false-positive rate. Not safe for concurrent use (guarded by Store.wmu).
+// seenKeys remembers, approximately, the keys a bulk load has written out,
+// for when the full write cache no longer holds them all
+// (tableBulk.overflow): only a key it may contain is read (about one new
+// key in a hundred, and every key written before), so a restore from a
+// compacted changelog reads next to nothing however large it is. It is a
+// chain of Bloom filters, each twice the capacity of the one before (no
+// size up front; about 1.2 bytes a key at a 1 % false-positive rate).
+// Guarded by Store.wmu.
 type seenKeys struct {
 	filters []*bloom.BloomFilter
 	n       uint // keys added to the last filter

@@ -8,56 +8,43 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// tableCaches is the write cache of tables: for keys a table has read or
-// written, what the next write of the key needs and, for small documents,
-// what Load returns (tablePrior), so that Apply writes those keys without
-// reading their documents (an LSM read is a search through levels; the
-// write is an append) and Load answers them without a read. One
-// tableCache per table name, shared by every handle of the table. It
-// mirrors the committed state: entries change only after a batch commits
-// (or an ingestion lands), Load adds only what it read for keys not
-// removed since its snapshot (learn), warm-up only what it read while
-// nothing left the cache, and a drop or reset removes its table's. All
-// tables together hold at most limit entries (WithWriteCache); once full,
-// a new key evicts an eighth of its table's entries. A table's bulk load
-// pins its cache (pin): nothing is evicted while it lasts, and the caches
-// may hold up to the bulk bound (WithBulkMemory) until it ends.
+// tableCaches is the write cache of tables (tablePrior per key), so that
+// Apply writes cached keys without reading their documents (an LSM read
+// searches levels; the write is an append) and Load answers them without
+// a read. One tableCache per table name, shared by its handles. It mirrors
+// the committed state: entries change only after a batch commits (or an
+// ingestion lands); Load adds only what it read for keys not removed since
+// its snapshot (learn), warm-up only while nothing left the cache; a drop
+// or reset removes its table's. All tables together hold at most limit
+// entries (WithWriteCache); once full, a new key evicts an eighth of its
+// table's. A bulk load pins its table's cache: nothing is evicted, up to
+// the bulk bound (WithBulkMemory), until it ends.
 //
 // Concurrency: every change holds Store.wmu and mu; readers hold either
-// (writes read under wmu; Load reads under mu's read lock, so that it
-// never waits for a write's commit). A Load must see whole batches, and
-// a batch is visible in the store before its entries are in the cache:
-// so every change of a table's documents (a commit, an ingestion) runs
-// between that table's begin and end, which make its seq odd while it
-// lasts, and serve answers only when seq was even before the Load's
-// snapshot and still is (a sequence lock).
+// (Load holds mu's read lock, never waiting for a write's commit). A
+// batch is visible in the store before its entries are in the cache, so
+// every change of a table's documents runs between begin and end, which
+// make seq odd meanwhile, and serve answers only when seq was even before
+// the Load's snapshot and still is (a sequence lock).
 type tableCaches struct {
-	mu     sync.RWMutex
-	byName map[string]*tableCache
-	n      int
-	// bulkMax is the most entries while a table's cache is pinned (see
-	// limitOf).
-	bulkMax int
-	// idle is how long a bulk-load buffer waits for the next batch
-	// before it is written out; zero means ingestIdle (tests set more).
-	idle time.Duration
+	mu      sync.RWMutex
+	byName  map[string]*tableCache
+	n       int
+	bulkMax int           // the most entries while a table's cache is pinned
+	idle    time.Duration // the bulk-load buffer's idle wait; zero: ingestIdle (tests set more)
 }
 
 // tableCache is one table's write cache and the state of its bulk load.
 // Its entries are guarded as tableCaches says; bulk by Store.wmu.
 type tableCache struct {
 	m priorSlab
-	// removals counts the times entries left m or a written key found no
-	// room (evictions, drops, resets, failed commits) and remembers which
-	// keys the last ones took out: its count is read without wmu by Load
-	// before its snapshot, for learn.
+	// removals logs the times entries left m or a written key found no
+	// room (evictions, drops, resets, failed commits), for learn.
 	removals removalLog[string]
 	seq      atomic.Uint64 // odd while the table's documents change (begin, end)
 	pinned   bool          // a bulk load runs: no eviction
 	bulk     tableBulk     // table_bulk.go
-	// buffered is set while bulk holds batches not written out: reads of
-	// the table write them out first.
-	buffered atomic.Bool
+	buffered atomic.Bool   // bulk holds batches not written out: reads write them out first
 	warmed   chan struct{} // closed when warm-up has ended (table_warm.go)
 }
 
@@ -104,10 +91,9 @@ func (c *tableCaches) putAll(tc *tableCache, entries []cached, limit int) {
 }
 
 // put records p for key in tc. When the caches are full it first evicts
-// an eighth of tc (not when pinned); when that makes no room (other
-// tables hold the entries) key stays out, logged as removed, so that no
-// Load from before the write can add its older state. The caller holds
-// mu.
+// an eighth of tc (not when pinned); when that makes no room key stays
+// out, logged as removed, so that no Load from before the write can add
+// its older state. The caller holds mu.
 func (c *tableCaches) put(tc *tableCache, key string, p tablePrior, limit int) {
 	if tc.m.has(key) {
 		tc.m.set(key, p)
@@ -139,13 +125,11 @@ func (c *tableCaches) evict(tc *tableCache, n int) {
 
 // learn adds entries (keys a Load read, from a snapshot taken when tc's
 // removal count was before) to tc, for the keys it does not hold and did
-// not remove since. The caches hold every key written since any snapshot
-// unless its entry left since (put, evict, forget and clear log it): so a
-// key tc does not hold, and did not remove since the snapshot, was not
-// written since, and what the snapshot says of it is current. Nothing is
-// learned when the log no longer reaches back to the snapshot or tc was
-// emptied since, nor while tc is pinned (its bulk load put everything
-// there). The keys are chosen before an eviction makes room for them.
+// not remove since: the caches hold every key written since any snapshot
+// unless its entry left since (which is logged), so the snapshot's state
+// of such a key is current. Nothing is learned when the log no longer
+// reaches back to the snapshot, nor while tc is pinned. The keys are
+// chosen before an eviction makes room for them.
 func (c *tableCaches) learn(tc *tableCache, before uint64, entries []cached, limit int) {
 	if limit == 0 || tc.pinned {
 		return
@@ -174,9 +158,8 @@ func (c *tableCaches) learn(tc *tableCache, before uint64, entries []cached, lim
 	}
 }
 
-// forget removes keys from tc (a partition dropped). It logs the removal
-// as of every key, which refuses what Loads in flight read: a drop is
-// rare, and naming its keys would copy every one of them.
+// forget removes keys from tc (a partition dropped), logged as a removal
+// of every key (a drop is rare; naming its keys would copy them all).
 func (c *tableCaches) forget(tc *tableCache, keys [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -195,6 +178,7 @@ func (c *tableCaches) clear(tc *tableCache) {
 	c.clearLocked(tc)
 }
 
+// clearLocked is clear with mu held.
 func (c *tableCaches) clearLocked(tc *tableCache) {
 	c.n -= tc.m.len()
 	tc.m = priorSlab{} // a slab keeps its memory after deletes
@@ -242,23 +226,18 @@ func (c *tableCaches) unpin(tc *tableCache, limit int) {
 	tc.removals.removedAll()
 }
 
-// begin marks the start of a change of tc's table's documents that the
-// cache learns only once it is visible (a commit, then its after; an
-// ingestion, then its await): tc stops answering Loads until end. Every
-// begin has one end. The caller holds wmu.
+// begin and end bracket a change of tc's table's documents, from before
+// it is visible until the cache holds its result (or was emptied): tc
+// answers no Load meanwhile. The caller holds wmu.
 func (tc *tableCache) begin() { tc.seq.Add(1) }
 
-// end marks the end of the change begin started, once the cache holds its
-// result (or was emptied).
 func (tc *tableCache) end() { tc.seq.Add(1) }
 
 // serve puts into out the documents of keys (sorted, no repeats) that tc
-// can rebuild (whole entries) and returns the other keys, in order, for
-// the caller to read from its snapshot; a key tc knows to be absent is
-// neither. seq is what tc.seq held before the caller's snapshot: if a
-// change was under way then, or has begun since, the cache may be behind
-// or ahead of the snapshot, and serve answers nothing (returns keys). It
-// holds mu's read lock, never wmu.
+// can rebuild (whole entries) and returns the other keys, in order, to read
+// from the snapshot; a key tc knows to be absent is neither. seq is tc.seq
+// before the snapshot: if a change was under way then, or began since,
+// serve answers nothing. It holds mu's read lock, never wmu.
 func (c *tableCaches) serve(tc *tableCache, spec engine.TableSpec, seq uint64, keys [][]byte, out map[string]engine.Doc) (rest [][]byte) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -284,11 +263,9 @@ type cached struct {
 	p   tablePrior
 }
 
-// learn adds what a Load read from the store (keys, found by key; absent
-// keys as absent) to the table's write cache; before is the cache's
-// removal count read before the Load's snapshot (tableCaches.learn says
-// why that makes the read safe to keep). It never waits for wmu
-// (Store.underWriteLock).
+// learn adds what a Load read (keys, found by key; the others as absent)
+// to the table's write cache; before is the cache's removal count before
+// the Load's snapshot (tableCaches.learn). It never waits for wmu.
 func (t *table) learn(before uint64, keys [][]byte, found map[string]engine.Doc) {
 	s := t.s
 	if s.cacheMax == 0 || len(keys) == 0 {

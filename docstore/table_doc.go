@@ -24,16 +24,12 @@ const (
 )
 
 // tableEncoder encodes table documents as Clover stores them (msgpack of
-// the field map, d.Encode's format) without building Clover's map: _id as
-// the key's hex string, key and value as msgpack bin (decoding to
-// []byte), partition and version as int64, sources as a map of decimal
-// partitions to offsets, index as a map of index names to float64 or
-// string. A nil Value, Sources or Index is stored as nil, an empty one as
-// empty, so a document reads back as written. It appends the msgpack
-// bytes itself, the bytes vmihailenco/msgpack's Encoder writes for the
-// same calls (TestTableEncoderMatchesMsgpack pins that), at a fraction of
-// its cost. Used by one goroutine; the returned slice is valid until the
-// next call.
+// the field map) without Clover's map and reflection: _id as the key's hex
+// string, key and value as bin, partition and version as int64, sources as
+// a map of decimal partitions to offsets, index as a map of index names to
+// float64 or string; nil stays nil and empty stays empty. Its bytes are
+// vmihailenco/msgpack's Encoder's (TestTableEncoderMatchesMsgpack). Used
+// by one goroutine; the returned slice is valid until the next call.
 type tableEncoder struct {
 	buf  []byte
 	keys []int32
@@ -42,7 +38,7 @@ type tableEncoder struct {
 func newTableEncoder() *tableEncoder { return &tableEncoder{buf: make([]byte, 0, 256)} }
 
 // encode returns the stored form of the validated document doc.
-func (e *tableEncoder) encode(spec engine.TableSpec, doc engine.Doc) ([]byte, error) {
+func (e *tableEncoder) encode(spec engine.TableSpec, doc engine.Doc) []byte {
 	b := mpMapLen(e.buf[:0], 7)
 	b = mpStr(b, tfID)
 	b = mpStrLen(b, hex.EncodedLen(len(doc.Key)))
@@ -83,7 +79,7 @@ func (e *tableEncoder) encode(spec engine.TableSpec, doc engine.Doc) ([]byte, er
 		}
 	}
 	e.buf = b
-	return b, nil
+	return b
 }
 
 // mpNil is msgpack's nil.
@@ -91,26 +87,30 @@ const mpNil = 0xc0
 
 // mpMapLen appends a msgpack map header of n entries.
 func mpMapLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
+	if n < 16 {
 		return append(b, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
+	return mpHead(b, n, 0, 0xde, 0xdf)
 }
 
 // mpStrLen appends a msgpack string header of n bytes.
 func mpStrLen(b []byte, n int) []byte {
-	switch {
-	case n < 32:
+	if n < 32 {
 		return append(b, 0xa0|byte(n))
-	case n < 256:
-		return append(b, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
+	return mpHead(b, n, 0xd9, 0xda, 0xdb)
+}
+
+// mpHead appends a msgpack header of length n in the smallest of the
+// 8-bit (c8, 0 for none), 16-bit and 32-bit forms.
+func mpHead(b []byte, n int, c8, c16, c32 byte) []byte {
+	switch {
+	case c8 != 0 && n < 256:
+		return append(b, c8, byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, c16), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(b, c32), uint32(n))
 }
 
 // mpStr appends s as a msgpack string.
@@ -118,17 +118,10 @@ func mpStr(b []byte, s string) []byte { return append(mpStrLen(b, len(s)), s...)
 
 // mpBin appends v as msgpack bin, or nil for a nil slice.
 func mpBin(b, v []byte) []byte {
-	switch n := len(v); {
-	case v == nil:
+	if v == nil {
 		return append(b, mpNil)
-	case n < 256:
-		b = append(b, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
 	}
-	return append(b, v...)
+	return append(mpHead(b, len(v), 0xc4, 0xc5, 0xc6), v...)
 }
 
 // mpInt64 appends v as a msgpack int64 (always 9 bytes, as the Encoder's

@@ -12,19 +12,13 @@ import (
 const maxCachedValue = 64
 
 // tablePrior is what the write cache holds of a key: what a write needs of
-// its stored document (whether it exists, its version for the version
-// rule, its partition for its members key, its index values for its index
-// entries, removed when they change) and, when whole, what Load needs
-// besides (its value and its sources): then Load rebuilds the document
-// from the entry instead of reading it. An entry is whole when it was made
-// from a whole document (a write, a Load, warm-up) whose value is at most
-// maxCachedValue bytes and whose sources hold at most one partition (the
-// movie job's: the aggregate task of partition p reads partition p); a
-// write that read only the head of a stored document (decodeTableDoc with
-// head set) makes an entry that is not. The value and the index values
-// share one allocation (data); in the cache, priorSlab keeps them
-// without a pointer for the garbage collector. Entries are never changed
-// in place: a new state replaces the whole entry.
+// its stored document (whether it exists, its version, partition and index
+// values) and, when whole, its value and sources too, so that Load rebuilds
+// the document from it. An entry is whole when made from a whole document
+// (a write, a Load, warm-up; not a write's read of the head alone) whose
+// value is at most maxCachedValue bytes and whose sources hold at most one
+// partition (the movie job's). The value and the index values share one
+// allocation (data). Entries are never changed in place.
 type tablePrior struct {
 	priorHead
 	// data is the value (whole entries only), then each index value as
@@ -34,17 +28,15 @@ type tablePrior struct {
 
 // priorHead is a tablePrior's fixed-size part.
 type priorHead struct {
-	version int64
-	srcOff  int64 // the one source's offset (src == srcOne)
-	part    int32
-	srcPart int32 // the one source's partition (src == srcOne)
-	vlen    int32 // the value's bytes at the head of data; -1 for a nil value
-	exists  bool
-	whole   bool // the value and the sources are kept: Load can rebuild the document
-	src     srcKind
-	// nilIndex records a nil Doc.Index (a table without indexes), which
-	// reads back as nil.
-	nilIndex bool
+	version  int64
+	srcOff   int64 // the one source's offset (src == srcOne)
+	part     int32
+	srcPart  int32 // the one source's partition (src == srcOne)
+	vlen     int32 // the value's bytes at the head of data; -1 for a nil value
+	exists   bool
+	whole    bool // the value and the sources are kept: Load can rebuild the document
+	src      srcKind
+	nilIndex bool // a nil Doc.Index (a table without indexes) reads back as nil
 }
 
 // srcKind tells nil sources from empty ones and from one entry, as the
@@ -57,12 +49,19 @@ const (
 	srcOne
 )
 
-// headPrior returns the entry of a stored document read for a write: no
-// value, no sources (not whole).
-func headPrior(spec engine.TableSpec, version int64, part int32, index []engine.IndexValue) tablePrior {
-	p := tablePrior{priorHead: priorHead{exists: true, version: version, part: part}}
-	p.data = appendIndexValues(make([]byte, 0, indexBytes(spec, index)), spec, index)
-	return p
+// readPriors calls put with the entry (not whole: no value, no sources)
+// of the stored document of each of keys (as readDocs) that has one, for
+// a write.
+func (t *table) readPriors(r kvReader, keys [][]byte, put func(i int, p tablePrior)) error {
+	return t.readDocs(r, keys, func(i int, raw []byte) error {
+		t.s.counts.writeReads.Add(1)
+		d, err := decodeTableDoc(raw, t.spec, true)
+		if err == nil {
+			data := appendIndexValues(make([]byte, 0, indexBytes(t.spec, d.Index)), t.spec, d.Index)
+			put(i, tablePrior{priorHead: priorHead{exists: true, version: d.Version, part: d.Partition}, data: data})
+		}
+		return err
+	})
 }
 
 // docPrior returns the entry of d (valid for spec), whole when d is small
@@ -70,26 +69,25 @@ func headPrior(spec engine.TableSpec, version int64, part int32, index []engine.
 func docPrior(spec engine.TableSpec, d engine.Doc) tablePrior {
 	p := tablePrior{priorHead: priorHead{exists: true, version: d.Version, part: d.Partition, nilIndex: d.Index == nil}}
 	p.whole = len(d.Value) <= maxCachedValue && len(d.Sources) <= 1
-	if !p.whole {
-		p.data = appendIndexValues(make([]byte, 0, indexBytes(spec, d.Index)), spec, d.Index)
-		return p
-	}
-	switch {
-	case d.Sources == nil:
-		p.src = srcNil
-	case len(d.Sources) == 0:
-		p.src = srcEmpty
-	default:
-		p.src = srcOne
-		for part, off := range d.Sources {
-			p.srcPart, p.srcOff = part, off
+	var value []byte
+	if p.whole {
+		switch value = d.Value; {
+		case d.Sources == nil:
+			p.src = srcNil
+		case len(d.Sources) == 0:
+			p.src = srcEmpty
+		default:
+			p.src = srcOne
+			for part, off := range d.Sources {
+				p.srcPart, p.srcOff = part, off
+			}
+		}
+		p.vlen = int32(len(d.Value))
+		if d.Value == nil {
+			p.vlen = -1
 		}
 	}
-	p.vlen = int32(len(d.Value))
-	if d.Value == nil {
-		p.vlen = -1
-	}
-	p.data = append(make([]byte, 0, len(d.Value)+indexBytes(spec, d.Index)), d.Value...)
+	p.data = append(make([]byte, 0, len(value)+indexBytes(spec, d.Index)), value...)
 	p.data = appendIndexValues(p.data, spec, d.Index)
 	return p
 }

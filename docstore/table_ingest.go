@@ -18,11 +18,8 @@ type tableIngestJob struct {
 	t           *table
 	docs        []engine.Doc // one per key
 	checkpoints map[int32]int64
-	// olds holds the cache's entries, taken when the job started, of the
-	// keys an earlier buffer wrote (their index entries and members keys
-	// change).
-	olds map[string]tablePrior
-	done chan struct{}
+	olds        map[string]tablePrior // entries of the keys earlier buffers wrote
+	done        chan struct{}
 	// Set by the job before done is closed:
 	written []cached
 	fresh   int
@@ -31,9 +28,8 @@ type tableIngestJob struct {
 
 // startTableIngest hands tc's buffer to a background ingestion (none may
 // be in flight). While it runs, tc's entries are only read: every path
-// that changes them (writes, drops, resets, warm-up, the next ingestion)
-// awaits the job first, under wmu, and Loads do not learn (the cache is
-// pinned). The caller holds wmu.
+// that changes them awaits the job first, under wmu, and Loads do not
+// learn (the cache is pinned). The caller holds wmu.
 func (s *Store) startTableIngest(tc *tableCache) error {
 	if err := s.guard.check(); err != nil {
 		return err
@@ -64,22 +60,14 @@ func (s *Store) startTableIngest(tc *tableCache) error {
 	return nil
 }
 
-// readOlds reads into olds the stored documents of keys (the cache
-// overflowed: it may not hold them), from the committed state, which holds
-// every earlier buffer. The caller holds wmu.
+// readOlds reads into olds the stored documents of keys the overflowed
+// cache may not hold (the committed state holds every earlier buffer).
+// The caller holds wmu.
 func (job *tableIngestJob) readOlds(s *Store, keys [][]byte) error {
 	keys = sortedKeys(keys)
 	snap := s.kv.snapshot()
 	defer snap.release()
-	return job.t.readDocs(snap, keys, func(i int, raw []byte) error {
-		s.counts.writeReads.Add(1)
-		d, err := decodeTableDoc(raw, job.t.spec, true)
-		if err != nil {
-			return err
-		}
-		job.olds[string(keys[i])] = headPrior(job.t.spec, d.Version, d.Partition, d.Index)
-		return nil
-	})
+	return job.t.readPriors(snap, keys, func(i int, p tablePrior) { job.olds[string(keys[i])] = p })
 }
 
 // runTableIngest writes job's documents and checkpoints out as ingested
@@ -109,9 +97,9 @@ func (s *Store) runTableIngest(job *tableIngestJob) error {
 }
 
 // awaitTableIngest waits for tc's ingestion in flight, if any, and records
-// what it wrote in the write cache. If it failed, its documents and
-// checkpoints go back into the buffer (under what was buffered since,
-// which is newer) and its error is returned. The caller holds wmu.
+// what it wrote in the write cache; if it failed, its documents and
+// checkpoints go back under the newer buffer and its error is returned.
+// The caller holds wmu.
 func (s *Store) awaitTableIngest(tc *tableCache) error {
 	job := tc.bulk.job
 	if job == nil {
@@ -144,14 +132,11 @@ func (s *Store) awaitTableIngest(tc *tableCache) error {
 	return nil
 }
 
-// entries turns the job's buffer into the keys of its ingestion, as runs
-// of sorted keys (one run per key family: checkpoints, members, index
-// entries, documents and the collection size) in key order, no key twice,
-// and sets written and fresh. A document not newer than the state an
-// earlier buffer wrote is skipped (replayed while that one was being
-// ingested). Keys and values are cut from a few large buffers (arena):
-// the writer copies them, and a million small allocations cost the
-// garbage collector more than the copies.
+// entries turns the job's buffer into the runs of its ingestion (one per
+// key family) in key order, no key twice, and sets written and fresh. A
+// document not newer than what an earlier buffer wrote is skipped. Keys
+// and values are cut from a few large buffers (arena): a million small
+// allocations cost the garbage collector more than the writer's copies.
 func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 	t := job.t
 	l, spec := t.l, t.spec
@@ -212,10 +197,7 @@ func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 			member(old.part, true)
 			member(d.Partition, false)
 		}
-		data, err := enc.encode(spec, d)
-		if err != nil {
-			return nil, fmt.Errorf("encode key %s: %w", keyString(d.Key), err)
-		}
+		data := enc.encode(spec, d)
 		start := len(arena)
 		arena = l.docKey(arena, d.Key)
 		key := cut(start)
@@ -246,64 +228,50 @@ func (job *tableIngestJob) entries(meta []byte) ([][]kvEntry, error) {
 
 // byKey returns the positions in docs in key order.
 func byKey(docs []engine.Doc) []int32 {
-	type item struct {
-		head uint64 // the key's first 8 bytes, zero-padded: most comparisons end there
-		i    int32
-	}
-	items := make([]item, len(docs))
-	for i, d := range docs {
-		items[i] = item{head: head8(d.Key), i: int32(i)}
-	}
-	slices.SortFunc(items, func(a, b item) int {
-		if a.head != b.head {
-			return cmp.Compare(a.head, b.head)
-		}
-		return bytes.Compare(docs[a.i].Key, docs[b.i].Key)
-	})
-	out := make([]int32, len(items))
-	for j, it := range items {
-		out[j] = it.i
-	}
-	return out
+	return keyOrder(len(docs), 0, func(i int32) []byte { return docs[i].Key })
 }
 
 // head8 returns the first 8 bytes of b as a big-endian number, zero-padded.
 func head8(b []byte) uint64 {
-	if len(b) >= 8 {
-		return binary.BigEndian.Uint64(b)
-	}
 	var buf [8]byte
 	copy(buf[:], b)
 	return binary.BigEndian.Uint64(buf[:])
 }
 
-// sortEntries sorts entries by key; their keys share their first skip
-// bytes (a key family's prefix), so most comparisons are decided by the
-// next 16, compared as two numbers. It sorts small items, not the entries.
+// sortEntries sorts entries by key.
 func sortEntries(entries []kvEntry, skip int) {
+	sorted := make([]kvEntry, len(entries))
+	for j, i := range keyOrder(len(entries), skip, func(i int32) []byte { return entries[i].key }) {
+		sorted[j] = entries[i]
+	}
+	copy(entries, sorted)
+}
+
+// keyOrder returns the positions 0..n-1 sorted by key(i). The keys share
+// their first skip bytes (a key family's prefix), so most comparisons are
+// decided by the next 16, compared as two numbers: it sorts small items.
+func keyOrder(n, skip int, key func(i int32) []byte) []int32 {
 	type item struct {
 		h1, h2 uint64
 		i      int32
 	}
-	items := make([]item, len(entries))
-	for i, e := range entries {
-		rest := e.key[min(skip, len(e.key)):]
+	items := make([]item, n)
+	for i := range items {
+		k := key(int32(i))
+		rest := k[min(skip, len(k)):]
 		items[i] = item{h1: head8(rest), h2: head8(rest[min(8, len(rest)):]), i: int32(i)}
 	}
 	slices.SortFunc(items, func(a, b item) int {
-		if a.h1 != b.h1 {
-			return cmp.Compare(a.h1, b.h1)
+		if c := cmp.Or(cmp.Compare(a.h1, b.h1), cmp.Compare(a.h2, b.h2)); c != 0 {
+			return c
 		}
-		if a.h2 != b.h2 {
-			return cmp.Compare(a.h2, b.h2)
-		}
-		return bytes.Compare(entries[a.i].key, entries[b.i].key)
+		return bytes.Compare(key(a.i), key(b.i))
 	})
-	sorted := make([]kvEntry, len(entries))
+	out := make([]int32, n)
 	for j, it := range items {
-		sorted[j] = entries[it.i]
+		out[j] = it.i
 	}
-	copy(entries, sorted)
+	return out
 }
 
 // orderRuns drops the empty runs and orders the others by their first

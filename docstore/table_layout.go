@@ -9,20 +9,15 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// Tables (engine.Tables) share the store's database, its write lock,
-// fsync option and disk guard.
-//
-// Each table is a Clover collection, "t_<name>", whose documents Clover
-// can read: one document per key, under Clover's document key
-// "c:t_<name>;d:<_id>" in the nsClover namespace, with _id the key in
-// lowercase hex (so document keys sort like the keys themselves) and the
-// fields key (bytes), partition, version, sources, value (bytes, as the
-// job encoded it) and index (a map of index name to number or string).
-// Clover's collection metadata ("coll:t_<name>") keeps the collection's
-// size. Clover's own indexes do not fit a table (its range index needs
-// 36-byte ids and orders ties by id), so everything else lives in the
-// nsTables namespace, under a prefix per table ('t', the name, 0x00: names
-// hold no 0x00, so no table's prefix is another's), one key family each:
+// Each table is a Clover collection, "t_<name>": one document per key,
+// under Clover's document key "c:t_<name>;d:<_id>" in the nsClover
+// namespace, with _id the key in lowercase hex (so documents sort like
+// keys) and the fields key, partition, version, sources, value and index
+// (a map of index name to number or string). Clover's collection metadata
+// ("coll:t_<name>") keeps its size. Clover's own indexes do not fit (its
+// range index needs 36-byte ids and orders ties by id), so the rest lives
+// in the nsTables namespace under a prefix per table ('t', the name, 0x00:
+// names hold no 0x00, so no table's prefix is another's):
 //
 //	's'                          the spec (JSON)
 //	'e' partition                last claimed epoch
@@ -30,27 +25,15 @@ import (
 //	'm' partition key            members (empty values since format v3)
 //	'i' position value key       index entries (empty values)
 //
-// Partitions are 4 bytes big-endian, index positions one byte (the
-// declaration order, fixed by the persisted spec). An index entry's value
-// is order-preserving: a number is orderedFloat (8 bytes, -0 as
-// +0), a string its bytes and a 0x00 terminator (strings hold no 0x00, so
-// a string sorts before every longer string it prefixes, whatever bytes
-// the key after it holds). The key ends the entry, so entries sort by
-// (value, key) as engine.TableSpec.Before orders an ascending query; a
-// descending query walks the same entries backwards. A query is one
-// bounded iterator walk over one index's entries, reading a document per
-// entry returned.
-//
-// An Apply writes documents, changed index entries, the members key of a
-// new or moved document, the collection size and the checkpoint in one
-// batch; a drop lists a partition's documents from its members keys and
-// names their index entries from the documents.
+// Partitions are 4 bytes big-endian, index positions one byte (declaration
+// order). An index entry's value is order-preserving (appendIndexValue),
+// and the key ends the entry, so entries sort by (value, key) as
+// engine.TableSpec.Before orders an ascending query; a descending query
+// walks them backwards.
 
-// memberMark is the value of every members key: nothing. The key alone
-// says that a document belongs to a partition; its index values and
-// version are read from the document, so an update that keeps the
-// partition does not rewrite the key. Members keys of format v2 stores
-// held more, which v3 ignores (see formatVersion).
+// memberMark is the value of every members key: nothing (v2 stores held
+// more, which v3 ignores), so an update that keeps the partition does not
+// rewrite the key.
 var memberMark = []byte{}
 
 // Key families inside a table's prefix.
@@ -74,12 +57,8 @@ type tableLayout struct {
 
 func newTableLayout(name string) tableLayout {
 	coll := tableCollection(name)
-	p := append(append([]byte{nsTables}, name...), 0)
-	return tableLayout{
-		prefix:  p,
-		docs:    nsKey(nsClover, []byte("c:"+coll+";d:")),
-		collKey: nsKey(nsClover, []byte("coll:"+coll)),
-	}
+	return tableLayout{prefix: append(append([]byte{nsTables}, name...), 0),
+		docs: nsKey(nsClover, []byte("c:"+coll+";d:")), collKey: nsKey(nsClover, []byte("coll:"+coll))}
 }
 
 // family returns the prefix of key family f.
@@ -108,8 +87,9 @@ func (l tableLayout) docKey(buf, key []byte) []byte {
 }
 
 // appendIndexValue appends the order-preserving encoding of v (an index
-// value of kind k) to buf: 8 bytes for a number, the bytes and a 0x00 for
-// a string. Stored values hold no 0x00 (engine.Doc.Validate).
+// value of kind k) to buf: a number as orderedFloat (8 bytes), a string as
+// its bytes and a 0x00 (stored values hold none, engine.Doc.Validate), so
+// it sorts before every longer string it prefixes, whatever key follows.
 func appendIndexValue(buf []byte, v engine.IndexValue, k engine.IndexKind) []byte {
 	if k == engine.IndexNumber {
 		return binary.BigEndian.AppendUint64(buf, orderedFloat(v.Num))
@@ -159,8 +139,7 @@ func splitIndexValue(b []byte, k engine.IndexKind) (engine.IndexValue, []byte, b
 
 // indexEntry appends the key of doc's entry in the index at pos to buf.
 func (l tableLayout) indexEntry(buf []byte, pos int, v engine.IndexValue, k engine.IndexKind, key []byte) []byte {
-	buf = append(append(append(buf, l.prefix...), tabIndex), byte(pos))
-	buf = appendIndexValue(buf, v, k)
+	buf = appendIndexValue(append(append(append(buf, l.prefix...), tabIndex), byte(pos)), v, k)
 	return append(buf, key...)
 }
 

@@ -12,13 +12,12 @@ import (
 
 var _ engine.FilteredQuerier = (*table)(nil)
 
-// Query answers q from the entries of its index: one iterator walk over
-// the entries between the bounds (backwards when q.Desc), starting after
-// q.After, stopping after q.Limit entries (a descending query on a
-// TiesAscending table walks value groups instead, walkTiesAscending); it
-// reads the page's documents and nothing else, whatever the table's size.
-// Next is set when the page is full. All from one snapshot. An unknown
-// index or a bad bound is ErrInvalid; a cancelled ctx stops the walk.
+// Query answers q from one snapshot by one walk over its index's entries
+// between the bounds (backwards when q.Desc; by value groups on a
+// TiesAscending table, walkTiesAscending), after q.After, up to q.Limit
+// entries; it reads the page's documents and nothing else. Next is set
+// when the page is full. An unknown index or a bad bound is ErrInvalid; a
+// cancelled ctx stops the walk.
 func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
 	return t.QueryFiltered(ctx, q, nil)
 }
@@ -86,8 +85,7 @@ func (t *table) QueryFiltered(ctx context.Context, q engine.IndexQuery, keep fun
 }
 
 // walkCheckEvery is how many steps a query takes between checks of its
-// context: a query its caller gave up on stops soon, instead of holding
-// a core for a page nobody reads.
+// context, so that a query its caller gave up on stops soon.
 const walkCheckEvery = 256
 
 // walker is what an index walk checks as it steps: its query's context
@@ -99,9 +97,8 @@ type walker struct {
 	steps   int
 }
 
-// entry steps onto the index entry k (its index prefix ip bytes long) and
-// returns its value and key; every walkCheckEvery steps it returns the
-// context's error instead.
+// entry steps onto the index entry k (index prefix ip bytes long) and
+// returns its value and key, or every walkCheckEvery steps ctx's error.
 func (w *walker) entry(k []byte, ip int, kind engine.IndexKind) (engine.IndexValue, []byte, error) {
 	w.counted.Add(1)
 	if w.steps++; w.steps%walkCheckEvery == 0 {
@@ -149,13 +146,11 @@ func (t *table) walkIndex(w walker, r kvReader, pos int, kind engine.IndexKind, 
 }
 
 // rangeBounds returns the entry keys [lower, upper) of the index at pos
-// within q's bounds.
-//
-// A string bound or cursor holding 0x00 sorts between stored values (they
-// hold none): for a prefix P before the first 0x00, a value v is >= (or
-// after) P+0x00+R exactly when v > P, and <= (or before) it exactly when v
-// <= P, so such a bound is cut at its first 0x00 and taken as strict
-// (lower) or inclusive (upper).
+// within q's bounds. A string bound or cursor holding 0x00 sorts between
+// stored values (they hold none): with P its part before the first 0x00,
+// v >= (after) it exactly when v > P and v <= (before) it exactly when
+// v <= P, so it is cut at its 0x00 and taken as strict (lower) or
+// inclusive (upper).
 func (t *table) rangeBounds(pos int, kind engine.IndexKind, q engine.IndexQuery) (lower, upper []byte) {
 	ip := t.l.indexPrefix(pos)
 	lower, upper = ip, prefixUpper(ip)
@@ -203,8 +198,7 @@ func (t *table) valueEnd(pos int, kind engine.IndexKind, v engine.IndexValue) []
 }
 
 // afterBounds narrows [lower, upper) to what sorts strictly after q.After
-// in q's order (for an ascending query, or a descending one that is its
-// exact reverse).
+// in q's order (not for a descending TiesAscending query).
 func (t *table) afterBounds(pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) ([]byte, []byte) {
 	if q.After == nil {
 		return lower, upper

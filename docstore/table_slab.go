@@ -6,16 +6,14 @@ import (
 )
 
 // priorSlab is one table's write-cache entries (key → tablePrior) held
-// without a pointer per entry, for the garbage collector: a full cache
-// holds hundreds of thousands of entries, and marking a map of strings and
-// byte slices slowed large runs. An entry is a slot of one slice (its
-// priorHead, where its key and data are in the arena, and the next slot
-// whose key has the same hash); a key is found through a map from its hash
-// to the first slot of that hash. Arena bytes are never changed once
-// written, so the data of a tablePrior that get returned stays valid
-// whatever the slab does later: a replaced or removed entry's bytes are
-// left as garbage, and the arena is copied anew once they outweigh the live
-// ones. The zero value is empty; the caller locks (tableCaches).
+// without a pointer per entry: marking a map of hundreds of thousands of
+// strings and byte slices slowed large runs. An entry is a slot of one
+// slice (its priorHead, where its key and data are in the arena, the next
+// slot of the same key hash), found through a map from hash to first slot.
+// Arena bytes never change once written, so data get returned stays valid:
+// a replaced or removed entry's bytes are left as garbage, and the arena is
+// copied anew once they outweigh the live ones. The zero value is empty;
+// the caller locks (tableCaches).
 type priorSlab struct {
 	index map[uint64]int32 // hash of a key → its first slot
 	slots []priorSlot

@@ -6,16 +6,14 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// walkTiesAscending returns the keys of the first q.Limit entries w
-// keeps of a descending query on a table whose spec sets TiesAscending:
-// values descending, equal values by key ascending, within [lower, upper)
-// (q's bounds) and after q.After. The entries sort by (value, key)
-// ascending, so it walks them backwards with one iterator, gathering each
-// value group's kept keys and adding them in key order once the group's
-// first entry is passed: one seek, then one step per entry. A group with
-// more kept keys than the page still needs ends the page: its first keys
-// are read forwards from its first entry instead. So it steps over
-// O(Limit) entries (of those w keeps) however many documents tie.
+// walkTiesAscending returns the keys of the first q.Limit entries w keeps
+// of a descending query on a TiesAscending table (values descending, equal
+// values by key ascending), within [lower, upper) and after q.After. It
+// walks the (value, key) ascending entries backwards, gathering each value
+// group's kept keys and adding them in key order once past the group's
+// first entry. A group with more kept keys than the page still needs ends
+// the page, its first keys read forwards instead: O(Limit) steps however
+// many documents tie.
 func (t *table) walkTiesAscending(w walker, r kvReader, pos int, kind engine.IndexKind, q engine.IndexQuery, lower, upper []byte) (_ [][]byte, err error) {
 	fwd, err := r.iter(lower, upper, false)
 	if err != nil {

@@ -4,17 +4,14 @@ import (
 	"time"
 )
 
-// warm fills the table's write cache from its documents (one key range)
-// in the background when the table is first opened in this store, so that
-// the first batches after a restart write without reading and the first
-// Loads answer from memory. It reads one snapshot and adds, under the
-// write lock, whole entries (tablePrior) only for keys the cache does not
-// hold yet (a batch committed since the snapshot put the newer state
-// there), as long as no entry has left the cache since the snapshot (a
-// drop, reset or eviction since makes the snapshot stale: it stops). It
-// never evicts: it stops when the caches are full (WithWriteCache), when
-// the table's bulk load runs, or when Close begins, and closes the cache's
-// warmed channel when it returns.
+// warm fills the table's write cache from its documents in the background
+// when the table is first opened, so that the first batches after a
+// restart write without reading and the first Loads answer from memory.
+// From one snapshot it adds, under the write lock, entries only for keys
+// the cache does not hold (a batch since put the newer state there), as
+// long as no entry has left the cache since the snapshot (which makes it
+// stale). It never evicts: it stops when the caches are full, a bulk load
+// runs or Close begins, and closes the cache's warmed channel.
 func (t *table) warm() {
 	s, tc := t.s, t.cache
 	defer close(tc.warmed)

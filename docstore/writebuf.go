@@ -25,8 +25,7 @@ var tableWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, t
 // written as Pebble writes it.
 type bufferedFS struct{ vfs.FS }
 
-// Create creates name on the base file system, buffering its writes when
-// it is a table file.
+// Create creates name, buffering its writes when it is a table file.
 func (fs bufferedFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.Create(name, category)
 	if err != nil || !strings.HasSuffix(name, ".sst") {
@@ -53,8 +52,7 @@ type bufferedFile struct {
 // errFileClosed is returned by a write to a closed bufferedFile.
 var errFileClosed = errors.New("docstore: write to a closed table file")
 
-// Write buffers p (a write at least as large as the buffer goes straight
-// through); it never keeps a reference to p (Pebble may reuse it at once).
+// Write buffers p; it never keeps a reference to p (Pebble may reuse it).
 func (f *bufferedFile) Write(p []byte) (int, error) {
 	if f.w == nil {
 		return 0, errFileClosed
@@ -62,7 +60,6 @@ func (f *bufferedFile) Write(p []byte) (int, error) {
 	return f.w.Write(p)
 }
 
-// flush writes what is buffered to the file.
 func (f *bufferedFile) flush() error {
 	if f.w == nil {
 		return nil
@@ -70,8 +67,8 @@ func (f *bufferedFile) flush() error {
 	return f.w.Flush()
 }
 
-// Close writes what is buffered, closes the file and returns the buffer
-// to the pool. The file is closed even if the write failed.
+// Close writes what is buffered, closes the file (even if that failed)
+// and returns the buffer to the pool.
 func (f *bufferedFile) Close() error {
 	err := f.flush()
 	if f.w != nil {
@@ -85,59 +82,41 @@ func (f *bufferedFile) Close() error {
 	return err
 }
 
-// Sync writes what is buffered and syncs the file.
-func (f *bufferedFile) Sync() error {
+// flushed writes what is buffered, then calls fn.
+func flushed[T any](f *bufferedFile, fn func() (T, error)) (T, error) {
+	if err := f.flush(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return fn()
+}
+
+// The calls below write what is buffered first (see bufferedFile).
+func (f *bufferedFile) Sync() error { return f.syncWith(f.File.Sync) }
+
+func (f *bufferedFile) SyncData() error { return f.syncWith(f.File.SyncData) }
+
+func (f *bufferedFile) syncWith(sync func() error) error {
 	if err := f.flush(); err != nil {
 		return err
 	}
-	return f.File.Sync()
+	return sync()
 }
 
-// SyncData writes what is buffered and syncs the file's data.
-func (f *bufferedFile) SyncData() error {
-	if err := f.flush(); err != nil {
-		return err
-	}
-	return f.File.SyncData()
-}
-
-// SyncTo writes what is buffered and asks for a prefix of the file to be
-// synced.
 func (f *bufferedFile) SyncTo(length int64) (bool, error) {
-	if err := f.flush(); err != nil {
-		return false, err
-	}
-	return f.File.SyncTo(length)
+	return flushed(f, func() (bool, error) { return f.File.SyncTo(length) })
 }
 
-// Stat writes what is buffered, so the size it reports counts every Write.
-func (f *bufferedFile) Stat() (vfs.FileInfo, error) {
-	if err := f.flush(); err != nil {
-		return nil, err
-	}
-	return f.File.Stat()
-}
+func (f *bufferedFile) Stat() (vfs.FileInfo, error) { return flushed(f, f.File.Stat) }
 
-// Read writes what is buffered before reading.
 func (f *bufferedFile) Read(p []byte) (int, error) {
-	if err := f.flush(); err != nil {
-		return 0, err
-	}
-	return f.File.Read(p)
+	return flushed(f, func() (int, error) { return f.File.Read(p) })
 }
 
-// ReadAt writes what is buffered before reading.
 func (f *bufferedFile) ReadAt(p []byte, off int64) (int, error) {
-	if err := f.flush(); err != nil {
-		return 0, err
-	}
-	return f.File.ReadAt(p, off)
+	return flushed(f, func() (int, error) { return f.File.ReadAt(p, off) })
 }
 
-// WriteAt writes what is buffered before writing at off.
 func (f *bufferedFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.flush(); err != nil {
-		return 0, err
-	}
-	return f.File.WriteAt(p, off)
+	return flushed(f, func() (int, error) { return f.File.WriteAt(p, off) })
 }
