@@ -33,11 +33,11 @@ func (l *writeLog) lost(b *batchTx, stored string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.m[b.tokenKey]
-	if t == nil || t.epoch != b.epoch {
+	if t == nil || t.epoch != b.Epoch {
 		if l.m == nil {
 			l.m = make(map[string]*tokens)
 		}
-		l.m[b.tokenKey] = &tokens{epoch: b.epoch, maybe: []string{stored}}
+		l.m[b.tokenKey] = &tokens{epoch: b.Epoch, maybe: []string{stored}}
 		return false
 	}
 	for _, tok := range t.maybe {
@@ -53,7 +53,7 @@ func (l *writeLog) sending(b *batchTx) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.m[b.tokenKey]
-	if t == nil || t.epoch != b.epoch {
+	if t == nil || t.epoch != b.Epoch {
 		return
 	}
 	if len(t.maybe) > maxUnknown {
@@ -66,7 +66,7 @@ func (l *writeLog) sending(b *batchTx) {
 func (l *writeLog) applied(b *batchTx) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t := l.m[b.tokenKey]; t != nil && t.epoch == b.epoch {
+	if t := l.m[b.tokenKey]; t != nil && t.epoch == b.Epoch {
 		t.maybe = append(t.maybe[:0], b.token)
 	}
 }

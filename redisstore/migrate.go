@@ -328,7 +328,7 @@ func (m *migration) pass(ctx context.Context) (int, error) {
 
 // moveChunk reads the movies of mks and moves them with one script.
 func (m *migration) moveChunk(ctx context.Context, mks []string) error {
-	cmds, err := m.s.hmget(ctx, false, len(mks), func(i int) string { return mks[i] }, legacyFields)
+	cmds, err := m.s.hmget(ctx, false, mks, legacyFields)
 	if err != nil {
 		return wrap("migrate movie layout: read movies", err)
 	}

@@ -45,18 +45,17 @@ func scanNode(ctx context.Context, c redis.Cmdable, pattern string, count int64,
 	}
 }
 
-// hmget reads fields of n hashes, the ith named hash(i), in one pipeline:
-// in one MULTI/EXEC when atomic, so that the values come from one moment.
-func (s *Store) hmget(ctx context.Context, atomic bool, n int, hash func(int) string,
-	fields []string) ([]*redis.SliceCmd, error) {
+// hmget reads fields of hashes in one pipeline: in one MULTI/EXEC when
+// atomic, so that the values come from one moment.
+func (s *Store) hmget(ctx context.Context, atomic bool, hashes, fields []string) ([]*redis.SliceCmd, error) {
 	run := s.client.Pipelined
 	if atomic {
 		run = s.client.TxPipelined
 	}
-	cmds := make([]*redis.SliceCmd, n)
+	cmds := make([]*redis.SliceCmd, len(hashes))
 	_, err := run(ctx, func(pipe redis.Pipeliner) error {
-		for i := range cmds {
-			cmds[i] = pipe.HMGet(ctx, hash(i), fields...)
+		for i, h := range hashes {
+			cmds[i] = pipe.HMGet(ctx, h, fields...)
 		}
 		return nil
 	})

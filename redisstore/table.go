@@ -4,18 +4,19 @@ package redisstore
 // field s or d is absent when Sources or Value is nil, so nil and empty
 // come back as they went in. Numbers are not scores: a cursor inside a run
 // of equal values must be an exclusive (value, key) bound, which a score
-// range cannot express without scanning the ties. Members sort as (value,
-// key) ascending and REV is its exact reverse, the contract's descending
-// order; bounds and cursors are lexicographic bounds (exclusive for a
-// cursor). The hash fields 0..7 hold what the scripts need to find a
-// document's old members: the 8 bytes of a number, the string itself. A
-// number is read back from its 8 bytes, so -0 comes back as +0 (equal, as
-// the contract compares them).
+// range cannot express without scanning the ties; so members sort as
+// (value, key) ascending, REV is the contract's descending order, and
+// bounds and cursors are lexicographic bounds. The hash fields 0..7 hold
+// what the scripts need to find a document's old members: the 8 bytes of
+// a number (read back from them, so -0 comes back as +0, equal as the
+// contract compares them), the string itself.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,10 @@ var (
 	_ engine.TableScanner  = (*table)(nil)
 	_ engine.TableResetter = (*table)(nil)
 )
+
+// errCorrupt marks a stored value this package cannot decode (written by
+// something else, or by an incompatible version).
+var errCorrupt = errors.New("corrupt stored document")
 
 // table is one engine.Table of a Store.
 type table struct {
@@ -54,29 +59,24 @@ const (
 	fixedFields    = 4
 )
 
-// specLua creates K spec when absent and returns the stored spec.
+// specScript creates K spec when absent and returns the stored spec.
 // KEYS: 1 spec. ARGV: 1 spec.
-const specLua = `
+var specScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then return cur end
 redis.call('SET', KEYS[1], ARGV[1])
 return ARGV[1]
-`
+`)
 
-// claimLua re-creates K spec when Redis lost it (so a table opened later
-// with other indexes is still refused) and increments the epoch.
+// claimScript re-creates K spec when Redis lost it (so a table opened
+// later with other indexes is still refused) and increments the epoch.
 // KEYS: 1 spec, 2 epoch. ARGV: 1 spec. Reply: {1, epoch} or {0, stored spec}.
-const claimLua = `
+var claimScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then return {0, cur} end
 if not cur then redis.call('SET', KEYS[1], ARGV[1]) end
 return {1, redis.call('INCR', KEYS[2])}
-`
-
-var (
-	specScript  = redis.NewScript(specLua)
-	claimScript = redis.NewScript(claimLua)
-)
+`)
 
 // OpenTable opens the table of spec, creating it when new: the spec is
 // stored in Redis, and opening the same name again with other indexes (or
@@ -116,25 +116,19 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 }
 
 func newTable(s *Store, spec engine.TableSpec) *table {
-	spec.Indexes = append([]engine.IndexSpec(nil), spec.Indexes...)
+	spec.Indexes = slices.Clone(spec.Indexes)
 	t := &table{s: s, spec: spec, keys: s.keys.table(spec.Name)}
 	t.fields = []string{fieldPartition, fieldVersion, fieldSources, fieldValue}
 	parts := make([]string, len(spec.Indexes))
-	var kinds strings.Builder
 	for i, ix := range spec.Indexes {
 		parts[i] = ix.Name + ":" + ix.Kind.String()
 		t.fields = append(t.fields, strconv.Itoa(i))
-		if ix.Kind == engine.IndexNumber {
-			kinds.WriteByte('n')
-		} else {
-			kinds.WriteByte('s')
-		}
+		t.kinds += ix.Kind.String()[:1] // "n" or "s"
 	}
 	t.specV = "1|" + strings.Join(parts, ",")
 	if spec.TiesAscending {
 		t.specV += tiesSuffix
 	}
-	t.kinds = kinds.String()
 	if st, ok := s.opts.streams[spec.Name]; ok && st.MaxLen > 0 {
 		t.stream = &st
 	}
@@ -160,13 +154,14 @@ func (t *table) sameSpec(stored string) error {
 		return nil
 	}
 	show := func(v string) string {
-		if rest, ok := strings.CutPrefix(v, "1|"); ok {
-			if rest, ok := strings.CutSuffix(rest, tiesSuffix); ok {
-				return "[" + rest + "] with ties ascending"
-			}
-			return "[" + rest + "]"
+		rest, ok := strings.CutPrefix(v, "1|")
+		if !ok {
+			return fmt.Sprintf("%q", v)
 		}
-		return fmt.Sprintf("%q", v)
+		if rest, ok := strings.CutSuffix(rest, tiesSuffix); ok {
+			return "[" + rest + "] with ties ascending"
+		}
+		return "[" + rest + "]"
 	}
 	return fmt.Errorf("redisstore: table %s exists with indexes %s, not %s (a table's indexes cannot change; reset it or use a new name): %w",
 		t.spec.Name, show(stored), show(t.specV), engine.ErrInvalid)
@@ -175,7 +170,7 @@ func (t *table) sameSpec(stored string) error {
 // Spec returns the table's spec.
 func (t *table) Spec() engine.TableSpec {
 	spec := t.spec
-	spec.Indexes = append([]engine.IndexSpec(nil), t.spec.Indexes...)
+	spec.Indexes = slices.Clone(t.spec.Indexes)
 	return spec
 }
 
@@ -191,15 +186,13 @@ func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 		return 0, wrap(fmt.Sprintf("table %s: claim partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
 	}
 	if len(reply) == 2 {
-		switch reply[0] {
-		case int64(1):
-			if e, ok := reply[1].(int64); ok {
-				return e, nil
-			}
-		case int64(0):
-			if stored, ok := reply[1].(string); ok {
-				return 0, t.sameSpec(stored)
-			}
+		e, isEpoch := reply[1].(int64)
+		stored, isSpec := reply[1].(string)
+		switch {
+		case reply[0] == int64(1) && isEpoch:
+			return e, nil
+		case reply[0] == int64(0) && isSpec:
+			return 0, t.sameSpec(stored)
 		}
 	}
 	return 0, fmt.Errorf("redisstore: table %s: claim partition %d: unexpected script reply %v", t.spec.Name, p, reply)
@@ -251,41 +244,70 @@ func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	out := make(map[string]engine.Doc, len(keys))
 	byPart := make(map[int32][][]byte, 1)
-	var order []int32
 	for _, k := range keys {
 		if len(k) > 0 && len(k) <= engine.MaxKeyBytes {
-			p := t.home(k)
-			if _, ok := byPart[p]; !ok {
-				order = append(order, p)
-			}
-			byPart[p] = append(byPart[p], k)
+			byPart[t.home(k)] = append(byPart[t.home(k)], k)
 		}
 	}
-	for _, p := range order {
-		if err := t.loadPartition(ctx, p, byPart[p], out); err != nil {
+	for _, p := range slices.Sorted(maps.Keys(byPart)) {
+		want := byPart[p]
+		err := t.readDocs(ctx, p, true, want, fmt.Sprintf("load %d documents", len(want)), "load %x",
+			func(d engine.Doc) error {
+				out[string(d.Key)] = d
+				return nil
+			})
+		if err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// loadPartition reads the documents of keys, all in partition p, into out
-// in one MULTI/EXEC.
-func (t *table) loadPartition(ctx context.Context, p int32, want [][]byte, out map[string]engine.Doc) error {
-	cmds, err := t.s.hmget(ctx, true, len(want), func(i int) string { return t.keys.doc(p, want[i]) }, t.fields)
+// readDocs reads the documents of keys, all of partition p, in one
+// pipeline (in one MULTI/EXEC when atomic, so they come from one moment)
+// and calls fn with each one that exists, stopping at its first error. op
+// and keyOp (a format of the key) name the read in errors.
+func (t *table) readDocs(ctx context.Context, p int32, atomic bool, keys [][]byte, op, keyOp string,
+	fn func(engine.Doc) error) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	hashes := make([]string, len(keys))
+	for i, k := range keys {
+		hashes[i] = t.keys.doc(p, k)
+	}
+	cmds, err := t.s.hmget(ctx, atomic, hashes, t.fields)
 	if err != nil {
-		return wrap(fmt.Sprintf("table %s: load %d documents%s", t.spec.Name, len(want), t.keys.where(p)), err)
+		return wrap(fmt.Sprintf("table %s: %s%s", t.spec.Name, op, t.keys.where(p)), err)
 	}
 	for i, c := range cmds {
-		d, ok, err := t.decode(want[i], c.Val())
+		d, ok, err := t.decode(keys[i], c.Val())
 		if err != nil {
-			return fmt.Errorf("redisstore: table %s: load %x: %w", t.spec.Name, want[i], err)
+			return fmt.Errorf("redisstore: table %s: "+keyOp+": %w", t.spec.Name, keys[i], err)
 		}
 		if ok {
-			out[string(want[i])] = d
+			if err := fn(d); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// hashStrings returns the string values of fields read by HMGET, and which
+// were present.
+func hashStrings(fields []string, vals []any) (str []string, has []bool, err error) {
+	str, has = make([]string, len(vals)), make([]bool, len(vals))
+	for i, v := range vals {
+		switch v := v.(type) {
+		case nil:
+		case string:
+			str[i], has[i] = v, true
+		default:
+			return nil, nil, fmt.Errorf("field %s has type %T: %w", fields[i], v, errCorrupt)
+		}
+	}
+	return str, has, nil
 }
 
 // decode builds the document of key from the values of t.fields; ok is
@@ -294,20 +316,9 @@ func (t *table) decode(key []byte, vals []any) (d engine.Doc, ok bool, err error
 	if len(vals) != len(t.fields) {
 		return d, false, fmt.Errorf("%d fields, want %d: %w", len(vals), len(t.fields), errCorrupt)
 	}
-	str := make([]string, len(vals))
-	has := make([]bool, len(vals))
-	found := false
-	for i, v := range vals {
-		switch v := v.(type) {
-		case nil:
-		case string:
-			str[i], has[i], found = v, true, true
-		default:
-			return d, false, fmt.Errorf("field %s has type %T: %w", t.fields[i], v, errCorrupt)
-		}
-	}
-	if !found {
-		return d, false, nil
+	str, has, err := hashStrings(t.fields, vals)
+	if err != nil || !slices.Contains(has, true) {
+		return d, false, err
 	}
 	if !has[0] || !has[1] {
 		return d, false, fmt.Errorf("document without partition or version: %w", errCorrupt)
@@ -331,30 +342,52 @@ func (t *table) decode(key []byte, vals []any) (d engine.Doc, ok bool, err error
 	if has[3] {
 		d.Value = []byte(str[3])
 	}
-	if n := len(t.spec.Indexes); n > 0 {
-		d.Index = make([]engine.IndexValue, n)
-		for i, ix := range t.spec.Indexes {
-			j := fixedFields + i
-			if !has[j] {
-				return d, false, fmt.Errorf("document without index %s: %w", ix.Name, errCorrupt)
-			}
-			if d.Index[i], err = decodeIndex(str[j], ix.Kind); err != nil {
-				return d, false, fmt.Errorf("index %s: %w", ix.Name, err)
-			}
+	for i, ix := range t.spec.Indexes {
+		v := str[fixedFields+i]
+		if !has[fixedFields+i] {
+			return d, false, fmt.Errorf("document without index %s: %w", ix.Name, errCorrupt)
 		}
+		iv := engine.Str(v)
+		if ix.Kind == engine.IndexNumber {
+			f, ok := decodeNumberPrefix([]byte(v))
+			if !ok {
+				return d, false, fmt.Errorf("index %s: number of %d bytes: %w", ix.Name, len(v), errCorrupt)
+			}
+			iv = engine.Num(f)
+		}
+		d.Index = append(d.Index, iv)
 	}
-	d.Key = append([]byte(nil), key...)
+	d.Key = slices.Clone(key)
 	return d, true, nil
 }
 
-// decodeIndex reads a stored index field (see storedIndex).
-func decodeIndex(v string, kind engine.IndexKind) (engine.IndexValue, error) {
-	if kind == engine.IndexString {
-		return engine.Str(v), nil
+// encodeSources encodes sources as "p:o,p:o" sorted by partition.
+func encodeSources(src map[int32]int64) string {
+	var b []byte
+	for _, p := range slices.Sorted(maps.Keys(src)) {
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(p), 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, src[p], 10)
 	}
-	f, ok := decodeNumberPrefix([]byte(v))
-	if !ok {
-		return engine.IndexValue{}, fmt.Errorf("number of %d bytes: %w", len(v), errCorrupt)
+	return string(b)
+}
+
+func decodeSources(s string) (map[int32]int64, error) {
+	if s == "" {
+		return nil, nil
 	}
-	return engine.Num(f), nil
+	out := make(map[int32]int64, strings.Count(s, ",")+1)
+	for item := range strings.SplitSeq(s, ",") {
+		ps, os, ok := strings.Cut(item, ":")
+		p, perr := strconv.ParseInt(ps, 10, 32)
+		o, oerr := strconv.ParseInt(os, 10, 64)
+		if !ok || perr != nil || oerr != nil {
+			return nil, fmt.Errorf("sources %q: %w", s, errCorrupt)
+		}
+		out[int32(p)] = o
+	}
+	return out, nil
 }
