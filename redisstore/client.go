@@ -34,16 +34,12 @@ const (
 	ModeSentinel Mode = "sentinel"
 )
 
-// Modes lists every Mode, in the order documentation names them.
-var Modes = []Mode{ModeSingle, ModeCluster, ModeSentinel}
-
 // ParseMode returns the Mode named s, or an error wrapping
 // engine.ErrInvalid.
 func ParseMode(s string) (Mode, error) {
-	for _, m := range Modes {
-		if string(m) == s {
-			return m, nil
-		}
+	switch m := Mode(s); m {
+	case ModeSingle, ModeCluster, ModeSentinel:
+		return m, nil
 	}
 	return "", fmt.Errorf("redisstore: unknown redis mode %q (want single, cluster or sentinel): %w", s, engine.ErrInvalid)
 }

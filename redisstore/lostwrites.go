@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -9,10 +11,9 @@ import (
 // this Store may have left in Redis under the current epoch: the last batch
 // whose EXEC succeeded and the batches sent since whose outcome is unknown.
 // A batch that then finds another token stored, under the same epoch, knows
-// that Redis lost acknowledged writes: a failover to a replica that had not
-// received them, or a restart from a file that had not persisted them. Its
-// checkpoint went back with them, so the partition must be restored from
-// the store's checkpoint again rather than written on top of the hole.
+// that Redis lost acknowledged writes (and the checkpoint with them; see
+// the package doc), so the partition must be restored from the store's
+// checkpoint again rather than written on top of the hole.
 type writeLog struct {
 	mu sync.Mutex
 	m  map[string]*tokens // by batch token key
@@ -40,12 +41,7 @@ func (l *writeLog) lost(b *batchTx, stored string) bool {
 		l.m[b.tokenKey] = &tokens{epoch: b.Epoch, maybe: []string{stored}}
 		return false
 	}
-	for _, tok := range t.maybe {
-		if tok == stored {
-			return false
-		}
-	}
-	return true
+	return !slices.Contains(t.maybe, stored)
 }
 
 // sending records that b's EXEC is about to be sent (after lost).
@@ -76,9 +72,5 @@ func (l *writeLog) applied(b *batchTx) {
 func (l *writeLog) forget(prefix string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for k := range l.m {
-		if strings.HasPrefix(k, prefix) {
-			delete(l.m, k)
-		}
-	}
+	maps.DeleteFunc(l.m, func(k string, _ *tokens) bool { return strings.HasPrefix(k, prefix) })
 }

@@ -28,10 +28,6 @@ type options struct {
 	streams map[string]TableStream // by table name
 }
 
-func defaultOptions() options {
-	return options{prefix: DefaultPrefix, mode: ModeSingle}
-}
-
 // WithMode says what kind of deployment the URL names: ModeSingle (the
 // default), ModeCluster or ModeSentinel (see Mode for each URL form).
 func WithMode(m Mode) Option {
@@ -54,17 +50,13 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithLogger sets the logger; nil discards logs.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) { o.logger = l }
-}
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithTLSConfig replaces the TLS configuration of the connection (for
 // example to trust a private certificate authority). It turns TLS on even
 // for a redis:// URL; for rediss:// URLs without it the system roots are
 // trusted.
-func WithTLSConfig(c *tls.Config) Option {
-	return func(o *options) { o.tls = c }
-}
+func WithTLSConfig(c *tls.Config) Option { return func(o *options) { o.tls = c } }
 
 // TableStream is the change stream of a table: one stream entry per
 // document an Apply writes, added in the same MULTI/EXEC as the batch (so a
@@ -125,11 +117,4 @@ func (o options) validate() error {
 		}
 	}
 	return nil
-}
-
-func (o options) log() *slog.Logger {
-	if o.logger == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return o.logger
 }

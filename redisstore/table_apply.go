@@ -106,10 +106,12 @@ type batchTx struct {
 // random batch token.
 func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 	p := b.Partition
-	tx := &batchTx{DocBatch: b, t: t, op: fmt.Sprintf("table %s: apply partition %d%s", t.spec.Name, p, t.keys.where(p)),
-		cpValue: formatInt(b.Checkpoint), token: rand.Text(), hks: make([]string, len(b.Docs)),
+	tx := &batchTx{DocBatch: b, t: t, cpValue: formatInt(b.Checkpoint), token: rand.Text(),
+		op:       fmt.Sprintf("table %s: apply partition %d%s", t.spec.Name, p, t.keys.where(p)),
+		hks:      make([]string, len(b.Docs)),
 		fields:   append([]string{fieldVersion}, t.fields[fixedFields:]...),
-		epochKey: t.keys.epoch(p), cpKey: t.keys.checkpoint(p), tokenKey: t.keys.batch(p), members: t.keys.members(p)}
+		epochKey: t.keys.epoch(p), cpKey: t.keys.checkpoint(p), tokenKey: t.keys.batch(p),
+		members: t.keys.members(p)}
 	for i, d := range b.Docs {
 		if err := d.Validate(t.spec); err != nil {
 			return nil, fmt.Errorf("redisstore: apply partition %d: %w", p, err)
@@ -136,7 +138,8 @@ func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 
 // fenced is the refusal of a batch of partition p; it wraps engine.ErrFenced.
 func fenced(p int32, format string, args ...any) error {
-	return fmt.Errorf("redisstore: apply partition %d refused: %s: %w", p, fmt.Sprintf(format, args...), engine.ErrFenced)
+	reason := fmt.Sprintf(format, args...)
+	return fmt.Errorf("redisstore: apply partition %d refused: %s: %w", p, reason, engine.ErrFenced)
 }
 
 // runBatch writes b or nothing. Each attempt WATCHes the partition's epoch,
