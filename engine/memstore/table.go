@@ -10,21 +10,54 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
+// Store is an in-memory engine.Tables: its tables (OpenTable) live as long
+// as the Store. It is safe for concurrent use. The zero value is not
+// usable; call New.
+type Store struct {
+	local  bool
+	mu     sync.Mutex
+	tables map[string]*table // by name; see OpenTable
+}
+
 var (
+	_ engine.Tables          = (*Store)(nil)
+	_ engine.InstanceLocal   = (*Store)(nil)
 	_ engine.Table           = (*table)(nil)
 	_ engine.TableScanner    = (*table)(nil)
 	_ engine.TableResetter   = (*table)(nil)
 	_ engine.FilteredQuerier = (*table)(nil)
 )
 
+// Option configures a Store.
+type Option func(*Store)
+
+// Local makes the store's tables report themselves as InstanceLocal (the
+// engine then drops a partition's documents some time after the partition
+// moved away, as it does for docstore). By default a Store behaves like a
+// shared store.
+func Local() Option { return func(s *Store) { s.local = true } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{tables: map[string]*table{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// InstanceLocal reports whether Local was given.
+func (s *Store) InstanceLocal() bool { return s.local }
+
+// Close does nothing: the tables stay readable.
+func (s *Store) Close() error { return nil }
+
 // OpenTable returns the in-memory table of spec, creating it empty on the
 // first call for spec.Name. Opening the name again returns the same table
-// when spec is equal to the first one (same indexes in the same order and
-// the same TiesAscending) and fails with an error wrapping
-// engine.ErrInvalid otherwise; an invalid spec fails the same way. The
-// table also implements engine.TableScanner and engine.TableResetter. It
-// lives as long as the Store and is safe for concurrent use; Close does
-// not affect it.
+// when spec has the same indexes in the same order and the same
+// TiesAscending, and fails with an error wrapping engine.ErrInvalid
+// otherwise; an invalid spec fails the same way. The table lives as long
+// as the Store and is safe for concurrent use.
 func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("open table: %w", err)
@@ -42,11 +75,9 @@ func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Tabl
 		}
 		return tb, nil
 	}
-	if s.tables == nil {
-		s.tables = map[string]*table{}
-	}
-	spec.Indexes = slices.Clone(spec.Indexes)
-	tb := &table{spec: spec, local: s.local, docs: map[string]engine.Doc{}, ckpt: map[int32]int64{}, epochs: map[int32]int64{}}
+	tb := &table{local: s.local, docs: map[string]engine.Doc{}, ckpt: map[int32]int64{}, epochs: map[int32]int64{}}
+	tb.spec = spec
+	tb.spec.Indexes = slices.Clone(spec.Indexes)
 	s.tables[spec.Name] = tb
 	return tb, nil
 }
@@ -188,44 +219,41 @@ func (t *table) QueryFiltered(_ context.Context, q engine.IndexQuery, keep func(
 	if err != nil {
 		return engine.DocPage{}, fmt.Errorf("query table %s: %w", t.spec.Name, err)
 	}
-	t.mu.RLock()
-	var match []engine.Doc
-	for _, d := range t.docs {
-		if !q.InRange(d.Index[pos], kind) || (keep != nil && !keep(d.Key)) {
-			continue
-		}
+	match := t.snapshot(func(d engine.Doc) bool {
 		at := engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
-		if q.After != nil && !t.spec.Before(*q.After, at, kind, q.Desc) {
-			continue
-		}
-		match = append(match, d)
-	}
-	t.mu.RUnlock()
+		return q.InRange(d.Index[pos], kind) && (keep == nil || keep(d.Key)) &&
+			(q.After == nil || t.spec.Before(*q.After, at, kind, q.Desc))
+	})
 	slices.SortFunc(match, t.spec.DocOrder(pos, kind, q.Desc))
 	var page engine.DocPage
-	match = match[:min(len(match), q.Limit)]
-	for _, d := range match {
+	for _, d := range match[:min(len(match), q.Limit)] {
 		page.Docs = append(page.Docs, d.Clone())
 	}
-	if len(match) == q.Limit {
+	if len(page.Docs) == q.Limit {
 		last := page.Docs[len(page.Docs)-1]
 		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: bytes.Clone(last.Key)}
 	}
 	return page, nil
 }
 
+// snapshot returns the stored documents that keep accepts.
+func (t *table) snapshot(keep func(engine.Doc) bool) []engine.Doc {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var docs []engine.Doc
+	for _, d := range t.docs {
+		if keep(d) {
+			docs = append(docs, d)
+		}
+	}
+	return docs
+}
+
 // ScanPartition calls fn with a copy of each document of partition p, in
 // key order, stopping at fn's first error. It reads a snapshot, so fn may
 // call the table.
 func (t *table) ScanPartition(_ context.Context, p int32, fn func(engine.Doc) error) error {
-	t.mu.RLock()
-	var docs []engine.Doc
-	for _, d := range t.docs {
-		if d.Partition == p {
-			docs = append(docs, d)
-		}
-	}
-	t.mu.RUnlock()
+	docs := t.snapshot(func(d engine.Doc) bool { return d.Partition == p })
 	slices.SortFunc(docs, func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
 	for _, d := range docs {
 		if err := fn(d.Clone()); err != nil {
