@@ -44,7 +44,7 @@
 // failover to a replica that lacked them, a restart from a file that had
 // not persisted them) and its checkpoint with them, so the engine claims
 // the partition again and replays the changelog from there instead of
-// writing on top of the hole (see lostwrites.go).
+// writing on top of the hole (see writeLog).
 //
 // # Deployments
 //

@@ -21,7 +21,7 @@ type Store struct {
 	opts   options
 	log    *slog.Logger
 	where  string // the URL without its password, for messages
-	// written detects acknowledged writes that Redis lost (lostwrites.go).
+	// written detects acknowledged writes that Redis lost (see writeLog).
 	written writeLog
 
 	// Set by tests: beforeExec runs between an Apply attempt's checks and

@@ -7,6 +7,11 @@ import (
 	"fmt"
 	"strconv"
 
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
 	"github.com/keepstate/keepstate/engine"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,14 +33,14 @@ local function hex(s)
 end
 `
 
-// tableDropLua deletes the documents, index members and checkpoint of one
+// tableDropScript deletes the documents, index members and checkpoint of one
 // partition in one atomic step; the epoch stays so that an old owner
 // remains fenced.
 //
 // KEYS: 1 members, 2 checkpoint, 3 batch token, 3+j the sorted set of
 // index j. ARGV: 1 document key prefix, 2 partition, 3 index kinds.
 // Reply: documents deleted.
-const tableDropLua = luaHex + `
+var tableDropScript = redis.NewScript(luaHex + `
 local kinds = ARGV[3]
 local ni = #kinds
 local fields = {'p'}
@@ -58,22 +63,17 @@ for _, k in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return n
-`
+`)
 
-var tableDropScript = redis.NewScript(tableDropLua)
-
-// Apply writes b atomically, in one optimistic transaction (runBatch):
-// every document's hash, its index members and partition membership, the
-// checkpoint and, when the table has a stream (WithTableStream), one
-// stream entry per written document — or nothing. It returns an error
-// wrapping engine.ErrInvalid (checked before anything is sent) when a
-// document fails Doc.Validate or belongs to another partition than b (on
-// a cluster: or its key's PartitionFor is another partition);
-// engine.ErrFenced when b.Epoch is not the partition's claimed epoch (a
-// newer claim, or Redis lost the claim with its data) or (unless b.Replay)
-// a document is not newer than the stored one; engine.ErrUnavailable when
-// Redis cannot be reached. An attempt whose reply was lost is recognised
-// and not refused. Safe for concurrent use.
+// Apply writes b atomically in one optimistic transaction (runBatch):
+// every document's hash, index members and membership, the checkpoint and
+// any stream entries (WithTableStream) — or nothing. It fails with
+// engine.ErrInvalid, before sending anything, for a document that fails
+// Doc.Validate or is of another partition (on a cluster: by PartitionFor
+// too); with engine.ErrFenced when b.Epoch is not the claimed epoch or
+// (unless b.Replay) a document is not newer than the stored one; with
+// engine.ErrUnavailable when Redis cannot be reached. A retried attempt
+// whose reply was lost is recognised. Safe for concurrent use.
 func (t *table) Apply(ctx context.Context, b engine.DocBatch) error {
 	tx, err := t.batch(b)
 	if err != nil {
@@ -89,13 +89,12 @@ type typedKey struct{ key, typ string }
 // atomically by an optimistic transaction (runBatch).
 type batchTx struct {
 	engine.DocBatch
-	t       *table
-	op      string // for errors: "table orders: apply partition 3"
-	cpValue string
-	token   string     // random: recognises this batch's own earlier attempt
-	hks     []string   // the hash key of each document
-	fields  []string   // the hash fields read: the version, then the index values
-	typed   []typedKey // the keys written, checked before writing
+	t      *table
+	op     string     // for errors: "table orders: apply partition 3"
+	token  string     // random: recognises this batch's own earlier attempt
+	hks    []string   // the hash key of each document
+	fields []string   // the hash fields read: the version, then the index values
+	typed  []typedKey // the keys written, checked before writing
 
 	epochKey, cpKey, tokenKey, members string
 
@@ -106,7 +105,7 @@ type batchTx struct {
 // random batch token.
 func (t *table) batch(b engine.DocBatch) (*batchTx, error) {
 	p := b.Partition
-	tx := &batchTx{DocBatch: b, t: t, cpValue: formatInt(b.Checkpoint), token: rand.Text(),
+	tx := &batchTx{DocBatch: b, t: t, token: rand.Text(),
 		op:       fmt.Sprintf("table %s: apply partition %d%s", t.spec.Name, p, t.keys.where(p)),
 		hks:      make([]string, len(b.Docs)),
 		fields:   append([]string{fieldVersion}, t.fields[fixedFields:]...),
@@ -143,15 +142,14 @@ func fenced(p int32, format string, args ...any) error {
 }
 
 // runBatch writes b or nothing. Each attempt WATCHes the partition's epoch,
-// checkpoint and batch token; reads (pipelined) the token, the epoch, the
-// types of the keys it writes and the stored documents; checks them in Go;
-// and then writes in MULTI/EXEC, with the checkpoint and the token. A
-// claim, an apply or a drop of the partition between the read and EXEC
-// makes EXEC write nothing, and the next attempt reads again (and is then
-// refused). An attempt that finds its own token applied is a retry of an
-// attempt whose reply was lost, and succeeds without writing. Another
-// client changing the type of a shared key (an index, the stream) between
-// the read and EXEC is not detected.
+// checkpoint and batch token; reads the token, the epoch, the types of the
+// keys it writes and the stored documents; checks them; and then writes in
+// MULTI/EXEC, with the checkpoint and the token. A claim, apply or drop of
+// the partition before EXEC makes EXEC write nothing, and the next attempt
+// reads again. An attempt that finds its own token applied is a retry of
+// one whose reply was lost, and succeeds without writing. Another client
+// changing the type of a shared key (an index, the stream) between the
+// read and EXEC is not detected.
 func (s *Store) runBatch(ctx context.Context, b *batchTx) error {
 	var last error
 	for range maxApplyAttempts {
@@ -243,7 +241,7 @@ func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 		if len(apply) > 0 {
 			b.write(ctx, pipe, apply, final)
 		}
-		pipe.Set(ctx, b.cpKey, b.cpValue, 0)
+		pipe.Set(ctx, b.cpKey, formatInt(b.Checkpoint), 0)
 		pipe.Set(ctx, b.tokenKey, b.token, 0)
 		return nil
 	})
@@ -251,7 +249,7 @@ func (s *Store) attemptOn(ctx context.Context, tx *redis.Tx, b *batchTx) error {
 		return queuedError(cmds, err)
 	}
 	s.written.applied(b)
-	s.log.Debug("batch applied", "op", b.op, "checkpoint", b.cpValue)
+	s.log.Debug("batch applied", "op", b.op, "checkpoint", formatInt(b.Checkpoint))
 	return nil
 }
 
@@ -382,4 +380,72 @@ func (t *table) DropPartition(ctx context.Context, p int32) error {
 	}
 	t.s.log.Info("partition dropped", "table", t.spec.Name, "partition", p, "documents", n)
 	return nil
+}
+
+// writeLog remembers, per partition (its batch token key), the batch tokens
+// this Store may have left in Redis under the current epoch: the last batch
+// whose EXEC succeeded and the batches sent since whose outcome is unknown.
+// A batch that then finds another token stored, under the same epoch, knows
+// that Redis lost acknowledged writes (and the checkpoint with them; see
+// the package doc), so the partition must be restored from the store's
+// checkpoint again rather than written on top of the hole.
+type writeLog struct {
+	mu sync.Mutex
+	m  map[string]*tokens // by batch token key
+}
+
+type tokens struct {
+	epoch int64
+	maybe []string // the confirmed token first, then those of unknown outcome
+}
+
+// maxUnknown bounds the tokens of unknown outcome kept per partition.
+const maxUnknown = 16
+
+// lost reports whether stored, the token Redis holds for b's partition,
+// cannot have been written by this Store under b's epoch. The first batch
+// of an epoch takes what it finds as the baseline.
+func (l *writeLog) lost(b *batchTx, stored string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.m[b.tokenKey]
+	if t == nil || t.epoch != b.Epoch {
+		if l.m == nil {
+			l.m = make(map[string]*tokens)
+		}
+		l.m[b.tokenKey] = &tokens{epoch: b.Epoch, maybe: []string{stored}}
+		return false
+	}
+	return !slices.Contains(t.maybe, stored)
+}
+
+// sending records that b's EXEC is about to be sent (after lost).
+func (l *writeLog) sending(b *batchTx) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.m[b.tokenKey]
+	if t == nil || t.epoch != b.Epoch {
+		return
+	}
+	if len(t.maybe) > maxUnknown {
+		t.maybe = append(t.maybe[:1], t.maybe[2:]...)
+	}
+	t.maybe = append(t.maybe, b.token)
+}
+
+// applied records that b's EXEC succeeded: its token is the one stored.
+func (l *writeLog) applied(b *batchTx) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.m[b.tokenKey]; t != nil && t.epoch == b.Epoch {
+		t.maybe = append(t.maybe[:0], b.token)
+	}
+}
+
+// forget drops what is known of the partitions whose token keys start with
+// prefix (a dropped partition, a reset table).
+func (l *writeLog) forget(prefix string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	maps.DeleteFunc(l.m, func(k string, _ *tokens) bool { return strings.HasPrefix(k, prefix) })
 }

@@ -12,7 +12,7 @@ import (
 
 // keys builds the key names of one store: every key starts with its
 // prefix (see the package doc; the movie layout the migration reads is in
-// migrate_legacy.go). On a cluster each partition of a table has a hash
+// migrate.go). On a cluster each partition of a table has a hash
 // tag of its own, so that its keys share a slot.
 type keys struct {
 	prefix  string
