@@ -1,34 +1,25 @@
 package redisstore
 
-// Migration of the movie layout (its keys are in doc.go) into the table
-// "movies", run by OpenTable of the movie job's spec before the table
-// serves anything, in three steps:
+// Migration of the movie layout (doc.go) into the table "movies", in three
+// steps, each atomic and idempotent, so that a crash anywhere leaves a
+// state the next open completes:
 //
-//  1. Each partition's epoch, checkpoint and batch token move to the
-//     table's keys, in one atomic script per partition: the table's epoch
-//     becomes the larger of the two (so the next claim returns an epoch
-//     above every one claimed before), the checkpoint and token are copied
-//     unless the table has its own. The old keys go, so a writer still
-//     holding an old epoch is refused.
-//  2. The movie hashes are read in chunks (SCAN of <prefix>movie:*) and
-//     each chunk is moved by one atomic script: per movie, when its hash
-//     still holds the version read, the table document is written (unless
-//     the table holds a newer one), indexed and added to its partition's
-//     members, and the hash goes.
-//  3. The old members sets and the by-avg set are deleted, and the marker
-//     K migrated records that the prefix holds no movie layout any more.
+//  1. Per partition, one script moves the epoch (the table's becomes the
+//     larger of the two, so the next claim is above every earlier one),
+//     the checkpoint and the token (unless the table has its own) and
+//     deletes the old keys, so a writer holding an old epoch is refused.
+//  2. Chunks of movie hashes (SCAN <prefix>movie:*) are moved by one script
+//     each: a movie whose hash still holds the version read becomes a
+//     document (unless the table holds a newer one) and its hash goes.
+//  3. The old members sets and by-avg go; the marker K migrated is set.
 //
-// Every step is atomic and idempotent, so a crash anywhere leaves a state
-// that the next open completes. One instance migrates at a time, holding
-// the lock K migrating (a random token, renewed after every step); the
-// others poll until the marker appears, or take the lock over once it
-// expires and carry on. Two instances running the steps at once (a lock
-// that expired under a stalled one) still agree: a movie is moved by
-// exactly one script. The stream <prefix>rating-averages-stream is left
-// as it is: the table's stream (WithTableStream) continues it. A writer of
-// the old build that claims a partition again after step 1 writes the
-// movie layout again, which nothing migrates: stop every instance of the
-// old build before the first open.
+// One instance migrates at a time, holding the lock K migrating (renewed
+// after every step); the others poll for the marker or take an expired
+// lock over. Two instances running at once still agree: a movie is moved
+// by exactly one script. The stream is left as it is (the table's stream
+// continues it). An old-build writer claiming a partition after step 1
+// writes the movie layout again, which nothing migrates: stop every old
+// instance before the first open.
 
 import (
 	"cmp"
@@ -52,9 +43,8 @@ import (
 // MovieTableName is the table the movie layout migrates into.
 const MovieTableName = "movies"
 
-// Defaults of the migration: the lock's lifetime (renewed after every
-// chunk), how often a waiting instance looks for the marker, and the
-// movies moved per script.
+// The lock's lifetime, how often a waiting instance looks for the marker,
+// the movies moved per script and the connections moving them.
 const (
 	migrateLockTTL = 30 * time.Second
 	migratePoll    = 100 * time.Millisecond
@@ -82,13 +72,11 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
 `)
 
-// migrateMoviesScript moves a chunk of movies, each when its hash still
-// holds the version read: the table document is written unless the table
-// holds a newer one, and the movie's hash goes. (Its by-avg member and old
-// membership stay until step 3 deletes those sets whole: removing a
-// million members one by one would double the migration's time.) KEYS: 1
-// the table's avg index. ARGV: per movie, 9 values: movie key, version,
-// table document key, table members set, raw key, partition, sources (""
+// migrateMoviesScript moves a chunk of movies (step 2). Their by-avg
+// members and old memberships stay until step 3 deletes those sets whole:
+// removing a million members one by one would double the time. KEYS: 1 the
+// table's avg index. ARGV: per movie, 9 values: movie key, version, table
+// document key, table members set, raw key, partition, sources (""
 // for none), value, index field. Reply: movies moved.
 var migrateMoviesScript = redis.NewScript(`
 local n = 0
@@ -175,9 +163,8 @@ type migration struct {
 }
 
 // migrateMovies converts the movie layout under the store's prefix into t
-// (see the top of this file) unless the marker says it is done, waiting
-// for another instance that is migrating (or that took the migration
-// over). It returns when the marker is set, or with an error.
+// unless the marker says it is done, or waits for another instance doing
+// it. It returns when the marker is set, or with an error.
 func (s *Store) migrateMovies(ctx context.Context, t *table) error {
 	if s.keys.cluster {
 		return nil // the movie layout ran on a single server only
@@ -278,9 +265,8 @@ func (m *migration) partitions(ctx context.Context) error {
 	return nil
 }
 
-// movies is step 2: SCAN passes until one finds no movie left (SCAN
-// returns every key that exists for the whole pass, so a second pass finds
-// none unless something wrote movies meanwhile).
+// movies is step 2: SCAN passes until one finds no movie left (a second
+// pass finds none unless something wrote movies meanwhile).
 func (m *migration) movies(ctx context.Context) error {
 	const maxPasses = 4
 	for range maxPasses {
@@ -423,8 +409,7 @@ func (m *migration) finish(ctx context.Context) error {
 }
 
 // step renews the lock after a step, failing when another instance took
-// it over (which then completes the migration), and runs the test hook;
-// one step at a time.
+// it over, and runs the test hook; one step at a time.
 func (m *migration) step(ctx context.Context, what string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

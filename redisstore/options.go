@@ -1,13 +1,13 @@
 package redisstore
 
 import (
+	"cmp"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-
-	"errors"
 	"net/url"
+	"strings"
 
 	"github.com/keepstate/keepstate/engine"
 	"github.com/keepstate/keepstate/internal/redact"
@@ -35,24 +35,12 @@ type options struct {
 
 // WithMode says what kind of deployment the URL names: ModeSingle (the
 // default), ModeCluster or ModeSentinel (see Mode for each URL form).
-func WithMode(m Mode) Option {
-	return func(o *options) {
-		if m != "" {
-			o.mode = m
-		}
-	}
-}
+func WithMode(m Mode) Option { return func(o *options) { o.mode = cmp.Or(m, o.mode) } }
 
 // WithPrefix puts every key of the store under prefix (for example the
 // application id followed by ":"), so several applications can share one
 // Redis database. An empty prefix means DefaultPrefix.
-func WithPrefix(prefix string) Option {
-	return func(o *options) {
-		if prefix != "" {
-			o.prefix = prefix
-		}
-	}
-}
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = cmp.Or(prefix, o.prefix) } }
 
 // WithLogger sets the logger; nil discards logs.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -63,11 +51,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // trusted.
 func WithTLSConfig(c *tls.Config) Option { return func(o *options) { o.tls = c } }
 
-// TableStream is the change stream of a table: one stream entry per
-// document an Apply writes, added in the same MULTI/EXEC as the batch (so a
-// reader of the stream never sees a write that did not happen, nor misses
-// one that did), in the batch's order. Documents a replayed batch skips
-// add no entry.
+// TableStream is the change stream of a table: one entry per document an
+// Apply writes, in the batch's order and the same MULTI/EXEC (so a reader
+// never sees a write that did not happen, nor misses one that did).
+// Documents a replayed batch skips add no entry.
 type TableStream struct {
 	// Key is the stream's key under the store's prefix: "changes" is the
 	// key "<prefix>changes". It must not start with "t:" (the tables'
@@ -82,27 +69,14 @@ type TableStream struct {
 	Fields func(engine.Doc) []any
 }
 
-// WithTableStream makes every Apply of the table named table add an entry
-// to the stream st (see TableStream); the last call for a table wins. For
-// example the movie job's table writes <prefix>rating-averages-stream,
-// the stream of averages the movie layout wrote, with
-//
-//	WithTableStream(movies.Name, TableStream{Key: movies.StreamKey,
-//		MaxLen: DefaultStreamMaxLen, Fields: movies.StreamFields})
-//
-// Table.Reset deletes the stream with the table's documents.
+// WithTableStream makes every Apply of the table named table add entries
+// to the stream st; the last call for a table wins. Table.Reset deletes
+// the stream with the table's documents.
 func WithTableStream(table string, st TableStream) Option {
-	return func(o *options) {
-		if o.streams == nil {
-			o.streams = make(map[string]TableStream)
-		}
-		o.streams[table] = st
-	}
+	return func(o *options) { o.streams[table] = st }
 }
 
-// validate checks the mode, the prefix of a cluster and the table
-// streams: each needs a key outside the tables' namespace and a Fields
-// function.
+// validate checks the mode, the prefix of a cluster and the table streams.
 func (o options) validate() error {
 	if _, err := ParseMode(string(o.mode)); err != nil {
 		return err

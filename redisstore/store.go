@@ -40,16 +40,14 @@ type Store struct {
 var ErrOldLayout = errors.New("table in an older cluster key layout")
 
 // Open connects to the Redis deployment at rawURL, read as WithMode says
-// (default ModeSingle: redis://[user:password@]host:port/db, rediss:// for
-// TLS, go-redis query options such as ?dial_timeout=2s), and checks that
-// it answers PING. When it does not, the error wraps engine.ErrUnavailable
-// and names the URL without its password. Open does not retry: the caller
-// decides whether to wait for Redis. Timeouts and command retries come
-// from the URL (dial_timeout, read_timeout, max_retries, ...); a
-// connection is dialled at most twice per attempt unless dialer_retries
-// says otherwise.
+// (default ModeSingle: redis[s]://[user:password@]host:port/db with
+// go-redis query options such as ?dial_timeout=2s), and checks that it
+// answers PING; when it does not, the error wraps engine.ErrUnavailable
+// and names the URL without its password. Open does not retry. Timeouts
+// and retries come from the URL; a connection is dialled at most twice
+// per attempt unless dialer_retries says otherwise.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
-	o := options{prefix: DefaultPrefix, mode: ModeSingle}
+	o := options{prefix: DefaultPrefix, mode: ModeSingle, streams: map[string]TableStream{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -95,12 +93,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// RouteClientLogs sends the go-redis client's own log lines (for example
-// "failed to dial after 5 attempts" while Redis is down) to l at level Warn
-// with component=go-redis; a nil l discards them. Without it go-redis prints
-// them to stderr with the standard log package. go-redis has one
-// process-wide logger, so this affects every client of the process: call it
-// once, from main, before Open. Safe for concurrent use.
+// RouteClientLogs sends the go-redis client's own log lines (such as
+// "failed to dial after 5 attempts") to l at level Warn with
+// component=go-redis instead of stderr; a nil l discards them. go-redis
+// has one process-wide logger: call it once, from main, before Open. Safe
+// for concurrent use.
 func RouteClientLogs(l *slog.Logger) {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
@@ -118,14 +115,12 @@ func (c clientLog) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // transient reports whether err means Redis cannot serve the request right
-// now (so the caller should pause and retry) rather than a refusal of the
-// request itself: everything that is not an error reply of the server
-// (connection refused or reset, timeouts, a closed pool), and the replies
-// of a server that is loading, read-only, down, busy running a script, out
-// of memory or of client slots, or unable to persist writes (MISCONF: its
-// disk is full; they succeed again once it can), and a cluster's
-// redirections that outlived the client's own retries (MOVED, ASK: a slot
-// moving or a failover under way).
+// now (so the caller should pause and retry) rather than a refusal of it:
+// anything but an error reply (connection refused or reset, timeouts, a
+// closed pool), the replies of a server loading, read-only, down, running
+// a script, out of memory or client slots, or unable to persist (MISCONF:
+// a full disk), and redirections that outlived the client's retries
+// (MOVED, ASK: a slot moving or a failover under way).
 func transient(err error) bool {
 	var reply redis.Error
 	if !errors.As(err, &reply) {
@@ -155,9 +150,8 @@ func wrap(op string, err error) error {
 }
 
 // scanKeys calls fn with each page of the keys matching pattern (SCAN,
-// never KEYS). On a cluster it scans every master, one at a time per
-// master, and never calls fn concurrently; a key moving between nodes
-// during the scan may be missed or passed twice.
+// never KEYS), on a cluster of every master, never concurrently; a key
+// moving between nodes meanwhile may be missed or passed twice.
 func (s *Store) scanKeys(ctx context.Context, pattern string, count int64, fn func([]string) error) error {
 	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {

@@ -1,15 +1,13 @@
 package redisstore
 
-// The key layout and the index members are described in doc.go. A hash
-// field s or d is absent when Sources or Value is nil, so nil and empty
-// come back as they went in. Numbers are not scores: a cursor inside a run
-// of equal values must be an exclusive (value, key) bound, which a score
-// range cannot express without scanning the ties; so members sort as
-// (value, key) ascending, REV is the contract's descending order, and
-// bounds and cursors are lexicographic bounds. The hash fields 0..7 hold
-// what the scripts need to find a document's old members: the 8 bytes of
-// a number (read back from them, so -0 comes back as +0, equal as the
-// contract compares them), the string itself.
+// The key layout is in doc.go. A hash field s or d is absent when Sources
+// or Value is nil, so nil and empty come back as they went in. Index
+// values are not scores: a cursor inside a run of equal values must be an
+// exclusive (value, key) bound, which a score range cannot express without
+// scanning the ties; so members sort as (value, key) bytes and bounds and
+// cursors are lexicographic. The hash fields 0..7 hold what the scripts
+// need to find a document's old members (a number's 8 bytes, so -0 comes
+// back as +0, equal as the contract compares them).
 
 import (
 	"context"
@@ -79,18 +77,14 @@ return {1, redis.call('INCR', KEYS[2])}
 `)
 
 // OpenTable opens the table of spec, creating it when new: the spec is
-// stored in Redis, and opening the same name again with other indexes (or
-// the same ones in another order, or another TiesAscending) fails with an
-// error wrapping engine.ErrInvalid that names both. Opening the table
-// "movies" with one number index and TiesAscending (the movie job's
-// table) first migrates the movie layout found under the store's prefix
-// into it (see migrate.go): the first such open of a database written by
-// an older build takes about as long as the migration, and waits for
-// another instance that is migrating (never on a cluster). On a cluster
-// spec.Partitions must be set (engine.ErrInvalid otherwise), and a table
-// in the layout that kept it under one hash tag is refused with
-// ErrOldLayout. Tables share the store's client and are closed with it.
-// Safe for concurrent use.
+// stored in Redis, and opening the name again with other indexes (or in
+// another order, or another TiesAscending) fails with an error wrapping
+// engine.ErrInvalid that names both. Opening the movie job's table first
+// migrates the movie layout under the store's prefix into it (migrate.go;
+// never on a cluster), or waits for another instance doing it. On a
+// cluster spec.Partitions must be set (engine.ErrInvalid otherwise), and a
+// table in the one-hash-tag layout is refused with ErrOldLayout. Tables
+// share the store's client and are closed with it. Safe for concurrent use.
 func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("redisstore: open table: %w", err)
@@ -199,8 +193,7 @@ func (t *table) Claim(ctx context.Context, p int32) (int64, error) {
 }
 
 // Checkpoint returns the next changelog offset to read for partition p; ok
-// is false when the table holds no checkpoint for p. Safe for concurrent
-// use.
+// is false when there is none. Safe for concurrent use.
 func (t *table) Checkpoint(ctx context.Context, p int32) (int64, bool, error) {
 	v, err := t.s.client.Get(ctx, t.keys.checkpoint(p)).Result()
 	if errors.Is(err, redis.Nil) {
@@ -237,10 +230,9 @@ func (t *table) Get(ctx context.Context, key []byte) (engine.Doc, error) {
 }
 
 // Load returns the stored documents of keys by string(key), read in one
-// MULTI/EXEC round trip so they come from the same moment (on a cluster,
-// one per partition: a partition's documents come from the same moment);
-// keys without a document (or longer than engine.MaxKeyBytes) are absent
-// from the map. Safe for concurrent use.
+// MULTI/EXEC so they come from one moment (on a cluster, one per
+// partition); keys without a document (or longer than engine.MaxKeyBytes)
+// are absent. Safe for concurrent use.
 func (t *table) Load(ctx context.Context, keys [][]byte) (map[string]engine.Doc, error) {
 	out := make(map[string]engine.Doc, len(keys))
 	byPart := make(map[int32][][]byte, 1)
@@ -335,9 +327,6 @@ func (t *table) decode(key []byte, vals []any) (d engine.Doc, ok bool, err error
 		if d.Sources, err = decodeSources(str[2]); err != nil {
 			return d, false, err
 		}
-		if d.Sources == nil {
-			d.Sources = map[int32]int64{}
-		}
 	}
 	if has[3] {
 		d.Value = []byte(str[3])
@@ -375,9 +364,10 @@ func encodeSources(src map[int32]int64) string {
 	return string(b)
 }
 
+// decodeSources inverts encodeSources ("" is an empty map).
 func decodeSources(s string) (map[int32]int64, error) {
 	if s == "" {
-		return nil, nil
+		return map[int32]int64{}, nil
 	}
 	out := make(map[int32]int64, strings.Count(s, ",")+1)
 	for item := range strings.SplitSeq(s, ",") {
@@ -399,9 +389,8 @@ func (s *Store) NeedsPartitions() bool { return s.keys.cluster }
 
 // RemoveOldLayout deletes, on a cluster, the keys that the layout keeping
 // a whole table under one hash tag ("{<prefix>t:<table>}:...") left for
-// the table called name, and reports whether there were any. OpenTable
-// refuses a table while they exist. On a single server or a Sentinel
-// master it does nothing.
+// the table called name, and reports whether there were any. Elsewhere it
+// does nothing.
 func (s *Store) RemoveOldLayout(ctx context.Context, name string) (bool, error) {
 	if !s.keys.cluster {
 		return false, nil

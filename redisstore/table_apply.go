@@ -5,10 +5,9 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"strconv"
-
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 

@@ -10,10 +10,8 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// keys builds the key names of one store: every key starts with its
-// prefix (see the package doc; the movie layout the migration reads is in
-// migrate.go). On a cluster each partition of a table has a hash
-// tag of its own, so that its keys share a slot.
+// keys builds the key names of one store, all under its prefix (see the
+// package doc); on a cluster each partition of a table has a hash tag.
 type keys struct {
 	prefix  string
 	cluster bool
@@ -31,11 +29,10 @@ func (k keys) pattern() string {
 	return b.String() + "*"
 }
 
-// tableKeys builds the key names of one table (see doc.go for the
-// layout). Table names are [a-z][a-z0-9_-]* and index names [a-z][a-z0-9_]*,
-// so neither contains ':' or a SCAN pattern character. On a single server
-// the partition p passed to a builder only names the partition's own keys;
-// on a cluster it chooses the hash tag of every key.
+// tableKeys builds the key names of one table (doc.go). Table and index
+// names hold no ':' nor SCAN pattern character. The partition p passed to
+// a builder names the partition's own keys, and on a cluster chooses the
+// hash tag of every key.
 type tableKeys struct {
 	root    string // "<prefix>t:<table>:", on a cluster "{<prefix>t:<table>:"
 	cluster bool
@@ -77,10 +74,9 @@ func (k tableKeys) where(p int32) string {
 	return " (hash slot of " + strings.TrimSuffix(k.base(p), ":") + ")"
 }
 
-// stream is the key of the table's change stream named key (for partition
-// p): under the prefix on a single server or Sentinel master, one per
-// partition under the partition's hash tag on a cluster (it is written in
-// the same MULTI/EXEC as the partition).
+// stream is the key of the table's change stream named key: under the
+// prefix, or on a cluster one per partition p under its hash tag (it is
+// written in the same MULTI/EXEC as the partition).
 func (k tableKeys) stream(prefix string, p int32, key string) string {
 	if k.cluster {
 		return k.base(p) + "stream:" + key
@@ -88,8 +84,8 @@ func (k tableKeys) stream(prefix string, p int32, key string) string {
 	return prefix + key
 }
 
-// spec is the key of the table's spec: one per table on a single server,
-// one per partition on a cluster (where a claim checks it in its slot).
+// spec is the key of the table's spec (on a cluster one per partition,
+// where a claim checks it in its slot).
 func (k tableKeys) spec(p int32) string { return k.base(p) + "spec" }
 
 // migrated marks a table that the movie layout was migrated into (or
@@ -102,8 +98,8 @@ func (k tableKeys) migrating() string { return k.root + "migrating" }
 func (k tableKeys) docPrefix(p int32) string       { return k.base(p) + "d:" }
 func (k tableKeys) doc(p int32, key []byte) string { return k.docPrefix(p) + hex.EncodeToString(key) }
 
-// index is the sorted set of the index called name: one per table on a
-// single server, one per partition on a cluster.
+// index is the sorted set of the index called name (on a cluster one per
+// partition).
 func (k tableKeys) index(p int32, name string) string { return k.base(p) + "i:" + name }
 
 func (k tableKeys) partition(p int32, what string) string {
@@ -135,9 +131,8 @@ func (k tableKeys) kept(key string) bool {
 func (k tableKeys) pattern() string { return keys{prefix: k.root}.pattern() }
 
 // numberPrefix is the 8-byte member prefix of a number index value: the
-// float's bits made order-preserving (big-endian, sign bit flipped for
-// positive numbers, every bit flipped for negative ones), with -0 folded
-// into +0 so that the two compare equal as the contract says.
+// float's bits made order-preserving (sign bit flipped for positive
+// numbers, every bit for negative ones), big-endian, -0 folded into +0.
 func numberPrefix(v float64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), orderedBits(v))
 }
@@ -167,9 +162,8 @@ func decodeNumberPrefix(b []byte) (float64, bool) {
 	return math.Float64frombits(u), true
 }
 
-// storedIndex is the hash field value of an index: what the Lua scripts
-// need to rebuild the document's member (the member's value part without
-// the string separator, which the scripts add).
+// storedIndex is the hash field value of an index: the member's value
+// part without the string separator (which the scripts add).
 func storedIndex(v engine.IndexValue, kind engine.IndexKind) string {
 	if kind == engine.IndexNumber {
 		return string(numberPrefix(v.Num))
@@ -177,10 +171,9 @@ func storedIndex(v engine.IndexValue, kind engine.IndexKind) string {
 	return v.Str
 }
 
-// indexMember is the index member of key for a storedIndex value: the 8
-// order-preserving bytes of a number, or a string followed by its 0x00
-// separator, then the key; so the byte order of members (ZRANGE BYLEX) is
-// (value, key) ascending.
+// indexMember is the index member of key for a storedIndex value: a
+// number's 8 bytes, or a string and 0x00, then the key; so the byte order
+// of members (ZRANGE BYLEX) is (value, key) ascending.
 func indexMember(stored string, kind engine.IndexKind, key string) string {
 	if kind == engine.IndexNumber {
 		return stored + key
@@ -208,8 +201,8 @@ func tighter(a, b string, upper bool) string {
 }
 
 // cutNUL returns s up to its first 0x00 byte and whether it had one.
-// Stored string values never contain 0x00, so a bound or cursor value s+"\x00"+rest
-// selects the same documents as one just above s.
+// Stored strings never contain 0x00, so a bound or cursor value
+// s+"\x00"+rest selects the same documents as one just above s.
 func cutNUL(s string) (string, bool) {
 	s, _, cut := strings.Cut(s, "\x00")
 	return s, cut
@@ -241,9 +234,8 @@ func upperBound(v engine.IndexValue, kind engine.IndexKind) string {
 // bound for an ascending query, an upper one for a descending query.
 func afterBound(c engine.IndexCursor, kind engine.IndexKind) string {
 	if s, cut := cutNUL(c.Value.Str); kind == engine.IndexString && cut {
-		// No stored value equals c's: after it (ascending) are the values
-		// > s, before it (descending) the values <= s. No member equals
-		// s+"\x01" (members hold a 0x00), so the bound's inclusiveness
+		// No stored value equals c's: after it are the values > s (or,
+		// descending, <= s). No member equals s+"\x01", so inclusiveness
 		// does not matter.
 		return "(" + s + "\x01"
 	}

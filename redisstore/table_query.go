@@ -12,10 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// luaReadDocs is the Lua helper of the query scripts: it reads the
-// documents of index members and returns, for each, its key then the
-// values of the hash fields ARGV[8..], flattened. kind is "n" (members are
-// 8 bytes then the key) or "s" (value, 0x00, key).
+// luaReadDocs reads the documents of index members and returns, for each,
+// its key then the values of the hash fields ARGV[8..], flattened. kind is
+// "n" (members are 8 bytes then the key) or "s" (value, 0x00, key).
 const luaReadDocs = luaHex + `
 local function readDocs(members, kind, prefix)
   local fields = {}
@@ -98,16 +97,13 @@ end
 return readDocs(members, ARGV[5], ARGV[4])
 `)
 
-// Query answers q from the index's sorted set: one ZRANGE BYLEX (REV for a
-// descending query) of at most q.Limit members and one hash read per
-// member, in one read-only script, so a page costs O(log N + Limit) and
-// never mixes two batches. Bounds and the cursor become lexicographic
-// bounds of the members (see table.go). A descending query of a
-// TiesAscending table walks value groups instead (tableTiesScript): at
-// most 2*Limit ranges. An unknown index or a bad bound is an error
-// wrapping engine.ErrInvalid; no match is an empty page. On a cluster
-// every partition's index is read concurrently and the pages merged. Safe
-// for concurrent use.
+// Query answers q from the index's sorted set: one ZRANGE BYLEX (REV when
+// descending) of at most q.Limit members and their hashes, in one
+// read-only script, so a page costs O(log N + Limit) and never mixes two
+// batches. A descending query of a TiesAscending table walks value groups
+// instead (tableTiesScript). On a cluster every partition's index is read
+// concurrently and the pages merged. An unknown index or a bad bound is an
+// error wrapping engine.ErrInvalid. Safe for concurrent use.
 func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
 	pos, kind, err := q.Validate(t.spec)
 	if err != nil {
@@ -213,12 +209,11 @@ func (t *table) queryPartition(ctx context.Context, script *redis.Script, p int3
 const scanChunk = 1000
 
 // ScanPartition calls fn for each document of partition p in unspecified
-// order, stopping at the first error fn returns, which it returns as is.
-// It walks the partition's members set (SSCAN, documents read in pipelined
-// chunks) rather than SCANning the key space: a scan then costs the
-// partition's size, not the whole database's. Documents written or deleted
-// during the scan may or may not be seen; each key is passed at most once.
-// Safe for concurrent use.
+// order, stopping at (and returning) fn's first error. It walks the
+// partition's members set (SSCAN, pipelined reads), so it costs the
+// partition's size, not the database's. Documents written or deleted
+// meanwhile may or may not be seen; each key is passed at most once. Safe
+// for concurrent use.
 func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
 	seen := make(map[string]bool)
 	op := fmt.Sprintf("scan partition %d", p)
@@ -249,11 +244,10 @@ func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) 
 }
 
 // Reset deletes every document, index and checkpoint of the table, and
-// its stream (WithTableStream) if it has one, with SCAN and UNLINK of its
-// keys (never KEYS). It keeps its partitions' epochs (so an old writer
-// that is still alive stays fenced), its spec (the table stays open) and
-// its migration marker (see migrate.go). Writes running concurrently may
-// survive it. Other tables are untouched. Safe for concurrent use.
+// its stream, with SCAN and UNLINK (never KEYS). It keeps the epochs (so
+// an old writer still alive stays fenced), the spec (the table stays open)
+// and the migration marker. Concurrent writes may survive it. Safe for
+// concurrent use.
 func (t *table) Reset(ctx context.Context) error {
 	t.s.written.forget(t.keys.root)
 	deleted := 0
