@@ -28,15 +28,11 @@
 //
 // # Writes
 //
-// A batch is one optimistic transaction (see runBatch): WATCH on the
-// partition's epoch, checkpoint and batch token, a pipelined read of the
-// stored versions and index values, the checks in Go, then MULTI/EXEC of
-// every write, stream entries included. Readers never see a part of a
-// batch, a refused batch writes nothing, and a claim between the read and
-// EXEC makes EXEC write nothing. Claim and DropPartition are scripts. The
-// scripts and transactions name keys of one partition (and the table's
-// indexes), so on a Redis Cluster each partition's keys carry a hash tag
-// of their own (below).
+// A batch is one optimistic transaction (see runBatch): readers never see
+// a part of it, a refused batch writes nothing, and a claim before its
+// EXEC makes EXEC write nothing. Claim and DropPartition are scripts.
+// Scripts and transactions name keys of one partition (and the table's
+// indexes), so on a Redis Cluster each partition has a hash tag (below).
 //
 // A batch that finds, under its own epoch, another batch token than the
 // last one this Store wrote (or sent without learning the outcome) is
@@ -80,11 +76,9 @@
 //
 // # Change stream
 //
-// WithTableStream gives a table a stream, <prefix><Key> (on a cluster one
-// per partition, T stream:<Key>) that receives one entry per document an
-// Apply writes, in the batch's order and in the same MULTI/EXEC, trimmed
-// to about MaxLen entries. The movie job's table writes
-// <prefix>rating-averages-stream with the fields movieId, avg and count.
+// WithTableStream gives a table a stream, <prefix><Key> (on a cluster T
+// stream:<Key>), with one entry per document an Apply writes. The movie
+// job's table writes <prefix>rating-averages-stream (movieId, avg, count).
 //
 // # Migration of the movie layout
 //
@@ -106,8 +100,7 @@
 //
 // # Errors
 //
-// Transport errors (connection refused or reset, timeouts, a loading or
-// read-only server, one out of memory, a cluster that is down or moving a
-// slot) are wrapped with engine.ErrUnavailable; the go-redis client
-// reconnects by itself, so the store works again once Redis is back.
+// Transport errors and a server that cannot serve now (see transient) are
+// wrapped with engine.ErrUnavailable; the go-redis client reconnects by
+// itself, so the store works again once Redis is back.
 package redisstore

@@ -40,7 +40,9 @@ func WithMode(m Mode) Option { return func(o *options) { o.mode = cmp.Or(m, o.mo
 // WithPrefix puts every key of the store under prefix (for example the
 // application id followed by ":"), so several applications can share one
 // Redis database. An empty prefix means DefaultPrefix.
-func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = cmp.Or(prefix, o.prefix) } }
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = cmp.Or(prefix, o.prefix) }
+}
 
 // WithLogger sets the logger; nil discards logs.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }

@@ -97,13 +97,12 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 	if err != nil {
 		return nil, wrap("open table "+spec.Name, err)
 	}
-	if err := t.sameSpec(stored); err != nil {
-		return nil, err
+	err = t.sameSpec(stored)
+	if err == nil && isMovieSpec(spec) {
+		err = s.migrateMovies(ctx, t)
 	}
-	if isMovieSpec(spec) {
-		if err := s.migrateMovies(ctx, t); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 	s.log.Debug("table open", "table", spec.Name, "indexes", t.specV)
 	return t, nil
@@ -404,13 +403,11 @@ func (s *Store) RemoveOldLayout(ctx context.Context, name string) (bool, error) 
 		removed += int(n)
 		return err
 	})
-	if err != nil {
+	if err != nil || removed == 0 {
 		return false, wrap("table "+name+": remove the old cluster layout", err)
 	}
-	if removed > 0 {
-		s.log.Info("old cluster layout removed", "table", name, "keys", removed)
-	}
-	return removed > 0, nil
+	s.log.Info("old cluster layout removed", "table", name, "keys", removed)
+	return true, nil
 }
 
 // checkLayout refuses, on a cluster, a table whose partition count is

@@ -10,9 +10,8 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// Store is an in-memory engine.Tables: its tables (OpenTable) live as long
-// as the Store. It is safe for concurrent use. The zero value is not
-// usable; call New.
+// Store is an in-memory engine.Tables whose tables live as long as it
+// does. It is safe for concurrent use; call New to make one.
 type Store struct {
 	local  bool
 	mu     sync.Mutex
@@ -31,10 +30,8 @@ var (
 // Option configures a Store.
 type Option func(*Store)
 
-// Local makes the store's tables report themselves as InstanceLocal (the
-// engine then drops a partition's documents some time after the partition
-// moved away, as it does for docstore). By default a Store behaves like a
-// shared store.
+// Local makes the store's tables report themselves as InstanceLocal, as
+// docstore's do; by default a Store behaves like a shared store.
 func Local() Option { return func(s *Store) { s.local = true } }
 
 // New returns an empty store.
@@ -52,12 +49,9 @@ func (s *Store) InstanceLocal() bool { return s.local }
 // Close does nothing: the tables stay readable.
 func (s *Store) Close() error { return nil }
 
-// OpenTable returns the in-memory table of spec, creating it empty on the
-// first call for spec.Name. Opening the name again returns the same table
-// when spec has the same indexes in the same order and the same
-// TiesAscending, and fails with an error wrapping engine.ErrInvalid
-// otherwise; an invalid spec fails the same way. The table lives as long
-// as the Store and is safe for concurrent use.
+// OpenTable returns the table of spec, created empty on the first call for
+// spec.Name. Opening the name again with other indexes (or order) or
+// TiesAscending, or an invalid spec, fails with engine.ErrInvalid.
 func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("open table: %w", err)
@@ -135,12 +129,11 @@ func (t *table) Load(_ context.Context, keys [][]byte) (map[string]engine.Doc, e
 	return out, nil
 }
 
-// Apply writes copies of b's documents and its checkpoint atomically. It
-// fails with engine.ErrInvalid when a document fails Doc.Validate or
-// belongs to another partition, and with engine.ErrFenced when b.Epoch is
-// not p's current claim or (unless b.Replay) a document's version is not
-// newer than the stored one; a replay skips such documents. Nothing is
-// written when it fails.
+// Apply writes copies of b's documents and its checkpoint atomically, or
+// nothing when it fails: with engine.ErrInvalid for an invalid document or
+// one of another partition, with engine.ErrFenced when b.Epoch is not the
+// current claim or (unless b.Replay, which skips it) a document is not
+// newer than the stored one.
 func (t *table) Apply(_ context.Context, b engine.DocBatch) error {
 	for i, d := range b.Docs {
 		if err := d.Validate(t.spec); err != nil {
@@ -206,8 +199,7 @@ func (t *table) Get(_ context.Context, key []byte) (engine.Doc, error) {
 }
 
 // Query scans every document and returns copies of the page q selects, in
-// the order of TableSpec.Before; Next is set when the page is full. An
-// invalid query fails with engine.ErrInvalid.
+// the order of TableSpec.Before; Next is set when the page is full.
 func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
 	return t.QueryFiltered(ctx, q, nil)
 }
@@ -250,8 +242,7 @@ func (t *table) snapshot(keep func(engine.Doc) bool) []engine.Doc {
 }
 
 // ScanPartition calls fn with a copy of each document of partition p, in
-// key order, stopping at fn's first error. It reads a snapshot, so fn may
-// call the table.
+// key order, until fn fails; fn may call the table (it reads a snapshot).
 func (t *table) ScanPartition(_ context.Context, p int32, fn func(engine.Doc) error) error {
 	docs := t.snapshot(func(d engine.Doc) bool { return d.Partition == p })
 	slices.SortFunc(docs, func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
@@ -263,9 +254,8 @@ func (t *table) ScanPartition(_ context.Context, p int32, fn func(engine.Doc) er
 	return nil
 }
 
-// Reset deletes every document and checkpoint of the table and keeps its
-// epochs, so a writer from before the reset stays fenced once the
-// partition is claimed again.
+// Reset deletes every document and checkpoint and keeps the epochs, so a
+// writer from before the reset stays fenced.
 func (t *table) Reset(context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
