@@ -279,36 +279,21 @@ func (m *migration) movies(ctx context.Context) error {
 		m.old.movies(), maxPasses)
 }
 
-// pass scans the movie hashes once, moving the pages on migrateWorkers
-// connections at once (so that the client's work on one chunk overlaps
-// Redis's on another), and returns how many it found.
+// pass scans the movie hashes once, moving the pages on up to
+// migrateWorkers connections at once (so that the client's work on one
+// chunk overlaps Redis's on another), and returns how many it found.
 func (m *migration) pass(ctx context.Context) (int, error) {
 	g, gctx := errgroup.WithContext(ctx)
-	pages := make(chan []string, migrateWorkers)
+	g.SetLimit(migrateWorkers)
 	found := 0
-	g.Go(func() error {
-		defer close(pages)
-		return m.scan(gctx, m.old.movies(), func(page []string) error {
-			found += len(page)
-			select {
-			case pages <- page:
-				return nil
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-		})
+	err := m.scan(gctx, m.old.movies(), func(page []string) error {
+		found += len(page)
+		g.Go(func() error { return m.moveChunk(gctx, page) })
+		return gctx.Err() // a move failed
 	})
-	for range migrateWorkers {
-		g.Go(func() error {
-			for page := range pages {
-				if err := m.moveChunk(gctx, page); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	if werr := g.Wait(); werr != nil {
+		return found, werr
 	}
-	err := g.Wait()
 	return found, err
 }
 

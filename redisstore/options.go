@@ -100,8 +100,7 @@ func (o options) validate() error {
 	return nil
 }
 
-// Mode says what kind of Redis deployment a URL names, and so how Open
-// reads it (WithMode).
+// Mode says what kind of Redis deployment a URL names (WithMode).
 type Mode string
 
 // The modes of WithMode. Each reads the URL with go-redis's own parser;
@@ -112,8 +111,7 @@ const (
 	ModeSingle Mode = "single"
 	// ModeCluster is a Redis Cluster reached through any of its nodes:
 	// redis[s]://[user:password@]host1:port1?addr=host2:port2&addr=host3:port3
-	// (redis.ParseClusterURL). Each table lives in one hash slot (see the
-	// package doc).
+	// (redis.ParseClusterURL).
 	ModeCluster Mode = "cluster"
 	// ModeSentinel is a master found through its Sentinels:
 	// redis[s]://[user:password@]sentinel1:port1?addr=sentinel2:port2&master_name=mymaster

@@ -407,29 +407,26 @@ const maxUnknown = 16
 func (l *writeLog) lost(b *batchTx, stored string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.m[b.tokenKey]
-	if t == nil || t.epoch != b.Epoch {
-		if l.m == nil {
-			l.m = make(map[string]*tokens)
-		}
-		l.m[b.tokenKey] = &tokens{epoch: b.Epoch, maybe: []string{stored}}
-		return false
+	if t := l.m[b.tokenKey]; t != nil && t.epoch == b.Epoch {
+		return !slices.Contains(t.maybe, stored)
 	}
-	return !slices.Contains(t.maybe, stored)
+	if l.m == nil {
+		l.m = make(map[string]*tokens)
+	}
+	l.m[b.tokenKey] = &tokens{epoch: b.Epoch, maybe: []string{stored}}
+	return false
 }
 
 // sending records that b's EXEC is about to be sent (after lost).
 func (l *writeLog) sending(b *batchTx) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.m[b.tokenKey]
-	if t == nil || t.epoch != b.Epoch {
-		return
+	if t := l.m[b.tokenKey]; t != nil && t.epoch == b.Epoch {
+		if len(t.maybe) > maxUnknown {
+			t.maybe = slices.Delete(t.maybe, 1, 2) // the oldest unknown
+		}
+		t.maybe = append(t.maybe, b.token)
 	}
-	if len(t.maybe) > maxUnknown {
-		t.maybe = append(t.maybe[:1], t.maybe[2:]...)
-	}
-	t.maybe = append(t.maybe, b.token)
 }
 
 // applied records that b's EXEC succeeded: its token is the one stored.
