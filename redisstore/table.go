@@ -110,8 +110,8 @@ func (s *Store) OpenTable(ctx context.Context, spec engine.TableSpec) (engine.Ta
 
 func newTable(s *Store, spec engine.TableSpec) *table {
 	spec.Indexes = slices.Clone(spec.Indexes)
-	t := &table{s: s, spec: spec, keys: s.keys.table(spec.Name)}
-	t.fields = []string{fieldPartition, fieldVersion, fieldSources, fieldValue}
+	t := &table{s: s, spec: spec, keys: s.keys.table(spec.Name),
+		fields: []string{fieldPartition, fieldVersion, fieldSources, fieldValue}}
 	parts := make([]string, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
 		parts[i] = ix.Name + ":" + ix.Kind.String()

@@ -17,17 +17,11 @@ type keys struct {
 	cluster bool
 }
 
+// globEscaper escapes the SCAN MATCH pattern characters.
+var globEscaper = strings.NewReplacer("*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`, `\`, `\\`)
+
 // pattern is a SCAN MATCH pattern for every key of the store.
-func (k keys) pattern() string {
-	var b strings.Builder
-	for _, r := range k.prefix {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String() + "*"
-}
+func (k keys) pattern() string { return globEscaper.Replace(k.prefix) + "*" }
 
 // tableKeys builds the key names of one table (doc.go). Table and index
 // names hold no ':' nor SCAN pattern character. The partition p passed to
