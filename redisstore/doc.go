@@ -7,8 +7,7 @@
 //
 // Every key lives under a prefix (WithPrefix, default "keepstate:"); on a
 // single server or a Sentinel master a table's keys are under
-// "<prefix>t:<table>:" (K below; on a cluster see Deployments), each table
-// with its own epochs and checkpoints:
+// "<prefix>t:<table>:" (K below; on a cluster see Deployments):
 //
 //	K spec                     string: "1|<index>:<kind>,..." — the declared indexes, in
 //	                           order, then ";ties-ascending" when the spec sets TiesAscending
@@ -22,24 +21,18 @@
 //	K migrated, K migrating    strings: the movie table's migration marker and lock
 //	<prefix><stream key>       stream: a table's change stream (WithTableStream)
 //
-// Document keys are hex in key names and raw in set and sorted set
-// members. An index is one sorted set ordered by member bytes (ZRANGE
-// BYLEX): 8 order-preserving bytes of a number, or a string and 0x00,
-// then the document key; a page of a query is one range and its hash
-// reads in one read-only script (see table.go).
+// An index is one sorted set ordered by member bytes (ZRANGE BYLEX): 8
+// order-preserving bytes of a number, or a string and 0x00, then the
+// document key; a page of a query is one range and its hash reads in one
+// read-only script (see table.go).
 //
 // # Writes
 //
-// A batch is one optimistic transaction (see runBatch): WATCH on the
-// partition's epoch, checkpoint and batch token, a pipelined read of the
-// stored versions and index values, the checks in Go, then MULTI/EXEC of
-// every write, stream entries included. Readers never see a part of a
-// batch, a refused batch writes nothing, and a claim between the read and
-// EXEC makes EXEC write nothing. Claim and DropPartition are scripts. The
-// scripts and transactions name keys of one partition (and the table's
-// indexes), so those must live on one node: on a single server or a
-// Sentinel master they do, and on a Redis Cluster each partition's keys
-// carry a hash tag of their own (below).
+// A batch is one optimistic transaction (see runBatch): readers never see
+// a part of it, a refused batch writes nothing, and a claim before its
+// EXEC makes EXEC write nothing. Claim and DropPartition are scripts.
+// Scripts and transactions name keys of one partition (and the table's
+// indexes), so on a Redis Cluster each partition has a hash tag (below).
 //
 // A batch that finds, under its own epoch, another batch token than the
 // last one this Store wrote (or sent without learning the outcome) is
@@ -47,19 +40,17 @@
 // failover to a replica that lacked them, a restart from a file that had
 // not persisted them) and its checkpoint with them, so the engine claims
 // the partition again and replays the changelog from there instead of
-// writing on top of the hole (see lostwrites.go).
+// writing on top of the hole (see writeLog).
 //
 // # Deployments
 //
-// WithMode chooses how Open reads its URL (go-redis's ParseURL,
-// ParseClusterURL or ParseFailoverURL) and which client it builds: one
+// WithMode chooses how Open reads its URL and which client it builds: one
 // server (ModeSingle), a Redis Cluster (ModeCluster) or a master found
-// through Sentinels (ModeSentinel). Every table operation goes through
-// redis.UniversalClient, so one code path serves the three.
-//
-// On a cluster a table's keys carry one hash tag per partition p, T =
-// "{<prefix>t:<table>:<p>}:", and the table keeps everything one Apply
-// touches in that slot:
+// through Sentinels (ModeSentinel); every table operation goes through
+// redis.UniversalClient. On a cluster a table's keys carry one hash tag
+// per partition p, T = "{<prefix>t:<table>:<p>}:", so that everything one
+// Apply touches is in one slot and a table's partitions spread over the
+// masters:
 //
 //	T spec            the spec (as K spec), one copy per partition; Claim checks it
 //	T d:<hex of key>  hash: a document of partition p (as K d:)
@@ -70,33 +61,24 @@
 //	T batch           string: token of the last batch applied to p
 //	T stream:<Key>    stream: partition p's share of the change stream
 //
-// So the partitions of one table (and different tables and prefixes)
-// spread over the masters. Get and Load find a document's partition by
-// engine.PartitionFor over engine.TableSpec.Partitions, so OpenTable
-// refuses a table without Partitions (engine.ErrInvalid) and Apply a
-// document whose key hashes to another partition. Load reads each partition's documents in one
-// MULTI/EXEC. A query page runs the page script on every partition's
-// index (at most Limit members each, concurrently) and merges the pages in
-// the query's order (engine.TableSpec.Before, which honours
-// TiesAscending); cursors are the same (value, key) pairs. Reset SCANs
-// every master. A table left by the layout that kept a whole table under
-// one tag, "{<prefix>t:<table>}:...", is refused (ErrOldLayout) until
-// RemoveOldLayout (keepstate reset) deletes it.
-//
-// go-redis follows MOVED and ASK redirections and reloads the slot map
-// after a failover; what outlives its retries (a master being replaced, a
-// slot being migrated, CLUSTERDOWN, TRYAGAIN) is engine.ErrUnavailable, so
-// the partition waits and retries. The movie layout migration never runs
-// on a cluster (that layout ran on single servers only).
+// Get and Load find a document's partition by engine.PartitionFor over
+// engine.TableSpec.Partitions, so OpenTable refuses a table without
+// Partitions (engine.ErrInvalid) and Apply a document whose key hashes to
+// another partition. A query page runs the page script on every
+// partition's index concurrently and merges the pages in the query's
+// order (engine.TableSpec.Before); Reset SCANs every master. A table left
+// by the layout that kept a whole table under one tag,
+// "{<prefix>t:<table>}:...", is refused (ErrOldLayout) until
+// RemoveOldLayout (keepstate reset) deletes it. What outlives go-redis's
+// own redirections and retries (a master being replaced, a slot being
+// migrated, CLUSTERDOWN, TRYAGAIN) is engine.ErrUnavailable, so the
+// partition waits and retries.
 //
 // # Change stream
 //
-// WithTableStream gives a table a stream, <prefix><Key> (on a cluster one
-// per partition, T stream:<Key>, in its partition's order) that receives
-// one entry per document an Apply writes, in the batch's order and in the
-// same MULTI/EXEC, each stream trimmed to about MaxLen entries. The movie
-// job's table writes <prefix>rating-averages-stream with the fields
-// movieId, avg and count.
+// WithTableStream gives a table a stream, <prefix><Key> (on a cluster T
+// stream:<Key>), with one entry per document an Apply writes. The movie
+// job's table writes <prefix>rating-averages-stream (movieId, avg, count).
 //
 // # Migration of the movie layout
 //
@@ -112,17 +94,13 @@
 //	<prefix>rating-averages-stream       stream: movieId avg count of every new average
 //
 // OpenTable of the table "movies" with the movie job's spec converts
-// whatever that layout left into the table before returning, once per
-// prefix (see migrate.go for the steps): every movie becomes a document
-// (key: the id as 8 bytes big-endian; value: the count and the sum's bits,
-// 8 bytes big-endian each; index: the average). Every instance of the old
-// version must be stopped first.
+// whatever that layout left into the table first, once per prefix and
+// never on a cluster (see migrate.go). Every instance of the old version
+// must be stopped first.
 //
 // # Errors
 //
-// Transport errors (connection refused or reset, timeouts, a loading or
-// read-only server, one out of memory, a cluster that is down or moving a
-// slot) are wrapped with engine.ErrUnavailable; the go-redis client
-// reconnects by itself, so the store works again once Redis is back
-// without being reopened.
+// Transport errors and a server that cannot serve now (see transient) are
+// wrapped with engine.ErrUnavailable; the go-redis client reconnects by
+// itself, so the store works again once Redis is back.
 package redisstore

@@ -1,46 +1,37 @@
 package redisstore
 
-// Migration of the movie layout (its keys are in doc.go) into the table
-// "movies".
+// Migration of the movie layout (doc.go) into the table "movies", in three
+// steps, each atomic and idempotent, so that a crash anywhere leaves a
+// state the next open completes:
 //
-// Opening the table "movies" with the movie job's spec (one number index,
-// ties ascending) converts, under the same prefix, whatever the movie
-// layout left there, before the table serves anything:
+//  1. Per partition, one script moves the epoch (the table's becomes the
+//     larger of the two, so the next claim is above every earlier one),
+//     the checkpoint and the token (unless the table has its own) and
+//     deletes the old keys, so a writer holding an old epoch is refused.
+//  2. Chunks of movie hashes (SCAN <prefix>movie:*) are moved by one script
+//     each: a movie whose hash still holds the version read becomes a
+//     document (unless the table holds a newer one) and its hash goes.
+//  3. The old members sets and by-avg go; the marker K migrated is set.
 //
-//  1. Each partition's epoch, checkpoint and batch token move to the
-//     table's keys, in one atomic script per partition: the table's epoch
-//     becomes the larger of the two (so the next claim returns an epoch
-//     above every one claimed before), the checkpoint and token are copied
-//     unless the table has its own. The old keys go, so a writer still
-//     holding an old epoch is refused (its epoch no longer matches).
-//  2. The movie hashes are read in chunks (SCAN of <prefix>movie:*) and
-//     each chunk is moved by one atomic script: per movie, when its hash
-//     still holds the version read, the table document is written (unless
-//     the table holds a newer one), indexed and added to its partition's
-//     members, and the hash goes.
-//  3. The old members sets and the by-avg set are deleted, and the marker
-//     K migrated records that the prefix holds no movie layout any more.
-//
-// Every step is atomic and idempotent, so a crash anywhere leaves a state
-// that the next open completes. One instance migrates at a time, holding
-// the lock K migrating (a random token, renewed after every chunk); the
-// others poll until the marker appears, or take the lock over once it
-// expires and carry on. Two instances running the steps at once (a lock
-// that expired under a stalled one) still agree: a movie is moved by
-// exactly one script. The stream <prefix>rating-averages-stream is left
-// as it is: the table's stream (WithTableStream) continues it.
-//
-// A writer of the old build that claims a partition again after step 1
-// writes the movie layout again, which nothing migrates: stop every
-// instance of the old build before the first open.
+// One instance migrates at a time, holding the lock K migrating (renewed
+// after every step); the others poll for the marker or take an expired
+// lock over. Two instances running at once still agree: a movie is moved
+// by exactly one script. The stream is left as it is (the table's stream
+// continues it). An old-build writer claiming a partition after step 1
+// writes the movie layout again, which nothing migrates: stop every old
+// instance before the first open.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,9 +43,8 @@ import (
 // MovieTableName is the table the movie layout migrates into.
 const MovieTableName = "movies"
 
-// Defaults of the migration: the lock's lifetime (renewed after every
-// chunk), how often a waiting instance looks for the marker, and the
-// movies moved per script.
+// The lock's lifetime, how often a waiting instance looks for the marker,
+// the movies moved per script and the connections moving them.
 const (
 	migrateLockTTL = 30 * time.Second
 	migratePoll    = 100 * time.Millisecond
@@ -66,9 +56,9 @@ const (
 // another instance; the other instance completes it while this one waits.
 var errLockLost = errors.New("migration lock lost")
 
-// migrateMetaLua moves one partition's epoch, checkpoint and batch token.
-// KEYS: 1..3 old epoch, checkpoint, token; 4..6 the table's. Reply: 1.
-const migrateMetaLua = `
+// migrateMetaScript moves one partition's epoch, checkpoint and batch
+// token. KEYS: 1..3 old epoch, checkpoint, token; 4..6 the table's.
+var migrateMetaScript = redis.NewScript(`
 local e = redis.call('GET', KEYS[1])
 if e then
   local cur = redis.call('GET', KEYS[4])
@@ -80,18 +70,15 @@ for i = 2, 3 do
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
-`
+`)
 
-// migrateMoviesLua moves a chunk of movies, each when its hash still holds
-// the version read: the table document is written unless the table holds
-// a newer one, and the movie's hash goes. (Its by-avg member and old
-// membership stay until step 3 deletes those sets whole: nothing reads
-// them any more, and removing a million members one by one would double
-// the migration's time.) KEYS: 1 the table's avg index. ARGV: per movie,
-// 9 values: movie key, version, table document key, table members set,
-// raw key, partition, sources ("" for none), value, index field. Reply:
-// movies moved.
-const migrateMoviesLua = `
+// migrateMoviesScript moves a chunk of movies (step 2). Their by-avg
+// members and old memberships stay until step 3 deletes those sets whole:
+// removing a million members one by one would double the time. KEYS: 1 the
+// table's avg index. ARGV: per movie, 9 values: movie key, version, table
+// document key, table members set, raw key, partition, sources (""
+// for none), value, index field. Reply: movies moved.
+var migrateMoviesScript = redis.NewScript(`
 local n = 0
 for i = 1, #ARGV, 9 do
   local mk, ver, dk, tmk, key = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -114,26 +101,20 @@ for i = 1, #ARGV, 9 do
   end
 end
 return n
-`
+`)
 
 // Lock scripts: renew the lock unless another instance holds it (taking
 // it again when it expired), release it only while holding it.
 // KEYS: 1 lock. ARGV: 1 token, 2 lifetime in ms (renew).
-const (
-	migrateRenewLua = `
+var (
+	migrateRenewScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur and cur ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
-`
-	migrateReleaseLua = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`
-)
-
-var (
-	migrateMetaScript    = redis.NewScript(migrateMetaLua)
-	migrateMoviesScript  = redis.NewScript(migrateMoviesLua)
-	migrateRenewScript   = redis.NewScript(migrateRenewLua)
-	migrateReleaseScript = redis.NewScript(migrateReleaseLua)
+`)
+	migrateReleaseScript = redis.NewScript(
+		`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 )
 
 // isMovieSpec reports whether spec is the movie job's table, the one the
@@ -142,6 +123,29 @@ func isMovieSpec(spec engine.TableSpec) bool {
 	return spec.Name == MovieTableName && spec.TiesAscending &&
 		len(spec.Indexes) == 1 && spec.Indexes[0].Kind == engine.IndexNumber
 }
+
+// legacyKeys are the key names of the movie layout (see doc.go).
+type legacyKeys struct{ prefix string }
+
+func (k legacyKeys) movies() string { return k.prefix + "movie:" }
+func (k legacyKeys) byAvg() string  { return k.prefix + "by-avg" }
+func (k legacyKeys) parts() string  { return k.prefix + "partition:" }
+func (k legacyKeys) partition(p int32, what string) string {
+	return k.parts() + formatInt(int64(p)) + ":" + what
+}
+
+// partitionOf returns the partition of a movie layout partition key
+// ("<prefix>partition:<p>:<what>").
+func (k legacyKeys) partitionOf(key string) (int32, bool) {
+	rest, ok := strings.CutPrefix(key, k.parts())
+	ps, what, cut := strings.Cut(rest, ":")
+	p, err := strconv.ParseInt(ps, 10, 32)
+	valid := slices.Contains([]string{"members", "checkpoint", "epoch", "batch"}, what)
+	return int32(p), ok && cut && err == nil && valid
+}
+
+// legacyFields are the movie hash fields the migration reads, in order.
+var legacyFields = []string{"id", "count", "sum", "partition", "version", "sources"}
 
 // migration is one run of the migration into t.
 type migration struct {
@@ -159,29 +163,18 @@ type migration struct {
 }
 
 // migrateMovies converts the movie layout under the store's prefix into t
-// (see the top of this file) unless the marker says it is done, waiting
-// for another instance that is migrating (or that took the migration
-// over). It returns when the marker is set, or with an error.
+// unless the marker says it is done, or waits for another instance doing
+// it. It returns when the marker is set, or with an error.
 func (s *Store) migrateMovies(ctx context.Context, t *table) error {
 	if s.keys.cluster {
 		return nil // the movie layout ran on a single server only
 	}
 	m := &migration{s: s, t: t, old: legacyKeys{prefix: s.keys.prefix}, lock: t.keys.migrating(),
-		ttl: migrateLockTTL, chunk: migrateChunk}
-	if s.migrateTTL > 0 {
-		m.ttl = s.migrateTTL
-	}
-	if s.migrateChunk > 0 {
-		m.chunk = s.migrateChunk
-	}
-	waiting := false
-	for {
+		ttl: cmp.Or(s.migrateTTL, migrateLockTTL), chunk: cmp.Or(s.migrateChunk, migrateChunk)}
+	for waiting := false; ; waiting = true {
 		n, err := s.client.Exists(ctx, t.keys.migrated()).Result()
-		if err != nil {
+		if err != nil || n == 1 {
 			return wrap("migrate movie layout", err)
-		}
-		if n == 1 {
-			return nil
 		}
 		m.token = rand.Text()
 		got, err := s.client.SetNX(ctx, m.lock, m.token, m.ttl).Result()
@@ -191,7 +184,8 @@ func (s *Store) migrateMovies(ctx context.Context, t *table) error {
 		if got {
 			err := m.run(ctx)
 			// A background context: release the lock even when ctx ended.
-			if rerr := migrateReleaseScript.Run(context.WithoutCancel(ctx), s.client, []string{m.lock}, m.token).Err(); rerr != nil && err == nil {
+			rerr := migrateReleaseScript.Run(context.WithoutCancel(ctx), s.client, []string{m.lock}, m.token).Err()
+			if rerr != nil && err == nil {
 				err = wrap("migrate movie layout: release lock", rerr)
 			}
 			if !errors.Is(err, errLockLost) {
@@ -201,7 +195,6 @@ func (s *Store) migrateMovies(ctx context.Context, t *table) error {
 		}
 		if !waiting {
 			s.log.Info("waiting for another instance to migrate the movie layout", "lock", m.lock)
-			waiting = true
 		}
 		select {
 		case <-ctx.Done():
@@ -214,14 +207,10 @@ func (s *Store) migrateMovies(ctx context.Context, t *table) error {
 // run performs the three steps while holding the lock.
 func (m *migration) run(ctx context.Context) error {
 	start := time.Now()
-	if err := m.partitions(ctx); err != nil {
-		return err
-	}
-	if err := m.movies(ctx); err != nil {
-		return err
-	}
-	if err := m.finish(ctx); err != nil {
-		return err
+	for _, step := range []func(context.Context) error{m.partitions, m.movies, m.finish} {
+		if err := step(ctx); err != nil {
+			return err
+		}
 	}
 	msg := "movie layout migrated"
 	if m.moved == 0 && m.parts == 0 {
@@ -232,11 +221,11 @@ func (m *migration) run(ctx context.Context) error {
 	return nil
 }
 
-// scan calls fn with each page of the keys matching pattern (the old
-// layout ran on a single server only).
-func (m *migration) scan(ctx context.Context, pattern string, fn func([]string) error) error {
+// scan calls fn with each page of the keys under prefix (the old layout
+// ran on a single server only).
+func (m *migration) scan(ctx context.Context, prefix string, fn func([]string) error) error {
 	var fnErr error
-	err := scanNode(ctx, m.s.client, pattern, int64(m.chunk), func(page []string) error {
+	err := scanNode(ctx, m.s.client, keys{prefix: prefix}.pattern(), int64(m.chunk), func(page []string) error {
 		fnErr = fn(page)
 		return fnErr
 	})
@@ -248,12 +237,10 @@ func (m *migration) scan(ctx context.Context, pattern string, fn func([]string) 
 
 // partitions is step 1.
 func (m *migration) partitions(ctx context.Context) error {
-	seen := make(map[int32]bool)
 	var parts []int32
-	err := m.scan(ctx, keys{prefix: m.old.parts()}.pattern(), func(page []string) error {
+	err := m.scan(ctx, m.old.parts(), func(page []string) error {
 		for _, k := range page {
-			if p, ok := m.old.partitionOf(k); ok && !seen[p] {
-				seen[p] = true
+			if p, ok := m.old.partitionOf(k); ok && !slices.Contains(parts, p) {
 				parts = append(parts, p)
 			}
 		}
@@ -278,9 +265,8 @@ func (m *migration) partitions(ctx context.Context) error {
 	return nil
 }
 
-// movies is step 2: SCAN passes until one finds no movie left (SCAN
-// returns every key that exists for the whole pass, so a second pass finds
-// none unless something wrote movies meanwhile).
+// movies is step 2: SCAN passes until one finds no movie left (a second
+// pass finds none unless something wrote movies meanwhile).
 func (m *migration) movies(ctx context.Context) error {
 	const maxPasses = 4
 	for range maxPasses {
@@ -293,42 +279,29 @@ func (m *migration) movies(ctx context.Context) error {
 		m.old.movies(), maxPasses)
 }
 
-// pass scans the movie hashes once, moving the pages on migrateWorkers
-// connections at once (so that the client's work on one chunk overlaps
-// Redis's on another), and returns how many it found.
+// pass scans the movie hashes once, moving the pages on up to
+// migrateWorkers connections at once (so that the client's work on one
+// chunk overlaps Redis's on another), and returns how many it found.
 func (m *migration) pass(ctx context.Context) (int, error) {
 	g, gctx := errgroup.WithContext(ctx)
-	pages := make(chan []string, migrateWorkers)
+	g.SetLimit(migrateWorkers)
 	found := 0
-	g.Go(func() error {
-		defer close(pages)
-		return m.scan(gctx, keys{prefix: m.old.movies()}.pattern(), func(page []string) error {
-			found += len(page)
-			select {
-			case pages <- page:
-				return nil
-			case <-gctx.Done():
-				return gctx.Err()
-			}
-		})
+	err := m.scan(gctx, m.old.movies(), func(page []string) error {
+		found += len(page)
+		g.Go(func() error { return m.moveChunk(gctx, page) })
+		return gctx.Err() // a move failed
 	})
-	for range migrateWorkers {
-		g.Go(func() error {
-			for page := range pages {
-				if err := m.moveChunk(gctx, page); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	if werr := g.Wait(); werr != nil {
+		return found, werr
 	}
-	err := g.Wait()
 	return found, err
 }
 
-// moveChunk reads the movies of mks and moves them with one script.
+// moveChunk reads the movies of mks and moves them with one script: each
+// becomes the document of key id (8 bytes big-endian), value count and
+// the sum's bits (8 bytes big-endian each) and index the average.
 func (m *migration) moveChunk(ctx context.Context, mks []string) error {
-	cmds, err := m.s.hmget(ctx, false, len(mks), func(i int) string { return mks[i] }, legacyFields)
+	cmds, err := m.s.hmget(ctx, false, mks, legacyFields)
 	if err != nil {
 		return wrap("migrate movie layout: read movies", err)
 	}
@@ -348,8 +321,9 @@ func (m *migration) moveChunk(ctx context.Context, mks []string) error {
 		if mv.count != 0 {
 			avg = mv.sum / float64(mv.count)
 		}
-		args = append(args, mks[i], mv.version, m.t.keys.doc(0, key), m.t.keys.members(mv.partition), string(key),
-			formatInt(int64(mv.partition)), mv.sources, string(val), storedIndex(engine.Num(avg), engine.IndexNumber))
+		args = append(args, mks[i], mv.version, m.t.keys.doc(0, key), m.t.keys.members(int32(mv.partition)),
+			string(key), formatInt(mv.partition), mv.sources, string(val),
+			storedIndex(engine.Num(avg), engine.IndexNumber))
 	}
 	if len(args) == 0 {
 		return nil
@@ -364,15 +338,44 @@ func (m *migration) moveChunk(ctx context.Context, mks []string) error {
 	return m.step(ctx, "movies")
 }
 
+// legacyMovie is a movie hash of the movie layout, with the values the
+// table document keeps as strings as they were stored.
+type legacyMovie struct {
+	id, count, partition int64
+	sum                  float64
+	version, sources     string
+}
+
+// decodeLegacy parses the legacyFields of a movie hash; ok is false when
+// the hash does not exist.
+func decodeLegacy(vals []any) (mv legacyMovie, ok bool, err error) {
+	str, has, err := hashStrings(legacyFields, vals)
+	if err != nil || !slices.Contains(has, true) {
+		return mv, false, err
+	}
+	var errs [5]error
+	mv.id, errs[0] = strconv.ParseInt(str[0], 10, 64)
+	mv.count, errs[1] = strconv.ParseInt(str[1], 10, 64)
+	mv.sum, errs[2] = strconv.ParseFloat(str[2], 64)
+	mv.partition, errs[3] = strconv.ParseInt(str[3], 10, 32)
+	_, errs[4] = strconv.ParseInt(str[4], 10, 64)
+	for i, e := range errs {
+		if e != nil {
+			return mv, false, fmt.Errorf("field %s %q: %w", legacyFields[i], str[i], errCorrupt)
+		}
+	}
+	src, err := decodeSources(str[5])
+	mv.version, mv.sources = str[4], encodeSources(src)
+	return mv, err == nil, err
+}
+
 // finish is step 3.
 func (m *migration) finish(ctx context.Context) error {
-	err := m.scan(ctx, keys{prefix: m.old.parts()}.pattern(), func(page []string) error {
-		var gone []string
-		for _, k := range page {
-			if _, ok := m.old.partitionOf(k); ok {
-				gone = append(gone, k)
-			}
-		}
+	err := m.scan(ctx, m.old.parts(), func(page []string) error {
+		gone := slices.DeleteFunc(page, func(k string) bool {
+			_, ok := m.old.partitionOf(k)
+			return !ok
+		})
 		if len(gone) == 0 {
 			return nil
 		}
@@ -387,15 +390,11 @@ func (m *migration) finish(ctx context.Context) error {
 	if err := m.step(ctx, "finish"); err != nil {
 		return err
 	}
-	if err := m.s.client.Set(ctx, m.t.keys.migrated(), "1", 0).Err(); err != nil {
-		return wrap("migrate movie layout: mark done", err)
-	}
-	return nil
+	return wrap("migrate movie layout: mark done", m.s.client.Set(ctx, m.t.keys.migrated(), "1", 0).Err())
 }
 
 // step renews the lock after a step, failing when another instance took
-// it over (which then completes the migration), and runs the test hook;
-// one step at a time.
+// it over, and runs the test hook; one step at a time.
 func (m *migration) step(ctx context.Context, what string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

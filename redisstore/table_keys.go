@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"math"
@@ -11,11 +10,23 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// tableKeys builds the key names of one table (see doc.go for the
-// layout). Table names are [a-z][a-z0-9_-]* and index names [a-z][a-z0-9_]*,
-// so neither contains ':' or a SCAN pattern character. On a single server
-// the partition p passed to a builder only names the partition's own keys;
-// on a cluster it chooses the hash tag of every key.
+// keys builds the key names of one store, all under its prefix (see the
+// package doc); on a cluster each partition of a table has a hash tag.
+type keys struct {
+	prefix  string
+	cluster bool
+}
+
+// globEscaper escapes the SCAN MATCH pattern characters.
+var globEscaper = strings.NewReplacer("*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`, `\`, `\\`)
+
+// pattern is a SCAN MATCH pattern for every key of the store.
+func (k keys) pattern() string { return globEscaper.Replace(k.prefix) + "*" }
+
+// tableKeys builds the key names of one table (doc.go). Table and index
+// names hold no ':' nor SCAN pattern character. The partition p passed to
+// a builder names the partition's own keys, and on a cluster chooses the
+// hash tag of every key.
 type tableKeys struct {
 	root    string // "<prefix>t:<table>:", on a cluster "{<prefix>t:<table>:"
 	cluster bool
@@ -42,7 +53,7 @@ func (k keys) clusterTableSpec(name string) string {
 // server, the partition's hash tag on a cluster.
 func (k tableKeys) base(p int32) string {
 	if k.cluster {
-		return k.root + strconv.FormatInt(int64(p), 10) + "}:"
+		return k.root + formatInt(int64(p)) + "}:"
 	}
 	return k.root
 }
@@ -57,10 +68,9 @@ func (k tableKeys) where(p int32) string {
 	return " (hash slot of " + strings.TrimSuffix(k.base(p), ":") + ")"
 }
 
-// stream is the key of the table's change stream named key (for partition
-// p): under the prefix on a single server or Sentinel master, one per
-// partition under the partition's hash tag on a cluster (it is written in
-// the same MULTI/EXEC as the partition).
+// stream is the key of the table's change stream named key: under the
+// prefix, or on a cluster one per partition p under its hash tag (it is
+// written in the same MULTI/EXEC as the partition).
 func (k tableKeys) stream(prefix string, p int32, key string) string {
 	if k.cluster {
 		return k.base(p) + "stream:" + key
@@ -68,8 +78,8 @@ func (k tableKeys) stream(prefix string, p int32, key string) string {
 	return prefix + key
 }
 
-// spec is the key of the table's spec: one per table on a single server,
-// one per partition on a cluster (where a claim checks it in its slot).
+// spec is the key of the table's spec (on a cluster one per partition,
+// where a claim checks it in its slot).
 func (k tableKeys) spec(p int32) string { return k.base(p) + "spec" }
 
 // migrated marks a table that the movie layout was migrated into (or
@@ -79,25 +89,18 @@ func (k tableKeys) migrated() string  { return k.root + "migrated" }
 func (k tableKeys) migrating() string { return k.root + "migrating" }
 
 // docPrefix is followed by the hex of a document key of partition p.
-func (k tableKeys) docPrefix(p int32) string { return k.base(p) + "d:" }
+func (k tableKeys) docPrefix(p int32) string       { return k.base(p) + "d:" }
+func (k tableKeys) doc(p int32, key []byte) string { return k.docPrefix(p) + hex.EncodeToString(key) }
 
-func (k tableKeys) doc(p int32, key []byte) string {
-	pre := k.docPrefix(p)
-	b := make([]byte, len(pre)+2*len(key))
-	copy(b, pre)
-	hex.Encode(b[len(pre):], key)
-	return string(b)
-}
-
-// index is the sorted set of the index called name: one per table on a
-// single server, one per partition on a cluster.
+// index is the sorted set of the index called name (on a cluster one per
+// partition).
 func (k tableKeys) index(p int32, name string) string { return k.base(p) + "i:" + name }
 
 func (k tableKeys) partition(p int32, what string) string {
 	if k.cluster {
 		return k.base(p) + what
 	}
-	return k.root + "p:" + strconv.FormatInt(int64(p), 10) + ":" + what
+	return k.root + "p:" + formatInt(int64(p)) + ":" + what
 }
 
 func (k tableKeys) members(p int32) string    { return k.partition(p, "members") }
@@ -122,9 +125,8 @@ func (k tableKeys) kept(key string) bool {
 func (k tableKeys) pattern() string { return keys{prefix: k.root}.pattern() }
 
 // numberPrefix is the 8-byte member prefix of a number index value: the
-// float's bits made order-preserving (big-endian, sign bit flipped for
-// positive numbers, every bit flipped for negative ones), with -0 folded
-// into +0 so that the two compare equal as the contract says.
+// float's bits made order-preserving (sign bit flipped for positive
+// numbers, every bit for negative ones), big-endian, -0 folded into +0.
 func numberPrefix(v float64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), orderedBits(v))
 }
@@ -154,20 +156,8 @@ func decodeNumberPrefix(b []byte) (float64, bool) {
 	return math.Float64frombits(u), true
 }
 
-// memberPrefix is the part of an index member that precedes the key: the 8
-// order-preserving bytes of a number, or a string followed by its 0x00
-// separator. Index members are memberPrefix + key, so the byte order of
-// members (ZRANGE BYLEX) is (value, key) ascending.
-func memberPrefix(v engine.IndexValue, kind engine.IndexKind) []byte {
-	if kind == engine.IndexNumber {
-		return numberPrefix(v.Num)
-	}
-	return append([]byte(v.Str), 0)
-}
-
-// storedIndex is the hash field value of an index: what the Lua scripts
-// need to rebuild the document's member (memberPrefix without the string
-// separator, which the scripts add).
+// storedIndex is the hash field value of an index: the member's value
+// part without the string separator (which the scripts add).
 func storedIndex(v engine.IndexValue, kind engine.IndexKind) string {
 	if kind == engine.IndexNumber {
 		return string(numberPrefix(v.Num))
@@ -175,92 +165,76 @@ func storedIndex(v engine.IndexValue, kind engine.IndexKind) string {
 	return v.Str
 }
 
-// lexBound is one end of a ZRANGE BYLEX range; the zero value is no bound
-// ("-" or "+").
-type lexBound struct {
-	set  bool
-	incl bool
-	at   []byte
+// indexMember is the index member of key for a storedIndex value: a
+// number's 8 bytes, or a string and 0x00, then the key; so the byte order
+// of members (ZRANGE BYLEX) is (value, key) ascending.
+func indexMember(stored string, kind engine.IndexKind, key string) string {
+	if kind == engine.IndexNumber {
+		return stored + key
+	}
+	return stored + "\x00" + key
 }
 
-func (b lexBound) arg(open string) string {
-	if !b.set {
-		return open
-	}
-	if b.incl {
-		return "[" + string(b.at)
-	}
-	return "(" + string(b.at)
-}
+// Bounds of a ZRANGE BYLEX range are strings: "[" (inclusive) or "("
+// (exclusive) then the member bytes; "" is no bound ("-" or "+").
 
 // tighter returns the more restrictive of two lower bounds (upper=false)
 // or two upper bounds (upper=true).
-func tighter(a, b lexBound, upper bool) lexBound {
-	switch {
-	case !a.set:
-		return b
-	case !b.set:
-		return a
+func tighter(a, b string, upper bool) string {
+	if a == "" || b == "" {
+		return a + b // the one that is set, if any
 	}
-	c := bytes.Compare(a.at, b.at)
+	c := strings.Compare(a[1:], b[1:])
 	if upper {
 		c = -c
 	}
-	switch {
-	case c > 0:
-		return a
-	case c < 0:
-		return b
-	case !a.incl:
+	if c > 0 || c == 0 && a[0] == '(' {
 		return a
 	}
 	return b
 }
 
 // cutNUL returns s up to its first 0x00 byte and whether it had one.
-// Stored string values never contain 0x00, so a bound or cursor value s+"\x00"+rest
-// selects the same documents as one just above s.
+// Stored strings never contain 0x00, so a bound or cursor value
+// s+"\x00"+rest selects the same documents as one just above s.
 func cutNUL(s string) (string, bool) {
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		return s[:i], true
-	}
-	return s, false
+	s, _, cut := strings.Cut(s, "\x00")
+	return s, cut
 }
 
 // lowerBound is the bound where values >= v begin.
-func lowerBound(v engine.IndexValue, kind engine.IndexKind) lexBound {
+func lowerBound(v engine.IndexValue, kind engine.IndexKind) string {
 	if kind == engine.IndexNumber {
-		return lexBound{set: true, incl: true, at: numberPrefix(v.Num)}
+		return "[" + string(numberPrefix(v.Num))
 	}
 	if s, cut := cutNUL(v.Str); cut {
-		return lexBound{set: true, incl: true, at: append([]byte(s), 1)} // values > s
+		return "[" + s + "\x01" // values > s
 	}
-	return lexBound{set: true, incl: true, at: append([]byte(v.Str), 0)}
+	return "[" + v.Str + "\x00"
 }
 
 // upperBound is the exclusive bound where values <= v end.
-func upperBound(v engine.IndexValue, kind engine.IndexKind) lexBound {
+func upperBound(v engine.IndexValue, kind engine.IndexKind) string {
 	if kind == engine.IndexNumber {
 		// Finite or infinite v never has every ordered bit set, so +1
 		// does not overflow; it is the first member prefix above v.
-		return lexBound{set: true, at: binary.BigEndian.AppendUint64(nil, orderedBits(v.Num)+1)}
+		return "(" + string(binary.BigEndian.AppendUint64(nil, orderedBits(v.Num)+1))
 	}
 	s, _ := cutNUL(v.Str) // values <= s+"\x00"+rest are values <= s
-	return lexBound{set: true, at: append([]byte(s), 1)}
+	return "(" + s + "\x01"
 }
 
 // afterBound is the bound of the members strictly after cursor c: a lower
 // bound for an ascending query, an upper one for a descending query.
-func afterBound(c engine.IndexCursor, kind engine.IndexKind) lexBound {
-	if kind == engine.IndexString {
-		if s, cut := cutNUL(c.Value.Str); cut {
-			// No stored value equals c's: after it (ascending) are the
-			// values > s, before it (descending) the values <= s.
-			// No member equals s+"\x01" (members hold a 0x00), so the
-			// bound's inclusiveness does not matter.
-			return lexBound{set: true, at: append([]byte(s), 1)}
-		}
+func afterBound(c engine.IndexCursor, kind engine.IndexKind) string {
+	if s, cut := cutNUL(c.Value.Str); kind == engine.IndexString && cut {
+		// No stored value equals c's: after it are the values > s (or,
+		// descending, <= s). No member equals s+"\x01", so inclusiveness
+		// does not matter.
+		return "(" + s + "\x01"
 	}
-	at := append(memberPrefix(c.Value, kind), c.Key...)
-	return lexBound{set: true, at: at}
+	return "(" + indexMember(storedIndex(c.Value, kind), kind, string(c.Key))
 }
+
+// formatInt formats v in base 10.
+func formatInt(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,10 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// luaReadDocs is the Lua helper of the query scripts: it reads the
-// documents of index members and returns, for each, its key then the
-// values of the hash fields ARGV[8..], flattened. kind is "n" (members are
-// 8 bytes then the key) or "s" (value, 0x00, key).
+// luaReadDocs reads the documents of index members and returns, for each,
+// its key then the values of the hash fields ARGV[8..], flattened. kind is
+// "n" (members are 8 bytes then the key) or "s" (value, 0x00, key).
 const luaReadDocs = luaHex + `
 local function readDocs(members, kind, prefix)
   local fields = {}
@@ -37,22 +37,22 @@ local function readDocs(members, kind, prefix)
 end
 `
 
-// tableQueryLua reads one page of an index and the documents it names in
+// tableQueryScript reads one page of an index and the documents it names in
 // one atomic step, so a page never mixes two batches.
 //
 // KEYS: 1 the index's sorted set. ARGV: 1 start, 2 stop (ZRANGE BYLEX
 // bounds, already swapped for REV), 3 limit, 4 document key prefix, 5 the
 // index's kind "n"/"s", 6 "1" for REV, 7 unused, 8.. the hash fields.
-const tableQueryLua = luaReadDocs + `
+var tableQueryScript = redis.NewScript(luaReadDocs + `
 local args = {'ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYLEX'}
 if ARGV[6] == '1' then args[#args + 1] = 'REV' end
 args[#args + 1] = 'LIMIT'
 args[#args + 1] = 0
 args[#args + 1] = ARGV[3]
 return readDocs(redis.call(unpack(args)), ARGV[5], ARGV[4])
-`
+`)
 
-// tableTiesLua is tableQueryLua for a descending query of a TiesAscending
+// tableTiesScript is tableQueryScript for a descending query of a TiesAscending
 // table: values descending, equal values by key ascending. It walks value
 // groups from the top: a REV range of one member finds the next lower
 // value, a forward range reads that value's members in key order. Every
@@ -62,7 +62,7 @@ return readDocs(redis.call(unpack(args)), ARGV[5], ARGV[4])
 // ARGV: 1 lower bound, 2 upper bound (of the whole query), 3 limit,
 // 4 document key prefix, 5 kind, 6 and 7 the range of the rest of the
 // cursor's own value group ("" when none), 8.. the hash fields.
-const tableTiesLua = luaReadDocs + `
+var tableTiesScript = redis.NewScript(luaReadDocs + `
 local limit = tonumber(ARGV[3])
 local members = {}
 local function take(start, stop)
@@ -95,38 +95,32 @@ while #members < limit do
   top = '(' .. group
 end
 return readDocs(members, ARGV[5], ARGV[4])
-`
+`)
 
-var (
-	tableQueryScript = redis.NewScript(tableQueryLua)
-	tableTiesScript  = redis.NewScript(tableTiesLua)
-)
-
-// Query answers q from the index's sorted set: one ZRANGE BYLEX (REV for a
-// descending query) of at most q.Limit members and one hash read per
-// member, in one read-only script, so a page costs O(log N + Limit) and
-// never mixes two batches. Bounds and the cursor become lexicographic
-// bounds of the members (see table.go). A descending query of a
-// TiesAscending table walks value groups instead (tableTiesLua): at most
-// 2*Limit ranges. An unknown index or a bad bound is an error wrapping
-// engine.ErrInvalid; no match is an empty page. Safe for concurrent use.
+// Query answers q from the index's sorted set: one ZRANGE BYLEX (REV when
+// descending) of at most q.Limit members and their hashes, in one
+// read-only script, so a page costs O(log N + Limit) and never mixes two
+// batches. A descending query of a TiesAscending table walks value groups
+// instead (tableTiesScript). On a cluster every partition's index is read
+// concurrently and the pages merged. An unknown index or a bad bound is an
+// error wrapping engine.ErrInvalid. Safe for concurrent use.
 func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
 	pos, kind, err := q.Validate(t.spec)
 	if err != nil {
 		return engine.DocPage{}, fmt.Errorf("redisstore: query: %w", err)
 	}
-	var lo, hi lexBound
+	var lo, hi string
 	if q.HasMin {
 		lo = lowerBound(q.Min, kind)
 	}
 	if q.HasMax {
 		hi = upperBound(q.Max, kind)
 	}
-	kindArg := t.kinds[pos : pos+1]
-	ties := q.Desc && t.spec.TiesAscending
-	rev, groupFrom, groupTo := "0", "", ""
+	// ARGV 6 and 7: "1" for REV, or (ties) the rest of the cursor's group.
+	script, rev, arg6, arg7 := tableQueryScript, false, "0", ""
 	switch c := q.After; {
-	case ties:
+	case q.Desc && t.spec.TiesAscending:
+		script, arg6 = tableTiesScript, ""
 		if c == nil {
 			break
 		}
@@ -135,42 +129,30 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 			break
 		}
 		if q.InRange(c.Value, kind) { // the cursor's value group, after its key
-			groupFrom = lexBound{set: true, at: append(memberPrefix(c.Value, kind), c.Key...)}.arg("")
-			groupTo = upperBound(c.Value, kind).arg("")
+			arg6, arg7 = afterBound(*c, kind), upperBound(c.Value, kind)
 		}
-		hi = tighter(hi, lexBound{set: true, at: memberPrefix(c.Value, kind)}, true) // then lower values
+		hi = tighter(hi, "("+indexMember(storedIndex(c.Value, kind), kind, ""), true) // then lower values
 	case q.Desc:
-		rev = "1"
+		rev, arg6 = true, "1"
 		if c != nil {
 			hi = tighter(hi, afterBound(*c, kind), true)
 		}
 	case c != nil:
 		lo = tighter(lo, afterBound(*c, kind), false)
 	}
-	start, stop := lo.arg("-"), hi.arg("+")
-	if rev == "1" {
+	start, stop := cmp.Or(lo, "-"), cmp.Or(hi, "+")
+	if rev {
 		start, stop = stop, start
 	}
-	script, args := tableQueryScript, make([]any, 0, 7+len(t.fields))
-	if ties {
-		script = tableTiesScript
-		args = append(args, start, stop, q.Limit, "", kindArg, groupFrom, groupTo)
-	} else {
-		args = append(args, start, stop, q.Limit, "", kindArg, rev, "")
-	}
+	args := []any{start, stop, q.Limit, "", t.kinds[pos : pos+1], arg6, arg7}
 	for _, f := range t.fields {
 		args = append(args, f)
 	}
 	n := t.partitions()
-	pages := make([][]engine.Doc, n)
-	errs := make([]error, n)
+	pages, errs := make([][]engine.Doc, n), make([]error, n)
 	var wg sync.WaitGroup
 	for p := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pages[p], errs[p] = t.queryPartition(ctx, script, p, pos, args)
-		}()
+		wg.Go(func() { pages[p], errs[p] = t.queryPartition(ctx, script, p, pos, args) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -186,7 +168,7 @@ func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage,
 	}
 	if n := len(page.Docs); n > 0 && n == q.Limit {
 		last := page.Docs[n-1]
-		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: append([]byte(nil), last.Key...)}
+		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: slices.Clone(last.Key)}
 	}
 	return page, nil
 }
@@ -227,66 +209,45 @@ func (t *table) queryPartition(ctx context.Context, script *redis.Script, p int3
 const scanChunk = 1000
 
 // ScanPartition calls fn for each document of partition p in unspecified
-// order, stopping at the first error fn returns, which it returns as is.
-// It walks the partition's members set (SSCAN, documents read in pipelined
-// chunks) rather than SCANning the key space: a scan then costs the
-// partition's size, not the whole database's. Documents written or deleted
-// during the scan may or may not be seen; each key is passed at most once.
-// Safe for concurrent use.
+// order, stopping at (and returning) fn's first error. It walks the
+// partition's members set (SSCAN, pipelined reads), so it costs the
+// partition's size, not the database's. Documents written or deleted
+// meanwhile may or may not be seen; each key is passed at most once. Safe
+// for concurrent use.
 func (t *table) ScanPartition(ctx context.Context, p int32, fn func(engine.Doc) error) error {
-	seen := make(map[string]struct{})
+	seen := make(map[string]bool)
+	op := fmt.Sprintf("scan partition %d", p)
 	var cursor uint64
 	for {
 		members, next, err := t.s.client.SScan(ctx, t.keys.members(p), cursor, "", scanChunk).Result()
 		if err != nil {
-			return wrap(fmt.Sprintf("table %s: scan partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
+			return wrap(fmt.Sprintf("table %s: %s%s", t.spec.Name, op, t.keys.where(p)), err)
 		}
 		keys := make([][]byte, 0, len(members))
 		for _, m := range members {
-			if _, dup := seen[m]; !dup {
-				seen[m] = struct{}{}
+			if !seen[m] {
+				seen[m] = true
 				keys = append(keys, []byte(m))
 			}
 		}
-		if err := t.scanDocs(ctx, p, keys, fn); err != nil {
+		err = t.readDocs(ctx, p, false, keys, op, op+": key %x", func(d engine.Doc) error {
+			if d.Partition != p {
+				return nil // moved since the member was listed
+			}
+			return fn(d)
+		})
+		if err != nil || next == 0 {
 			return err
-		}
-		if next == 0 {
-			return nil
 		}
 		cursor = next
 	}
 }
 
-func (t *table) scanDocs(ctx context.Context, p int32, keys [][]byte, fn func(engine.Doc) error) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	cmds, err := t.s.hmget(ctx, false, len(keys), func(i int) string { return t.keys.doc(p, keys[i]) }, t.fields)
-	if err != nil {
-		return wrap(fmt.Sprintf("table %s: scan partition %d%s", t.spec.Name, p, t.keys.where(p)), err)
-	}
-	for i, c := range cmds {
-		d, ok, err := t.decode(keys[i], c.Val())
-		if err != nil {
-			return fmt.Errorf("redisstore: table %s: scan partition %d: key %x: %w", t.spec.Name, p, keys[i], err)
-		}
-		if !ok || d.Partition != p {
-			continue // deleted or moved since the member was listed
-		}
-		if err := fn(d); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Reset deletes every document, index and checkpoint of the table, and
-// its stream (WithTableStream) if it has one, with SCAN and UNLINK of its
-// keys (never KEYS). It keeps its partitions' epochs (so an old writer
-// that is still alive stays fenced), its spec (the table stays open) and
-// its migration marker (see migrate.go). Writes running concurrently may
-// survive it. Other tables are untouched. Safe for concurrent use.
+// its stream, with SCAN and UNLINK (never KEYS). It keeps the epochs (so
+// an old writer still alive stays fenced), the spec (the table stays open)
+// and the migration marker. Concurrent writes may survive it. Safe for
+// concurrent use.
 func (t *table) Reset(ctx context.Context) error {
 	t.s.written.forget(t.keys.root)
 	deleted := 0
@@ -295,21 +256,16 @@ func (t *table) Reset(ctx context.Context) error {
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := t.s.unlink(ctx, batch); err != nil {
-			return err
-		}
 		deleted += len(batch)
-		return nil
+		return t.s.unlink(ctx, batch)
 	})
+	if err == nil && t.stream != nil && !t.keys.cluster { // on a cluster the streams matched the pattern
+		var n int64
+		n, err = t.s.client.Unlink(ctx, t.streamKey(0)).Result()
+		deleted += int(n)
+	}
 	if err != nil {
 		return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
-	}
-	if t.stream != nil && !t.keys.cluster { // on a cluster the streams matched the pattern
-		n, err := t.s.client.Unlink(ctx, t.streamKey(0)).Result()
-		if err != nil {
-			return wrap(fmt.Sprintf("table %s: reset", t.spec.Name), err)
-		}
-		deleted += int(n)
 	}
 	t.s.log.Info("table reset", "table", t.spec.Name, "keys", deleted)
 	return nil

@@ -10,21 +10,48 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
+// Store is an in-memory engine.Tables whose tables live as long as it
+// does. It is safe for concurrent use; call New to make one.
+type Store struct {
+	local  bool
+	mu     sync.Mutex
+	tables map[string]*table // by name; see OpenTable
+}
+
 var (
+	_ engine.Tables          = (*Store)(nil)
+	_ engine.InstanceLocal   = (*Store)(nil)
 	_ engine.Table           = (*table)(nil)
 	_ engine.TableScanner    = (*table)(nil)
 	_ engine.TableResetter   = (*table)(nil)
 	_ engine.FilteredQuerier = (*table)(nil)
 )
 
-// OpenTable returns the in-memory table of spec, creating it empty on the
-// first call for spec.Name. Opening the name again returns the same table
-// when spec is equal to the first one (same indexes in the same order and
-// the same TiesAscending) and fails with an error wrapping
-// engine.ErrInvalid otherwise; an invalid spec fails the same way. The
-// table also implements engine.TableScanner and engine.TableResetter. It
-// lives as long as the Store and is safe for concurrent use; Close does
-// not affect it.
+// Option configures a Store.
+type Option func(*Store)
+
+// Local makes the store's tables report themselves as InstanceLocal, as
+// docstore's do; by default a Store behaves like a shared store.
+func Local() Option { return func(s *Store) { s.local = true } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{tables: map[string]*table{}}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// InstanceLocal reports whether Local was given.
+func (s *Store) InstanceLocal() bool { return s.local }
+
+// Close does nothing: the tables stay readable.
+func (s *Store) Close() error { return nil }
+
+// OpenTable returns the table of spec, created empty on the first call for
+// spec.Name. Opening the name again with other indexes (or order) or
+// TiesAscending, or an invalid spec, fails with engine.ErrInvalid.
 func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Table, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("open table: %w", err)
@@ -42,11 +69,9 @@ func (s *Store) OpenTable(_ context.Context, spec engine.TableSpec) (engine.Tabl
 		}
 		return tb, nil
 	}
-	if s.tables == nil {
-		s.tables = map[string]*table{}
-	}
-	spec.Indexes = slices.Clone(spec.Indexes)
-	tb := &table{spec: spec, local: s.local, docs: map[string]engine.Doc{}, ckpt: map[int32]int64{}, epochs: map[int32]int64{}}
+	tb := &table{local: s.local, docs: map[string]engine.Doc{}, ckpt: map[int32]int64{}, epochs: map[int32]int64{}}
+	tb.spec = spec
+	tb.spec.Indexes = slices.Clone(spec.Indexes)
 	s.tables[spec.Name] = tb
 	return tb, nil
 }
@@ -104,12 +129,11 @@ func (t *table) Load(_ context.Context, keys [][]byte) (map[string]engine.Doc, e
 	return out, nil
 }
 
-// Apply writes copies of b's documents and its checkpoint atomically. It
-// fails with engine.ErrInvalid when a document fails Doc.Validate or
-// belongs to another partition, and with engine.ErrFenced when b.Epoch is
-// not p's current claim or (unless b.Replay) a document's version is not
-// newer than the stored one; a replay skips such documents. Nothing is
-// written when it fails.
+// Apply writes copies of b's documents and its checkpoint atomically, or
+// nothing when it fails: with engine.ErrInvalid for an invalid document or
+// one of another partition, with engine.ErrFenced when b.Epoch is not the
+// current claim or (unless b.Replay, which skips it) a document is not
+// newer than the stored one.
 func (t *table) Apply(_ context.Context, b engine.DocBatch) error {
 	for i, d := range b.Docs {
 		if err := d.Validate(t.spec); err != nil {
@@ -175,8 +199,7 @@ func (t *table) Get(_ context.Context, key []byte) (engine.Doc, error) {
 }
 
 // Query scans every document and returns copies of the page q selects, in
-// the order of TableSpec.Before; Next is set when the page is full. An
-// invalid query fails with engine.ErrInvalid.
+// the order of TableSpec.Before; Next is set when the page is full.
 func (t *table) Query(ctx context.Context, q engine.IndexQuery) (engine.DocPage, error) {
 	return t.QueryFiltered(ctx, q, nil)
 }
@@ -188,44 +211,40 @@ func (t *table) QueryFiltered(_ context.Context, q engine.IndexQuery, keep func(
 	if err != nil {
 		return engine.DocPage{}, fmt.Errorf("query table %s: %w", t.spec.Name, err)
 	}
-	t.mu.RLock()
-	var match []engine.Doc
-	for _, d := range t.docs {
-		if !q.InRange(d.Index[pos], kind) || (keep != nil && !keep(d.Key)) {
-			continue
-		}
+	match := t.snapshot(func(d engine.Doc) bool {
 		at := engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
-		if q.After != nil && !t.spec.Before(*q.After, at, kind, q.Desc) {
-			continue
-		}
-		match = append(match, d)
-	}
-	t.mu.RUnlock()
+		return q.InRange(d.Index[pos], kind) && (keep == nil || keep(d.Key)) &&
+			(q.After == nil || t.spec.Before(*q.After, at, kind, q.Desc))
+	})
 	slices.SortFunc(match, t.spec.DocOrder(pos, kind, q.Desc))
 	var page engine.DocPage
-	match = match[:min(len(match), q.Limit)]
-	for _, d := range match {
+	for _, d := range match[:min(len(match), q.Limit)] {
 		page.Docs = append(page.Docs, d.Clone())
 	}
-	if len(match) == q.Limit {
+	if len(page.Docs) == q.Limit {
 		last := page.Docs[len(page.Docs)-1]
 		page.Next = &engine.IndexCursor{Value: last.Index[pos], Key: bytes.Clone(last.Key)}
 	}
 	return page, nil
 }
 
-// ScanPartition calls fn with a copy of each document of partition p, in
-// key order, stopping at fn's first error. It reads a snapshot, so fn may
-// call the table.
-func (t *table) ScanPartition(_ context.Context, p int32, fn func(engine.Doc) error) error {
+// snapshot returns the stored documents that keep accepts.
+func (t *table) snapshot(keep func(engine.Doc) bool) []engine.Doc {
 	t.mu.RLock()
+	defer t.mu.RUnlock()
 	var docs []engine.Doc
 	for _, d := range t.docs {
-		if d.Partition == p {
+		if keep(d) {
 			docs = append(docs, d)
 		}
 	}
-	t.mu.RUnlock()
+	return docs
+}
+
+// ScanPartition calls fn with a copy of each document of partition p, in
+// key order, until fn fails; fn may call the table (it reads a snapshot).
+func (t *table) ScanPartition(_ context.Context, p int32, fn func(engine.Doc) error) error {
+	docs := t.snapshot(func(d engine.Doc) bool { return d.Partition == p })
 	slices.SortFunc(docs, func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
 	for _, d := range docs {
 		if err := fn(d.Clone()); err != nil {
@@ -235,9 +254,8 @@ func (t *table) ScanPartition(_ context.Context, p int32, fn func(engine.Doc) er
 	return nil
 }
 
-// Reset deletes every document and checkpoint of the table and keeps its
-// epochs, so a writer from before the reset stays fenced once the
-// partition is claimed again.
+// Reset deletes every document and checkpoint and keeps the epochs, so a
+// writer from before the reset stays fenced.
 func (t *table) Reset(context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
