@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/keepstate/keepstate/engine"
 )
 
 // assets holds the dashboard page and the Swagger UI files.
@@ -19,8 +21,17 @@ import (
 //go:embed assets
 var assets embed.FS
 
+// openAPI is the hand-written OpenAPI 3 document of every route.
+//
+//go:embed openapi.json
+var openAPI []byte
+
 // gzipMinSize is the smallest asset worth compressing.
 const gzipMinSize = 1024
+
+// dashboardCSP keeps the dashboard to its own files: no inline script, no
+// other origin.
+const dashboardCSP = "default-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'"
 
 // gzipCache holds the gzip form ([]byte) of embedded assets by name,
 // compressed on first request rather than on every one (the Swagger UI
@@ -79,4 +90,72 @@ func serveAsset(c echo.Context, dir, name string) error {
 		}
 	}
 	return c.Blob(http.StatusOK, ctype, b)
+}
+
+// healthBody is the body of /healthz and /readyz.
+type healthBody struct {
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// healthz answers GET /healthz: 200 whenever the process serves HTTP.
+func (s *Server) healthz(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
+}
+
+// readyz answers GET /readyz: 200 when Options.Ready returns nil, else 503
+// with the reason.
+func (s *Server) readyz(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	if err := s.opts.Ready(); err != nil {
+		return c.JSON(http.StatusServiceUnavailable, healthBody{Status: "not ready", Reason: err.Error()})
+	}
+	return c.JSON(http.StatusOK, healthBody{Status: "ready"})
+}
+
+// statsBody is the body of GET /api/stats, polled by the dashboard: the
+// engine's counters under their JSON names (engine.Stats).
+type statsBody struct {
+	Ready  bool         `json:"ready"`
+	Reason string       `json:"reason,omitempty"`
+	Stats  engine.Stats `json:"stats"`
+	// Partitions are the partitions held here, by table, with their role.
+	Partitions map[string][]engine.PartitionRole `json:"partitions,omitempty"`
+}
+
+// apiStats answers GET /api/stats: readiness and the engine counters.
+func (s *Server) apiStats(c echo.Context) error {
+	body := statsBody{Ready: true, Stats: s.opts.Stats()}
+	if s.opts.Roles != nil {
+		body.Partitions = s.opts.Roles()
+	}
+	if err := s.opts.Ready(); err != nil {
+		body.Ready, body.Reason = false, err.Error()
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, body)
+}
+
+// apiDocs answers GET /api-docs: the OpenAPI document.
+func (s *Server) apiDocs(c echo.Context) error {
+	c.Response().Header().Set("Cache-Control", "no-cache")
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPI)
+}
+
+// assetIndex answers GET of a directory: its index.html (the dashboard with its
+// CSP, or the Swagger UI page, reading ../api-docs).
+func assetIndex(dir, csp string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if csp != "" {
+			c.Response().Header().Set("Content-Security-Policy", csp)
+		}
+		return serveAsset(c, dir, "index.html")
+	}
+}
+
+// assetFile answers GET {dir}/{file}: a file of the dashboard or of the embedded
+// Swagger UI (pinned swagger-ui-dist, see assets/swagger-ui/README.md).
+func assetFile(dir string) echo.HandlerFunc {
+	return func(c echo.Context) error { return serveAsset(c, dir, c.Param("file")) }
 }

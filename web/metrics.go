@@ -48,34 +48,11 @@ var statMetrics = []statMetric{
 	{"keepstate_group_rejoins_total", "Times a caught-up warm-up made this instance rejoin the group so that its active could move here.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.GroupRejoins }},
 }
 
-// statsCollector reads engine.Stats (and readiness) at scrape time.
+// statsCollector reads engine.Stats, readiness and roles at scrape time.
 type statsCollector struct {
-	stats     func() engine.Stats
-	ready     func() error
-	roles     func() map[string][]engine.PartitionRole // nil: none
-	descs     []*prometheus.Desc
-	readyDesc *prometheus.Desc
-	lagDesc   *prometheus.Desc
-	replDesc  *prometheus.Desc
-}
-
-func newStatsCollector(stats func() engine.Stats, ready func() error, roles func() map[string][]engine.PartitionRole) *statsCollector {
-	c := &statsCollector{
-		stats:     stats,
-		ready:     ready,
-		roles:     roles,
-		readyDesc: prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil),
-		lagDesc: prometheus.NewDesc("keepstate_partition_lag_records",
-			"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
-			[]string{"table", "partition", "role"}, nil),
-		replDesc: prometheus.NewDesc("keepstate_partition_replayed_records_total",
-			"Changelog records replayed into this instance's copy of each partition held here (restores, standby and warm-up catch-ups); its rate is the restore rate.",
-			[]string{"table", "partition", "role"}, nil),
-	}
-	for _, m := range statMetrics {
-		c.descs = append(c.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
-	}
-	return c
+	opts                 Options
+	descs                []*prometheus.Desc // of statMetrics
+	ready, lag, replayed *prometheus.Desc
 }
 
 // Describe implements prometheus.Collector.
@@ -83,31 +60,30 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
-	ch <- c.readyDesc
-	ch <- c.lagDesc
-	ch <- c.replDesc
+	ch <- c.ready
+	ch <- c.lag
+	ch <- c.replayed
 }
 
 // Collect implements prometheus.Collector; it takes one Stats snapshot.
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.stats()
+	st := c.opts.Stats()
 	for i, m := range statMetrics {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], m.kind, float64(m.get(st)))
 	}
 	ready := 0.0
-	if c.ready() == nil {
+	if c.opts.Ready() == nil {
 		ready = 1
 	}
-	ch <- prometheus.MustNewConstMetric(c.readyDesc, prometheus.GaugeValue, ready)
-	if c.roles == nil {
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready)
+	if c.opts.Roles == nil {
 		return
 	}
-	for table, roles := range c.roles() {
+	for table, roles := range c.opts.Roles() {
 		for _, r := range roles {
-			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, float64(r.LagRecords),
-				table, strconv.Itoa(int(r.Partition)), r.Role)
-			ch <- prometheus.MustNewConstMetric(c.replDesc, prometheus.CounterValue, float64(r.Replayed),
-				table, strconv.Itoa(int(r.Partition)), r.Role)
+			p := strconv.Itoa(int(r.Partition))
+			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(r.LagRecords), table, p, r.Role)
+			ch <- prometheus.MustNewConstMetric(c.replayed, prometheus.CounterValue, float64(r.Replayed), table, p, r.Role)
 		}
 	}
 }
@@ -122,7 +98,22 @@ type metrics struct {
 	routes   map[string]string // echo path -> route label
 }
 
-func newMetrics(stats func() engine.Stats, ready func() error, roles func() map[string][]engine.PartitionRole) *metrics {
+// newMetrics returns the registry of a server with opts (Ready and Stats set).
+func newMetrics(opts Options) *metrics {
+	byPartition := []string{"table", "partition", "role"}
+	sc := &statsCollector{
+		opts:  opts,
+		ready: prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil),
+		lag: prometheus.NewDesc("keepstate_partition_lag_records",
+			"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
+			byPartition, nil),
+		replayed: prometheus.NewDesc("keepstate_partition_replayed_records_total",
+			"Changelog records replayed into this instance's copy of each partition held here (restores, standby and warm-up catch-ups); its rate is the restore rate.",
+			byPartition, nil),
+	}
+	for _, m := range statMetrics {
+		sc.descs = append(sc.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
+	}
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -136,21 +127,9 @@ func newMetrics(stats func() engine.Stats, ready func() error, roles func() map[
 		}, []string{"route", "method"}),
 		routes: map[string]string{},
 	}
-	m.reg.MustRegister(
-		newStatsCollector(stats, ready, roles),
-		m.requests, m.duration,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	m.reg.MustRegister(sc, m.requests, m.duration, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
-}
-
-// knownRoutes records the registered routes; the route label of a request
-// is its route in OpenAPI form ("/movies/{id}") or "unmatched".
-func (m *metrics) knownRoutes(rs []*echo.Route) {
-	for _, r := range rs {
-		m.routes[r.Path] = openAPIPath(r.Path)
-	}
 }
 
 // handler returns the exposition handler of the registry.
@@ -179,9 +158,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			route = unmatchedRoute
 		}
-		method := methodLabel(c.Request().Method)
-		status := c.Response().Status
-		elapsed := time.Since(start)
+		method, status, elapsed := methodLabel(c.Request().Method), c.Response().Status, time.Since(start)
 		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 		s.metrics.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
 		s.log.Debug("http request", "method", method, "route", route, "status", status, "duration", elapsed)

@@ -30,15 +30,14 @@ const (
 // tables to serve are in Tables.
 type Options struct {
 	// Ready reports readiness for /readyz and the dashboard: nil means
-	// ready, an error is the reason it is not. A nil func means always ready.
-	// It is called concurrently from request goroutines.
+	// ready, else the reason it is not; a nil func means always ready.
+	// Ready, Stats and Roles are called concurrently from request goroutines.
 	Ready func() error
-	// Stats returns the engine counters for /metrics and /api/stats. A nil
-	// func reports zeros. It is called concurrently from request goroutines.
+	// Stats returns the engine counters for /metrics and /api/stats; a nil
+	// func reports zeros.
 	Stats func() engine.Stats
 	// Roles returns, by table, the partitions this instance holds and in
-	// which role (active, standby, warm-up), for /api/stats and /metrics.
-	// A nil func reports none. It is called concurrently.
+	// which role (active, standby, warm-up); a nil func reports none.
 	Roles func() map[string][]engine.PartitionRole
 	// Tables are the jobs' tables served under /tables (see Table); names
 	// must be distinct (the routes serve the first of a name). The movie
@@ -55,13 +54,11 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// PeerSecret authenticates requests forwarded between instances (see
 	// ForwardedHeader); every instance of a deployment needs the same one.
-	// When empty a random secret is used, so this instance neither accepts
-	// nor gets answers to forwarded requests.
+	// When empty, this instance neither accepts nor gets forwarded answers.
 	PeerSecret []byte
 	// ReadHeaderTimeout, ReadTimeout, IdleTimeout and MaxHeaderBytes bound
-	// what a client may hold (Default* when zero). The write timeout is
-	// derived from QueryTimeout: a routed query waits at most that long
-	// for a peer.
+	// what a client may hold (Default* when zero). The write timeout allows
+	// for QueryTimeout: a routed query waits at most that long for a peer.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
@@ -74,6 +71,7 @@ type Server struct {
 	client  *http.Client // for routed requests
 	auth    peerAuth
 	opts    Options
+	tables  []Table // Options.Tables without nils, the first of each name
 	log     *slog.Logger
 	e       *echo.Echo
 	metrics *metrics
@@ -101,20 +99,27 @@ func New(opts Options) *Server {
 		Timeout: opts.QueryTimeout,
 		// A peer is asked one fixed URL; a redirect is never followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
-
-	e := echo.New()
-	e.HideBanner = true
-	e.HidePort = true
-	e.HTTPErrorHandler = s.handleError
-	e.Logger.SetOutput(echoLogWriter{s.log})
-	s.e = e
-	s.metrics = newMetrics(opts.Stats, opts.Ready, opts.Roles)
-
-	e.Use(s.observe, s.recoverPanic, secureHeaders)
+	}, e: echo.New(), metrics: newMetrics(opts)}
+	seen := map[string]bool{}
+	for _, t := range opts.Tables {
+		if t == nil {
+			continue
+		}
+		if name := t.Spec().Name; seen[name] {
+			s.log.Warn("two tables share a name: the routes serve the first", "table", name)
+		} else {
+			seen[name] = true
+			s.tables = append(s.tables, t)
+		}
+	}
+	s.e.HideBanner, s.e.HidePort = true, true
+	s.e.HTTPErrorHandler = s.handleError
+	s.e.Logger.SetOutput(echoLogWriter{s.log})
+	s.e.Use(s.observe, s.recoverPanic, secureHeaders)
 	s.routes()
-	s.warnDuplicateTables()
-	s.metrics.knownRoutes(e.Routes())
+	for _, r := range s.e.Routes() {
+		s.metrics.routes[r.Path] = openAPIPath(r.Path)
+	}
 	return s
 }
 
@@ -140,11 +145,12 @@ func (s *Server) routes() {
 	get("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
 	get("/api-docs", s.apiDocs)
 	get("/api/stats", s.apiStats)
-	get("/", s.dashboardIndex)
-	get("/dashboard/:file", s.dashboardAsset)
-	get("/swagger-ui", s.swaggerRedirect)
-	get("/swagger-ui/", s.swaggerIndex)
-	get("/swagger-ui/:file", s.swaggerAsset)
+	get("/", assetIndex("assets/dashboard", dashboardCSP))
+	get("/dashboard/:file", assetFile("assets/dashboard"))
+	// The relative asset URLs of the Swagger UI page resolve under /swagger-ui/.
+	get("/swagger-ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "swagger-ui/") })
+	get("/swagger-ui/", assetIndex("assets/swagger-ui", ""))
+	get("/swagger-ui/:file", assetFile("assets/swagger-ui"))
 }
 
 // Handler returns the server's http.Handler, for tests or for mounting in
@@ -165,8 +171,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	var fresh freshConns
-	srv.ConnState = fresh.track
+	var fresh sync.Map // the connections that have not sent a request yet
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			fresh.Store(c, nil)
+		} else {
+			fresh.Delete(c)
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("http server listening", "addr", ln.Addr().String())
@@ -185,7 +197,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// is on its way; with nothing in flight that only delays the exit, so
 	// such connections are closed at once. The listener is closed first,
 	// so no new one arrives.
-	fresh.closeAll()
+	fresh.Range(func(c, _ any) bool {
+		_ = c.(net.Conn).Close()
+		fresh.Delete(c)
+		return true
+	})
 	err := <-shut
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		s.log.Warn("http serve ended with error during shutdown", "err", serr)
@@ -196,37 +212,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	s.log.Info("http server stopped", "addr", ln.Addr().String())
 	return nil
-}
-
-// freshConns tracks the server's connections that have not sent a
-// request yet (http.StateNew). Safe for concurrent use.
-type freshConns struct {
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-// track is the server's ConnState hook.
-func (f *freshConns) track(c net.Conn, st http.ConnState) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if st != http.StateNew {
-		delete(f.conns, c)
-		return
-	}
-	if f.conns == nil {
-		f.conns = map[net.Conn]struct{}{}
-	}
-	f.conns[c] = struct{}{}
-}
-
-// closeAll closes every connection that has not sent a request yet.
-func (f *freshConns) closeAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for c := range f.conns {
-		_ = c.Close()
-		delete(f.conns, c)
-	}
 }
 
 // ListenAndServe listens on the TCP address addr (host:port) and calls Serve.

@@ -134,26 +134,14 @@ func (v indexValues) MarshalJSON() ([]byte, error) {
 
 // listTables answers GET /tables.
 func (s *Server) listTables(c echo.Context) error {
-	out := tablesBody{Tables: []tableInfoJSON{}}
-	seen := map[string]bool{}
-	for _, t := range s.opts.Tables {
-		if t == nil {
-			continue
-		}
+	out := tablesBody{Tables: make([]tableInfoJSON, 0, len(s.tables))}
+	for _, t := range s.tables {
 		spec := t.Spec()
-		if seen[spec.Name] {
-			continue // unreachable by its routes: the first one wins
-		}
-		seen[spec.Name] = true
-		info := tableInfoJSON{
-			Name:    spec.Name,
-			Key:     t.KeyKind(),
-			Indexes: make([]indexInfoJSON, 0, len(spec.Indexes)),
+		info := tableInfoJSON{Name: spec.Name, Key: t.KeyKind(), Indexes: make([]indexInfoJSON, 0, len(spec.Indexes)),
 			Routes: tableRoutesJSON{
 				Get:   "/tables/" + spec.Name + "/{key}",
 				Query: "/tables/" + spec.Name + "{?index,min,max,eq,order,limit,after}",
-			},
-		}
+			}}
 		for _, ix := range spec.Indexes {
 			info.Indexes = append(info.Indexes, indexInfoJSON{Name: ix.Name, Kind: ix.Kind.String()})
 		}
@@ -164,31 +152,12 @@ func (s *Server) listTables(c echo.Context) error {
 
 // table returns the table called name, or a 404.
 func (s *Server) table(name string) (Table, engine.TableSpec, error) {
-	for _, t := range s.opts.Tables {
-		if t == nil {
-			continue
-		}
+	for _, t := range s.tables {
 		if spec := t.Spec(); spec.Name == name {
 			return t, spec, nil
 		}
 	}
 	return nil, engine.TableSpec{}, notFound("table %s not found", quoteInput(name))
-}
-
-// warnDuplicateTables logs tables whose name an earlier one already took:
-// their routes answer from the first.
-func (s *Server) warnDuplicateTables() {
-	seen := map[string]bool{}
-	for _, t := range s.opts.Tables {
-		if t == nil {
-			continue
-		}
-		name := t.Spec().Name
-		if seen[name] {
-			s.log.Warn("two tables share a name: the routes serve the first", "table", name)
-		}
-		seen[name] = true
-	}
 }
 
 // isJSONObject reports whether raw is one valid JSON object.

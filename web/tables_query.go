@@ -55,92 +55,74 @@ func quoteInput(s string) string {
 // send every field). Every error is a 400 naming the parameter, quoting at
 // most maxEchoedInput bytes of the input. It returns the index's position
 // and kind with the query.
-func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuery, pos int, kind engine.IndexKind, err error) {
-	q = engine.IndexQuery{Limit: DefaultLimit}
+func parseTableQuery(spec engine.TableSpec, rawQuery string) (engine.IndexQuery, int, engine.IndexKind, error) {
+	q := engine.IndexQuery{Limit: DefaultLimit}
 	params, err := parseParams(rawQuery)
-	if err != nil {
+	// get returns the parameter name ("" when absent), or "" once err is set.
+	get := func(name string) (raw string) {
+		if err == nil {
+			raw, _, err = params.get(name)
+		}
+		return raw
+	}
+	index := get("index")
+	switch {
+	case err != nil:
 		return q, 0, 0, err
-	}
-	single := func(name string) (string, bool, error) {
-		raw, ok, err := params.get(name)
-		return raw, ok && raw != "", err
-	}
-
-	raw, ok, err := single("index")
-	if err != nil {
-		return q, 0, 0, err
-	}
-	if len(spec.Indexes) == 0 {
+	case len(spec.Indexes) == 0:
 		return q, 0, 0, badRequest("parameter index: table %s declares no index to query", spec.Name)
-	}
-	if !ok {
+	case index == "":
 		return q, 0, 0, badRequest("parameter index: required, one of %s", indexNames(spec))
 	}
-	pos, ix, found := spec.Index(raw)
+	pos, ix, found := spec.Index(index)
 	if !found {
-		return q, 0, 0, badRequest("parameter index: table %s has no index %s (indexes: %s)", spec.Name, quoteInput(raw), indexNames(spec))
+		return q, 0, 0, badRequest("parameter index: table %s has no index %s (indexes: %s)",
+			spec.Name, quoteInput(index), indexNames(spec))
 	}
-	q.Index, kind = ix.Name, ix.Kind
-
-	bound := func(name string) (engine.IndexValue, bool, error) {
-		raw, ok, err := single(name)
-		if err != nil || !ok {
-			return engine.IndexValue{}, false, err
+	q.Index = ix.Name
+	bound := func(name string) (v engine.IndexValue, ok bool) {
+		if raw := get(name); raw != "" {
+			v, err = parseIndexValue(name, raw, ix.Kind)
+			ok = err == nil
 		}
-		v, err := parseIndexValue(name, raw, kind)
-		return v, err == nil, err
+		return v, ok
 	}
-	var eq engine.IndexValue
-	var hasEq bool
-	if q.Min, q.HasMin, err = bound("min"); err != nil {
-		return q, 0, 0, err
-	}
-	if q.Max, q.HasMax, err = bound("max"); err != nil {
-		return q, 0, 0, err
-	}
-	if eq, hasEq, err = bound("eq"); err != nil {
-		return q, 0, 0, err
-	}
+	q.Min, q.HasMin = bound("min")
+	q.Max, q.HasMax = bound("max")
+	eq, hasEq := bound("eq")
 	switch {
+	case err != nil:
+		return q, 0, 0, err
 	case hasEq && (q.HasMin || q.HasMax):
 		return q, 0, 0, badRequest("parameter eq: excludes min and max (eq=v is min=v&max=v)")
 	case hasEq:
 		q.Min, q.Max, q.HasMin, q.HasMax = eq, eq, true, true
-	case q.HasMin && q.HasMax && valueLess(q.Max, q.Min, kind):
+	case q.HasMin && q.HasMax && valueLess(q.Max, q.Min, ix.Kind):
 		return q, 0, 0, badRequest("parameters min and max: min is above max")
 	}
-
-	raw, ok, err = single("order")
-	switch {
+	switch order := get("order"); {
 	case err != nil:
 		return q, 0, 0, err
-	case !ok || raw == "asc":
-	case raw == "desc":
+	case order == "desc":
 		q.Desc = true
-	default:
-		return q, 0, 0, badRequest("parameter order: %s is not asc or desc", quoteInput(raw))
+	case order != "" && order != "asc":
+		return q, 0, 0, badRequest("parameter order: %s is not asc or desc", quoteInput(order))
 	}
-
-	raw, ok, err = single("limit")
-	if err == nil && ok {
+	if raw := get("limit"); raw != "" {
 		q.Limit, err = parseLimit(raw)
+	}
+	if raw := get("after"); raw != "" {
+		cur, cerr := decodeTableCursor(spec.Name, q.Index, ix.Kind, raw)
+		if cerr != nil {
+			return q, 0, 0, badRequest("parameter after: not a cursor returned by this API for table %s and index %s "+
+				"(use the \"next\" value as is)", spec.Name, q.Index)
+		}
+		q.After = &cur
 	}
 	if err != nil {
 		return q, 0, 0, err
 	}
-
-	raw, ok, err = single("after")
-	switch {
-	case err != nil:
-		return q, 0, 0, err
-	case ok:
-		cur, cerr := decodeTableCursor(spec.Name, q.Index, kind, raw)
-		if cerr != nil {
-			return q, 0, 0, badRequest("parameter after: not a cursor returned by this API for table %s and index %s (use the \"next\" value as is)", spec.Name, q.Index)
-		}
-		q.After = &cur
-	}
-	return q, pos, kind, nil
+	return q, pos, ix.Kind, nil
 }
 
 // queryParams are the parameters of a query string.
