@@ -110,10 +110,16 @@ func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 			g.missing = append(g.missing, p)
 		}
 	}
-	sort.SliceStable(all, func(i, j int) bool { return q.less(all[i], all[j]) })
-	if len(all) > q.limit {
-		all, more = all[:q.limit], true
-	}
-	g.items, g.more = all, more
+	g.items, g.more = firstN(all, q.less, q.limit, more)
 	return g, nil
+}
+
+// firstN sorts items stably by less and cuts them at limit: more is set
+// when cut.
+func firstN[T any](items []T, less func(a, b T) bool, limit int, more bool) ([]T, bool) {
+	sort.SliceStable(items, func(i, j int) bool { return less(items[i], items[j]) })
+	if len(items) > limit {
+		return items[:limit], true
+	}
+	return items, more
 }

@@ -107,9 +107,7 @@ func (s *Server) getMovie(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
-	it, err := s.findDoc(c, ctx, t, spec, movies.Key(id))
+	it, err := s.findDoc(c, t, spec, movies.Key(id))
 	if errors.Is(err, engine.ErrNotFound) {
 		return notFound("movie %d not found", id)
 	}
@@ -120,8 +118,8 @@ func (s *Server) getMovie(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("movie %d: %w: %w", id, err, engine.ErrUnavailable)
 	}
-	m.Stale = it.stale
-	setStaleHeaders(c, it.stale)
+	m.Stale = it.doc.Stale
+	setStaleHeaders(c, m.Stale)
 	return c.JSON(http.StatusOK, m)
 }
 
@@ -146,9 +144,7 @@ func (s *Server) rangeMovies(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
-	res, err := s.runQuery(c, ctx, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q})
+	res, err := s.runQuery(c, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q})
 	if err != nil {
 		return fmt.Errorf("range movies: %w", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -104,7 +103,7 @@ func (s *Server) replicaDoc(ctx context.Context, rr ReplicaReader, t Table, spec
 	if err != nil {
 		return tableItem{}, err
 	}
-	it.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds(), Unconfirmed: st.Unconfirmed}
+	it.doc.Stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds(), Unconfirmed: st.Unconfirmed}
 	return it, nil
 }
 
@@ -143,7 +142,7 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 			if !ok {
 				continue
 			}
-			if it.stale = stale; it.stale != nil && it.stale.Unconfirmed {
+			if it.doc.Stale = stale; stale != nil && stale.Unconfirmed {
 				if held == nil {
 					held = &it
 				}
@@ -219,48 +218,34 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 	for _, addrs := range mem.Replicas {
 		everyone = append(everyone, addrs...)
 	}
-	slices.Sort(everyone)
 	sc := s.tableScatter(tq, engine.Membership{Partitions: mem.Partitions, Self: mem.Self},
 		peerPage[tableItem]{items: mine, covered: covered}, true)
-	sc.everyone = slices.Compact(everyone)
+	sc.everyone = everyone
 	g2, err := gather(ctx, sc)
-	if err != nil {
+	if err != nil { // nothing answered, not even here: covered is empty
 		if len(unconfirmed) == 0 {
 			return g
 		}
-		g2 = gathered[tableItem]{items: mine}
-		for _, p := range g.missing {
-			if !slices.Contains(covered, p) {
-				g2.missing = append(g2.missing, p)
-			}
+		g2 = gathered[tableItem]{items: mine, missing: g.missing}
+	}
+	// This instance's unconfirmed copies answer what no other copy did.
+	left := map[int32]bool{}
+	for _, p := range g2.missing {
+		left[p] = true
+	}
+	for _, it := range held {
+		if left[it.doc.Partition] {
+			g2.items = append(g2.items, it)
 		}
 	}
-	if len(unconfirmed) > 0 {
-		var still []int32
-		left := map[int32]bool{}
-		for _, p := range g2.missing {
-			if left[p] = unconfirmed[p]; !left[p] {
-				still = append(still, p)
-			}
-		}
-		for _, it := range held {
-			if left[it.doc.Partition] {
-				g2.items = append(g2.items, it)
-			}
-		}
-		g2.missing = still
-	}
+	g2.missing = slices.DeleteFunc(g2.missing, func(p int32) bool { return unconfirmed[p] })
 	for _, p := range g.missing {
 		if !slices.Contains(g2.missing, p) {
 			g.stale = append(g.stale, p)
 		}
 	}
-	all := append(g.items, g2.items...)
-	sort.SliceStable(all, func(i, j int) bool { return tq.before(all[i].cur, all[j].cur) })
-	more := g.more || g2.more
-	if len(all) > tq.q.Limit {
-		all, more = all[:tq.q.Limit], true
-	}
-	g.items, g.more, g.missing = all, more, g2.missing
+	g.items, g.more = firstN(append(g.items, g2.items...), func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
+		tq.q.Limit, g.more || g2.more)
+	g.missing = g2.missing
 	return g
 }

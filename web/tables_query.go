@@ -1,10 +1,6 @@
 package web
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
-	"hash/crc32"
 	"math"
 	"net/url"
 	"strconv"
@@ -229,99 +225,4 @@ func tableQueryValues(table string, kind engine.IndexKind, q engine.IndexQuery) 
 		v.Set("after", encodeTableCursor(table, q.Index, kind, *q.After))
 	}
 	return v
-}
-
-// A table cursor is opaque to clients: base64url (no padding) of
-//
-//	version (1 byte) | index kind (1) |
-//	value: float64 bits (8, big-endian) for a number index,
-//	       uvarint length + bytes for a string index |
-//	uvarint key length + key bytes |
-//	CRC-32C (4, big-endian) of table name, 0, index name, 0 and the above
-//
-// The checksum binds the cursor to its table and index and detects edits;
-// like the movie cursor it is not a secret.
-const (
-	tableCursorVersion = 1
-	maxTableCursorLen  = 2 + binary.MaxVarintLen64 + engine.MaxIndexStringBytes + binary.MaxVarintLen64 + engine.MaxKeyBytes + 4
-)
-
-var errBadTableCursor = errors.New("malformed table cursor")
-
-// tableCursorSum is the checksum of a cursor's payload for table and index.
-func tableCursorSum(table, index string, payload []byte) uint32 {
-	h := crc32.New(cursorTable)
-	h.Write([]byte(table))
-	h.Write([]byte{0})
-	h.Write([]byte(index))
-	h.Write([]byte{0})
-	h.Write(payload)
-	return h.Sum32()
-}
-
-// encodeTableCursor returns the opaque form of c, a position in index of
-// table.
-func encodeTableCursor(table, index string, kind engine.IndexKind, c engine.IndexCursor) string {
-	b := make([]byte, 0, 24+len(c.Value.Str)+len(c.Key))
-	b = append(b, tableCursorVersion, byte(kind))
-	if kind == engine.IndexNumber {
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(c.Value.Num))
-	} else {
-		b = binary.AppendUvarint(b, uint64(len(c.Value.Str)))
-		b = append(b, c.Value.Str...)
-	}
-	b = binary.AppendUvarint(b, uint64(len(c.Key)))
-	b = append(b, c.Key...)
-	b = binary.BigEndian.AppendUint32(b, tableCursorSum(table, index, b))
-	return cursorEncoding.EncodeToString(b)
-}
-
-// decodeTableCursor parses a cursor made by encodeTableCursor for the same
-// table, index and kind; anything else is errBadTableCursor.
-func decodeTableCursor(table, index string, kind engine.IndexKind, s string) (engine.IndexCursor, error) {
-	if len(s) > cursorEncoding.EncodedLen(maxTableCursorLen) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	b, err := cursorEncoding.DecodeString(s)
-	if err != nil || len(b) < 2+4 || b[0] != tableCursorVersion || b[1] != byte(kind) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	payload := b[:len(b)-4]
-	if tableCursorSum(table, index, payload) != binary.BigEndian.Uint32(b[len(b)-4:]) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	r := payload[2:]
-	var c engine.IndexCursor
-	if kind == engine.IndexNumber {
-		if len(r) < 8 {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		c.Value = engine.Num(math.Float64frombits(binary.BigEndian.Uint64(r)))
-		if math.IsNaN(c.Value.Num) || math.IsInf(c.Value.Num, 0) {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		r = r[8:]
-	} else {
-		str, rest, ok := cutUvarintBytes(r, engine.MaxIndexStringBytes)
-		if !ok || !validIndexString(string(str)) {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		c.Value, r = engine.Str(string(str)), rest
-	}
-	key, rest, ok := cutUvarintBytes(r, engine.MaxKeyBytes)
-	if !ok || len(key) == 0 || len(rest) != 0 {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	c.Key = bytes.Clone(key)
-	return c, nil
-}
-
-// cutUvarintBytes reads a uvarint length (at most most) and that many
-// bytes from b.
-func cutUvarintBytes(b []byte, most int) (field, rest []byte, ok bool) {
-	n, w := binary.Uvarint(b)
-	if w <= 0 || n > uint64(most) || n > uint64(len(b)-w) {
-		return nil, nil, false
-	}
-	return b[w : w+int(n)], b[w+int(n):], true
 }

@@ -15,11 +15,6 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// queryContext returns the request context bounded by QueryTimeout.
-func (s *Server) queryContext(c echo.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
-}
-
 // getTableDoc answers GET /tables/{table}/{key}.
 func (s *Server) getTableDoc(c echo.Context) error {
 	name, rawKey, ok := tableKeyPath(c.Request().URL.EscapedPath())
@@ -35,33 +30,32 @@ func (s *Server) getTableDoc(c echo.Context) error {
 	if err != nil || len(key) == 0 {
 		return badRequest("parameter key: %s is not a valid %s key of table %s", quoteInput(rawKey), t.KeyKind(), spec.Name)
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
-	it, err := s.findDoc(c, ctx, t, spec, key)
+	it, err := s.findDoc(c, t, spec, key)
 	if errors.Is(err, engine.ErrNotFound) {
 		return notFound("key %s not found in table %s", quoteInput(t.FormatKey(key)), spec.Name)
 	}
 	if err != nil {
 		return err
 	}
-	it.doc.Stale = it.stale
-	setStaleHeaders(c, it.stale)
+	setStaleHeaders(c, it.doc.Stale)
 	return c.JSON(http.StatusOK, it.doc)
 }
 
-// findDoc returns the document of key in t, read here or, on a store
-// local to each instance, from the instance where the key's partition
-// runs. A forwarded request is never routed again and a peer's answer is
-// checked and re-encoded, never passed through. A key without a document
-// is an error wrapping engine.ErrNotFound. When the partition's active
-// cannot answer (restoring, moving, its instance dead or paused), a
+// findDoc returns the document of key in t within QueryTimeout, read here
+// or, on a store local to each instance, from the instance where the key's
+// partition runs. A forwarded request is never routed again and a peer's
+// answer is checked and re-encoded, never passed through. A key without a
+// document is an error wrapping engine.ErrNotFound. When the partition's
+// active cannot answer (restoring, moving, its instance dead or paused), a
 // caught-up standby copy answers instead (this instance's, else a peer's),
-// its staleness in the item (a key missing from a copy is unavailable:
+// its staleness in doc.Stale (a key missing from a copy is unavailable:
 // only an active's "not found" is an answer), unless the request asks for
 // the active only (activeOnly=true) or was forwarded. This instance's own
 // copy of a partition it runs answers while its group membership is
 // unconfirmed only when no peer's copy does.
-func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+func (s *Server) findDoc(c echo.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
+	defer cancel()
 	fwd, err := s.checkForwarded(c)
 	if err != nil {
 		return tableItem{}, err
@@ -80,7 +74,7 @@ func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engi
 		return it, err
 	}
 	rit, rerr := s.replicaDoc(ctx, rr, t, spec, key) // never ErrNotFound: a copy may be behind
-	if rerr == nil && !rit.stale.Unconfirmed {
+	if rerr == nil && !rit.doc.Stale.Unconfirmed {
 		return rit, nil
 	}
 	if pit, perr := s.peerReplicaDoc(ctx, t, spec, key); perr == nil || errors.Is(perr, engine.ErrNotFound) {
@@ -170,10 +164,8 @@ func (s *Server) queryTable(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
 	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q}
-	res, err := s.runQuery(c, ctx, tq)
+	res, err := s.runQuery(c, tq)
 	if err != nil {
 		return err
 	}
@@ -194,11 +186,13 @@ func (tq tableQuery) before(a, b engine.IndexCursor) bool {
 	return tq.spec.Before(a, b, tq.kind, tq.q.Desc)
 }
 
-// runQuery answers tq: from this instance alone on a shared store or for
-// a peer's forwarded request (whose answer then lists the partitions it
-// covers in PartitionsHeader), else merged across the instances owning
-// the table's partitions.
-func (s *Server) runQuery(c echo.Context, ctx context.Context, tq tableQuery) (tableResult, error) {
+// runQuery answers tq within QueryTimeout: from this instance alone on a
+// shared store or for a peer's forwarded request (whose answer then lists
+// the partitions it covers in PartitionsHeader), else merged across the
+// instances owning the table's partitions.
+func (s *Server) runQuery(c echo.Context, tq tableQuery) (tableResult, error) {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
+	defer cancel()
 	local := tq.t.Shared()
 	if !local {
 		fwd, err := s.checkForwarded(c)
@@ -222,18 +216,14 @@ func (s *Server) runQuery(c echo.Context, ctx context.Context, tq tableQuery) (t
 	if err != nil {
 		return tableResult{}, fmt.Errorf("query %s by %s: %w", tq.spec.Name, tq.q.Index, err)
 	}
-	res := tableResult{items: make([]tableItem, 0, len(page.Docs)), next: page.Next}
-	for _, d := range page.Docs {
-		it, err := localItem(tq.t, tq.spec, tq.pos, d)
-		if err != nil {
-			return tableResult{}, err
-		}
-		res.items = append(res.items, it)
+	items, err := localItems(tq, page.Docs)
+	if err != nil {
+		return tableResult{}, err
 	}
 	if !tq.t.Shared() {
 		c.Response().Header().Set(PartitionsHeader, formatPartitions(covered))
 	}
-	return res, nil
+	return tableResult{items: items, next: page.Next}, nil
 }
 
 // tablePage renders a (merged) result.
@@ -254,8 +244,6 @@ func tablePage(tq tableQuery, res tableResult) tablePageJSON {
 type tableItem struct {
 	doc tableDocJSON
 	cur engine.IndexCursor
-	// stale is set when a standby copy answered (see findDoc).
-	stale *staleJSON
 }
 
 // localItem renders a document of this instance; pos is the queried
@@ -270,6 +258,19 @@ func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem
 		it.cur.Value = d.Index[pos]
 	}
 	return it, nil
+}
+
+// localItems renders documents of this instance for tq.
+func localItems(tq tableQuery, docs []engine.Doc) ([]tableItem, error) {
+	items := make([]tableItem, 0, len(docs))
+	for _, d := range docs {
+		it, err := localItem(tq.t, tq.spec, tq.pos, d)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, nil
 }
 
 // peerDocJSON is one document as a peer sends it.
@@ -335,21 +336,15 @@ func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableIte
 // indexValueJSON reads one index value of kind from JSON: a finite number
 // or a valid index string (never null).
 func indexValueJSON(raw json.RawMessage, kind engine.IndexKind) (engine.IndexValue, bool) {
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return engine.IndexValue{}, false
-	}
+	null := bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 	if kind == engine.IndexNumber {
 		var f float64
-		if json.Unmarshal(raw, &f) != nil {
-			return engine.IndexValue{}, false
-		}
-		return engine.Num(f), true
+		ok := !null && json.Unmarshal(raw, &f) == nil
+		return engine.Num(f), ok
 	}
 	var str string
-	if json.Unmarshal(raw, &str) != nil || !validIndexString(str) {
-		return engine.IndexValue{}, false
-	}
-	return engine.Str(str), true
+	ok := !null && json.Unmarshal(raw, &str) == nil && validIndexString(str)
+	return engine.Str(str), ok
 }
 
 // tableResult is a query page merged across instances.
@@ -375,13 +370,9 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 	if err != nil {
 		return tableResult{}, err
 	}
-	mine := make([]tableItem, 0, len(local.Docs))
-	for _, d := range local.Docs {
-		it, err := localItem(tq.t, tq.spec, tq.pos, d)
-		if err != nil {
-			return tableResult{}, err
-		}
-		mine = append(mine, it)
+	mine, err := localItems(tq, local.Docs)
+	if err != nil {
+		return tableResult{}, err
 	}
 	g, err := gather(ctx, s.tableScatter(tq, mem, peerPage[tableItem]{items: mine, more: local.Next != nil, covered: covered}, false))
 	if err != nil {
