@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -116,7 +114,6 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 		return tableItem{}, fmt.Errorf("no membership: %w", engine.ErrUnavailable)
 	}
 	shown := t.FormatKey(key)
-	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
 	p := engine.PartitionFor(key, m.Partitions)
 	// The owner too (a standby just promoted answers from its copy while
 	// it restores the rest), then every other member (during a rebalance
@@ -131,26 +128,16 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 		}
 		seen[addr] = true
 		pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
-		code, _, body, err := s.tablePeerGet(pctx, addr, rawPath, url.Values{replicaParam: {"1"}})
+		it, err := s.peerDoc(pctx, addr, t, spec, shown, true)
 		cancel()
-		if err != nil {
-			continue
-		}
-		switch code {
-		case http.StatusOK:
-			it, stale, ok := peerKeyDoc(t, spec, shown, body)
-			if !ok {
-				continue
-			}
-			if it.doc.Stale = stale; stale != nil && stale.Unconfirmed {
-				if held == nil {
-					held = &it
-				}
-				continue
-			}
+		switch {
+		case errors.Is(err, engine.ErrNotFound):
+			return tableItem{}, err
+		case err != nil:
+		case it.doc.Stale == nil || !it.doc.Stale.Unconfirmed:
 			return it, nil
-		case http.StatusNotFound:
-			return tableItem{}, fmt.Errorf("instance %s (standby): %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
+		case held == nil:
+			held = &it
 		}
 	}
 	if held != nil {

@@ -166,29 +166,6 @@ func isJSONObject(raw []byte) bool {
 	return len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(raw)
 }
 
-// docJSON renders a document of t. A document that does not fit its spec
-// or whose value is not a JSON object is an internal error.
-func docJSON(t Table, spec engine.TableSpec, d engine.Doc) (tableDocJSON, error) {
-	if len(d.Index) != len(spec.Indexes) {
-		return tableDocJSON{}, fmt.Errorf("table %s: document has %d index values for %d indexes", spec.Name, len(d.Index), len(spec.Indexes))
-	}
-	val, err := t.ValueJSON(d)
-	if err != nil {
-		return tableDocJSON{}, fmt.Errorf("table %s: render value: %w", spec.Name, err)
-	}
-	if !isJSONObject(val) {
-		return tableDocJSON{}, fmt.Errorf("table %s: value is not a JSON object", spec.Name)
-	}
-	return tableDocJSON{
-		Table:     spec.Name,
-		Key:       t.FormatKey(d.Key),
-		Partition: d.Partition,
-		Version:   d.Version,
-		Value:     val,
-		Index:     indexValues{specs: spec.Indexes, vals: d.Index},
-	}, nil
-}
-
 // tableKeyPath splits the escaped path /tables/{table}/{key} into the
 // table name and the decoded key. echo hands a parameter over either
 // decoded or still escaped (it depends on whether the path holds an
@@ -196,20 +173,11 @@ func docJSON(t Table, spec engine.TableSpec, d engine.Doc) (tableDocJSON, error)
 // a key is a slash of the key, a bare slash is a path separator.
 func tableKeyPath(escaped string) (table, key string, ok bool) {
 	rest, found := strings.CutPrefix(escaped, "/tables/")
-	if !found {
+	rawTable, rawKey, cut := strings.Cut(rest, "/")
+	if !found || !cut || rawTable == "" || rawKey == "" || strings.Contains(rawKey, "/") {
 		return "", "", false
 	}
-	rawTable, rawKey, found := strings.Cut(rest, "/")
-	if !found || rawTable == "" || rawKey == "" || strings.Contains(rawKey, "/") {
-		return "", "", false
-	}
-	table, err := url.PathUnescape(rawTable)
-	if err != nil {
-		return "", "", false
-	}
-	key, err = url.PathUnescape(rawKey)
-	if err != nil {
-		return "", "", false
-	}
-	return table, key, true
+	table, terr := url.PathUnescape(rawTable)
+	key, kerr := url.PathUnescape(rawKey)
+	return table, key, terr == nil && kerr == nil
 }

@@ -63,12 +63,12 @@ func (s *Server) findDoc(c echo.Context, t Table, spec engine.TableSpec, key []b
 	rr, canReplica := t.(ReplicaReader)
 	if fwd && c.QueryParam(replicaParam) == "1" && canReplica {
 		// A peer asks for whatever copy this instance can answer from.
-		if it, err := s.findActiveDoc(c, ctx, t, spec, key, true); err == nil || errors.Is(err, engine.ErrNotFound) {
+		if it, err := s.findActiveDoc(ctx, t, spec, key, true); err == nil || errors.Is(err, engine.ErrNotFound) {
 			return it, err
 		}
 		return s.replicaDoc(ctx, rr, t, spec, key)
 	}
-	it, err := s.findActiveDoc(c, ctx, t, spec, key, fwd)
+	it, err := s.findActiveDoc(ctx, t, spec, key, fwd)
 	if err == nil || fwd || !canReplica || errors.Is(err, engine.ErrNotFound) || ctx.Err() != nil ||
 		c.QueryParam(ActiveOnlyParam) == "true" {
 		return it, err
@@ -92,7 +92,7 @@ const peerKeyTimeout = 500 * time.Millisecond
 
 // findActiveDoc is findDoc from the partition's active only; fwd says the
 // request was forwarded by a peer (it is never routed again).
-func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte, fwd bool) (tableItem, error) {
+func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSpec, key []byte, fwd bool) (tableItem, error) {
 	shown := t.FormatKey(key)
 	if !t.Shared() {
 		addr, local, err := t.Owner(ctx, key)
@@ -108,7 +108,7 @@ func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spe
 			// standby copy (see findDoc).
 			pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
 			defer cancel()
-			return s.peerDoc(pctx, addr, t, spec, shown)
+			return s.peerDoc(pctx, addr, t, spec, shown, false)
 		}
 	}
 	d, err := t.Get(ctx, key)
@@ -119,17 +119,28 @@ func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spe
 }
 
 // peerDoc asks the instance at addr for the document of the key shown
-// and checks its answer.
-func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string) (tableItem, error) {
-	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
-	code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, nil)
+// and checks its answer: a strict JSON document of t (see peerItem) for
+// that key. replica asks for the peer's standby copy, and keeps the
+// staleness it reports.
+func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string, replica bool) (tableItem, error) {
+	var query url.Values
+	if replica {
+		query = url.Values{replicaParam: {"1"}}
+	}
+	code, _, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name)+"/"+url.PathEscape(shown), query)
 	if err != nil {
 		return tableItem{}, err
 	}
 	switch code {
 	case http.StatusOK:
-		if it, _, ok := peerKeyDoc(t, spec, shown, body); ok {
-			return it, nil
+		var pd peerDocJSON
+		if decodeStrict(body, &pd) == nil {
+			if it, err := peerItem(t, spec, -1, pd); err == nil && it.doc.Key == shown {
+				if replica {
+					it.doc.Stale = pd.Stale
+				}
+				return it, nil
+			}
 		}
 		return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 	case http.StatusNotFound:
@@ -137,21 +148,6 @@ func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.
 	default:
 		return tableItem{}, fmt.Errorf("instance %s answered %d for %s key %s: %w", addr, code, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 	}
-}
-
-// peerKeyDoc checks a peer's answer for the key shown: a strict JSON
-// document of t (see peerItem) for that key, with the staleness the peer
-// reported; ok is false for anything else.
-func peerKeyDoc(t Table, spec engine.TableSpec, shown string, body []byte) (tableItem, *staleJSON, bool) {
-	var pd peerDocJSON
-	if decodeStrict(body, &pd) != nil {
-		return tableItem{}, nil, false
-	}
-	it, err := peerItem(t, spec, -1, pd)
-	if err != nil || it.doc.Key != shown {
-		return tableItem{}, nil, false
-	}
-	return it, pd.Stale, true
 }
 
 // queryTable answers GET /tables/{table}?index=&min=&max=&eq=&order=&limit=&after=.
@@ -247,17 +243,33 @@ type tableItem struct {
 }
 
 // localItem renders a document of this instance; pos is the queried
-// index (-1 for none).
+// index (-1 for none). A document that does not fit its spec or whose
+// value is not a JSON object is an internal error.
 func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem, error) {
-	doc, err := docJSON(t, spec, d)
+	if len(d.Index) != len(spec.Indexes) {
+		return tableItem{}, fmt.Errorf("table %s: document has %d index values for %d indexes",
+			spec.Name, len(d.Index), len(spec.Indexes))
+	}
+	val, err := t.ValueJSON(d)
 	if err != nil {
-		return tableItem{}, err
+		return tableItem{}, fmt.Errorf("table %s: render value: %w", spec.Name, err)
 	}
-	it := tableItem{doc: doc, cur: engine.IndexCursor{Key: d.Key}}
+	if !isJSONObject(val) {
+		return tableItem{}, fmt.Errorf("table %s: value is not a JSON object", spec.Name)
+	}
+	doc := tableDocJSON{Table: spec.Name, Key: t.FormatKey(d.Key), Partition: d.Partition, Version: d.Version, Value: val}
+	return newItem(spec, pos, d.Key, doc, d.Index), nil
+}
+
+// newItem returns the item of doc, with key and index values vals; pos is
+// the queried index (-1 for none).
+func newItem(spec engine.TableSpec, pos int, key []byte, doc tableDocJSON, vals []engine.IndexValue) tableItem {
+	doc.Index = indexValues{specs: spec.Indexes, vals: vals}
+	it := tableItem{doc: doc, cur: engine.IndexCursor{Key: key}}
 	if pos >= 0 {
-		it.cur.Value = d.Index[pos]
+		it.cur.Value = vals[pos]
 	}
-	return it, nil
+	return it
 }
 
 // localItems renders documents of this instance for tq.
@@ -309,22 +321,13 @@ func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableIte
 	}
 	vals := make([]engine.IndexValue, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
-		raw, ok := pd.Index[ix.Name]
-		if !ok {
-			return tableItem{}, errBadPeerDoc
-		}
-		if vals[i], ok = indexValueJSON(raw, ix.Kind); !ok {
+		var ok bool // a missing index is nil: not a value
+		if vals[i], ok = indexValueJSON(pd.Index[ix.Name], ix.Kind); !ok {
 			return tableItem{}, errBadPeerDoc
 		}
 	}
-	it := tableItem{
-		doc: tableDocJSON{Table: spec.Name, Key: pd.Key, Partition: pd.Partition, Version: pd.Version,
-			Value: pd.Value, Index: indexValues{specs: spec.Indexes, vals: vals}},
-		cur: engine.IndexCursor{Key: key},
-	}
-	if pos >= 0 {
-		it.cur.Value = vals[pos]
-	}
+	it := newItem(spec, pos, key, tableDocJSON{Table: spec.Name, Key: pd.Key, Partition: pd.Partition,
+		Version: pd.Version, Value: pd.Value}, vals)
 	if isMovieTable(t, spec) {
 		if _, err := movieOf(it); err != nil {
 			return tableItem{}, errBadPeerDoc
