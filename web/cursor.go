@@ -84,13 +84,7 @@ var errBadTableCursor = errors.New("malformed table cursor")
 
 // tableCursorSum is the checksum of a cursor's payload for table and index.
 func tableCursorSum(table, index string, payload []byte) uint32 {
-	h := crc32.New(cursorTable)
-	h.Write([]byte(table))
-	h.Write([]byte{0})
-	h.Write([]byte(index))
-	h.Write([]byte{0})
-	h.Write(payload)
-	return h.Sum32()
+	return crc32.Update(crc32.Checksum([]byte(table+"\x00"+index+"\x00"), cursorTable), cursorTable, payload)
 }
 
 // encodeTableCursor returns the opaque form of c, a position in index of
@@ -113,37 +107,31 @@ func encodeTableCursor(table, index string, kind engine.IndexKind, c engine.Inde
 // decodeTableCursor parses a cursor made by encodeTableCursor for the same
 // table, index and kind; anything else is errBadTableCursor.
 func decodeTableCursor(table, index string, kind engine.IndexKind, s string) (engine.IndexCursor, error) {
-	if len(s) > cursorEncoding.EncodedLen(maxTableCursorLen) {
+	var b []byte
+	err := errBadTableCursor
+	if len(s) <= cursorEncoding.EncodedLen(maxTableCursorLen) {
+		b, err = cursorEncoding.DecodeString(s)
+	}
+	if err != nil || len(b) < 2+4 || b[0] != tableCursorVersion || b[1] != byte(kind) ||
+		tableCursorSum(table, index, b[:len(b)-4]) != binary.BigEndian.Uint32(b[len(b)-4:]) {
 		return engine.IndexCursor{}, errBadTableCursor
 	}
-	b, err := cursorEncoding.DecodeString(s)
-	if err != nil || len(b) < 2+4 || b[0] != tableCursorVersion || b[1] != byte(kind) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	payload := b[:len(b)-4]
-	if tableCursorSum(table, index, payload) != binary.BigEndian.Uint32(b[len(b)-4:]) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	r := payload[2:]
+	r := b[2 : len(b)-4]
 	var c engine.IndexCursor
+	var ok bool
 	if kind == engine.IndexNumber {
-		if len(r) < 8 {
-			return engine.IndexCursor{}, errBadTableCursor
+		if ok = len(r) >= 8; ok {
+			c.Value, r = engine.Num(math.Float64frombits(binary.BigEndian.Uint64(r))), r[8:]
+			ok = !math.IsNaN(c.Value.Num) && !math.IsInf(c.Value.Num, 0)
 		}
-		c.Value = engine.Num(math.Float64frombits(binary.BigEndian.Uint64(r)))
-		if math.IsNaN(c.Value.Num) || math.IsInf(c.Value.Num, 0) {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		r = r[8:]
 	} else {
-		str, rest, ok := cutUvarintBytes(r, engine.MaxIndexStringBytes)
-		if !ok || !validIndexString(string(str)) {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		c.Value, r = engine.Str(string(str)), rest
+		var str []byte
+		str, r, ok = cutUvarintBytes(r, engine.MaxIndexStringBytes)
+		c.Value = engine.Str(string(str))
+		ok = ok && validIndexString(c.Value.Str)
 	}
-	key, rest, ok := cutUvarintBytes(r, engine.MaxKeyBytes)
-	if !ok || len(key) == 0 || len(rest) != 0 {
+	key, rest, keyOK := cutUvarintBytes(r, engine.MaxKeyBytes)
+	if !ok || !keyOK || len(key) == 0 || len(rest) != 0 {
 		return engine.IndexCursor{}, errBadTableCursor
 	}
 	c.Key = bytes.Clone(key)

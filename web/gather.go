@@ -23,14 +23,11 @@ type scatter[T any] struct {
 	mem   engine.Membership
 	local peerPage[T] // this instance's answer
 	// ask queries the instance at addr; an error costs its partitions.
-	ask func(ctx context.Context, addr string) (peerPage[T], error)
-	// partition is the partition an item belongs to.
-	partition func(T) int32
-	// less is the query's order.
-	less  func(a, b T) bool
-	limit int
-	// warn reports an instance that did not answer.
-	warn func(addr string, err error)
+	ask       func(ctx context.Context, addr string) (peerPage[T], error)
+	partition func(T) int32     // the partition an item belongs to
+	less      func(a, b T) bool // the query's order
+	limit     int
+	warn      func(addr string, err error) // reports an instance that did not answer
 	// everyone, when set, are the instances to ask instead of the owners
 	// of the partitions not covered here.
 	everyone []string
@@ -52,27 +49,18 @@ type gathered[T any] struct {
 // answer for it is kept. It fails, wrapping engine.ErrUnavailable, only
 // when no partition at all could be answered.
 func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
-	done := map[int32]bool{}
-	for _, p := range q.local.covered {
-		done[p] = true
-	}
+	done := setOf(q.local.covered)
 	peers := map[string]bool{}
 	for p, addr := range q.mem.Owners {
-		if !done[p] && addr != q.mem.Self {
+		if !done[p] && q.everyone == nil {
 			peers[addr] = true
 		}
 	}
-	if q.everyone != nil {
-		clear(peers)
-		for _, addr := range q.everyone {
-			if addr != q.mem.Self {
-				peers[addr] = true
-			}
-		}
+	for _, addr := range q.everyone {
+		peers[addr] = true
 	}
-	all := q.local.items
-	more := q.local.more
-
+	delete(peers, q.mem.Self)
+	all, more := q.local.items, q.local.more
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for addr := range peers {
@@ -112,6 +100,15 @@ func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 	}
 	g.items, g.more = firstN(all, q.less, q.limit, more)
 	return g, nil
+}
+
+// setOf returns the set of partitions ps.
+func setOf(ps []int32) map[int32]bool {
+	set := make(map[int32]bool, len(ps))
+	for _, p := range ps {
+		set[p] = true
+	}
+	return set
 }
 
 // firstN sorts items stably by less and cuts them at limit: more is set

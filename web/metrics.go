@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
+	"regexp"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -180,11 +180,8 @@ func methodLabel(m string) string {
 // openAPIPath turns an echo route path ("/movies/:id") into its OpenAPI
 // form ("/movies/{id}").
 func openAPIPath(p string) string {
-	parts := strings.Split(p, "/")
-	for i, part := range parts {
-		if strings.HasPrefix(part, ":") {
-			parts[i] = "{" + part[1:] + "}"
-		}
-	}
-	return strings.Join(parts, "/")
+	return echoParam.ReplaceAllString(p, "$1{$2}")
 }
+
+// echoParam is a parameter segment of an echo route path.
+var echoParam = regexp.MustCompile(`(^|/):([^/]*)`)

@@ -159,10 +159,7 @@ func staleness(cs copyStaleness, p int32) (engine.Staleness, bool) {
 // answers the partitions it can, as active or standby: during a
 // rebalance mem may be a generation old).
 func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq ReplicaQuerier, mem engine.Membership, g gathered[tableItem]) gathered[tableItem] {
-	missing := map[int32]bool{}
-	for _, p := range g.missing {
-		missing[p] = true
-	}
+	missing := setOf(g.missing)
 	// Round two sees the partitions answered already as covered here, so
 	// that only the missing ones are asked for and reported.
 	var covered []int32
@@ -178,22 +175,17 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 	if page, parts, err := rq.QueryReplicas(ctx, tq.q); err == nil {
 		cs, _ := tq.t.(copyStaleness)
 		for _, p := range parts {
-			if !missing[p] {
-				continue
-			}
-			if st, ok := staleness(cs, p); ok && st.Unconfirmed {
+			switch st, ok := staleness(cs, p); {
+			case !missing[p]:
+			case ok && st.Unconfirmed:
 				unconfirmed[p] = true
-				continue
+			default:
+				covered = append(covered, p)
 			}
-			covered = append(covered, p)
 		}
 		for _, d := range page.Docs {
-			if !missing[d.Partition] {
-				continue
-			}
-			it, err := localItem(tq.t, tq.spec, tq.pos, d)
-			switch {
-			case err != nil:
+			switch it, err := localItem(tq.t, tq.spec, tq.pos, d); {
+			case err != nil || !missing[d.Partition]:
 			case unconfirmed[d.Partition]:
 				held = append(held, it)
 			default:
@@ -216,10 +208,7 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 		g2 = gathered[tableItem]{items: mine, missing: g.missing}
 	}
 	// This instance's unconfirmed copies answer what no other copy did.
-	left := map[int32]bool{}
-	for _, p := range g2.missing {
-		left[p] = true
-	}
+	left := setOf(g2.missing)
 	for _, it := range held {
 		if left[it.doc.Partition] {
 			g2.items = append(g2.items, it)

@@ -109,27 +109,23 @@ type indexValues struct {
 
 // MarshalJSON implements json.Marshaler.
 func (v indexValues) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	b := []byte{'{'}
 	for i, ix := range v.specs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		name, _ := json.Marshal(ix.Name)
-		b.Write(name)
-		b.WriteByte(':')
 		var val any = v.vals[i].Str
 		if ix.Kind == engine.IndexNumber {
 			val = v.vals[i].Num
 		}
+		name, _ := json.Marshal(ix.Name)
 		enc, err := json.Marshal(val)
 		if err != nil {
 			return nil, fmt.Errorf("index %s: %w", ix.Name, err)
 		}
-		b.Write(enc)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, name...), ':'), enc...)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return append(b, '}'), nil
 }
 
 // listTables answers GET /tables.

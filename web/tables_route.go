@@ -219,7 +219,7 @@ func (s *Server) runQuery(c echo.Context, tq tableQuery) (tableResult, error) {
 	if !tq.t.Shared() {
 		c.Response().Header().Set(PartitionsHeader, formatPartitions(covered))
 	}
-	return tableResult{items: items, next: page.Next}, nil
+	return tableResult{gathered: gathered[tableItem]{items: items}, next: page.Next}, nil
 }
 
 // tablePage renders a (merged) result.
@@ -350,12 +350,11 @@ func indexValueJSON(raw json.RawMessage, kind engine.IndexKind) (engine.IndexVal
 	return engine.Str(str), ok
 }
 
-// tableResult is a query page merged across instances.
+// tableResult is a query page merged across instances; next is the
+// position after it, nil on the last page.
 type tableResult struct {
-	items   []tableItem
-	next    *engine.IndexCursor
-	missing []int32 // partitions no live instance answered for
-	stale   []int32 // partitions answered from standby copies
+	gathered[tableItem]
+	next *engine.IndexCursor
 }
 
 // gatherTable merges this instance's page with the pages of the
@@ -384,7 +383,7 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 	if rq, ok := tq.t.(ReplicaQuerier); ok && len(g.missing) > 0 && !activeOnly {
 		g = s.fillFromReplicas(ctx, tq, rq, mem, g)
 	}
-	res := tableResult{items: g.items, missing: g.missing, stale: g.stale}
+	res := tableResult{gathered: g}
 	if g.more && len(g.items) > 0 {
 		c := g.items[len(g.items)-1].cur
 		res.next = &c
@@ -439,10 +438,7 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery,
 	if err := decodeStrict(body, &page); err != nil || page.Table != spec.Name || page.Index != q.Index || len(page.Items) > q.Limit {
 		return peerPage[tableItem]{}, fmt.Errorf("instance %s: invalid query answer: %w", addr, engine.ErrUnavailable)
 	}
-	in := map[int32]bool{}
-	for _, p := range covered {
-		in[p] = true
-	}
+	in := setOf(covered)
 	items := make([]tableItem, 0, len(page.Items))
 	for _, pd := range page.Items {
 		it, err := peerItem(t, spec, tq.pos, pd)
