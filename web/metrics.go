@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
