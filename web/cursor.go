@@ -17,11 +17,10 @@ import (
 //	movie id (8, big-endian) | CRC-32C of the previous 17 bytes (4)
 //
 // The checksum detects edited or truncated cursors; it is not a secret (a
-// forged cursor only selects a starting position, which any client may do
-// with minAvg/maxAvg). Cursors stay valid across restarts and instances.
-// GET /movies keeps this form, not the movie table's own cursors (see
-// encodeTableCursor), so that clients' cursors keep working: the movie id's
-// 8 bytes are the table's key, so it is a position in the table's avg index.
+// forged cursor only selects a starting position, as minAvg/maxAvg may).
+// Cursors stay valid across restarts and instances. GET /movies keeps this
+// form rather than the table's cursors so that clients' cursors keep
+// working: the id's 8 bytes are the table's key.
 const (
 	cursorVersion = 1
 	cursorPayload = 1 + 8 + 8
@@ -34,8 +33,7 @@ var (
 	errBadCursor   = errors.New("malformed cursor")
 )
 
-// encodeCursor returns the opaque form of c, a position in the movie
-// table's avg index.
+// encodeCursor returns the opaque form of c, a position in the movies' avg index.
 func encodeCursor(c engine.IndexCursor) string {
 	var b [cursorLen]byte
 	b[0] = cursorVersion
@@ -45,9 +43,8 @@ func encodeCursor(c engine.IndexCursor) string {
 	return cursorEncoding.EncodeToString(b[:])
 }
 
-// decodeCursor parses a cursor made by encodeCursor. It returns
-// errBadCursor for anything else, including a cursor whose average is not
-// a finite number.
+// decodeCursor parses a cursor made by encodeCursor; anything else,
+// including an average that is not a finite number, is errBadCursor.
 func decodeCursor(s string) (engine.IndexCursor, error) {
 	var b []byte
 	err := errBadCursor
@@ -87,8 +84,7 @@ func tableCursorSum(table, index string, payload []byte) uint32 {
 	return crc32.Update(crc32.Checksum([]byte(table+"\x00"+index+"\x00"), cursorTable), cursorTable, payload)
 }
 
-// encodeTableCursor returns the opaque form of c, a position in index of
-// table.
+// encodeTableCursor returns the opaque form of c, a position in index of table.
 func encodeTableCursor(table, index string, kind engine.IndexKind, c engine.IndexCursor) string {
 	b := make([]byte, 0, 24+len(c.Value.Str)+len(c.Key))
 	b = append(b, tableCursorVersion, byte(kind))
@@ -138,8 +134,7 @@ func decodeTableCursor(table, index string, kind engine.IndexKind, s string) (en
 	return c, nil
 }
 
-// cutUvarintBytes reads a uvarint length (at most most) and that many
-// bytes from b.
+// cutUvarintBytes reads a uvarint length (at most most) and that many bytes.
 func cutUvarintBytes(b []byte, most int) (field, rest []byte, ok bool) {
 	n, w := binary.Uvarint(b)
 	if w <= 0 || n > uint64(most) || n > uint64(len(b)-w) {

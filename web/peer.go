@@ -34,8 +34,7 @@ const ForwardedHeader = "X-Keepstate-Forwarded"
 // answering instance covered ("0,3,5"). Only peers read it.
 const PartitionsHeader = "X-Keepstate-Partitions"
 
-// forwardedMaxSkew is how far a forwarded request's timestamp may be from
-// this instance's clock.
+// forwardedMaxSkew is how far a forwarded request's timestamp may be off.
 const forwardedMaxSkew = 30 * time.Second
 
 // maxPeerBody bounds a peer's answer: a full page of MaxLimit documents
@@ -61,7 +60,8 @@ func newPeerAuth(secret []byte) peerAuth {
 
 func (a peerAuth) mac(req *http.Request, ts int64) []byte {
 	h := hmac.New(sha256.New, a.secret)
-	h.Write([]byte(req.Method + "\n" + req.URL.EscapedPath() + "\n" + req.URL.RawQuery + "\n" + strconv.FormatInt(ts, 10)))
+	u := req.URL
+	h.Write([]byte(req.Method + "\n" + u.EscapedPath() + "\n" + u.RawQuery + "\n" + strconv.FormatInt(ts, 10)))
 	return h.Sum(nil)
 }
 
@@ -72,7 +72,7 @@ func (a peerAuth) sign(req *http.Request, now time.Time) {
 }
 
 // forwarded reports whether req carries ForwardedHeader, and whether its
-// signature is valid (present and valid: a peer sent it).
+// signature is valid (then a peer sent it).
 func (a peerAuth) forwarded(req *http.Request, now time.Time) (present, valid bool) {
 	v := req.Header.Get(ForwardedHeader)
 	t, s, _ := strings.Cut(v, ",")
@@ -93,9 +93,8 @@ func (a peerAuth) forwarded(req *http.Request, now time.Time) (present, valid bo
 }
 
 // SignForwarded sets ForwardedHeader on req as an instance sharing secret
-// would: the request is then answered from the receiver's own running
-// partitions only, and a range answer lists them in PartitionsHeader. For
-// tools and tests that ask one instance for its part.
+// would, for tools and tests that ask one instance for its own part (see
+// ForwardedHeader and PartitionsHeader).
 func SignForwarded(req *http.Request, secret []byte) {
 	peerAuth{secret: secret}.sign(req, time.Now())
 }
@@ -111,10 +110,9 @@ func (s *Server) checkForwarded(c echo.Context) (bool, error) {
 	return present, nil
 }
 
-// tablePeerGet sends a signed GET of the escaped path rawPath (which may
-// hold escaped slashes: string keys) and query to the peer at addr, and
-// returns status, headers and a body of at most maxPeerBody bytes. Every
-// error wraps engine.ErrUnavailable.
+// tablePeerGet sends a signed GET of the escaped path rawPath (string keys
+// may hold escaped slashes) to the peer at addr and returns status, headers
+// and body (at most maxPeerBody). Every error wraps engine.ErrUnavailable.
 func (s *Server) tablePeerGet(ctx context.Context, addr, rawPath string, query url.Values) (int, http.Header, []byte, error) {
 	if err := engine.ValidPeerAddr(addr); err != nil {
 		return 0, nil, nil, fmt.Errorf("instance %q: peer address: %w: %w", addr, err, engine.ErrUnavailable)
@@ -147,8 +145,7 @@ func (s *Server) tablePeerGet(ctx context.Context, addr, rawPath string, query u
 	return resp.StatusCode, resp.Header, body, nil
 }
 
-// decodeStrict parses one JSON value into v, refusing unknown fields and
-// trailing data.
+// decodeStrict parses one JSON value into v: no unknown field, no trailer.
 func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

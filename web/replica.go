@@ -14,10 +14,9 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// ReplicaReader is an optional ability of a Table: reading a key from a
-// standby copy on this instance when the partition's active cannot
-// answer (engine.TableView.GetReplica). Implementations are safe for
-// concurrent use.
+// ReplicaReader is an optional ability of a Table, safe for concurrent use:
+// reading a key from a standby copy on this instance when the partition's
+// active cannot answer (engine.TableView.GetReplica).
 type ReplicaReader interface {
 	// GetReplica returns key's document from this instance's standby copy
 	// and how stale the copy is: ErrUnavailable when there is none that
@@ -48,9 +47,9 @@ const replicaParam = "replica"
 // answer from the partition's active only: 503 rather than a standby's.
 const ActiveOnlyParam = "activeOnly"
 
-// Headers of an answer from a standby copy: ReplicaHeader names the copy
-// ("standby", or "unconfirmed": the active's own copy while its group
-// membership is unconfirmed), LagRecordsHeader how many changelog offsets it was behind
+// Headers of an answer from a copy: ReplicaHeader names it ("standby", or
+// "unconfirmed": the active's own copy while its group membership is
+// unconfirmed), LagRecordsHeader how many changelog offsets it was behind
 // at its last read, LagMillisHeader how long ago that read ended.
 const (
 	ReplicaHeader    = "Keepstate-Replica"
@@ -58,17 +57,14 @@ const (
 	LagMillisHeader  = "Keepstate-Lag-Ms"
 )
 
-// staleJSON is the staleness of an answer from a standby copy, or from
-// an active's own copy while its group membership is unconfirmed
-// (engine.Staleness.Unconfirmed).
+// staleJSON is the staleness of a copy's answer (see ReplicaHeader).
 type staleJSON struct {
 	Records     int64 `json:"records"`
 	Ms          int64 `json:"ms"`
 	Unconfirmed bool  `json:"unconfirmed,omitempty"`
 }
 
-// setStaleHeaders marks the response as a copy's answer: st nil leaves it
-// unmarked.
+// setStaleHeaders marks the response as a copy's answer, unless st is nil.
 func setStaleHeaders(c echo.Context, st *staleJSON) {
 	if st == nil {
 		return
@@ -83,11 +79,10 @@ func setStaleHeaders(c echo.Context, st *staleJSON) {
 }
 
 // replicaDoc answers key from this instance's standby copy, or from its
-// unconfirmed own copy (see engine.Staleness.Unconfirmed). A key missing
-// from a copy is ErrUnavailable, not ErrNotFound: the copy may be behind
-// (a warm-up that just came within the acceptable lag lacks the keys
-// created in the records it has still to read), and a "not found" carries
-// no staleness, so it would pass for the current answer.
+// unconfirmed own copy. A key missing from a copy is ErrUnavailable, not
+// ErrNotFound: the copy may be behind (a warm-up within the acceptable lag
+// lacks the keys of the records it has still to read), and a "not found"
+// carries no staleness, so it would pass for the current answer.
 func (s *Server) replicaDoc(ctx context.Context, rr ReplicaReader, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	d, st, err := rr.GetReplica(ctx, key)
 	if errors.Is(err, engine.ErrNotFound) {
@@ -116,9 +111,8 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 	shown := t.FormatKey(key)
 	p := engine.PartitionFor(key, m.Partitions)
 	// The owner too (a standby just promoted answers from its copy while
-	// it restores the rest), then every other member (during a rebalance
-	// the assignment known here may be a generation old). Each gets
-	// peerKeyTimeout.
+	// it restores), then every member (the assignment known here may be a
+	// generation old). Each gets peerKeyTimeout.
 	asked := append(append(slices.Clone(m.Replicas[p]), m.Owners[p]), m.Members...)
 	seen := map[string]bool{m.Self: true, "": true}
 	var held *tableItem
@@ -155,9 +149,8 @@ func staleness(cs copyStaleness, p int32) (engine.Staleness, bool) {
 }
 
 // fillFromReplicas answers the partitions g is missing from standby
-// copies: this instance's, then every other instance mem names (each
-// answers the partitions it can, as active or standby: during a
-// rebalance mem may be a generation old).
+// copies: this instance's, then every instance mem names (each answers the
+// partitions it can: mem may be a generation old).
 func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq ReplicaQuerier, mem engine.Membership, g gathered[tableItem]) gathered[tableItem] {
 	missing := setOf(g.missing)
 	// Round two sees the partitions answered already as covered here, so

@@ -105,7 +105,11 @@ type tablePageJSON struct {
 type indexValues struct {
 	specs []engine.IndexSpec
 	vals  []engine.IndexValue
+	raw   map[string]json.RawMessage // as a peer sent them, for peerItem to check
 }
+
+// UnmarshalJSON implements json.Unmarshaler: it keeps the members in raw.
+func (v *indexValues) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &v.raw) }
 
 // MarshalJSON implements json.Marshaler.
 func (v indexValues) MarshalJSON() ([]byte, error) {

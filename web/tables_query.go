@@ -22,9 +22,8 @@ const (
 // quotes: at most this many bytes of the quoted (escaped) form.
 const maxEchoedInput = 48
 
-// quoteInput returns s quoted as by %q, cut so that the quoted form has at
-// most maxEchoedInput bytes (followed by "..." when cut), so that an error
-// never echoes input of unbounded size, however it escapes.
+// quoteInput returns s quoted as by %q, cut (and followed by "...") so that
+// the quoted form has at most maxEchoedInput bytes, however it escapes.
 func quoteInput(s string) string {
 	for n := min(len(s), maxEchoedInput); ; n-- {
 		if q := strconv.Quote(s[:n]); len(q) <= maxEchoedInput || n == 0 {
@@ -47,10 +46,9 @@ func quoteInput(s string) string {
 //	limit  page size, 1 to MaxLimit (DefaultLimit)
 //	after  the next cursor of the previous page
 //
-// A parameter given with an empty value counts as absent (so a form may
-// send every field). Every error is a 400 naming the parameter, quoting at
-// most maxEchoedInput bytes of the input. It returns the index's position
-// and kind with the query.
+// An empty value counts as absent (so a form may send every field). Every
+// error is a 400 naming the parameter. It returns the index's position and
+// kind with the query.
 func parseTableQuery(spec engine.TableSpec, rawQuery string) (engine.IndexQuery, int, engine.IndexKind, error) {
 	q := engine.IndexQuery{Limit: DefaultLimit}
 	params, err := parseParams(rawQuery)
@@ -124,8 +122,7 @@ func parseTableQuery(spec engine.TableSpec, rawQuery string) (engine.IndexQuery,
 // queryParams are the parameters of a query string.
 type queryParams url.Values
 
-// parseParams parses a raw query string; one that is not valid
-// percent-encoding is a 400, never ignored.
+// parseParams parses a raw query string; bad percent-encoding is a 400.
 func parseParams(rawQuery string) (queryParams, error) {
 	params, err := url.ParseQuery(rawQuery)
 	if err != nil {
@@ -134,8 +131,7 @@ func parseParams(rawQuery string) (queryParams, error) {
 	return queryParams(params), nil
 }
 
-// get returns the value of the parameter name and whether it was given;
-// a parameter given more than once is a 400.
+// get returns the parameter name and whether it was given; twice is a 400.
 func (p queryParams) get(name string) (string, bool, error) {
 	vs := p[name]
 	if len(vs) > 1 {
@@ -169,8 +165,7 @@ func indexNames(spec engine.TableSpec) string {
 }
 
 // parseIndexValue parses the query parameter name as a value of kind: a
-// finite number, or a UTF-8 string without NUL of at most
-// engine.MaxIndexStringBytes bytes.
+// finite number, or a valid index string (validIndexString).
 func parseIndexValue(name, raw string, kind engine.IndexKind) (engine.IndexValue, error) {
 	if kind == engine.IndexNumber {
 		v, err := strconv.ParseFloat(raw, 64)
@@ -206,8 +201,7 @@ func formatIndexValue(v engine.IndexValue, kind engine.IndexKind) string {
 	return v.Str
 }
 
-// tableQueryValues encodes q (a query on table) as the query string of
-// GET /tables/{table}: what a peer is asked.
+// tableQueryValues encodes q, a query on table, as a peer is asked it.
 func tableQueryValues(table string, kind engine.IndexKind, q engine.IndexQuery) url.Values {
 	v := url.Values{}
 	v.Set("index", q.Index)

@@ -41,18 +41,14 @@ func (s *Server) getTableDoc(c echo.Context) error {
 	return c.JSON(http.StatusOK, it.doc)
 }
 
-// findDoc returns the document of key in t within QueryTimeout, read here
-// or, on a store local to each instance, from the instance where the key's
-// partition runs. A forwarded request is never routed again and a peer's
-// answer is checked and re-encoded, never passed through. A key without a
-// document is an error wrapping engine.ErrNotFound. When the partition's
-// active cannot answer (restoring, moving, its instance dead or paused), a
-// caught-up standby copy answers instead (this instance's, else a peer's),
-// its staleness in doc.Stale (a key missing from a copy is unavailable:
-// only an active's "not found" is an answer), unless the request asks for
-// the active only (activeOnly=true) or was forwarded. This instance's own
-// copy of a partition it runs answers while its group membership is
-// unconfirmed only when no peer's copy does.
+// findDoc returns the document of key in t within QueryTimeout: read here
+// or (store local to each instance) from the instance running the key's
+// partition, whose answer is checked and re-encoded. No document wraps
+// engine.ErrNotFound. When the active cannot answer (restoring, moving, dead
+// or paused), a caught-up standby copy answers instead (this instance's,
+// else a peer's) with its staleness in doc.Stale, unless the request was
+// forwarded or asks for activeOnly=true; only an active's "not found" is an
+// answer. This instance's unconfirmed own copy answers only if no peer's does.
 func (s *Server) findDoc(c echo.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
 	defer cancel()
@@ -103,9 +99,8 @@ func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSp
 			if fwd {
 				return tableItem{}, fmt.Errorf("%s key %s: %w", spec.Name, quoteInput(shown), errNotForwardable)
 			}
-			// A key's owner answers from its store at once; one that does
-			// not within peerKeyTimeout (paused, cut off) is skipped for a
-			// standby copy (see findDoc).
+			// An owner that does not answer at once (paused, cut off) is
+			// skipped for a standby copy (see findDoc).
 			pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
 			defer cancel()
 			return s.peerDoc(pctx, addr, t, spec, shown, false)
@@ -118,10 +113,9 @@ func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSp
 	return localItem(t, spec, -1, d)
 }
 
-// peerDoc asks the instance at addr for the document of the key shown
-// and checks its answer: a strict JSON document of t (see peerItem) for
-// that key. replica asks for the peer's standby copy, and keeps the
-// staleness it reports.
+// peerDoc asks the instance at addr for the document of the key shown and
+// checks its answer (see peerItem); replica asks for its standby copy's
+// answer, with the staleness it reports.
 func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string, replica bool) (tableItem, error) {
 	var query url.Values
 	if replica {
@@ -133,7 +127,7 @@ func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.
 	}
 	switch code {
 	case http.StatusOK:
-		var pd peerDocJSON
+		var pd tableDocJSON
 		if decodeStrict(body, &pd) == nil {
 			if it, err := peerItem(t, spec, -1, pd); err == nil && it.doc.Key == shown {
 				if replica {
@@ -183,9 +177,8 @@ func (tq tableQuery) before(a, b engine.IndexCursor) bool {
 }
 
 // runQuery answers tq within QueryTimeout: from this instance alone on a
-// shared store or for a peer's forwarded request (whose answer then lists
-// the partitions it covers in PartitionsHeader), else merged across the
-// instances owning the table's partitions.
+// shared store or for a peer's forwarded request (listing the partitions it
+// covers in PartitionsHeader), else merged across the owning instances.
 func (s *Server) runQuery(c echo.Context, tq tableQuery) (tableResult, error) {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
 	defer cancel()
@@ -235,16 +228,14 @@ func tablePage(tq tableQuery, res tableResult) tablePageJSON {
 	return out
 }
 
-// tableItem is one document of a page with its position in the query's
-// index order.
+// tableItem is one document with its position in the query's index order.
 type tableItem struct {
 	doc tableDocJSON
 	cur engine.IndexCursor
 }
 
-// localItem renders a document of this instance; pos is the queried
-// index (-1 for none). A document that does not fit its spec or whose
-// value is not a JSON object is an internal error.
+// localItem renders a document of this instance; pos is the queried index
+// (-1 for none). A document that does not fit spec is an internal error.
 func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem, error) {
 	if len(d.Index) != len(spec.Indexes) {
 		return tableItem{}, fmt.Errorf("table %s: document has %d index values for %d indexes",
@@ -261,8 +252,7 @@ func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem
 	return newItem(spec, pos, d.Key, doc, d.Index), nil
 }
 
-// newItem returns the item of doc, with key and index values vals; pos is
-// the queried index (-1 for none).
+// newItem returns the item of doc with key and index values vals.
 func newItem(spec engine.TableSpec, pos int, key []byte, doc tableDocJSON, vals []engine.IndexValue) tableItem {
 	doc.Index = indexValues{specs: spec.Indexes, vals: vals}
 	it := tableItem{doc: doc, cur: engine.IndexCursor{Key: key}}
@@ -285,22 +275,11 @@ func localItems(tq tableQuery, docs []engine.Doc) ([]tableItem, error) {
 	return items, nil
 }
 
-// peerDocJSON is one document as a peer sends it.
-type peerDocJSON struct {
-	Table     string                     `json:"table"`
-	Key       string                     `json:"key"`
-	Partition int32                      `json:"partition"`
-	Version   int64                      `json:"version"`
-	Value     json.RawMessage            `json:"value"`
-	Index     map[string]json.RawMessage `json:"index"`
-	Stale     *staleJSON                 `json:"stale"`
-}
-
 // peerPageJSON is a peer's answer to a forwarded query (never partial).
 type peerPageJSON struct {
 	Table string        `json:"table"`
 	Index string        `json:"index"`
-	Items []peerDocJSON `json:"items"`
+	Items []tableDocJSON `json:"items"`
 	Next  string        `json:"next"`
 }
 
@@ -310,9 +289,8 @@ var errBadPeerDoc = errors.New("invalid document")
 // peerItem checks a document a peer sent for table t: its table, a key in
 // canonical form, a JSON object value, exactly the declared indexes with
 // values of their kinds and, on the movie table, a movie (movieOf).
-// pos is the queried index (-1 for none).
-func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableItem, error) {
-	if pd.Table != spec.Name || pd.Partition < 0 || !isJSONObject(pd.Value) || len(pd.Index) != len(spec.Indexes) {
+func peerItem(t Table, spec engine.TableSpec, pos int, pd tableDocJSON) (tableItem, error) {
+	if pd.Table != spec.Name || pd.Partition < 0 || !isJSONObject(pd.Value) || len(pd.Index.raw) != len(spec.Indexes) {
 		return tableItem{}, errBadPeerDoc
 	}
 	key, err := t.ParseKey(pd.Key)
@@ -322,12 +300,12 @@ func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableIte
 	vals := make([]engine.IndexValue, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
 		var ok bool // a missing index is nil: not a value
-		if vals[i], ok = indexValueJSON(pd.Index[ix.Name], ix.Kind); !ok {
+		if vals[i], ok = indexValueJSON(pd.Index.raw[ix.Name], ix.Kind); !ok {
 			return tableItem{}, errBadPeerDoc
 		}
 	}
-	it := newItem(spec, pos, key, tableDocJSON{Table: spec.Name, Key: pd.Key, Partition: pd.Partition,
-		Version: pd.Version, Value: pd.Value}, vals)
+	pd.Stale = nil // only a key's answer reports one (see peerDoc)
+	it := newItem(spec, pos, key, pd, vals)
 	if isMovieTable(t, spec) {
 		if _, err := movieOf(it); err != nil {
 			return tableItem{}, errBadPeerDoc
@@ -357,12 +335,10 @@ type tableResult struct {
 	next *engine.IndexCursor
 }
 
-// gatherTable merges this instance's page with the pages of the
-// instances owning the other partitions of the table's job (see gather),
-// in the query's order. Partitions whose active did not answer are then
-// asked of their standby copies, here and on the instances keeping one
-// (unless activeOnly), and reported stale; those nobody answered are
-// reported missing.
+// gatherTable merges this instance's page with those of the instances
+// owning the other partitions (see gather). Partitions whose active did not
+// answer are then asked of standby copies, here and on peers (unless
+// activeOnly), and reported stale; those nobody answered, missing.
 func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool) (tableResult, error) {
 	local, covered, err := tq.t.QueryLocal(ctx, tq.q)
 	if err != nil {
@@ -413,10 +389,9 @@ func (s *Server) tableScatter(tq tableQuery, mem engine.Membership, local peerPa
 	}
 }
 
-// tableQueryPeer asks one peer for tq and checks its answer: a strict JSON
-// page of at most tq.q.Limit valid documents of the table, each inside the
-// query, after its cursor, and in its key's partition, one the peer says
-// it covered.
+// tableQueryPeer asks one peer for tq and checks its answer: at most
+// tq.q.Limit valid documents, each inside the query, after its cursor, and
+// in its key's partition, one the peer says it covered.
 func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery, n int32, replica bool) (peerPage[tableItem], error) {
 	t, spec, q := tq.t, tq.spec, tq.q
 	vals := tableQueryValues(spec.Name, tq.kind, q)
