@@ -277,10 +277,10 @@ func localItems(tq tableQuery, docs []engine.Doc) ([]tableItem, error) {
 
 // peerPageJSON is a peer's answer to a forwarded query (never partial).
 type peerPageJSON struct {
-	Table string        `json:"table"`
-	Index string        `json:"index"`
+	Table string         `json:"table"`
+	Index string         `json:"index"`
 	Items []tableDocJSON `json:"items"`
-	Next  string        `json:"next"`
+	Next  string         `json:"next"`
 }
 
 // errBadPeerDoc marks a document a peer sent that does not fit the table.
