@@ -34,12 +34,10 @@ const gzipMinSize = 1024
 const dashboardCSP = "default-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'"
 
 // gzipCache holds the gzip form ([]byte) of embedded assets by name,
-// compressed on first request rather than on every one (the Swagger UI
-// bundle is 1.7 MB).
+// compressed once (the Swagger UI bundle is 1.7 MB).
 var gzipCache sync.Map
 
-// gzipped returns the compressed form of the embedded file name with
-// content b.
+// gzipped returns the compressed form of the embedded file name, b.
 func gzipped(name string, b []byte) []byte {
 	if z, ok := gzipCache.Load(name); ok {
 		return z.([]byte)
@@ -65,8 +63,7 @@ func acceptsGzip(r *http.Request) bool {
 }
 
 // serveAsset writes the embedded file dir/name (gzipped when the client
-// accepts it), or returns a 404 error when there is none. name must be one
-// path element.
+// accepts it), or a 404 error; name must be one path element.
 func serveAsset(c echo.Context, dir, name string) error {
 	if name == "" || name != path.Base(name) || !fs.ValidPath(name) {
 		return notFound("no file %q", name)
@@ -104,8 +101,7 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, healthBody{Status: "ok"})
 }
 
-// readyz answers GET /readyz: 200 when Options.Ready returns nil, else 503
-// with the reason.
+// readyz answers GET /readyz: 200 when Options.Ready is nil, else 503.
 func (s *Server) readyz(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	if err := s.opts.Ready(); err != nil {
@@ -143,8 +139,7 @@ func (s *Server) apiDocs(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPI)
 }
 
-// assetIndex answers GET of a directory: its index.html (the dashboard with its
-// CSP, or the Swagger UI page, reading ../api-docs).
+// assetIndex answers GET of dir: its index.html, with the CSP if any.
 func assetIndex(dir, csp string) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if csp != "" {
@@ -154,8 +149,8 @@ func assetIndex(dir, csp string) echo.HandlerFunc {
 	}
 }
 
-// assetFile answers GET {dir}/{file}: a file of the dashboard or of the embedded
-// Swagger UI (pinned swagger-ui-dist, see assets/swagger-ui/README.md).
+// assetFile answers GET {dir}/{file}: the dashboard's files or the Swagger
+// UI's (pinned swagger-ui-dist, see assets/swagger-ui/README.md).
 func assetFile(dir string) echo.HandlerFunc {
 	return func(c echo.Context) error { return serveAsset(c, dir, c.Param("file")) }
 }

@@ -66,8 +66,7 @@ func statusOf(err error, c echo.Context) (status int, msg string, retry bool) {
 	case errors.Is(err, engine.ErrUnavailable):
 		return http.StatusServiceUnavailable, "store unavailable, retry later", true
 	case errors.Is(err, engine.ErrCorrupt):
-		// The instance rebuilds its store from the changelog (or stops,
-		// and another takes its partitions): worth a retry.
+		// It is rebuilt from the changelog (or another instance takes over).
 		return http.StatusServiceUnavailable, "store corrupt: it is being rebuilt from the changelog, retry later", true
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "store query timed out, retry later", true

@@ -9,9 +9,8 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// peerPage is what one instance contributed to a scattered query (a movie
-// range or a table query): its items, whether it has more, and the
-// partitions it answered for.
+// peerPage is one instance's part of a scattered query: its items, whether
+// it has more, and the partitions it answered for.
 type peerPage[T any] struct {
 	items   []T
 	more    bool
@@ -42,12 +41,11 @@ type gathered[T any] struct {
 }
 
 // gather merges this instance's page with the pages of the instances
-// owning the other partitions (and only those), asked concurrently. An
-// instance that does not answer, or answers badly, costs its partitions:
-// they are reported missing rather than failing the whole query. Two
+// owning the other partitions, asked concurrently. An instance that does
+// not answer well costs its partitions: they are reported missing. Two
 // instances may both claim a partition across a rebalance: the first
-// answer for it is kept. It fails, wrapping engine.ErrUnavailable, only
-// when no partition at all could be answered.
+// answer is kept. It fails (engine.ErrUnavailable) only when no partition
+// could be answered.
 func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 	done := setOf(q.local.covered)
 	peers := map[string]bool{}
@@ -111,8 +109,7 @@ func setOf(ps []int32) map[int32]bool {
 	return set
 }
 
-// firstN sorts items stably by less and cuts them at limit: more is set
-// when cut.
+// firstN sorts items stably by less and cuts them at limit (then more).
 func firstN[T any](items []T, less func(a, b T) bool, limit int, more bool) ([]T, bool) {
 	sort.SliceStable(items, func(i, j int) bool { return less(items[i], items[j]) })
 	if len(items) > limit {

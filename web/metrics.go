@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/keepstate/keepstate/engine"
 )
@@ -48,74 +47,33 @@ var statMetrics = []statMetric{
 	{"keepstate_group_rejoins_total", "Times a caught-up warm-up made this instance rejoin the group so that its active could move here.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.GroupRejoins }},
 }
 
-// statsCollector reads engine.Stats, readiness and roles at scrape time.
-type statsCollector struct {
-	opts                 Options
-	descs                []*prometheus.Desc // of statMetrics
-	ready, lag, replayed *prometheus.Desc
-}
+// Descriptions of the metrics of readiness and of the partitions held here.
+var (
+	readyDesc = prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil)
+	lagDesc   = prometheus.NewDesc("keepstate_partition_lag_records",
+		"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
+		[]string{"table", "partition", "role"}, nil)
+	replayedDesc = prometheus.NewDesc("keepstate_partition_replayed_records_total",
+		"Changelog records replayed into this instance's copy of each partition held here (restores, standby and warm-up catch-ups); its rate is the restore rate.",
+		[]string{"table", "partition", "role"}, nil)
+)
 
-// Describe implements prometheus.Collector.
-func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
-	}
-	ch <- c.ready
-	ch <- c.lag
-	ch <- c.replayed
-}
-
-// Collect implements prometheus.Collector; it takes one Stats snapshot.
-func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.opts.Stats()
-	for i, m := range statMetrics {
-		ch <- prometheus.MustNewConstMetric(c.descs[i], m.kind, float64(m.get(st)))
-	}
-	ready := 0.0
-	if c.opts.Ready() == nil {
-		ready = 1
-	}
-	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, ready)
-	if c.opts.Roles == nil {
-		return
-	}
-	for table, roles := range c.opts.Roles() {
-		for _, r := range roles {
-			p := strconv.Itoa(int(r.Partition))
-			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(r.LagRecords), table, p, r.Role)
-			ch <- prometheus.MustNewConstMetric(c.replayed, prometheus.CounterValue, float64(r.Replayed), table, p, r.Role)
-		}
-	}
-}
-
-// metrics is the server's own Prometheus registry: engine stats, HTTP
-// request metrics, Go runtime and process metrics. It never touches the
-// global default registry.
+// metrics is the server's own Prometheus registry (never the global one):
+// engine stats, HTTP, Go runtime and process metrics. It is itself the
+// collector of the engine stats, readiness and roles, read at scrape time.
 type metrics struct {
+	opts     Options            // Ready and Stats set
+	descs    []*prometheus.Desc // of statMetrics
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	routes   map[string]string // echo path -> route label
 }
 
-// newMetrics returns the registry of a server with opts (Ready and Stats set).
 func newMetrics(opts Options) *metrics {
-	byPartition := []string{"table", "partition", "role"}
-	sc := &statsCollector{
-		opts:  opts,
-		ready: prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil),
-		lag: prometheus.NewDesc("keepstate_partition_lag_records",
-			"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
-			byPartition, nil),
-		replayed: prometheus.NewDesc("keepstate_partition_replayed_records_total",
-			"Changelog records replayed into this instance's copy of each partition held here (restores, standby and warm-up catch-ups); its rate is the restore rate.",
-			byPartition, nil),
-	}
-	for _, m := range statMetrics {
-		sc.descs = append(sc.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
-	}
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		opts: opts,
+		reg:  prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "keepstate_http_requests_total",
 			Help: "HTTP requests answered, by route, method and status code.",
@@ -127,18 +85,45 @@ func newMetrics(opts Options) *metrics {
 		}, []string{"route", "method"}),
 		routes: map[string]string{},
 	}
-	m.reg.MustRegister(sc, m.requests, m.duration, collectors.NewGoCollector(),
+	for _, sm := range statMetrics {
+		m.descs = append(m.descs, prometheus.NewDesc(sm.name, sm.help, nil, nil))
+	}
+	m.reg.MustRegister(m, m.requests, m.duration, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// handler returns the exposition handler of the registry.
-func (m *metrics) handler(log *slog.Logger) http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorLog:      promLogger{log},
-		ErrorHandling: promhttp.ContinueOnError,
-		Registry:      m.reg,
-	})
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range m.descs {
+		ch <- d
+	}
+	ch <- readyDesc
+	ch <- lagDesc
+	ch <- replayedDesc
+}
+
+// Collect implements prometheus.Collector; it takes one Stats snapshot.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	st := m.opts.Stats()
+	for i, sm := range statMetrics {
+		ch <- prometheus.MustNewConstMetric(m.descs[i], sm.kind, float64(sm.get(st)))
+	}
+	ready := 0.0
+	if m.opts.Ready() == nil {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, ready)
+	if m.opts.Roles == nil {
+		return
+	}
+	for table, roles := range m.opts.Roles() {
+		for _, r := range roles {
+			p := strconv.Itoa(int(r.Partition))
+			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(r.LagRecords), table, p, r.Role)
+			ch <- prometheus.MustNewConstMetric(replayedDesc, prometheus.CounterValue, float64(r.Replayed), table, p, r.Role)
+		}
+	}
 }
 
 // promLogger adapts slog to promhttp.Logger.
@@ -177,8 +162,7 @@ func methodLabel(m string) string {
 	return "other"
 }
 
-// openAPIPath turns an echo route path ("/movies/:id") into its OpenAPI
-// form ("/movies/{id}").
+// openAPIPath turns an echo route path ("/movies/:id") into OpenAPI's.
 func openAPIPath(p string) string {
 	return echoParam.ReplaceAllString(p, "$1{$2}")
 }

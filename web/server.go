@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/keepstate/keepstate/engine"
 )
@@ -39,10 +40,9 @@ type Options struct {
 	// Roles returns, by table, the partitions this instance holds and in
 	// which role (active, standby, warm-up); a nil func reports none.
 	Roles func() map[string][]engine.PartitionRole
-	// Tables are the jobs' tables served under /tables (see Table); names
-	// must be distinct (the routes serve the first of a name). The movie
-	// job's table (movies.Spec) is served at /movies too; without it
-	// the movie routes answer 503 (store unavailable).
+	// Tables are the jobs' tables served under /tables (see Table); the
+	// routes serve the first of a name. The movie job's table (movies.Spec)
+	// is served at /movies too; without it the movie routes answer 503.
 	Tables []Table
 	// Logger receives request errors and server events; nil discards them.
 	Logger *slog.Logger
@@ -142,7 +142,9 @@ func (s *Server) routes() {
 	get("/tables/:table/:key", s.getTableDoc)
 	get("/healthz", s.healthz)
 	get("/readyz", s.readyz)
-	get("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
+	get("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
+		ErrorLog: promLogger{s.log}, ErrorHandling: promhttp.ContinueOnError, Registry: s.metrics.reg,
+	})))
 	get("/api-docs", s.apiDocs)
 	get("/api/stats", s.apiStats)
 	get("/", assetIndex("assets/dashboard", dashboardCSP))
@@ -153,14 +155,12 @@ func (s *Server) routes() {
 	get("/swagger-ui/:file", assetFile("assets/swagger-ui"))
 }
 
-// Handler returns the server's http.Handler, for tests or for mounting in
-// another server.
+// Handler returns the server's http.Handler, for tests or for mounting.
 func (s *Server) Handler() http.Handler { return s.e }
 
-// Serve answers HTTP on ln until ctx is cancelled, then shuts down
-// gracefully: it stops accepting connections and waits up to
-// ShutdownTimeout for in-flight requests. It returns nil after a clean
-// shutdown, or the error that stopped serving. It closes ln.
+// Serve answers HTTP on ln (and closes it) until ctx is cancelled, then
+// shuts down gracefully, waiting up to ShutdownTimeout for in-flight
+// requests. It returns nil after a clean shutdown, else the error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.e,
@@ -192,11 +192,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(sctx) }()
-	// Shutdown waits up to 5 s for a connection that has not sent a
-	// request yet (a client's spare or pre-opened connection), in case one
-	// is on its way; with nothing in flight that only delays the exit, so
-	// such connections are closed at once. The listener is closed first,
-	// so no new one arrives.
+	// Shutdown waits up to 5 s for a connection that has not sent a request
+	// yet (a client's spare one) in case one is on its way; that only delays
+	// the exit, so such connections are closed at once.
 	fresh.Range(func(c, _ any) bool {
 		_ = c.(net.Conn).Close()
 		fresh.Delete(c)

@@ -19,8 +19,7 @@ import (
 type Table interface {
 	// Spec returns the table's spec (name and declared indexes).
 	Spec() engine.TableSpec
-	// KeyKind names the key type for docs and the dashboard: "int64" or
-	// "string".
+	// KeyKind names the key type: "int64" or "string".
 	KeyKind() string
 	// ParseKey turns a key as written in a URL (one path segment, already
 	// percent-decoded) into the key bytes; an error wraps engine.ErrInvalid.
@@ -33,14 +32,12 @@ type Table interface {
 	// ErrUnavailable when its partition is not answered here.
 	Get(ctx context.Context, key []byte) (engine.Doc, error)
 	// QueryLocal answers q from the partitions this instance answers and
-	// returns those partitions, sorted. Every returned document's Partition
-	// is one of them.
+	// returns those partitions, sorted; every document is in one of them.
 	QueryLocal(ctx context.Context, q engine.IndexQuery) (engine.DocPage, []int32, error)
 	// Owner returns where key is answered: local=true here, else the
 	// owner's bare host:port; ErrUnavailable while nobody runs it.
 	Owner(ctx context.Context, key []byte) (addr string, local bool, err error)
-	// Membership returns which instance owns each partition of the table's
-	// job.
+	// Membership returns which instance owns each partition of the job.
 	Membership(ctx context.Context) (engine.Membership, error)
 	// Shared reports a store every instance shares (Redis): no routing,
 	// QueryLocal covers every partition.
@@ -60,8 +57,7 @@ type tableInfoJSON struct {
 	Routes  tableRoutesJSON `json:"routes"`
 }
 
-// indexInfoJSON is one declared index: its name and kind ("number" or
-// "string").
+// indexInfoJSON is one declared index: name and kind ("number", "string").
 type indexInfoJSON struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
@@ -86,8 +82,7 @@ type tableDocJSON struct {
 }
 
 // tablePageJSON is the body of GET /tables/{table}. Next is absent on the
-// last page; Partial and MissingPartitions mean what they mean on GET
-// /movies.
+// last page; the partitions are as on GET /movies.
 type tablePageJSON struct {
 	Table             string         `json:"table"`
 	Index             string         `json:"index"`
@@ -95,8 +90,7 @@ type tablePageJSON struct {
 	Next              string         `json:"next,omitempty"`
 	Partial           bool           `json:"partial,omitempty"`
 	MissingPartitions []int32        `json:"missingPartitions,omitempty"`
-	// StalePartitions were answered from standby copies (their active did
-	// not answer): their documents may be behind.
+	// StalePartitions were answered from standby copies: maybe behind.
 	StalePartitions []int32 `json:"stalePartitions,omitempty"`
 }
 
@@ -166,11 +160,10 @@ func isJSONObject(raw []byte) bool {
 	return len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(raw)
 }
 
-// tableKeyPath splits the escaped path /tables/{table}/{key} into the
-// table name and the decoded key. echo hands a parameter over either
-// decoded or still escaped (it depends on whether the path holds an
-// escaped slash), so the key is read from the escaped path here: "%2F" in
-// a key is a slash of the key, a bare slash is a path separator.
+// tableKeyPath splits the escaped path /tables/{table}/{key} into the table
+// name and the decoded key. echo hands a parameter over decoded or not
+// (whether the path holds an escaped slash), so the key is read from the
+// escaped path: "%2F" is a slash of the key, "/" a path separator.
 func tableKeyPath(escaped string) (table, key string, ok bool) {
 	rest, found := strings.CutPrefix(escaped, "/tables/")
 	rawTable, rawKey, cut := strings.Cut(rest, "/")
