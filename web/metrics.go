@@ -1,8 +1,6 @@
 package web
 
 import (
-	"fmt"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -74,12 +72,9 @@ func newMetrics(opts Options) *metrics {
 	m := &metrics{
 		opts: opts,
 		reg:  prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keepstate_http_requests_total",
-			Help: "HTTP requests answered, by route, method and status code.",
-		}, []string{"route", "method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "keepstate_http_request_duration_seconds",
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keepstate_http_requests_total",
+			Help: "HTTP requests answered, by route, method and status code."}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keepstate_http_request_duration_seconds",
 			Help:    "HTTP request latency, by route and method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "method"}),
@@ -125,11 +120,6 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
-
-// promLogger adapts slog to promhttp.Logger.
-type promLogger struct{ log *slog.Logger }
-
-func (l promLogger) Println(v ...any) { l.log.Warn("metrics exposition", "err", fmt.Sprint(v...)) }
 
 // observe is the outermost middleware: it turns handler errors into answers
 // (so that the final status is known), then counts and times the request.

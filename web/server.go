@@ -114,7 +114,7 @@ func New(opts Options) *Server {
 	}
 	s.e.HideBanner, s.e.HidePort = true, true
 	s.e.HTTPErrorHandler = s.handleError
-	s.e.Logger.SetOutput(echoLogWriter{s.log})
+	s.e.Logger.SetOutput(logAdapter{s.log})
 	s.e.Use(s.observe, s.recoverPanic, secureHeaders)
 	s.routes()
 	for _, r := range s.e.Routes() {
@@ -143,7 +143,7 @@ func (s *Server) routes() {
 	get("/healthz", s.healthz)
 	get("/readyz", s.readyz)
 	get("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
-		ErrorLog: promLogger{s.log}, ErrorHandling: promhttp.ContinueOnError, Registry: s.metrics.reg,
+		ErrorLog: logAdapter{s.log}, ErrorHandling: promhttp.ContinueOnError, Registry: s.metrics.reg,
 	})))
 	get("/api-docs", s.apiDocs)
 	get("/api/stats", s.apiStats)
@@ -162,15 +162,10 @@ func (s *Server) Handler() http.Handler { return s.e }
 // shuts down gracefully, waiting up to ShutdownTimeout for in-flight
 // requests. It returns nil after a clean shutdown, else the error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.e,
-		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
-		ReadTimeout:       s.opts.ReadTimeout,
-		WriteTimeout:      s.opts.ReadTimeout + 2*s.opts.QueryTimeout,
-		IdleTimeout:       s.opts.IdleTimeout,
-		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	o := s.opts
+	srv := &http.Server{Handler: s.e, ReadHeaderTimeout: o.ReadHeaderTimeout, ReadTimeout: o.ReadTimeout,
+		WriteTimeout: o.ReadTimeout + 2*o.QueryTimeout, IdleTimeout: o.IdleTimeout, MaxHeaderBytes: o.MaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	var fresh sync.Map // the connections that have not sent a request yet
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		if st == http.StateNew {
@@ -222,13 +217,16 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, ln)
 }
 
-// echoLogWriter forwards echo's own (rare) log lines to slog.
-type echoLogWriter struct{ log *slog.Logger }
+// logAdapter forwards echo's own (rare) log lines (an io.Writer) and
+// promhttp's errors (a promhttp.Logger) to slog.
+type logAdapter struct{ log *slog.Logger }
 
-func (w echoLogWriter) Write(p []byte) (int, error) {
-	w.log.Warn("echo", "msg", strings.TrimSpace(string(p)))
+func (l logAdapter) Write(p []byte) (int, error) {
+	l.log.Warn("echo", "msg", strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+func (l logAdapter) Println(v ...any) { l.log.Warn("metrics exposition", "err", fmt.Sprint(v...)) }
 
 // secureHeaders sets headers that are right for every response.
 func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {

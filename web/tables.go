@@ -132,10 +132,8 @@ func (s *Server) listTables(c echo.Context) error {
 	for _, t := range s.tables {
 		spec := t.Spec()
 		info := tableInfoJSON{Name: spec.Name, Key: t.KeyKind(), Indexes: make([]indexInfoJSON, 0, len(spec.Indexes)),
-			Routes: tableRoutesJSON{
-				Get:   "/tables/" + spec.Name + "/{key}",
-				Query: "/tables/" + spec.Name + "{?index,min,max,eq,order,limit,after}",
-			}}
+			Routes: tableRoutesJSON{Get: "/tables/" + spec.Name + "/{key}",
+				Query: "/tables/" + spec.Name + "{?index,min,max,eq,order,limit,after}"}}
 		for _, ix := range spec.Indexes {
 			info.Indexes = append(info.Indexes, indexInfoJSON{Name: ix.Name, Kind: ix.Kind.String()})
 		}

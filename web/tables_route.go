@@ -374,18 +374,13 @@ func (s *Server) tableScatter(tq tableQuery, mem engine.Membership, local peerPa
 	if replica {
 		msg = "table query: standby did not answer"
 	}
-	return scatter[tableItem]{
-		mem:   mem,
-		local: local,
+	return scatter[tableItem]{mem: mem, local: local, limit: tq.q.Limit,
 		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
 			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, replica)
 		},
 		partition: func(it tableItem) int32 { return it.doc.Partition },
 		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
-		limit:     tq.q.Limit,
-		warn: func(addr string, err error) {
-			s.log.Warn(msg, "table", tq.spec.Name, "peer", addr, "err", err)
-		},
+		warn:      func(addr string, err error) { s.log.Warn(msg, "table", tq.spec.Name, "peer", addr, "err", err) },
 	}
 }
 
