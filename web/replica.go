@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -122,7 +123,7 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 		}
 		seen[addr] = true
 		pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
-		it, err := s.peerDoc(pctx, addr, t, spec, shown, true)
+		it, err := s.peerDoc(pctx, addr, t, spec, shown, url.Values{replicaParam: {"1"}})
 		cancel()
 		switch {
 		case errors.Is(err, engine.ErrNotFound):

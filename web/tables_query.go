@@ -133,14 +133,10 @@ func parseParams(rawQuery string) (queryParams, error) {
 
 // get returns the parameter name and whether it was given; twice is a 400.
 func (p queryParams) get(name string) (string, bool, error) {
-	vs := p[name]
-	if len(vs) > 1 {
+	if vs := p[name]; len(vs) > 1 {
 		return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
 	}
-	if len(vs) == 0 {
-		return "", false, nil
-	}
-	return vs[0], true, nil
+	return url.Values(p).Get(name), len(p[name]) == 1, nil
 }
 
 // parseLimit parses the parameter limit: 1 to MaxLimit.
@@ -203,8 +199,7 @@ func formatIndexValue(v engine.IndexValue, kind engine.IndexKind) string {
 
 // tableQueryValues encodes q, a query on table, as a peer is asked it.
 func tableQueryValues(table string, kind engine.IndexKind, q engine.IndexQuery) url.Values {
-	v := url.Values{}
-	v.Set("index", q.Index)
+	v := url.Values{"index": {q.Index}, "limit": {strconv.Itoa(q.Limit)}}
 	if q.HasMin {
 		v.Set("min", formatIndexValue(q.Min, kind))
 	}
@@ -214,7 +209,6 @@ func tableQueryValues(table string, kind engine.IndexKind, q engine.IndexQuery) 
 	if q.Desc {
 		v.Set("order", "desc")
 	}
-	v.Set("limit", strconv.Itoa(q.Limit))
 	if q.After != nil {
 		v.Set("after", encodeTableCursor(table, q.Index, kind, *q.After))
 	}

@@ -103,7 +103,7 @@ func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSp
 			// skipped for a standby copy (see findDoc).
 			pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
 			defer cancel()
-			return s.peerDoc(pctx, addr, t, spec, shown, false)
+			return s.peerDoc(pctx, addr, t, spec, shown, nil)
 		}
 	}
 	d, err := t.Get(ctx, key)
@@ -114,13 +114,9 @@ func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSp
 }
 
 // peerDoc asks the instance at addr for the document of the key shown and
-// checks its answer (see peerItem); replica asks for its standby copy's
-// answer, with the staleness it reports.
-func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string, replica bool) (tableItem, error) {
-	var query url.Values
-	if replica {
-		query = url.Values{replicaParam: {"1"}}
-	}
+// checks its answer (see peerItem); a query (replicaParam) asks for its
+// standby copy's answer, with the staleness it reports.
+func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string, query url.Values) (tableItem, error) {
 	code, _, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name)+"/"+url.PathEscape(shown), query)
 	if err != nil {
 		return tableItem{}, err
@@ -130,7 +126,7 @@ func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.
 		var pd tableDocJSON
 		if decodeStrict(body, &pd) == nil {
 			if it, err := peerItem(t, spec, -1, pd); err == nil && it.doc.Key == shown {
-				if replica {
+				if query != nil {
 					it.doc.Stale = pd.Stale
 				}
 				return it, nil
