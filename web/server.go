@@ -17,15 +17,8 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// Default values used when the corresponding Options field is zero.
-const (
-	DefaultQueryTimeout      = 5 * time.Second
-	DefaultShutdownTimeout   = 10 * time.Second
-	DefaultReadHeaderTimeout = 5 * time.Second
-	DefaultReadTimeout       = 10 * time.Second
-	DefaultIdleTimeout       = 60 * time.Second
-	DefaultMaxHeaderBytes    = 16 << 10
-)
+// DefaultShutdownTimeout is Options.ShutdownTimeout when zero.
+const DefaultShutdownTimeout = 10 * time.Second
 
 // Options configures a Server. Every field has a usable zero value; the
 // tables to serve are in Tables.
@@ -46,8 +39,8 @@ type Options struct {
 	Tables []Table
 	// Logger receives request errors and server events; nil discards them.
 	Logger *slog.Logger
-	// QueryTimeout bounds each store query (DefaultQueryTimeout when zero);
-	// a query that runs out of time answers 503 with Retry-After.
+	// QueryTimeout bounds each store query (5 s when zero); a query that
+	// runs out of time answers 503 with Retry-After.
 	QueryTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of Serve after its
 	// context is cancelled (DefaultShutdownTimeout when zero).
@@ -57,8 +50,8 @@ type Options struct {
 	// When empty, this instance neither accepts nor gets forwarded answers.
 	PeerSecret []byte
 	// ReadHeaderTimeout, ReadTimeout, IdleTimeout and MaxHeaderBytes bound
-	// what a client may hold (Default* when zero). The write timeout allows
-	// for QueryTimeout: a routed query waits at most that long for a peer.
+	// what a client may hold (5 s, 10 s, 60 s and 16 KiB when zero). The
+	// write timeout allows for QueryTimeout, the longest wait for a peer.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
@@ -89,12 +82,12 @@ func New(opts Options) *Server {
 	if opts.Stats == nil {
 		opts.Stats = func() engine.Stats { return engine.Stats{} }
 	}
-	orDefault(&opts.QueryTimeout, DefaultQueryTimeout)
+	orDefault(&opts.QueryTimeout, 5*time.Second)
 	orDefault(&opts.ShutdownTimeout, DefaultShutdownTimeout)
-	orDefault(&opts.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	orDefault(&opts.ReadTimeout, DefaultReadTimeout)
-	orDefault(&opts.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&opts.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	orDefault(&opts.ReadHeaderTimeout, 5*time.Second)
+	orDefault(&opts.ReadTimeout, 10*time.Second)
+	orDefault(&opts.IdleTimeout, 60*time.Second)
+	orDefault(&opts.MaxHeaderBytes, 16<<10)
 	s := &Server{opts: opts, log: opts.Logger, auth: newPeerAuth(opts.PeerSecret), client: &http.Client{
 		Timeout: opts.QueryTimeout,
 		// A peer is asked one fixed URL; a redirect is never followed.
