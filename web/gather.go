@@ -62,9 +62,7 @@ func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for addr := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			pp, err := q.ask(ctx, addr)
 			mu.Lock()
 			defer mu.Unlock()
@@ -84,7 +82,7 @@ func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 				}
 			}
 			more = more || pp.more
-		}()
+		})
 	}
 	wg.Wait()
 	if len(done) == 0 && q.mem.Partitions > 0 {

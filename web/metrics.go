@@ -70,8 +70,7 @@ type metrics struct {
 
 func newMetrics(opts Options) *metrics {
 	m := &metrics{
-		opts: opts,
-		reg:  prometheus.NewRegistry(),
+		opts: opts, reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keepstate_http_requests_total",
 			Help: "HTTP requests answered, by route, method and status code."}, []string{"route", "method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keepstate_http_request_duration_seconds",

@@ -29,9 +29,9 @@ type movieJSON struct {
 	Stale *staleJSON `json:"stale,omitempty"`
 }
 
-// moviesPage is the body of GET /movies. Partial is set, with the
-// partitions nobody answered for, when an owning instance did not answer
-// (crashed, restoring, rebalancing): the page is right for the others only.
+// moviesPage is the body of GET /movies. Partial is set, with the missing
+// partitions, when an owner did not answer (crashed, restoring,
+// rebalancing): the page is right for the other partitions only.
 type moviesPage struct {
 	Movies            []movieJSON `json:"movies"`
 	Next              string      `json:"next"`

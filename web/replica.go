@@ -25,9 +25,8 @@ type ReplicaReader interface {
 	GetReplica(ctx context.Context, key []byte) (engine.Doc, engine.Staleness, error)
 }
 
-// ReplicaQuerier is an optional ability of a Table: answering an index
-// query from the standby copies on this instance
-// (engine.TableView.QueryReplicas), for partitions no active answered.
+// ReplicaQuerier is an optional ability of a Table: answering an index query
+// from this instance's standby copies (engine.TableView.QueryReplicas).
 type ReplicaQuerier interface {
 	// QueryReplicas answers q from the caught-up standby copies here and
 	// returns the partitions it covers, sorted.

@@ -123,9 +123,8 @@ func orDefault[T int | time.Duration](v *T, def T) {
 	}
 }
 
-// routes registers every route, for GET and HEAD (the server drops the
-// body of a HEAD answer). The OpenAPI document (openapi.json) lists exactly
-// these; TestOpenAPICoversRoutes keeps the two in step.
+// routes registers every route for GET and HEAD (whose body is dropped);
+// openapi.json lists exactly these (TestOpenAPICoversRoutes checks it).
 func (s *Server) routes() {
 	get := func(path string, h echo.HandlerFunc) { s.e.Match([]string{http.MethodGet, http.MethodHead}, path, h) }
 	get("/movies/:id", s.getMovie)

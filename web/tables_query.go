@@ -11,8 +11,7 @@ import (
 )
 
 // Paging limits of GET /tables/{table} and GET /movies. A limit above
-// MaxLimit is refused with 400 rather than silently clamped, so a client
-// never mistakes a short page for the whole answer.
+// MaxLimit is a 400, not clamped: a short page never passes for the whole.
 const (
 	DefaultLimit = 50
 	MaxLimit     = 1000

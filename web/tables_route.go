@@ -409,8 +409,7 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery,
 	for _, pd := range page.Items {
 		it, err := peerItem(t, spec, tq.pos, pd)
 		if err != nil || !in[it.doc.Partition] || engine.PartitionFor(it.cur.Key, n) != it.doc.Partition ||
-			!q.InRange(it.cur.Value, tq.kind) ||
-			(q.After != nil && !tq.before(*q.After, it.cur)) {
+			!q.InRange(it.cur.Value, tq.kind) || (q.After != nil && !tq.before(*q.After, it.cur)) {
 			return peerPage[tableItem]{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
 		}
 		items = append(items, it)
