@@ -113,9 +113,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for table, roles := range m.opts.Roles() {
 		for _, r := range roles {
-			p := strconv.Itoa(int(r.Partition))
-			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(r.LagRecords), table, p, r.Role)
-			ch <- prometheus.MustNewConstMetric(replayedDesc, prometheus.CounterValue, float64(r.Replayed), table, p, r.Role)
+			labels := []string{table, strconv.Itoa(int(r.Partition)), r.Role}
+			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(r.LagRecords), labels...)
+			ch <- prometheus.MustNewConstMetric(replayedDesc, prometheus.CounterValue, float64(r.Replayed), labels...)
 		}
 	}
 }

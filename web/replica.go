@@ -213,8 +213,8 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 			g.stale = append(g.stale, p)
 		}
 	}
-	g.items, g.more = firstN(append(g.items, g2.items...), func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
-		tq.q.Limit, g.more || g2.more)
+	less := func(a, b tableItem) bool { return tq.before(a.cur, b.cur) }
+	g.items, g.more = firstN(append(g.items, g2.items...), less, tq.q.Limit, g.more || g2.more)
 	g.missing = g2.missing
 	return g
 }

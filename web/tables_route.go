@@ -116,8 +116,10 @@ func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSp
 // peerDoc asks the instance at addr for the document of the key shown and
 // checks its answer (see peerItem); a query (replicaParam) asks for its
 // standby copy's answer, with the staleness it reports.
-func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string, query url.Values) (tableItem, error) {
-	code, _, body, err := s.tablePeerGet(ctx, addr, "/tables/"+url.PathEscape(spec.Name)+"/"+url.PathEscape(shown), query)
+func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string,
+	query url.Values) (tableItem, error) {
+	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
+	code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, query)
 	if err != nil {
 		return tableItem{}, err
 	}
@@ -150,12 +152,19 @@ func (s *Server) queryTable(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q}
-	res, err := s.runQuery(c, tq)
+	res, err := s.runQuery(c, tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, tablePage(tq, res))
+	out := tablePageJSON{Table: spec.Name, Index: q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
+		Partial: len(res.missing) > 0, MissingPartitions: res.missing, StalePartitions: res.stale}
+	for _, it := range res.items {
+		out.Items = append(out.Items, it.doc)
+	}
+	if res.next != nil {
+		out.Next = encodeTableCursor(spec.Name, q.Index, kind, *res.next)
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // tableQuery is one index query on one table.
@@ -211,19 +220,6 @@ func (s *Server) runQuery(c echo.Context, tq tableQuery) (tableResult, error) {
 	return tableResult{gathered: gathered[tableItem]{items: items}, next: page.Next}, nil
 }
 
-// tablePage renders a (merged) result.
-func tablePage(tq tableQuery, res tableResult) tablePageJSON {
-	out := tablePageJSON{Table: tq.spec.Name, Index: tq.q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
-		Partial: len(res.missing) > 0, MissingPartitions: res.missing, StalePartitions: res.stale}
-	for _, it := range res.items {
-		out.Items = append(out.Items, it.doc)
-	}
-	if res.next != nil {
-		out.Next = encodeTableCursor(tq.spec.Name, tq.q.Index, tq.kind, *res.next)
-	}
-	return out
-}
-
 // tableItem is one document with its position in the query's index order.
 type tableItem struct {
 	doc tableDocJSON
@@ -244,7 +240,8 @@ func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem
 	if !isJSONObject(val) {
 		return tableItem{}, fmt.Errorf("table %s: value is not a JSON object", spec.Name)
 	}
-	doc := tableDocJSON{Table: spec.Name, Key: t.FormatKey(d.Key), Partition: d.Partition, Version: d.Version, Value: val}
+	doc := tableDocJSON{Table: spec.Name, Key: t.FormatKey(d.Key), Partition: d.Partition, Version: d.Version,
+		Value: val}
 	return newItem(spec, pos, d.Key, doc, d.Index), nil
 }
 
