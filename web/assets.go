@@ -29,8 +29,7 @@ var openAPI []byte
 // gzipMinSize is the smallest asset worth compressing.
 const gzipMinSize = 1024
 
-// dashboardCSP keeps the dashboard to its own files: no inline script, no
-// other origin.
+// dashboardCSP keeps the dashboard to its own files: no inline script, no other origin.
 const dashboardCSP = "default-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'"
 
 // gzipCache holds the gzip form ([]byte) of embedded assets by name,

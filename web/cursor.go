@@ -100,8 +100,7 @@ func encodeTableCursor(table, index string, kind engine.IndexKind, c engine.Inde
 	return cursorEncoding.EncodeToString(b)
 }
 
-// decodeTableCursor parses a cursor made by encodeTableCursor for the same
-// table, index and kind; anything else is errBadTableCursor.
+// decodeTableCursor parses encodeTableCursor's form for table, index and kind.
 func decodeTableCursor(table, index string, kind engine.IndexKind, s string) (engine.IndexCursor, error) {
 	var b []byte
 	err := errBadTableCursor

@@ -20,8 +20,7 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// statusError is an error with the HTTP status and the client-facing
-// message it maps to.
+// statusError is an error with its HTTP status and client-facing message.
 type statusError struct {
 	status int
 	msg    string
@@ -42,8 +41,7 @@ func notFound(format string, args ...any) error {
 // errPanic marks an error recovered from a panic in a handler.
 var errPanic = errors.New("handler panic")
 
-// statusOf maps err to the HTTP status, the client-facing message, and
-// whether the answer asks the client to retry.
+// statusOf maps err to the HTTP status, client-facing message and whether to retry.
 func statusOf(err error, c echo.Context) (status int, msg string, retry bool) {
 	var se *statusError
 	var he *echo.HTTPError

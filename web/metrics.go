@@ -13,8 +13,7 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// unmatchedRoute is the route label of requests that matched no route, so
-// that scanners cannot grow the label set.
+// unmatchedRoute labels requests that matched no route: scanners cannot grow the labels.
 const unmatchedRoute = "unmatched"
 
 // statMetric maps one engine.Stats field to a Prometheus metric.

@@ -71,8 +71,7 @@ func (a peerAuth) sign(req *http.Request, now time.Time) {
 	req.Header.Set(ForwardedHeader, "t="+strconv.FormatInt(ts, 10)+",s="+hex.EncodeToString(a.mac(req, ts)))
 }
 
-// forwarded reports whether req carries ForwardedHeader, and whether its
-// signature is valid (then a peer sent it).
+// forwarded reports whether req carries ForwardedHeader and whether its signature is valid.
 func (a peerAuth) forwarded(req *http.Request, now time.Time) (present, valid bool) {
 	v := req.Header.Get(ForwardedHeader)
 	t, s, _ := strings.Cut(v, ",")
@@ -99,8 +98,7 @@ func SignForwarded(req *http.Request, secret []byte) {
 	peerAuth{secret: secret}.sign(req, time.Now())
 }
 
-// checkForwarded reports whether the request was forwarded by a peer; a
-// ForwardedHeader without a valid signature is a 401.
+// checkForwarded reports whether a peer forwarded the request; a bad signature is a 401.
 func (s *Server) checkForwarded(c echo.Context) (bool, error) {
 	present, valid := s.auth.forwarded(c.Request(), time.Now())
 	if present && !valid {

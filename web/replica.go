@@ -39,8 +39,7 @@ type copyStaleness interface {
 	ReplicaStaleness(p int32) (engine.Staleness, bool)
 }
 
-// replicaParam, set to 1 on a request forwarded between instances, asks
-// the peer for its standby copy's answer.
+// replicaParam=1 on a forwarded request asks the peer for its standby copy's answer.
 const replicaParam = "replica"
 
 // ActiveOnlyParam is the query parameter that, set to true, asks for an

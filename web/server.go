@@ -70,8 +70,7 @@ type Server struct {
 	metrics *metrics
 }
 
-// New returns a Server for opts with every route registered. It does not
-// listen; use Handler, Serve or ListenAndServe.
+// New returns a Server for opts with every route registered; it does not listen.
 func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -209,8 +208,7 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, ln)
 }
 
-// logAdapter forwards echo's own (rare) log lines (an io.Writer) and
-// promhttp's errors (a promhttp.Logger) to slog.
+// logAdapter forwards echo's own (rare) log lines and promhttp's errors to slog.
 type logAdapter struct{ log *slog.Logger }
 
 func (l logAdapter) Write(p []byte) (int, error) {

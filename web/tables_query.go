@@ -17,8 +17,7 @@ const (
 	MaxLimit     = 1000
 )
 
-// maxEchoedInput bounds how much of a client's bad input an error message
-// quotes: at most this many bytes of the quoted (escaped) form.
+// maxEchoedInput bounds the quoted (escaped) bytes of bad input an error echoes.
 const maxEchoedInput = 48
 
 // quoteInput returns s quoted as by %q, cut (and followed by "...") so that
@@ -159,8 +158,7 @@ func indexNames(spec engine.TableSpec) string {
 	return strings.Join(names, ", ")
 }
 
-// parseIndexValue parses the query parameter name as a value of kind: a
-// finite number, or a valid index string (validIndexString).
+// parseIndexValue parses parameter name by kind: a finite number or a valid index string.
 func parseIndexValue(name, raw string, kind engine.IndexKind) (engine.IndexValue, error) {
 	if kind == engine.IndexNumber {
 		v, err := strconv.ParseFloat(raw, 64)

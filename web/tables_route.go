@@ -82,12 +82,10 @@ func (s *Server) findDoc(c echo.Context, t Table, spec engine.TableSpec, key []b
 	return it, err // the active's error says more
 }
 
-// peerKeyTimeout bounds the wait for a key's owner before its standby
-// copies are asked instead.
+// peerKeyTimeout bounds the wait for a key's owner before its standby copies are asked.
 const peerKeyTimeout = 500 * time.Millisecond
 
-// findActiveDoc is findDoc from the partition's active only; fwd says the
-// request was forwarded by a peer (it is never routed again).
+// findActiveDoc is findDoc from the active only; a forwarded (fwd) request is not routed.
 func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSpec, key []byte, fwd bool) (tableItem, error) {
 	shown := t.FormatKey(key)
 	if !t.Shared() {
@@ -307,8 +305,7 @@ func peerItem(t Table, spec engine.TableSpec, pos int, pd tableDocJSON) (tableIt
 	return it, nil
 }
 
-// indexValueJSON reads one index value of kind from JSON: a finite number
-// or a valid index string (never null).
+// indexValueJSON reads an index value of kind from JSON (a valid one, never null).
 func indexValueJSON(raw json.RawMessage, kind engine.IndexKind) (engine.IndexValue, bool) {
 	null := bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 	if kind == engine.IndexNumber {
@@ -321,8 +318,7 @@ func indexValueJSON(raw json.RawMessage, kind engine.IndexKind) (engine.IndexVal
 	return engine.Str(str), ok
 }
 
-// tableResult is a query page merged across instances; next is the
-// position after it, nil on the last page.
+// tableResult is a merged query page; next is the position after it (nil: last page).
 type tableResult struct {
 	gathered[tableItem]
 	next *engine.IndexCursor
