@@ -64,12 +64,9 @@ func acceptsGzip(r *http.Request) bool {
 // serveAsset writes the embedded file dir/name (gzipped when the client
 // accepts it), or a 404 error; name must be one path element.
 func serveAsset(c echo.Context, dir, name string) error {
-	if name == "" || name != path.Base(name) || !fs.ValidPath(name) {
-		return notFound("no file %q", name)
-	}
 	full := dir + "/" + name
 	b, err := assets.ReadFile(full)
-	if err != nil {
+	if err != nil || name == "" || name != path.Base(name) || !fs.ValidPath(name) {
 		return notFound("no file %q", name)
 	}
 	ctype := mime.TypeByExtension(path.Ext(name))
