@@ -20,8 +20,7 @@ type errorBody struct {
 	Error string `json:"error"`
 }
 
-// statusError is an error with the HTTP status and the client-facing
-// message it maps to.
+// statusError is an error with its HTTP status and client-facing message.
 type statusError struct {
 	status int
 	msg    string
@@ -42,8 +41,7 @@ func notFound(format string, args ...any) error {
 // errPanic marks an error recovered from a panic in a handler.
 var errPanic = errors.New("handler panic")
 
-// statusOf maps err to the HTTP status, the client-facing message, and
-// whether the answer asks the client to retry.
+// statusOf maps err to the HTTP status, client-facing message and whether to retry.
 func statusOf(err error, c echo.Context) (status int, msg string, retry bool) {
 	var se *statusError
 	var he *echo.HTTPError
@@ -66,8 +64,7 @@ func statusOf(err error, c echo.Context) (status int, msg string, retry bool) {
 	case errors.Is(err, engine.ErrUnavailable):
 		return http.StatusServiceUnavailable, "store unavailable, retry later", true
 	case errors.Is(err, engine.ErrCorrupt):
-		// The instance rebuilds its store from the changelog (or stops,
-		// and another takes its partitions): worth a retry.
+		// It is rebuilt from the changelog (or another instance takes over).
 		return http.StatusServiceUnavailable, "store corrupt: it is being rebuilt from the changelog, retry later", true
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "store query timed out, retry later", true

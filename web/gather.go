@@ -9,9 +9,8 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// peerPage is what one instance contributed to a scattered query (a movie
-// range or a table query): its items, whether it has more, and the
-// partitions it answered for.
+// peerPage is one instance's part of a scattered query: its items, whether
+// it has more, and the partitions it answered for.
 type peerPage[T any] struct {
 	items   []T
 	more    bool
@@ -23,14 +22,11 @@ type scatter[T any] struct {
 	mem   engine.Membership
 	local peerPage[T] // this instance's answer
 	// ask queries the instance at addr; an error costs its partitions.
-	ask func(ctx context.Context, addr string) (peerPage[T], error)
-	// partition is the partition an item belongs to.
-	partition func(T) int32
-	// less is the query's order.
-	less  func(a, b T) bool
-	limit int
-	// warn reports an instance that did not answer.
-	warn func(addr string, err error)
+	ask       func(ctx context.Context, addr string) (peerPage[T], error)
+	partition func(T) int32     // the partition an item belongs to
+	less      func(a, b T) bool // the query's order
+	limit     int
+	warn      func(addr string, err error) // reports an instance that did not answer
 	// everyone, when set, are the instances to ask instead of the owners
 	// of the partitions not covered here.
 	everyone []string
@@ -45,40 +41,28 @@ type gathered[T any] struct {
 }
 
 // gather merges this instance's page with the pages of the instances
-// owning the other partitions (and only those), asked concurrently. An
-// instance that does not answer, or answers badly, costs its partitions:
-// they are reported missing rather than failing the whole query. Two
+// owning the other partitions, asked concurrently. An instance that does
+// not answer well costs its partitions: they are reported missing. Two
 // instances may both claim a partition across a rebalance: the first
-// answer for it is kept. It fails, wrapping engine.ErrUnavailable, only
-// when no partition at all could be answered.
+// answer is kept. It fails (engine.ErrUnavailable) only when no partition
+// could be answered.
 func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
-	done := map[int32]bool{}
-	for _, p := range q.local.covered {
-		done[p] = true
-	}
+	done := setOf(q.local.covered)
 	peers := map[string]bool{}
 	for p, addr := range q.mem.Owners {
-		if !done[p] && addr != q.mem.Self {
+		if !done[p] && q.everyone == nil {
 			peers[addr] = true
 		}
 	}
-	if q.everyone != nil {
-		clear(peers)
-		for _, addr := range q.everyone {
-			if addr != q.mem.Self {
-				peers[addr] = true
-			}
-		}
+	for _, addr := range q.everyone {
+		peers[addr] = true
 	}
-	all := q.local.items
-	more := q.local.more
-
+	delete(peers, q.mem.Self)
+	all, more := q.local.items, q.local.more
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for addr := range peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			pp, err := q.ask(ctx, addr)
 			mu.Lock()
 			defer mu.Unlock()
@@ -98,7 +82,7 @@ func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 				}
 			}
 			more = more || pp.more
-		}()
+		})
 	}
 	wg.Wait()
 	if len(done) == 0 && q.mem.Partitions > 0 {
@@ -110,10 +94,24 @@ func gather[T any](ctx context.Context, q scatter[T]) (gathered[T], error) {
 			g.missing = append(g.missing, p)
 		}
 	}
-	sort.SliceStable(all, func(i, j int) bool { return q.less(all[i], all[j]) })
-	if len(all) > q.limit {
-		all, more = all[:q.limit], true
-	}
-	g.items, g.more = all, more
+	g.items, g.more = firstN(all, q.less, q.limit, more)
 	return g, nil
+}
+
+// setOf returns the set of partitions ps.
+func setOf(ps []int32) map[int32]bool {
+	set := make(map[int32]bool, len(ps))
+	for _, p := range ps {
+		set[p] = true
+	}
+	return set
+}
+
+// firstN sorts items stably by less and cuts them at limit (then more).
+func firstN[T any](items []T, less func(a, b T) bool, limit int, more bool) ([]T, bool) {
+	sort.SliceStable(items, func(i, j int) bool { return less(items[i], items[j]) })
+	if len(items) > limit {
+		return items[:limit], true
+	}
+	return items, more
 }

@@ -1,23 +1,19 @@
 package web
 
 import (
-	"fmt"
-	"log/slog"
 	"net/http"
+	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/keepstate/keepstate/engine"
 )
 
-// unmatchedRoute is the route label of requests that matched no route, so
-// that scanners cannot grow the label set.
+// unmatchedRoute labels requests that matched no route: scanners cannot grow the labels.
 const unmatchedRoute = "unmatched"
 
 // statMetric maps one engine.Stats field to a Prometheus metric.
@@ -48,124 +44,80 @@ var statMetrics = []statMetric{
 	{"keepstate_group_rejoins_total", "Times a caught-up warm-up made this instance rejoin the group so that its active could move here.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.GroupRejoins }},
 }
 
-// statsCollector reads engine.Stats (and readiness) at scrape time.
-type statsCollector struct {
-	stats     func() engine.Stats
-	ready     func() error
-	roles     func() map[string][]engine.PartitionRole // nil: none
-	descs     []*prometheus.Desc
-	readyDesc *prometheus.Desc
-	lagDesc   *prometheus.Desc
-	replDesc  *prometheus.Desc
-}
+// Descriptions of the metrics of readiness and of the partitions held here.
+var (
+	readyDesc = prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil)
+	lagDesc   = prometheus.NewDesc("keepstate_partition_lag_records",
+		"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
+		[]string{"table", "partition", "role"}, nil)
+	replayedDesc = prometheus.NewDesc("keepstate_partition_replayed_records_total",
+		"Changelog records replayed into this instance's copy of each partition held here (restores, standby and warm-up catch-ups); its rate is the restore rate.",
+		[]string{"table", "partition", "role"}, nil)
+)
 
-func newStatsCollector(stats func() engine.Stats, ready func() error, roles func() map[string][]engine.PartitionRole) *statsCollector {
-	c := &statsCollector{
-		stats:     stats,
-		ready:     ready,
-		roles:     roles,
-		readyDesc: prometheus.NewDesc("keepstate_ready", "1 when every assigned partition is running (as /readyz), else 0.", nil, nil),
-		lagDesc: prometheus.NewDesc("keepstate_partition_lag_records",
-			"Each partition held here, by role (active, standby, warmup): for a standby, the changelog offsets it was behind at its last read; 0 for an active.",
-			[]string{"table", "partition", "role"}, nil),
-		replDesc: prometheus.NewDesc("keepstate_partition_replayed_records_total",
-			"Changelog records replayed into this instance's copy of each partition held here (restores, standby and warm-up catch-ups); its rate is the restore rate.",
-			[]string{"table", "partition", "role"}, nil),
-	}
-	for _, m := range statMetrics {
-		c.descs = append(c.descs, prometheus.NewDesc(m.name, m.help, nil, nil))
-	}
-	return c
-}
-
-// Describe implements prometheus.Collector.
-func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
-	}
-	ch <- c.readyDesc
-	ch <- c.lagDesc
-	ch <- c.replDesc
-}
-
-// Collect implements prometheus.Collector; it takes one Stats snapshot.
-func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.stats()
-	for i, m := range statMetrics {
-		ch <- prometheus.MustNewConstMetric(c.descs[i], m.kind, float64(m.get(st)))
-	}
-	ready := 0.0
-	if c.ready() == nil {
-		ready = 1
-	}
-	ch <- prometheus.MustNewConstMetric(c.readyDesc, prometheus.GaugeValue, ready)
-	if c.roles == nil {
-		return
-	}
-	for table, roles := range c.roles() {
-		for _, r := range roles {
-			ch <- prometheus.MustNewConstMetric(c.lagDesc, prometheus.GaugeValue, float64(r.LagRecords),
-				table, strconv.Itoa(int(r.Partition)), r.Role)
-			ch <- prometheus.MustNewConstMetric(c.replDesc, prometheus.CounterValue, float64(r.Replayed),
-				table, strconv.Itoa(int(r.Partition)), r.Role)
-		}
-	}
-}
-
-// metrics is the server's own Prometheus registry: engine stats, HTTP
-// request metrics, Go runtime and process metrics. It never touches the
-// global default registry.
+// metrics is the server's own Prometheus registry (never the global one):
+// engine stats, HTTP, Go runtime and process metrics. It is itself the
+// collector of the engine stats, readiness and roles, read at scrape time.
 type metrics struct {
+	opts     Options            // Ready and Stats set
+	descs    []*prometheus.Desc // of statMetrics
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	routes   map[string]string // echo path -> route label
 }
 
-func newMetrics(stats func() engine.Stats, ready func() error, roles func() map[string][]engine.PartitionRole) *metrics {
+func newMetrics(opts Options) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keepstate_http_requests_total",
-			Help: "HTTP requests answered, by route, method and status code.",
-		}, []string{"route", "method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "keepstate_http_request_duration_seconds",
+		opts: opts, reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keepstate_http_requests_total",
+			Help: "HTTP requests answered, by route, method and status code."}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keepstate_http_request_duration_seconds",
 			Help:    "HTTP request latency, by route and method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"route", "method"}),
 		routes: map[string]string{},
 	}
-	m.reg.MustRegister(
-		newStatsCollector(stats, ready, roles),
-		m.requests, m.duration,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	for _, sm := range statMetrics {
+		m.descs = append(m.descs, prometheus.NewDesc(sm.name, sm.help, nil, nil))
+	}
+	m.reg.MustRegister(m, m.requests, m.duration, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
-// knownRoutes records the registered routes; the route label of a request
-// is its route in OpenAPI form ("/movies/{id}") or "unmatched".
-func (m *metrics) knownRoutes(rs []*echo.Route) {
-	for _, r := range rs {
-		m.routes[r.Path] = openAPIPath(r.Path)
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range m.descs {
+		ch <- d
+	}
+	ch <- readyDesc
+	ch <- lagDesc
+	ch <- replayedDesc
+}
+
+// Collect implements prometheus.Collector; it takes one Stats snapshot.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	st := m.opts.Stats()
+	for i, sm := range statMetrics {
+		ch <- prometheus.MustNewConstMetric(m.descs[i], sm.kind, float64(sm.get(st)))
+	}
+	ready := 0.0
+	if m.opts.Ready() == nil {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, ready)
+	if m.opts.Roles == nil {
+		return
+	}
+	for table, roles := range m.opts.Roles() {
+		for _, r := range roles {
+			labels := []string{table, strconv.Itoa(int(r.Partition)), r.Role}
+			ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, float64(r.LagRecords), labels...)
+			ch <- prometheus.MustNewConstMetric(replayedDesc, prometheus.CounterValue, float64(r.Replayed), labels...)
+		}
 	}
 }
-
-// handler returns the exposition handler of the registry.
-func (m *metrics) handler(log *slog.Logger) http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		ErrorLog:      promLogger{log},
-		ErrorHandling: promhttp.ContinueOnError,
-		Registry:      m.reg,
-	})
-}
-
-// promLogger adapts slog to promhttp.Logger.
-type promLogger struct{ log *slog.Logger }
-
-func (l promLogger) Println(v ...any) { l.log.Warn("metrics exposition", "err", fmt.Sprint(v...)) }
 
 // observe is the outermost middleware: it turns handler errors into answers
 // (so that the final status is known), then counts and times the request.
@@ -179,9 +131,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			route = unmatchedRoute
 		}
-		method := methodLabel(c.Request().Method)
-		status := c.Response().Status
-		elapsed := time.Since(start)
+		method, status, elapsed := methodLabel(c.Request().Method), c.Response().Status, time.Since(start)
 		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 		s.metrics.duration.WithLabelValues(route, method).Observe(elapsed.Seconds())
 		s.log.Debug("http request", "method", method, "route", route, "status", status, "duration", elapsed)
@@ -200,14 +150,10 @@ func methodLabel(m string) string {
 	return "other"
 }
 
-// openAPIPath turns an echo route path ("/movies/:id") into its OpenAPI
-// form ("/movies/{id}").
+// openAPIPath turns an echo route path ("/movies/:id") into OpenAPI's.
 func openAPIPath(p string) string {
-	parts := strings.Split(p, "/")
-	for i, part := range parts {
-		if strings.HasPrefix(part, ":") {
-			parts[i] = "{" + part[1:] + "}"
-		}
-	}
-	return strings.Join(parts, "/")
+	return echoParam.ReplaceAllString(p, "$1{$2}")
 }
+
+// echoParam is a parameter segment of an echo route path.
+var echoParam = regexp.MustCompile(`(^|/):([^/]*)`)

@@ -17,9 +17,8 @@ import (
 )
 
 // GET /movies/{id} and GET /movies are a view of the movie job's table
-// (movies.Spec, also served at /tables/movies): the same routing,
-// merging and errors as the table routes, with the movie API's parameters,
-// its JSON and its cursors (see cursor.go).
+// (movies.Spec, also at /tables/movies): routed, merged and failing as the
+// table routes, with the movie API's parameters, JSON and cursors.
 
 // movieJSON is one movie as the API shows it.
 type movieJSON struct {
@@ -30,10 +29,9 @@ type movieJSON struct {
 	Stale *staleJSON `json:"stale,omitempty"`
 }
 
-// moviesPage is the body of GET /movies. Partial is set, with the
-// partitions nobody answered for, when an instance owning some partitions
-// did not answer (crashed, restoring, or rebalancing): the page is then
-// correct for the other partitions only.
+// moviesPage is the body of GET /movies. Partial is set, with the missing
+// partitions, when an owner did not answer (crashed, restoring,
+// rebalancing): the page is right for the other partitions only.
 type moviesPage struct {
 	Movies            []movieJSON `json:"movies"`
 	Next              string      `json:"next"`
@@ -49,8 +47,7 @@ var errNoMovies = fmt.Errorf("no movie table: %w", engine.ErrUnavailable)
 // errBadMovie marks a movie document whose value is not a count and sum.
 var errBadMovie = errors.New("invalid movie document")
 
-// isMovieTable reports whether t is the movie job's table: 64-bit integer
-// keys and movies.Spec.
+// isMovieTable reports whether t is the movie job's: movies.Spec, int64 keys.
 func isMovieTable(t Table, spec engine.TableSpec) bool {
 	want := movies.Spec
 	return spec.Name == want.Name && spec.TiesAscending == want.TiesAscending &&
@@ -74,10 +71,9 @@ func movieID(key []byte) int64 {
 	return int64(binary.BigEndian.Uint64(key))
 }
 
-// movieOf returns the movie of a document of the movie table: its id from
-// the key, its rating from the avg index and its count from the value. A
-// movie without ratings or with an average that is not a finite number is
-// errBadMovie.
+// movieOf returns the movie of a document of the movie table (id from the
+// key, rating from the avg index, count from the value), or errBadMovie for
+// one without ratings or whose average is not a finite number.
 func movieOf(it tableItem) (movieJSON, error) {
 	var v struct {
 		Count *int64 `json:"count"`
@@ -107,9 +103,7 @@ func (s *Server) getMovie(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
-	it, err := s.findDoc(c, ctx, t, spec, movies.Key(id))
+	it, err := s.findDoc(c, t, spec, movies.Key(id))
 	if errors.Is(err, engine.ErrNotFound) {
 		return notFound("movie %d not found", id)
 	}
@@ -120,13 +114,12 @@ func (s *Server) getMovie(c echo.Context) error {
 	if err != nil {
 		return fmt.Errorf("movie %d: %w: %w", id, err, engine.ErrUnavailable)
 	}
-	m.Stale = it.stale
-	setStaleHeaders(c, it.stale)
+	m.Stale = it.doc.Stale
+	setStaleHeaders(c, m.Stale)
 	return c.JSON(http.StatusOK, m)
 }
 
-// parseMovieID parses the id of GET /movies/{id}; the 400 quotes at most
-// maxEchoedInput bytes of it.
+// parseMovieID parses the id of GET /movies/{id}.
 func parseMovieID(raw string) (int64, error) {
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
@@ -135,8 +128,7 @@ func parseMovieID(raw string) (int64, error) {
 	return id, nil
 }
 
-// rangeMovies answers GET /movies?minAvg=&maxAvg=&limit=&after=: a
-// descending query of the movie table's avg index.
+// rangeMovies answers GET /movies?minAvg=&maxAvg=&limit=&after=.
 func (s *Server) rangeMovies(c echo.Context) error {
 	q, err := parseRangeParams(c.Request().URL.RawQuery)
 	if err != nil {
@@ -146,9 +138,7 @@ func (s *Server) rangeMovies(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
-	res, err := s.runQuery(c, ctx, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q})
+	res, err := s.runQuery(c, tableQuery{t: t, spec: spec, pos: 0, kind: engine.IndexNumber, q: q})
 	if err != nil {
 		return fmt.Errorf("range movies: %w", err)
 	}
@@ -174,9 +164,8 @@ func (s *Server) rangeMovies(c echo.Context) error {
 //	limit           page size, 1 to MaxLimit (DefaultLimit)
 //	after           the next cursor of the previous page (empty: none)
 //
-// Other parameters are ignored. Unlike on GET /tables/{table}, an empty
-// bound or limit is not absent but a 400. Every error is a 400 naming the
-// parameter.
+// Others are ignored. Unlike on GET /tables/{table}, an empty bound or
+// limit is a 400 (naming the parameter, as every error), not absent.
 func parseRangeParams(rawQuery string) (engine.IndexQuery, error) {
 	q := engine.IndexQuery{Index: movies.Spec.Indexes[0].Name, Desc: true, Limit: DefaultLimit}
 	params, err := parseParams(rawQuery)

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -17,10 +15,9 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// ReplicaReader is an optional ability of a Table: reading a key from a
-// standby copy on this instance when the partition's active cannot
-// answer (engine.TableView.GetReplica). Implementations are safe for
-// concurrent use.
+// ReplicaReader is an optional ability of a Table, safe for concurrent use:
+// reading a key from a standby copy on this instance when the partition's
+// active cannot answer (engine.TableView.GetReplica).
 type ReplicaReader interface {
 	// GetReplica returns key's document from this instance's standby copy
 	// and how stale the copy is: ErrUnavailable when there is none that
@@ -28,9 +25,8 @@ type ReplicaReader interface {
 	GetReplica(ctx context.Context, key []byte) (engine.Doc, engine.Staleness, error)
 }
 
-// ReplicaQuerier is an optional ability of a Table: answering an index
-// query from the standby copies on this instance
-// (engine.TableView.QueryReplicas), for partitions no active answered.
+// ReplicaQuerier is an optional ability of a Table: answering an index query
+// from this instance's standby copies (engine.TableView.QueryReplicas).
 type ReplicaQuerier interface {
 	// QueryReplicas answers q from the caught-up standby copies here and
 	// returns the partitions it covers, sorted.
@@ -43,17 +39,16 @@ type copyStaleness interface {
 	ReplicaStaleness(p int32) (engine.Staleness, bool)
 }
 
-// replicaParam, set to 1 on a request forwarded between instances, asks
-// the peer for its standby copy's answer.
+// replicaParam=1 on a forwarded request asks the peer for its standby copy's answer.
 const replicaParam = "replica"
 
 // ActiveOnlyParam is the query parameter that, set to true, asks for an
 // answer from the partition's active only: 503 rather than a standby's.
 const ActiveOnlyParam = "activeOnly"
 
-// Headers of an answer from a standby copy: ReplicaHeader names the copy
-// ("standby", or "unconfirmed": the active's own copy while its group
-// membership is unconfirmed), LagRecordsHeader how many changelog offsets it was behind
+// Headers of an answer from a copy: ReplicaHeader names it ("standby", or
+// "unconfirmed": the active's own copy while its group membership is
+// unconfirmed), LagRecordsHeader how many changelog offsets it was behind
 // at its last read, LagMillisHeader how long ago that read ended.
 const (
 	ReplicaHeader    = "Keepstate-Replica"
@@ -61,17 +56,14 @@ const (
 	LagMillisHeader  = "Keepstate-Lag-Ms"
 )
 
-// staleJSON is the staleness of an answer from a standby copy, or from
-// an active's own copy while its group membership is unconfirmed
-// (engine.Staleness.Unconfirmed).
+// staleJSON is the staleness of a copy's answer (see ReplicaHeader).
 type staleJSON struct {
 	Records     int64 `json:"records"`
 	Ms          int64 `json:"ms"`
 	Unconfirmed bool  `json:"unconfirmed,omitempty"`
 }
 
-// setStaleHeaders marks the response as a copy's answer: st nil leaves it
-// unmarked.
+// setStaleHeaders marks the response as a copy's answer, unless st is nil.
 func setStaleHeaders(c echo.Context, st *staleJSON) {
 	if st == nil {
 		return
@@ -86,11 +78,10 @@ func setStaleHeaders(c echo.Context, st *staleJSON) {
 }
 
 // replicaDoc answers key from this instance's standby copy, or from its
-// unconfirmed own copy (see engine.Staleness.Unconfirmed). A key missing
-// from a copy is ErrUnavailable, not ErrNotFound: the copy may be behind
-// (a warm-up that just came within the acceptable lag lacks the keys
-// created in the records it has still to read), and a "not found" carries
-// no staleness, so it would pass for the current answer.
+// unconfirmed own copy. A key missing from a copy is ErrUnavailable, not
+// ErrNotFound: the copy may be behind (a warm-up within the acceptable lag
+// lacks the keys of the records it has still to read), and a "not found"
+// carries no staleness, so it would pass for the current answer.
 func (s *Server) replicaDoc(ctx context.Context, rr ReplicaReader, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
 	d, st, err := rr.GetReplica(ctx, key)
 	if errors.Is(err, engine.ErrNotFound) {
@@ -104,7 +95,7 @@ func (s *Server) replicaDoc(ctx context.Context, rr ReplicaReader, t Table, spec
 	if err != nil {
 		return tableItem{}, err
 	}
-	it.stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds(), Unconfirmed: st.Unconfirmed}
+	it.doc.Stale = &staleJSON{Records: st.Records, Ms: st.Age.Milliseconds(), Unconfirmed: st.Unconfirmed}
 	return it, nil
 }
 
@@ -117,12 +108,10 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 		return tableItem{}, fmt.Errorf("no membership: %w", engine.ErrUnavailable)
 	}
 	shown := t.FormatKey(key)
-	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
 	p := engine.PartitionFor(key, m.Partitions)
 	// The owner too (a standby just promoted answers from its copy while
-	// it restores the rest), then every other member (during a rebalance
-	// the assignment known here may be a generation old). Each gets
-	// peerKeyTimeout.
+	// it restores), then every member (the assignment known here may be a
+	// generation old). Each gets peerKeyTimeout.
 	asked := append(append(slices.Clone(m.Replicas[p]), m.Owners[p]), m.Members...)
 	seen := map[string]bool{m.Self: true, "": true}
 	var held *tableItem
@@ -132,26 +121,16 @@ func (s *Server) peerReplicaDoc(ctx context.Context, t Table, spec engine.TableS
 		}
 		seen[addr] = true
 		pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
-		code, _, body, err := s.tablePeerGet(pctx, addr, rawPath, url.Values{replicaParam: {"1"}})
+		it, err := s.peerDoc(pctx, addr, t, spec, shown, url.Values{replicaParam: {"1"}})
 		cancel()
-		if err != nil {
-			continue
-		}
-		switch code {
-		case http.StatusOK:
-			it, stale, ok := peerKeyDoc(t, spec, shown, body)
-			if !ok {
-				continue
-			}
-			if it.stale = stale; it.stale != nil && it.stale.Unconfirmed {
-				if held == nil {
-					held = &it
-				}
-				continue
-			}
+		switch {
+		case errors.Is(err, engine.ErrNotFound):
+			return tableItem{}, err
+		case err != nil:
+		case it.doc.Stale == nil || !it.doc.Stale.Unconfirmed:
 			return it, nil
-		case http.StatusNotFound:
-			return tableItem{}, fmt.Errorf("instance %s (standby): %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrNotFound)
+		case held == nil:
+			held = &it
 		}
 	}
 	if held != nil {
@@ -169,14 +148,10 @@ func staleness(cs copyStaleness, p int32) (engine.Staleness, bool) {
 }
 
 // fillFromReplicas answers the partitions g is missing from standby
-// copies: this instance's, then every other instance mem names (each
-// answers the partitions it can, as active or standby: during a
-// rebalance mem may be a generation old).
+// copies: this instance's, then every instance mem names (each answers the
+// partitions it can: mem may be a generation old).
 func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq ReplicaQuerier, mem engine.Membership, g gathered[tableItem]) gathered[tableItem] {
-	missing := map[int32]bool{}
-	for _, p := range g.missing {
-		missing[p] = true
-	}
+	missing := setOf(g.missing)
 	// Round two sees the partitions answered already as covered here, so
 	// that only the missing ones are asked for and reported.
 	var covered []int32
@@ -192,22 +167,17 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 	if page, parts, err := rq.QueryReplicas(ctx, tq.q); err == nil {
 		cs, _ := tq.t.(copyStaleness)
 		for _, p := range parts {
-			if !missing[p] {
-				continue
-			}
-			if st, ok := staleness(cs, p); ok && st.Unconfirmed {
+			switch st, ok := staleness(cs, p); {
+			case !missing[p]:
+			case ok && st.Unconfirmed:
 				unconfirmed[p] = true
-				continue
+			default:
+				covered = append(covered, p)
 			}
-			covered = append(covered, p)
 		}
 		for _, d := range page.Docs {
-			if !missing[d.Partition] {
-				continue
-			}
-			it, err := localItem(tq.t, tq.spec, tq.pos, d)
-			switch {
-			case err != nil:
+			switch it, err := localItem(tq.t, tq.spec, tq.pos, d); {
+			case err != nil || !missing[d.Partition]:
 			case unconfirmed[d.Partition]:
 				held = append(held, it)
 			default:
@@ -219,48 +189,31 @@ func (s *Server) fillFromReplicas(ctx context.Context, tq tableQuery, rq Replica
 	for _, addrs := range mem.Replicas {
 		everyone = append(everyone, addrs...)
 	}
-	slices.Sort(everyone)
 	sc := s.tableScatter(tq, engine.Membership{Partitions: mem.Partitions, Self: mem.Self},
 		peerPage[tableItem]{items: mine, covered: covered}, true)
-	sc.everyone = slices.Compact(everyone)
+	sc.everyone = everyone
 	g2, err := gather(ctx, sc)
-	if err != nil {
+	if err != nil { // nothing answered, not even here: covered is empty
 		if len(unconfirmed) == 0 {
 			return g
 		}
-		g2 = gathered[tableItem]{items: mine}
-		for _, p := range g.missing {
-			if !slices.Contains(covered, p) {
-				g2.missing = append(g2.missing, p)
-			}
+		g2 = gathered[tableItem]{items: mine, missing: g.missing}
+	}
+	// This instance's unconfirmed copies answer what no other copy did.
+	left := setOf(g2.missing)
+	for _, it := range held {
+		if left[it.doc.Partition] {
+			g2.items = append(g2.items, it)
 		}
 	}
-	if len(unconfirmed) > 0 {
-		var still []int32
-		left := map[int32]bool{}
-		for _, p := range g2.missing {
-			if left[p] = unconfirmed[p]; !left[p] {
-				still = append(still, p)
-			}
-		}
-		for _, it := range held {
-			if left[it.doc.Partition] {
-				g2.items = append(g2.items, it)
-			}
-		}
-		g2.missing = still
-	}
+	g2.missing = slices.DeleteFunc(g2.missing, func(p int32) bool { return unconfirmed[p] })
 	for _, p := range g.missing {
 		if !slices.Contains(g2.missing, p) {
 			g.stale = append(g.stale, p)
 		}
 	}
-	all := append(g.items, g2.items...)
-	sort.SliceStable(all, func(i, j int) bool { return tq.before(all[i].cur, all[j].cur) })
-	more := g.more || g2.more
-	if len(all) > tq.q.Limit {
-		all, more = all[:tq.q.Limit], true
-	}
-	g.items, g.more, g.missing = all, more, g2.missing
+	less := func(a, b tableItem) bool { return tq.before(a.cur, b.cur) }
+	g.items, g.more = firstN(append(g.items, g2.items...), less, tq.q.Limit, g.more || g2.more)
+	g.missing = g2.missing
 	return g
 }

@@ -12,56 +12,46 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/keepstate/keepstate/engine"
 )
 
-// Default values used when the corresponding Options field is zero.
-const (
-	DefaultQueryTimeout      = 5 * time.Second
-	DefaultShutdownTimeout   = 10 * time.Second
-	DefaultReadHeaderTimeout = 5 * time.Second
-	DefaultReadTimeout       = 10 * time.Second
-	DefaultIdleTimeout       = 60 * time.Second
-	DefaultMaxHeaderBytes    = 16 << 10
-)
+// DefaultShutdownTimeout is Options.ShutdownTimeout when zero.
+const DefaultShutdownTimeout = 10 * time.Second
 
 // Options configures a Server. Every field has a usable zero value; the
 // tables to serve are in Tables.
 type Options struct {
 	// Ready reports readiness for /readyz and the dashboard: nil means
-	// ready, an error is the reason it is not. A nil func means always ready.
-	// It is called concurrently from request goroutines.
+	// ready, else the reason it is not; a nil func means always ready.
+	// Ready, Stats and Roles are called concurrently from request goroutines.
 	Ready func() error
-	// Stats returns the engine counters for /metrics and /api/stats. A nil
-	// func reports zeros. It is called concurrently from request goroutines.
+	// Stats returns the engine counters for /metrics and /api/stats; a nil
+	// func reports zeros.
 	Stats func() engine.Stats
 	// Roles returns, by table, the partitions this instance holds and in
-	// which role (active, standby, warm-up), for /api/stats and /metrics.
-	// A nil func reports none. It is called concurrently.
+	// which role (active, standby, warm-up); a nil func reports none.
 	Roles func() map[string][]engine.PartitionRole
-	// Tables are the jobs' tables served under /tables (see Table); names
-	// must be distinct (the routes serve the first of a name). The movie
-	// job's table (movies.Spec) is served at /movies too; without it
-	// the movie routes answer 503 (store unavailable).
+	// Tables are the jobs' tables served under /tables (see Table); the
+	// routes serve the first of a name. The movie job's table (movies.Spec)
+	// is served at /movies too; without it the movie routes answer 503.
 	Tables []Table
 	// Logger receives request errors and server events; nil discards them.
 	Logger *slog.Logger
-	// QueryTimeout bounds each store query (DefaultQueryTimeout when zero);
-	// a query that runs out of time answers 503 with Retry-After.
+	// QueryTimeout bounds each store query (5 s when zero); a query that
+	// runs out of time answers 503 with Retry-After.
 	QueryTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of Serve after its
 	// context is cancelled (DefaultShutdownTimeout when zero).
 	ShutdownTimeout time.Duration
 	// PeerSecret authenticates requests forwarded between instances (see
 	// ForwardedHeader); every instance of a deployment needs the same one.
-	// When empty a random secret is used, so this instance neither accepts
-	// nor gets answers to forwarded requests.
+	// When empty, this instance neither accepts nor gets forwarded answers.
 	PeerSecret []byte
 	// ReadHeaderTimeout, ReadTimeout, IdleTimeout and MaxHeaderBytes bound
-	// what a client may hold (Default* when zero). The write timeout is
-	// derived from QueryTimeout: a routed query waits at most that long
-	// for a peer.
+	// what a client may hold (5 s, 10 s, 60 s and 16 KiB when zero). The
+	// write timeout allows for QueryTimeout, the longest wait for a peer.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
@@ -74,13 +64,13 @@ type Server struct {
 	client  *http.Client // for routed requests
 	auth    peerAuth
 	opts    Options
+	tables  []Table // Options.Tables without nils, the first of each name
 	log     *slog.Logger
 	e       *echo.Echo
 	metrics *metrics
 }
 
-// New returns a Server for opts with every route registered. It does not
-// listen; use Handler, Serve or ListenAndServe.
+// New returns a Server for opts with every route registered; it does not listen.
 func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -91,30 +81,37 @@ func New(opts Options) *Server {
 	if opts.Stats == nil {
 		opts.Stats = func() engine.Stats { return engine.Stats{} }
 	}
-	orDefault(&opts.QueryTimeout, DefaultQueryTimeout)
+	orDefault(&opts.QueryTimeout, 5*time.Second)
 	orDefault(&opts.ShutdownTimeout, DefaultShutdownTimeout)
-	orDefault(&opts.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	orDefault(&opts.ReadTimeout, DefaultReadTimeout)
-	orDefault(&opts.IdleTimeout, DefaultIdleTimeout)
-	orDefault(&opts.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	orDefault(&opts.ReadHeaderTimeout, 5*time.Second)
+	orDefault(&opts.ReadTimeout, 10*time.Second)
+	orDefault(&opts.IdleTimeout, 60*time.Second)
+	orDefault(&opts.MaxHeaderBytes, 16<<10)
 	s := &Server{opts: opts, log: opts.Logger, auth: newPeerAuth(opts.PeerSecret), client: &http.Client{
 		Timeout: opts.QueryTimeout,
 		// A peer is asked one fixed URL; a redirect is never followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
-
-	e := echo.New()
-	e.HideBanner = true
-	e.HidePort = true
-	e.HTTPErrorHandler = s.handleError
-	e.Logger.SetOutput(echoLogWriter{s.log})
-	s.e = e
-	s.metrics = newMetrics(opts.Stats, opts.Ready, opts.Roles)
-
-	e.Use(s.observe, s.recoverPanic, secureHeaders)
+	}, e: echo.New(), metrics: newMetrics(opts)}
+	seen := map[string]bool{}
+	for _, t := range opts.Tables {
+		if t == nil {
+			continue
+		}
+		if name := t.Spec().Name; seen[name] {
+			s.log.Warn("two tables share a name: the routes serve the first", "table", name)
+		} else {
+			seen[name] = true
+			s.tables = append(s.tables, t)
+		}
+	}
+	s.e.HideBanner, s.e.HidePort = true, true
+	s.e.HTTPErrorHandler = s.handleError
+	s.e.Logger.SetOutput(logAdapter{s.log})
+	s.e.Use(s.observe, s.recoverPanic, secureHeaders)
 	s.routes()
-	s.warnDuplicateTables()
-	s.metrics.knownRoutes(e.Routes())
+	for _, r := range s.e.Routes() {
+		s.metrics.routes[r.Path] = openAPIPath(r.Path)
+	}
 	return s
 }
 
@@ -125,9 +122,8 @@ func orDefault[T int | time.Duration](v *T, def T) {
 	}
 }
 
-// routes registers every route, for GET and HEAD (the server drops the
-// body of a HEAD answer). The OpenAPI document (openapi.json) lists exactly
-// these; TestOpenAPICoversRoutes keeps the two in step.
+// routes registers every route for GET and HEAD (whose body is dropped);
+// openapi.json lists exactly these (TestOpenAPICoversRoutes checks it).
 func (s *Server) routes() {
 	get := func(path string, h echo.HandlerFunc) { s.e.Match([]string{http.MethodGet, http.MethodHead}, path, h) }
 	get("/movies/:id", s.getMovie)
@@ -137,36 +133,38 @@ func (s *Server) routes() {
 	get("/tables/:table/:key", s.getTableDoc)
 	get("/healthz", s.healthz)
 	get("/readyz", s.readyz)
-	get("/metrics", echo.WrapHandler(s.metrics.handler(s.log)))
+	get("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{
+		ErrorLog: logAdapter{s.log}, ErrorHandling: promhttp.ContinueOnError, Registry: s.metrics.reg,
+	})))
 	get("/api-docs", s.apiDocs)
 	get("/api/stats", s.apiStats)
-	get("/", s.dashboardIndex)
-	get("/dashboard/:file", s.dashboardAsset)
-	get("/swagger-ui", s.swaggerRedirect)
-	get("/swagger-ui/", s.swaggerIndex)
-	get("/swagger-ui/:file", s.swaggerAsset)
+	get("/", assetIndex("assets/dashboard", dashboardCSP))
+	get("/dashboard/:file", assetFile("assets/dashboard"))
+	// The relative asset URLs of the Swagger UI page resolve under /swagger-ui/.
+	get("/swagger-ui", func(c echo.Context) error { return c.Redirect(http.StatusMovedPermanently, "swagger-ui/") })
+	get("/swagger-ui/", assetIndex("assets/swagger-ui", ""))
+	get("/swagger-ui/:file", assetFile("assets/swagger-ui"))
 }
 
-// Handler returns the server's http.Handler, for tests or for mounting in
-// another server.
+// Handler returns the server's http.Handler, for tests or for mounting.
 func (s *Server) Handler() http.Handler { return s.e }
 
-// Serve answers HTTP on ln until ctx is cancelled, then shuts down
-// gracefully: it stops accepting connections and waits up to
-// ShutdownTimeout for in-flight requests. It returns nil after a clean
-// shutdown, or the error that stopped serving. It closes ln.
+// Serve answers HTTP on ln (and closes it) until ctx is cancelled, then
+// shuts down gracefully, waiting up to ShutdownTimeout for in-flight
+// requests. It returns nil after a clean shutdown, else the error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s.e,
-		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
-		ReadTimeout:       s.opts.ReadTimeout,
-		WriteTimeout:      s.opts.ReadTimeout + 2*s.opts.QueryTimeout,
-		IdleTimeout:       s.opts.IdleTimeout,
-		MaxHeaderBytes:    s.opts.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	o := s.opts
+	srv := &http.Server{Handler: s.e, ReadHeaderTimeout: o.ReadHeaderTimeout, ReadTimeout: o.ReadTimeout,
+		WriteTimeout: o.ReadTimeout + 2*o.QueryTimeout, IdleTimeout: o.IdleTimeout, MaxHeaderBytes: o.MaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	var fresh sync.Map // the connections that have not sent a request yet
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			fresh.Store(c, nil)
+		} else {
+			fresh.Delete(c)
+		}
 	}
-	var fresh freshConns
-	srv.ConnState = fresh.track
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("http server listening", "addr", ln.Addr().String())
@@ -180,12 +178,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(sctx) }()
-	// Shutdown waits up to 5 s for a connection that has not sent a
-	// request yet (a client's spare or pre-opened connection), in case one
-	// is on its way; with nothing in flight that only delays the exit, so
-	// such connections are closed at once. The listener is closed first,
-	// so no new one arrives.
-	fresh.closeAll()
+	// Shutdown waits up to 5 s for a connection that has not sent a request
+	// yet (a client's spare one) in case one is on its way; that only delays
+	// the exit, so such connections are closed at once.
+	fresh.Range(func(c, _ any) bool {
+		_ = c.(net.Conn).Close()
+		fresh.Delete(c)
+		return true
+	})
 	err := <-shut
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		s.log.Warn("http serve ended with error during shutdown", "err", serr)
@@ -198,37 +198,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// freshConns tracks the server's connections that have not sent a
-// request yet (http.StateNew). Safe for concurrent use.
-type freshConns struct {
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-}
-
-// track is the server's ConnState hook.
-func (f *freshConns) track(c net.Conn, st http.ConnState) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if st != http.StateNew {
-		delete(f.conns, c)
-		return
-	}
-	if f.conns == nil {
-		f.conns = map[net.Conn]struct{}{}
-	}
-	f.conns[c] = struct{}{}
-}
-
-// closeAll closes every connection that has not sent a request yet.
-func (f *freshConns) closeAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for c := range f.conns {
-		_ = c.Close()
-		delete(f.conns, c)
-	}
-}
-
 // ListenAndServe listens on the TCP address addr (host:port) and calls Serve.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	var lc net.ListenConfig
@@ -239,13 +208,15 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, ln)
 }
 
-// echoLogWriter forwards echo's own (rare) log lines to slog.
-type echoLogWriter struct{ log *slog.Logger }
+// logAdapter forwards echo's own (rare) log lines and promhttp's errors to slog.
+type logAdapter struct{ log *slog.Logger }
 
-func (w echoLogWriter) Write(p []byte) (int, error) {
-	w.log.Warn("echo", "msg", strings.TrimSpace(string(p)))
+func (l logAdapter) Write(p []byte) (int, error) {
+	l.log.Warn("echo", "msg", strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+func (l logAdapter) Println(v ...any) { l.log.Warn("metrics exposition", "err", fmt.Sprint(v...)) }
 
 // secureHeaders sets headers that are right for every response.
 func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {

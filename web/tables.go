@@ -19,8 +19,7 @@ import (
 type Table interface {
 	// Spec returns the table's spec (name and declared indexes).
 	Spec() engine.TableSpec
-	// KeyKind names the key type for docs and the dashboard: "int64" or
-	// "string".
+	// KeyKind names the key type: "int64" or "string".
 	KeyKind() string
 	// ParseKey turns a key as written in a URL (one path segment, already
 	// percent-decoded) into the key bytes; an error wraps engine.ErrInvalid.
@@ -33,14 +32,12 @@ type Table interface {
 	// ErrUnavailable when its partition is not answered here.
 	Get(ctx context.Context, key []byte) (engine.Doc, error)
 	// QueryLocal answers q from the partitions this instance answers and
-	// returns those partitions, sorted. Every returned document's Partition
-	// is one of them.
+	// returns those partitions, sorted; every document is in one of them.
 	QueryLocal(ctx context.Context, q engine.IndexQuery) (engine.DocPage, []int32, error)
 	// Owner returns where key is answered: local=true here, else the
 	// owner's bare host:port; ErrUnavailable while nobody runs it.
 	Owner(ctx context.Context, key []byte) (addr string, local bool, err error)
-	// Membership returns which instance owns each partition of the table's
-	// job.
+	// Membership returns which instance owns each partition of the job.
 	Membership(ctx context.Context) (engine.Membership, error)
 	// Shared reports a store every instance shares (Redis): no routing,
 	// QueryLocal covers every partition.
@@ -60,8 +57,7 @@ type tableInfoJSON struct {
 	Routes  tableRoutesJSON `json:"routes"`
 }
 
-// indexInfoJSON is one declared index: its name and kind ("number" or
-// "string").
+// indexInfoJSON is one declared index: name and kind ("number", "string").
 type indexInfoJSON struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
@@ -86,8 +82,7 @@ type tableDocJSON struct {
 }
 
 // tablePageJSON is the body of GET /tables/{table}. Next is absent on the
-// last page; Partial and MissingPartitions mean what they mean on GET
-// /movies.
+// last page; the partitions are as on GET /movies.
 type tablePageJSON struct {
 	Table             string         `json:"table"`
 	Index             string         `json:"index"`
@@ -95,8 +90,7 @@ type tablePageJSON struct {
 	Next              string         `json:"next,omitempty"`
 	Partial           bool           `json:"partial,omitempty"`
 	MissingPartitions []int32        `json:"missingPartitions,omitempty"`
-	// StalePartitions were answered from standby copies (their active did
-	// not answer): their documents may be behind.
+	// StalePartitions were answered from standby copies: maybe behind.
 	StalePartitions []int32 `json:"stalePartitions,omitempty"`
 }
 
@@ -105,55 +99,41 @@ type tablePageJSON struct {
 type indexValues struct {
 	specs []engine.IndexSpec
 	vals  []engine.IndexValue
+	raw   map[string]json.RawMessage // as a peer sent them, for peerItem to check
 }
+
+// UnmarshalJSON implements json.Unmarshaler: it keeps the members in raw.
+func (v *indexValues) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, &v.raw) }
 
 // MarshalJSON implements json.Marshaler.
 func (v indexValues) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	b := []byte{'{'}
 	for i, ix := range v.specs {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		name, _ := json.Marshal(ix.Name)
-		b.Write(name)
-		b.WriteByte(':')
 		var val any = v.vals[i].Str
 		if ix.Kind == engine.IndexNumber {
 			val = v.vals[i].Num
 		}
+		name, _ := json.Marshal(ix.Name)
 		enc, err := json.Marshal(val)
 		if err != nil {
 			return nil, fmt.Errorf("index %s: %w", ix.Name, err)
 		}
-		b.Write(enc)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, name...), ':'), enc...)
 	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return append(b, '}'), nil
 }
 
 // listTables answers GET /tables.
 func (s *Server) listTables(c echo.Context) error {
-	out := tablesBody{Tables: []tableInfoJSON{}}
-	seen := map[string]bool{}
-	for _, t := range s.opts.Tables {
-		if t == nil {
-			continue
-		}
+	out := tablesBody{Tables: make([]tableInfoJSON, 0, len(s.tables))}
+	for _, t := range s.tables {
 		spec := t.Spec()
-		if seen[spec.Name] {
-			continue // unreachable by its routes: the first one wins
-		}
-		seen[spec.Name] = true
-		info := tableInfoJSON{
-			Name:    spec.Name,
-			Key:     t.KeyKind(),
-			Indexes: make([]indexInfoJSON, 0, len(spec.Indexes)),
-			Routes: tableRoutesJSON{
-				Get:   "/tables/" + spec.Name + "/{key}",
-				Query: "/tables/" + spec.Name + "{?index,min,max,eq,order,limit,after}",
-			},
-		}
+		info := tableInfoJSON{Name: spec.Name, Key: t.KeyKind(), Indexes: make([]indexInfoJSON, 0, len(spec.Indexes)),
+			Routes: tableRoutesJSON{Get: "/tables/" + spec.Name + "/{key}",
+				Query: "/tables/" + spec.Name + "{?index,min,max,eq,order,limit,after}"}}
 		for _, ix := range spec.Indexes {
 			info.Indexes = append(info.Indexes, indexInfoJSON{Name: ix.Name, Kind: ix.Kind.String()})
 		}
@@ -164,31 +144,12 @@ func (s *Server) listTables(c echo.Context) error {
 
 // table returns the table called name, or a 404.
 func (s *Server) table(name string) (Table, engine.TableSpec, error) {
-	for _, t := range s.opts.Tables {
-		if t == nil {
-			continue
-		}
+	for _, t := range s.tables {
 		if spec := t.Spec(); spec.Name == name {
 			return t, spec, nil
 		}
 	}
 	return nil, engine.TableSpec{}, notFound("table %s not found", quoteInput(name))
-}
-
-// warnDuplicateTables logs tables whose name an earlier one already took:
-// their routes answer from the first.
-func (s *Server) warnDuplicateTables() {
-	seen := map[string]bool{}
-	for _, t := range s.opts.Tables {
-		if t == nil {
-			continue
-		}
-		name := t.Spec().Name
-		if seen[name] {
-			s.log.Warn("two tables share a name: the routes serve the first", "table", name)
-		}
-		seen[name] = true
-	}
 }
 
 // isJSONObject reports whether raw is one valid JSON object.
@@ -197,50 +158,17 @@ func isJSONObject(raw []byte) bool {
 	return len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(raw)
 }
 
-// docJSON renders a document of t. A document that does not fit its spec
-// or whose value is not a JSON object is an internal error.
-func docJSON(t Table, spec engine.TableSpec, d engine.Doc) (tableDocJSON, error) {
-	if len(d.Index) != len(spec.Indexes) {
-		return tableDocJSON{}, fmt.Errorf("table %s: document has %d index values for %d indexes", spec.Name, len(d.Index), len(spec.Indexes))
-	}
-	val, err := t.ValueJSON(d)
-	if err != nil {
-		return tableDocJSON{}, fmt.Errorf("table %s: render value: %w", spec.Name, err)
-	}
-	if !isJSONObject(val) {
-		return tableDocJSON{}, fmt.Errorf("table %s: value is not a JSON object", spec.Name)
-	}
-	return tableDocJSON{
-		Table:     spec.Name,
-		Key:       t.FormatKey(d.Key),
-		Partition: d.Partition,
-		Version:   d.Version,
-		Value:     val,
-		Index:     indexValues{specs: spec.Indexes, vals: d.Index},
-	}, nil
-}
-
-// tableKeyPath splits the escaped path /tables/{table}/{key} into the
-// table name and the decoded key. echo hands a parameter over either
-// decoded or still escaped (it depends on whether the path holds an
-// escaped slash), so the key is read from the escaped path here: "%2F" in
-// a key is a slash of the key, a bare slash is a path separator.
+// tableKeyPath splits the escaped path /tables/{table}/{key} into the table
+// name and the decoded key. echo hands a parameter over decoded or not
+// (whether the path holds an escaped slash), so the key is read from the
+// escaped path: "%2F" is a slash of the key, "/" a path separator.
 func tableKeyPath(escaped string) (table, key string, ok bool) {
 	rest, found := strings.CutPrefix(escaped, "/tables/")
-	if !found {
+	rawTable, rawKey, cut := strings.Cut(rest, "/")
+	if !found || !cut || rawTable == "" || rawKey == "" || strings.Contains(rawKey, "/") {
 		return "", "", false
 	}
-	rawTable, rawKey, found := strings.Cut(rest, "/")
-	if !found || rawTable == "" || rawKey == "" || strings.Contains(rawKey, "/") {
-		return "", "", false
-	}
-	table, err := url.PathUnescape(rawTable)
-	if err != nil {
-		return "", "", false
-	}
-	key, err = url.PathUnescape(rawKey)
-	if err != nil {
-		return "", "", false
-	}
-	return table, key, true
+	table, terr := url.PathUnescape(rawTable)
+	key, kerr := url.PathUnescape(rawKey)
+	return table, key, terr == nil && kerr == nil
 }

@@ -1,10 +1,6 @@
 package web
 
 import (
-	"bytes"
-	"encoding/binary"
-	"errors"
-	"hash/crc32"
 	"math"
 	"net/url"
 	"strconv"
@@ -15,20 +11,17 @@ import (
 )
 
 // Paging limits of GET /tables/{table} and GET /movies. A limit above
-// MaxLimit is refused with 400 rather than silently clamped, so a client
-// never mistakes a short page for the whole answer.
+// MaxLimit is a 400, not clamped: a short page never passes for the whole.
 const (
 	DefaultLimit = 50
 	MaxLimit     = 1000
 )
 
-// maxEchoedInput bounds how much of a client's bad input an error message
-// quotes: at most this many bytes of the quoted (escaped) form.
+// maxEchoedInput bounds the quoted (escaped) bytes of bad input an error echoes.
 const maxEchoedInput = 48
 
-// quoteInput returns s quoted as by %q, cut so that the quoted form has at
-// most maxEchoedInput bytes (followed by "..." when cut), so that an error
-// never echoes input of unbounded size, however it escapes.
+// quoteInput returns s quoted as by %q, cut (and followed by "...") so that
+// the quoted form has at most maxEchoedInput bytes, however it escapes.
 func quoteInput(s string) string {
 	for n := min(len(s), maxEchoedInput); ; n-- {
 		if q := strconv.Quote(s[:n]); len(q) <= maxEchoedInput || n == 0 {
@@ -51,103 +44,83 @@ func quoteInput(s string) string {
 //	limit  page size, 1 to MaxLimit (DefaultLimit)
 //	after  the next cursor of the previous page
 //
-// A parameter given with an empty value counts as absent (so a form may
-// send every field). Every error is a 400 naming the parameter, quoting at
-// most maxEchoedInput bytes of the input. It returns the index's position
-// and kind with the query.
-func parseTableQuery(spec engine.TableSpec, rawQuery string) (q engine.IndexQuery, pos int, kind engine.IndexKind, err error) {
-	q = engine.IndexQuery{Limit: DefaultLimit}
+// An empty value counts as absent (so a form may send every field). Every
+// error is a 400 naming the parameter. It returns the index's position and
+// kind with the query.
+func parseTableQuery(spec engine.TableSpec, rawQuery string) (engine.IndexQuery, int, engine.IndexKind, error) {
+	q := engine.IndexQuery{Limit: DefaultLimit}
 	params, err := parseParams(rawQuery)
-	if err != nil {
+	// get returns the parameter name ("" when absent), or "" once err is set.
+	get := func(name string) (raw string) {
+		if err == nil {
+			raw, _, err = params.get(name)
+		}
+		return raw
+	}
+	index := get("index")
+	switch {
+	case err != nil:
 		return q, 0, 0, err
-	}
-	single := func(name string) (string, bool, error) {
-		raw, ok, err := params.get(name)
-		return raw, ok && raw != "", err
-	}
-
-	raw, ok, err := single("index")
-	if err != nil {
-		return q, 0, 0, err
-	}
-	if len(spec.Indexes) == 0 {
+	case len(spec.Indexes) == 0:
 		return q, 0, 0, badRequest("parameter index: table %s declares no index to query", spec.Name)
-	}
-	if !ok {
+	case index == "":
 		return q, 0, 0, badRequest("parameter index: required, one of %s", indexNames(spec))
 	}
-	pos, ix, found := spec.Index(raw)
+	pos, ix, found := spec.Index(index)
 	if !found {
-		return q, 0, 0, badRequest("parameter index: table %s has no index %s (indexes: %s)", spec.Name, quoteInput(raw), indexNames(spec))
+		return q, 0, 0, badRequest("parameter index: table %s has no index %s (indexes: %s)",
+			spec.Name, quoteInput(index), indexNames(spec))
 	}
-	q.Index, kind = ix.Name, ix.Kind
-
-	bound := func(name string) (engine.IndexValue, bool, error) {
-		raw, ok, err := single(name)
-		if err != nil || !ok {
-			return engine.IndexValue{}, false, err
+	q.Index = ix.Name
+	bound := func(name string) (v engine.IndexValue, ok bool) {
+		if raw := get(name); raw != "" {
+			v, err = parseIndexValue(name, raw, ix.Kind)
+			ok = err == nil
 		}
-		v, err := parseIndexValue(name, raw, kind)
-		return v, err == nil, err
+		return v, ok
 	}
-	var eq engine.IndexValue
-	var hasEq bool
-	if q.Min, q.HasMin, err = bound("min"); err != nil {
-		return q, 0, 0, err
-	}
-	if q.Max, q.HasMax, err = bound("max"); err != nil {
-		return q, 0, 0, err
-	}
-	if eq, hasEq, err = bound("eq"); err != nil {
-		return q, 0, 0, err
-	}
+	q.Min, q.HasMin = bound("min")
+	q.Max, q.HasMax = bound("max")
+	eq, hasEq := bound("eq")
 	switch {
+	case err != nil:
+		return q, 0, 0, err
 	case hasEq && (q.HasMin || q.HasMax):
 		return q, 0, 0, badRequest("parameter eq: excludes min and max (eq=v is min=v&max=v)")
 	case hasEq:
 		q.Min, q.Max, q.HasMin, q.HasMax = eq, eq, true, true
-	case q.HasMin && q.HasMax && valueLess(q.Max, q.Min, kind):
+	case q.HasMin && q.HasMax && valueLess(q.Max, q.Min, ix.Kind):
 		return q, 0, 0, badRequest("parameters min and max: min is above max")
 	}
-
-	raw, ok, err = single("order")
-	switch {
+	switch order := get("order"); {
 	case err != nil:
 		return q, 0, 0, err
-	case !ok || raw == "asc":
-	case raw == "desc":
+	case order == "desc":
 		q.Desc = true
-	default:
-		return q, 0, 0, badRequest("parameter order: %s is not asc or desc", quoteInput(raw))
+	case order != "" && order != "asc":
+		return q, 0, 0, badRequest("parameter order: %s is not asc or desc", quoteInput(order))
 	}
-
-	raw, ok, err = single("limit")
-	if err == nil && ok {
+	if raw := get("limit"); raw != "" {
 		q.Limit, err = parseLimit(raw)
+	}
+	if raw := get("after"); raw != "" {
+		cur, cerr := decodeTableCursor(spec.Name, q.Index, ix.Kind, raw)
+		if cerr != nil {
+			return q, 0, 0, badRequest("parameter after: not a cursor returned by this API for table %s and index %s "+
+				"(use the \"next\" value as is)", spec.Name, q.Index)
+		}
+		q.After = &cur
 	}
 	if err != nil {
 		return q, 0, 0, err
 	}
-
-	raw, ok, err = single("after")
-	switch {
-	case err != nil:
-		return q, 0, 0, err
-	case ok:
-		cur, cerr := decodeTableCursor(spec.Name, q.Index, kind, raw)
-		if cerr != nil {
-			return q, 0, 0, badRequest("parameter after: not a cursor returned by this API for table %s and index %s (use the \"next\" value as is)", spec.Name, q.Index)
-		}
-		q.After = &cur
-	}
-	return q, pos, kind, nil
+	return q, pos, ix.Kind, nil
 }
 
 // queryParams are the parameters of a query string.
 type queryParams url.Values
 
-// parseParams parses a raw query string; one that is not valid
-// percent-encoding is a 400, never ignored.
+// parseParams parses a raw query string; bad percent-encoding is a 400.
 func parseParams(rawQuery string) (queryParams, error) {
 	params, err := url.ParseQuery(rawQuery)
 	if err != nil {
@@ -156,17 +129,12 @@ func parseParams(rawQuery string) (queryParams, error) {
 	return queryParams(params), nil
 }
 
-// get returns the value of the parameter name and whether it was given;
-// a parameter given more than once is a 400.
+// get returns the parameter name and whether it was given; twice is a 400.
 func (p queryParams) get(name string) (string, bool, error) {
-	vs := p[name]
-	if len(vs) > 1 {
+	if vs := p[name]; len(vs) > 1 {
 		return "", false, badRequest("parameter %s: given %d times, want at most once", name, len(vs))
 	}
-	if len(vs) == 0 {
-		return "", false, nil
-	}
-	return vs[0], true, nil
+	return url.Values(p).Get(name), len(p[name]) == 1, nil
 }
 
 // parseLimit parses the parameter limit: 1 to MaxLimit.
@@ -190,9 +158,7 @@ func indexNames(spec engine.TableSpec) string {
 	return strings.Join(names, ", ")
 }
 
-// parseIndexValue parses the query parameter name as a value of kind: a
-// finite number, or a UTF-8 string without NUL of at most
-// engine.MaxIndexStringBytes bytes.
+// parseIndexValue parses parameter name by kind: a finite number or a valid index string.
 func parseIndexValue(name, raw string, kind engine.IndexKind) (engine.IndexValue, error) {
 	if kind == engine.IndexNumber {
 		v, err := strconv.ParseFloat(raw, 64)
@@ -228,11 +194,9 @@ func formatIndexValue(v engine.IndexValue, kind engine.IndexKind) string {
 	return v.Str
 }
 
-// tableQueryValues encodes q (a query on table) as the query string of
-// GET /tables/{table}: what a peer is asked.
+// tableQueryValues encodes q, a query on table, as a peer is asked it.
 func tableQueryValues(table string, kind engine.IndexKind, q engine.IndexQuery) url.Values {
-	v := url.Values{}
-	v.Set("index", q.Index)
+	v := url.Values{"index": {q.Index}, "limit": {strconv.Itoa(q.Limit)}}
 	if q.HasMin {
 		v.Set("min", formatIndexValue(q.Min, kind))
 	}
@@ -242,104 +206,8 @@ func tableQueryValues(table string, kind engine.IndexKind, q engine.IndexQuery) 
 	if q.Desc {
 		v.Set("order", "desc")
 	}
-	v.Set("limit", strconv.Itoa(q.Limit))
 	if q.After != nil {
 		v.Set("after", encodeTableCursor(table, q.Index, kind, *q.After))
 	}
 	return v
-}
-
-// A table cursor is opaque to clients: base64url (no padding) of
-//
-//	version (1 byte) | index kind (1) |
-//	value: float64 bits (8, big-endian) for a number index,
-//	       uvarint length + bytes for a string index |
-//	uvarint key length + key bytes |
-//	CRC-32C (4, big-endian) of table name, 0, index name, 0 and the above
-//
-// The checksum binds the cursor to its table and index and detects edits;
-// like the movie cursor it is not a secret.
-const (
-	tableCursorVersion = 1
-	maxTableCursorLen  = 2 + binary.MaxVarintLen64 + engine.MaxIndexStringBytes + binary.MaxVarintLen64 + engine.MaxKeyBytes + 4
-)
-
-var errBadTableCursor = errors.New("malformed table cursor")
-
-// tableCursorSum is the checksum of a cursor's payload for table and index.
-func tableCursorSum(table, index string, payload []byte) uint32 {
-	h := crc32.New(cursorTable)
-	h.Write([]byte(table))
-	h.Write([]byte{0})
-	h.Write([]byte(index))
-	h.Write([]byte{0})
-	h.Write(payload)
-	return h.Sum32()
-}
-
-// encodeTableCursor returns the opaque form of c, a position in index of
-// table.
-func encodeTableCursor(table, index string, kind engine.IndexKind, c engine.IndexCursor) string {
-	b := make([]byte, 0, 24+len(c.Value.Str)+len(c.Key))
-	b = append(b, tableCursorVersion, byte(kind))
-	if kind == engine.IndexNumber {
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(c.Value.Num))
-	} else {
-		b = binary.AppendUvarint(b, uint64(len(c.Value.Str)))
-		b = append(b, c.Value.Str...)
-	}
-	b = binary.AppendUvarint(b, uint64(len(c.Key)))
-	b = append(b, c.Key...)
-	b = binary.BigEndian.AppendUint32(b, tableCursorSum(table, index, b))
-	return cursorEncoding.EncodeToString(b)
-}
-
-// decodeTableCursor parses a cursor made by encodeTableCursor for the same
-// table, index and kind; anything else is errBadTableCursor.
-func decodeTableCursor(table, index string, kind engine.IndexKind, s string) (engine.IndexCursor, error) {
-	if len(s) > cursorEncoding.EncodedLen(maxTableCursorLen) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	b, err := cursorEncoding.DecodeString(s)
-	if err != nil || len(b) < 2+4 || b[0] != tableCursorVersion || b[1] != byte(kind) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	payload := b[:len(b)-4]
-	if tableCursorSum(table, index, payload) != binary.BigEndian.Uint32(b[len(b)-4:]) {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	r := payload[2:]
-	var c engine.IndexCursor
-	if kind == engine.IndexNumber {
-		if len(r) < 8 {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		c.Value = engine.Num(math.Float64frombits(binary.BigEndian.Uint64(r)))
-		if math.IsNaN(c.Value.Num) || math.IsInf(c.Value.Num, 0) {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		r = r[8:]
-	} else {
-		str, rest, ok := cutUvarintBytes(r, engine.MaxIndexStringBytes)
-		if !ok || !validIndexString(string(str)) {
-			return engine.IndexCursor{}, errBadTableCursor
-		}
-		c.Value, r = engine.Str(string(str)), rest
-	}
-	key, rest, ok := cutUvarintBytes(r, engine.MaxKeyBytes)
-	if !ok || len(key) == 0 || len(rest) != 0 {
-		return engine.IndexCursor{}, errBadTableCursor
-	}
-	c.Key = bytes.Clone(key)
-	return c, nil
-}
-
-// cutUvarintBytes reads a uvarint length (at most most) and that many
-// bytes from b.
-func cutUvarintBytes(b []byte, most int) (field, rest []byte, ok bool) {
-	n, w := binary.Uvarint(b)
-	if w <= 0 || n > uint64(most) || n > uint64(len(b)-w) {
-		return nil, nil, false
-	}
-	return b[w : w+int(n)], b[w+int(n):], true
 }

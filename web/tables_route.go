@@ -15,11 +15,6 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// queryContext returns the request context bounded by QueryTimeout.
-func (s *Server) queryContext(c echo.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
-}
-
 // getTableDoc answers GET /tables/{table}/{key}.
 func (s *Server) getTableDoc(c echo.Context) error {
 	name, rawKey, ok := tableKeyPath(c.Request().URL.EscapedPath())
@@ -35,33 +30,28 @@ func (s *Server) getTableDoc(c echo.Context) error {
 	if err != nil || len(key) == 0 {
 		return badRequest("parameter key: %s is not a valid %s key of table %s", quoteInput(rawKey), t.KeyKind(), spec.Name)
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
-	it, err := s.findDoc(c, ctx, t, spec, key)
+	it, err := s.findDoc(c, t, spec, key)
 	if errors.Is(err, engine.ErrNotFound) {
 		return notFound("key %s not found in table %s", quoteInput(t.FormatKey(key)), spec.Name)
 	}
 	if err != nil {
 		return err
 	}
-	it.doc.Stale = it.stale
-	setStaleHeaders(c, it.stale)
+	setStaleHeaders(c, it.doc.Stale)
 	return c.JSON(http.StatusOK, it.doc)
 }
 
-// findDoc returns the document of key in t, read here or, on a store
-// local to each instance, from the instance where the key's partition
-// runs. A forwarded request is never routed again and a peer's answer is
-// checked and re-encoded, never passed through. A key without a document
-// is an error wrapping engine.ErrNotFound. When the partition's active
-// cannot answer (restoring, moving, its instance dead or paused), a
-// caught-up standby copy answers instead (this instance's, else a peer's),
-// its staleness in the item (a key missing from a copy is unavailable:
-// only an active's "not found" is an answer), unless the request asks for
-// the active only (activeOnly=true) or was forwarded. This instance's own
-// copy of a partition it runs answers while its group membership is
-// unconfirmed only when no peer's copy does.
-func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+// findDoc returns the document of key in t within QueryTimeout: read here
+// or (store local to each instance) from the instance running the key's
+// partition, whose answer is checked and re-encoded. No document wraps
+// engine.ErrNotFound. When the active cannot answer (restoring, moving, dead
+// or paused), a caught-up standby copy answers instead (this instance's,
+// else a peer's) with its staleness in doc.Stale, unless the request was
+// forwarded or asks for activeOnly=true; only an active's "not found" is an
+// answer. This instance's unconfirmed own copy answers only if no peer's does.
+func (s *Server) findDoc(c echo.Context, t Table, spec engine.TableSpec, key []byte) (tableItem, error) {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
+	defer cancel()
 	fwd, err := s.checkForwarded(c)
 	if err != nil {
 		return tableItem{}, err
@@ -69,18 +59,18 @@ func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engi
 	rr, canReplica := t.(ReplicaReader)
 	if fwd && c.QueryParam(replicaParam) == "1" && canReplica {
 		// A peer asks for whatever copy this instance can answer from.
-		if it, err := s.findActiveDoc(c, ctx, t, spec, key, true); err == nil || errors.Is(err, engine.ErrNotFound) {
+		if it, err := s.findActiveDoc(ctx, t, spec, key, true); err == nil || errors.Is(err, engine.ErrNotFound) {
 			return it, err
 		}
 		return s.replicaDoc(ctx, rr, t, spec, key)
 	}
-	it, err := s.findActiveDoc(c, ctx, t, spec, key, fwd)
+	it, err := s.findActiveDoc(ctx, t, spec, key, fwd)
 	if err == nil || fwd || !canReplica || errors.Is(err, engine.ErrNotFound) || ctx.Err() != nil ||
 		c.QueryParam(ActiveOnlyParam) == "true" {
 		return it, err
 	}
 	rit, rerr := s.replicaDoc(ctx, rr, t, spec, key) // never ErrNotFound: a copy may be behind
-	if rerr == nil && !rit.stale.Unconfirmed {
+	if rerr == nil && !rit.doc.Stale.Unconfirmed {
 		return rit, nil
 	}
 	if pit, perr := s.peerReplicaDoc(ctx, t, spec, key); perr == nil || errors.Is(perr, engine.ErrNotFound) {
@@ -92,13 +82,11 @@ func (s *Server) findDoc(c echo.Context, ctx context.Context, t Table, spec engi
 	return it, err // the active's error says more
 }
 
-// peerKeyTimeout bounds the wait for a key's owner before its standby
-// copies are asked instead.
+// peerKeyTimeout bounds the wait for a key's owner before its standby copies are asked.
 const peerKeyTimeout = 500 * time.Millisecond
 
-// findActiveDoc is findDoc from the partition's active only; fwd says the
-// request was forwarded by a peer (it is never routed again).
-func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spec engine.TableSpec, key []byte, fwd bool) (tableItem, error) {
+// findActiveDoc is findDoc from the active only; a forwarded (fwd) request is not routed.
+func (s *Server) findActiveDoc(ctx context.Context, t Table, spec engine.TableSpec, key []byte, fwd bool) (tableItem, error) {
 	shown := t.FormatKey(key)
 	if !t.Shared() {
 		addr, local, err := t.Owner(ctx, key)
@@ -109,12 +97,11 @@ func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spe
 			if fwd {
 				return tableItem{}, fmt.Errorf("%s key %s: %w", spec.Name, quoteInput(shown), errNotForwardable)
 			}
-			// A key's owner answers from its store at once; one that does
-			// not within peerKeyTimeout (paused, cut off) is skipped for a
-			// standby copy (see findDoc).
+			// An owner that does not answer at once (paused, cut off) is
+			// skipped for a standby copy (see findDoc).
 			pctx, cancel := context.WithTimeout(ctx, peerKeyTimeout)
 			defer cancel()
-			return s.peerDoc(pctx, addr, t, spec, shown)
+			return s.peerDoc(pctx, addr, t, spec, shown, nil)
 		}
 	}
 	d, err := t.Get(ctx, key)
@@ -124,18 +111,26 @@ func (s *Server) findActiveDoc(c echo.Context, ctx context.Context, t Table, spe
 	return localItem(t, spec, -1, d)
 }
 
-// peerDoc asks the instance at addr for the document of the key shown
-// and checks its answer.
-func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string) (tableItem, error) {
+// peerDoc asks the instance at addr for the document of the key shown and
+// checks its answer (see peerItem); a query (replicaParam) asks for its
+// standby copy's answer, with the staleness it reports.
+func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.TableSpec, shown string,
+	query url.Values) (tableItem, error) {
 	rawPath := "/tables/" + url.PathEscape(spec.Name) + "/" + url.PathEscape(shown)
-	code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, nil)
+	code, _, body, err := s.tablePeerGet(ctx, addr, rawPath, query)
 	if err != nil {
 		return tableItem{}, err
 	}
 	switch code {
 	case http.StatusOK:
-		if it, _, ok := peerKeyDoc(t, spec, shown, body); ok {
-			return it, nil
+		var pd tableDocJSON
+		if decodeStrict(body, &pd) == nil {
+			if it, err := peerItem(t, spec, -1, pd); err == nil && it.doc.Key == shown {
+				if query != nil {
+					it.doc.Stale = pd.Stale
+				}
+				return it, nil
+			}
 		}
 		return tableItem{}, fmt.Errorf("instance %s: invalid answer for %s key %s: %w", addr, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 	case http.StatusNotFound:
@@ -143,21 +138,6 @@ func (s *Server) peerDoc(ctx context.Context, addr string, t Table, spec engine.
 	default:
 		return tableItem{}, fmt.Errorf("instance %s answered %d for %s key %s: %w", addr, code, spec.Name, quoteInput(shown), engine.ErrUnavailable)
 	}
-}
-
-// peerKeyDoc checks a peer's answer for the key shown: a strict JSON
-// document of t (see peerItem) for that key, with the staleness the peer
-// reported; ok is false for anything else.
-func peerKeyDoc(t Table, spec engine.TableSpec, shown string, body []byte) (tableItem, *staleJSON, bool) {
-	var pd peerDocJSON
-	if decodeStrict(body, &pd) != nil {
-		return tableItem{}, nil, false
-	}
-	it, err := peerItem(t, spec, -1, pd)
-	if err != nil || it.doc.Key != shown {
-		return tableItem{}, nil, false
-	}
-	return it, pd.Stale, true
 }
 
 // queryTable answers GET /tables/{table}?index=&min=&max=&eq=&order=&limit=&after=.
@@ -170,14 +150,19 @@ func (s *Server) queryTable(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.queryContext(c)
-	defer cancel()
-	tq := tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q}
-	res, err := s.runQuery(c, ctx, tq)
+	res, err := s.runQuery(c, tableQuery{t: t, spec: spec, pos: pos, kind: kind, q: q})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, tablePage(tq, res))
+	out := tablePageJSON{Table: spec.Name, Index: q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
+		Partial: len(res.missing) > 0, MissingPartitions: res.missing, StalePartitions: res.stale}
+	for _, it := range res.items {
+		out.Items = append(out.Items, it.doc)
+	}
+	if res.next != nil {
+		out.Next = encodeTableCursor(spec.Name, q.Index, kind, *res.next)
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // tableQuery is one index query on one table.
@@ -194,11 +179,12 @@ func (tq tableQuery) before(a, b engine.IndexCursor) bool {
 	return tq.spec.Before(a, b, tq.kind, tq.q.Desc)
 }
 
-// runQuery answers tq: from this instance alone on a shared store or for
-// a peer's forwarded request (whose answer then lists the partitions it
-// covers in PartitionsHeader), else merged across the instances owning
-// the table's partitions.
-func (s *Server) runQuery(c echo.Context, ctx context.Context, tq tableQuery) (tableResult, error) {
+// runQuery answers tq within QueryTimeout: from this instance alone on a
+// shared store or for a peer's forwarded request (listing the partitions it
+// covers in PartitionsHeader), else merged across the owning instances.
+func (s *Server) runQuery(c echo.Context, tq tableQuery) (tableResult, error) {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.opts.QueryTimeout)
+	defer cancel()
 	local := tq.t.Shared()
 	if !local {
 		fwd, err := s.checkForwarded(c)
@@ -222,73 +208,70 @@ func (s *Server) runQuery(c echo.Context, ctx context.Context, tq tableQuery) (t
 	if err != nil {
 		return tableResult{}, fmt.Errorf("query %s by %s: %w", tq.spec.Name, tq.q.Index, err)
 	}
-	res := tableResult{items: make([]tableItem, 0, len(page.Docs)), next: page.Next}
-	for _, d := range page.Docs {
-		it, err := localItem(tq.t, tq.spec, tq.pos, d)
-		if err != nil {
-			return tableResult{}, err
-		}
-		res.items = append(res.items, it)
+	items, err := localItems(tq, page.Docs)
+	if err != nil {
+		return tableResult{}, err
 	}
 	if !tq.t.Shared() {
 		c.Response().Header().Set(PartitionsHeader, formatPartitions(covered))
 	}
-	return res, nil
+	return tableResult{gathered: gathered[tableItem]{items: items}, next: page.Next}, nil
 }
 
-// tablePage renders a (merged) result.
-func tablePage(tq tableQuery, res tableResult) tablePageJSON {
-	out := tablePageJSON{Table: tq.spec.Name, Index: tq.q.Index, Items: make([]tableDocJSON, 0, len(res.items)),
-		Partial: len(res.missing) > 0, MissingPartitions: res.missing, StalePartitions: res.stale}
-	for _, it := range res.items {
-		out.Items = append(out.Items, it.doc)
-	}
-	if res.next != nil {
-		out.Next = encodeTableCursor(tq.spec.Name, tq.q.Index, tq.kind, *res.next)
-	}
-	return out
-}
-
-// tableItem is one document of a page with its position in the query's
-// index order.
+// tableItem is one document with its position in the query's index order.
 type tableItem struct {
 	doc tableDocJSON
 	cur engine.IndexCursor
-	// stale is set when a standby copy answered (see findDoc).
-	stale *staleJSON
 }
 
-// localItem renders a document of this instance; pos is the queried
-// index (-1 for none).
+// localItem renders a document of this instance; pos is the queried index
+// (-1 for none). A document that does not fit spec is an internal error.
 func localItem(t Table, spec engine.TableSpec, pos int, d engine.Doc) (tableItem, error) {
-	doc, err := docJSON(t, spec, d)
+	if len(d.Index) != len(spec.Indexes) {
+		return tableItem{}, fmt.Errorf("table %s: document has %d index values for %d indexes",
+			spec.Name, len(d.Index), len(spec.Indexes))
+	}
+	val, err := t.ValueJSON(d)
 	if err != nil {
-		return tableItem{}, err
+		return tableItem{}, fmt.Errorf("table %s: render value: %w", spec.Name, err)
 	}
-	it := tableItem{doc: doc, cur: engine.IndexCursor{Key: d.Key}}
-	if pos >= 0 {
-		it.cur.Value = d.Index[pos]
+	if !isJSONObject(val) {
+		return tableItem{}, fmt.Errorf("table %s: value is not a JSON object", spec.Name)
 	}
-	return it, nil
+	doc := tableDocJSON{Table: spec.Name, Key: t.FormatKey(d.Key), Partition: d.Partition, Version: d.Version,
+		Value: val}
+	return newItem(spec, pos, d.Key, doc, d.Index), nil
 }
 
-// peerDocJSON is one document as a peer sends it.
-type peerDocJSON struct {
-	Table     string                     `json:"table"`
-	Key       string                     `json:"key"`
-	Partition int32                      `json:"partition"`
-	Version   int64                      `json:"version"`
-	Value     json.RawMessage            `json:"value"`
-	Index     map[string]json.RawMessage `json:"index"`
-	Stale     *staleJSON                 `json:"stale"`
+// newItem returns the item of doc with key and index values vals.
+func newItem(spec engine.TableSpec, pos int, key []byte, doc tableDocJSON, vals []engine.IndexValue) tableItem {
+	doc.Index = indexValues{specs: spec.Indexes, vals: vals}
+	it := tableItem{doc: doc, cur: engine.IndexCursor{Key: key}}
+	if pos >= 0 {
+		it.cur.Value = vals[pos]
+	}
+	return it
+}
+
+// localItems renders documents of this instance for tq.
+func localItems(tq tableQuery, docs []engine.Doc) ([]tableItem, error) {
+	items := make([]tableItem, 0, len(docs))
+	for _, d := range docs {
+		it, err := localItem(tq.t, tq.spec, tq.pos, d)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, nil
 }
 
 // peerPageJSON is a peer's answer to a forwarded query (never partial).
 type peerPageJSON struct {
-	Table string        `json:"table"`
-	Index string        `json:"index"`
-	Items []peerDocJSON `json:"items"`
-	Next  string        `json:"next"`
+	Table string         `json:"table"`
+	Index string         `json:"index"`
+	Items []tableDocJSON `json:"items"`
+	Next  string         `json:"next"`
 }
 
 // errBadPeerDoc marks a document a peer sent that does not fit the table.
@@ -297,9 +280,8 @@ var errBadPeerDoc = errors.New("invalid document")
 // peerItem checks a document a peer sent for table t: its table, a key in
 // canonical form, a JSON object value, exactly the declared indexes with
 // values of their kinds and, on the movie table, a movie (movieOf).
-// pos is the queried index (-1 for none).
-func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableItem, error) {
-	if pd.Table != spec.Name || pd.Partition < 0 || !isJSONObject(pd.Value) || len(pd.Index) != len(spec.Indexes) {
+func peerItem(t Table, spec engine.TableSpec, pos int, pd tableDocJSON) (tableItem, error) {
+	if pd.Table != spec.Name || pd.Partition < 0 || !isJSONObject(pd.Value) || len(pd.Index.raw) != len(spec.Indexes) {
 		return tableItem{}, errBadPeerDoc
 	}
 	key, err := t.ParseKey(pd.Key)
@@ -308,22 +290,13 @@ func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableIte
 	}
 	vals := make([]engine.IndexValue, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
-		raw, ok := pd.Index[ix.Name]
-		if !ok {
-			return tableItem{}, errBadPeerDoc
-		}
-		if vals[i], ok = indexValueJSON(raw, ix.Kind); !ok {
+		var ok bool // a missing index is nil: not a value
+		if vals[i], ok = indexValueJSON(pd.Index.raw[ix.Name], ix.Kind); !ok {
 			return tableItem{}, errBadPeerDoc
 		}
 	}
-	it := tableItem{
-		doc: tableDocJSON{Table: spec.Name, Key: pd.Key, Partition: pd.Partition, Version: pd.Version,
-			Value: pd.Value, Index: indexValues{specs: spec.Indexes, vals: vals}},
-		cur: engine.IndexCursor{Key: key},
-	}
-	if pos >= 0 {
-		it.cur.Value = vals[pos]
-	}
+	pd.Stale = nil // only a key's answer reports one (see peerDoc)
+	it := newItem(spec, pos, key, pd, vals)
 	if isMovieTable(t, spec) {
 		if _, err := movieOf(it); err != nil {
 			return tableItem{}, errBadPeerDoc
@@ -332,40 +305,29 @@ func peerItem(t Table, spec engine.TableSpec, pos int, pd peerDocJSON) (tableIte
 	return it, nil
 }
 
-// indexValueJSON reads one index value of kind from JSON: a finite number
-// or a valid index string (never null).
+// indexValueJSON reads an index value of kind from JSON (a valid one, never null).
 func indexValueJSON(raw json.RawMessage, kind engine.IndexKind) (engine.IndexValue, bool) {
-	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return engine.IndexValue{}, false
-	}
+	null := bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 	if kind == engine.IndexNumber {
 		var f float64
-		if json.Unmarshal(raw, &f) != nil {
-			return engine.IndexValue{}, false
-		}
-		return engine.Num(f), true
+		ok := !null && json.Unmarshal(raw, &f) == nil
+		return engine.Num(f), ok
 	}
 	var str string
-	if json.Unmarshal(raw, &str) != nil || !validIndexString(str) {
-		return engine.IndexValue{}, false
-	}
-	return engine.Str(str), true
+	ok := !null && json.Unmarshal(raw, &str) == nil && validIndexString(str)
+	return engine.Str(str), ok
 }
 
-// tableResult is a query page merged across instances.
+// tableResult is a merged query page; next is the position after it (nil: last page).
 type tableResult struct {
-	items   []tableItem
-	next    *engine.IndexCursor
-	missing []int32 // partitions no live instance answered for
-	stale   []int32 // partitions answered from standby copies
+	gathered[tableItem]
+	next *engine.IndexCursor
 }
 
-// gatherTable merges this instance's page with the pages of the
-// instances owning the other partitions of the table's job (see gather),
-// in the query's order. Partitions whose active did not answer are then
-// asked of their standby copies, here and on the instances keeping one
-// (unless activeOnly), and reported stale; those nobody answered are
-// reported missing.
+// gatherTable merges this instance's page with those of the instances
+// owning the other partitions (see gather). Partitions whose active did not
+// answer are then asked of standby copies, here and on peers (unless
+// activeOnly), and reported stale; those nobody answered, missing.
 func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool) (tableResult, error) {
 	local, covered, err := tq.t.QueryLocal(ctx, tq.q)
 	if err != nil {
@@ -375,13 +337,9 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 	if err != nil {
 		return tableResult{}, err
 	}
-	mine := make([]tableItem, 0, len(local.Docs))
-	for _, d := range local.Docs {
-		it, err := localItem(tq.t, tq.spec, tq.pos, d)
-		if err != nil {
-			return tableResult{}, err
-		}
-		mine = append(mine, it)
+	mine, err := localItems(tq, local.Docs)
+	if err != nil {
+		return tableResult{}, err
 	}
 	g, err := gather(ctx, s.tableScatter(tq, mem, peerPage[tableItem]{items: mine, more: local.Next != nil, covered: covered}, false))
 	if err != nil {
@@ -390,7 +348,7 @@ func (s *Server) gatherTable(ctx context.Context, tq tableQuery, activeOnly bool
 	if rq, ok := tq.t.(ReplicaQuerier); ok && len(g.missing) > 0 && !activeOnly {
 		g = s.fillFromReplicas(ctx, tq, rq, mem, g)
 	}
-	res := tableResult{items: g.items, missing: g.missing, stale: g.stale}
+	res := tableResult{gathered: g}
 	if g.more && len(g.items) > 0 {
 		c := g.items[len(g.items)-1].cur
 		res.next = &c
@@ -405,25 +363,19 @@ func (s *Server) tableScatter(tq tableQuery, mem engine.Membership, local peerPa
 	if replica {
 		msg = "table query: standby did not answer"
 	}
-	return scatter[tableItem]{
-		mem:   mem,
-		local: local,
+	return scatter[tableItem]{mem: mem, local: local, limit: tq.q.Limit,
 		ask: func(ctx context.Context, addr string) (peerPage[tableItem], error) {
 			return s.tableQueryPeer(ctx, addr, tq, mem.Partitions, replica)
 		},
 		partition: func(it tableItem) int32 { return it.doc.Partition },
 		less:      func(a, b tableItem) bool { return tq.before(a.cur, b.cur) },
-		limit:     tq.q.Limit,
-		warn: func(addr string, err error) {
-			s.log.Warn(msg, "table", tq.spec.Name, "peer", addr, "err", err)
-		},
+		warn:      func(addr string, err error) { s.log.Warn(msg, "table", tq.spec.Name, "peer", addr, "err", err) },
 	}
 }
 
-// tableQueryPeer asks one peer for tq and checks its answer: a strict JSON
-// page of at most tq.q.Limit valid documents of the table, each inside the
-// query, after its cursor, and in its key's partition, one the peer says
-// it covered.
+// tableQueryPeer asks one peer for tq and checks its answer: at most
+// tq.q.Limit valid documents, each inside the query, after its cursor, and
+// in its key's partition, one the peer says it covered.
 func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery, n int32, replica bool) (peerPage[tableItem], error) {
 	t, spec, q := tq.t, tq.spec, tq.q
 	vals := tableQueryValues(spec.Name, tq.kind, q)
@@ -445,16 +397,12 @@ func (s *Server) tableQueryPeer(ctx context.Context, addr string, tq tableQuery,
 	if err := decodeStrict(body, &page); err != nil || page.Table != spec.Name || page.Index != q.Index || len(page.Items) > q.Limit {
 		return peerPage[tableItem]{}, fmt.Errorf("instance %s: invalid query answer: %w", addr, engine.ErrUnavailable)
 	}
-	in := map[int32]bool{}
-	for _, p := range covered {
-		in[p] = true
-	}
+	in := setOf(covered)
 	items := make([]tableItem, 0, len(page.Items))
 	for _, pd := range page.Items {
 		it, err := peerItem(t, spec, tq.pos, pd)
 		if err != nil || !in[it.doc.Partition] || engine.PartitionFor(it.cur.Key, n) != it.doc.Partition ||
-			!q.InRange(it.cur.Value, tq.kind) ||
-			(q.After != nil && !tq.before(*q.After, it.cur)) {
+			!q.InRange(it.cur.Value, tq.kind) || (q.After != nil && !tq.before(*q.After, it.cur)) {
 			return peerPage[tableItem]{}, fmt.Errorf("instance %s: query answer holds a document outside the query or its partitions: %w", addr, engine.ErrUnavailable)
 		}
 		items = append(items, it)
