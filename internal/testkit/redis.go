@@ -1,10 +1,10 @@
 package testkit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,16 +83,13 @@ func WithRedisArgs(args ...string) RedisOption {
 // return errors instead of failing a test, so they may be called from any
 // goroutine.
 type Redis struct {
-	bin  string
-	dir  string
-	port int
-	cfg  redisConfig
-	// ownDir is true when Close must remove dir (LaunchRedis).
-	ownDir bool
+	bin, dir string
+	port     int
+	cfg      redisConfig
+	ownDir   bool // Close removes dir (LaunchRedis)
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc *child
 }
 
 // StartRedis starts a redis-server for the test on a free loopback port in a
@@ -102,24 +99,13 @@ type Redis struct {
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	bin := LookPath(t, "redis-server", RedisInstall)
-	var cfg redisConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := redisOptions(opts)
 	dir := cfg.dir
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	r, err := newRedis(bin, dir, false, opts)
-	if err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := r.Close(); err != nil {
-			t.Errorf("stop redis-server: %v", err)
-		}
-	})
-	return r
+	r, err := newRedis(bin, dir, false, cfg)
+	return closeAtEnd(t, "redis-server", r, err)
 }
 
 // LaunchRedis is StartRedis for callers without a testing.TB (TestMain or a
@@ -134,62 +120,35 @@ func LaunchRedis(opts ...RedisOption) (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create redis dir: %w", err)
 	}
-	r, err := newRedis(bin, dir, true, opts)
+	r, err := newRedis(bin, dir, true, redisOptions(opts))
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, err
 	}
-	return r, nil
+	return r, err
 }
 
-func newRedis(bin, dir string, ownDir bool, opts []RedisOption) (*Redis, error) {
-	var cfg redisConfig
+func redisOptions(opts []RedisOption) (cfg redisConfig) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	var lastErr error
+	return cfg
+}
+
+func newRedis(bin, dir string, ownDir bool, cfg redisConfig) (*Redis, error) {
+	var err error
 	// A free port can be taken by another process between probing and the
 	// server's bind; try a few ports before giving up.
 	for range 3 {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
+		port, perr := freePort()
+		if perr != nil {
+			return nil, perr
 		}
 		r := &Redis{bin: bin, dir: dir, port: port, cfg: cfg, ownDir: ownDir}
-		if lastErr = r.Start(); lastErr == nil {
+		if err = r.Start(); err == nil {
 			return r, nil
 		}
 	}
-	return nil, lastErr
-}
-
-// givenPorts are the ports freePort has returned in this process: the
-// kernel may hand a port that was just closed out again at once, and two
-// children of one test were given the same API port (one then failed
-// with "address already in use").
-var givenPorts = struct {
-	sync.Mutex
-	m map[int]bool
-}{m: map[int]bool{}}
-
-// freePort returns a loopback port that was free a moment ago and that it
-// has not returned before in this process.
-func freePort() (int, error) {
-	givenPorts.Lock()
-	defer givenPorts.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find a free port: %w", err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !givenPorts.m[p] {
-			givenPorts.m[p] = true
-			return p, nil
-		}
-	}
-	return 0, errors.New("find a free port: every port the kernel offered was given out before")
+	return nil, err
 }
 
 // Addr returns host:port of the server.
@@ -219,31 +178,15 @@ func (r *Redis) Running() bool {
 	return r.runningLocked()
 }
 
-func (r *Redis) runningLocked() bool {
-	if r.cmd == nil {
-		return false
-	}
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
-}
+func (r *Redis) runningLocked() bool { return r.proc != nil && !r.proc.exited() }
 
 func (r *Redis) serverArgs() []string {
 	var args []string
 	if r.cfg.conf != "" {
 		args = append(args, r.cfg.conf)
 	}
-	args = append(args,
-		"--port", strconv.Itoa(r.port),
-		"--bind", "127.0.0.1",
-		"--dir", r.dir,
-		"--daemonize", "no",
-		"--logfile", filepath.Join(r.dir, "redis.log"),
-		"--dbfilename", "dump.rdb",
-	)
+	args = append(args, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir, "--daemonize", "no",
+		"--logfile", filepath.Join(r.dir, "redis.log"), "--dbfilename", "dump.rdb")
 	switch r.cfg.persistence {
 	case RedisAOF:
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
@@ -269,8 +212,7 @@ func (r *Redis) Start() error {
 		return errors.New("redis-server is already running")
 	}
 	cmd := exec.Command(r.bin, r.serverArgs()...)
-	cmd.Dir = r.dir
-	cmd.SysProcAttr = procAttr()
+	cmd.Dir, cmd.SysProcAttr = r.dir, procAttr()
 	// Errors in the arguments are printed before the log file is opened.
 	out, err := os.OpenFile(filepath.Join(r.dir, "redis.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -278,44 +220,31 @@ func (r *Redis) Start() error {
 	}
 	defer out.Close() // the child keeps its own descriptor
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	if r.proc, err = startChild(cmd, nil); err != nil {
 		return fmt.Errorf("start %s: %w", r.bin, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	r.cmd, r.done = cmd, done
-	if err := r.waitReady(done); err != nil {
-		_ = cmd.Process.Kill()
-		<-done
+	if err := r.waitReady(); err != nil {
+		r.proc.kill()
 		return fmt.Errorf("redis-server on %s not ready: %w; log: %s", r.Addr(), err, r.logTail())
 	}
 	return nil
 }
 
-func (r *Redis) waitReady(done <-chan struct{}) error {
+func (r *Redis) waitReady() error {
 	const within = 15 * time.Second
 	deadline := time.Now().Add(within)
-	wait := 5 * time.Millisecond
-	var last error
-	for {
-		select {
-		case <-done:
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 160*time.Millisecond) {
+		if r.proc.exited() {
 			return errors.New("process exited")
-		default:
 		}
-		if last = r.ping(); last == nil {
+		err := r.ping()
+		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", within, last)
+			return fmt.Errorf("no PONG within %v: %w", within, err)
 		}
 		time.Sleep(wait)
-		if wait < 100*time.Millisecond {
-			wait *= 2
-		}
 	}
 }
 
@@ -325,8 +254,7 @@ func (r *Redis) ping() error {
 	if r.cfg.password != "" {
 		cmds = append(cmds, []string{"AUTH", r.cfg.password})
 	}
-	cmds = append(cmds, []string{"PING"})
-	replies, err := RedisDo(r.Addr(), time.Second, cmds...)
+	replies, err := RedisDo(r.Addr(), time.Second, append(cmds, []string{"PING"})...)
 	if err != nil {
 		return err
 	}
@@ -351,16 +279,13 @@ func (r *Redis) stop(sig syscall.Signal) error {
 	if !r.runningLocked() {
 		return nil
 	}
-	if err := r.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := r.proc.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("signal redis-server: %w", err)
 	}
-	select {
-	case <-r.done:
+	if r.proc.wait(10 * time.Second) {
 		return nil
-	case <-time.After(10 * time.Second):
 	}
-	_ = r.cmd.Process.Kill()
-	<-r.done
+	r.proc.kill()
 	return fmt.Errorf("redis-server did not exit within 10s of %v; killed", sig)
 }
 
@@ -397,9 +322,7 @@ func (r *Redis) RestartEmpty() error {
 func (r *Redis) Close() error {
 	err := r.Stop()
 	if r.ownDir {
-		if rerr := os.RemoveAll(r.dir); rerr != nil && err == nil {
-			err = rerr
-		}
+		err = cmp.Or(err, os.RemoveAll(r.dir))
 	}
 	return err
 }
@@ -408,15 +331,9 @@ func (r *Redis) Close() error {
 func (r *Redis) logTail() string {
 	var parts []string
 	for _, name := range []string{"redis.out", "redis.log"} {
-		b, err := os.ReadFile(filepath.Join(r.dir, name))
-		if err != nil || len(b) == 0 {
-			continue
+		if b, err := os.ReadFile(filepath.Join(r.dir, name)); err == nil && len(b) > 0 {
+			parts = append(parts, name+": "+strings.TrimSpace(string(b[max(0, len(b)-2000):])))
 		}
-		const max = 2000
-		if len(b) > max {
-			b = b[len(b)-max:]
-		}
-		parts = append(parts, name+": "+strings.TrimSpace(string(b)))
 	}
 	if len(parts) == 0 {
 		return "(no output)"
