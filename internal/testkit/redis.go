@@ -30,16 +30,22 @@ var ErrRedisMissing = errors.New("redis-server binary not found on PATH")
 type RedisPersistence int
 
 const (
-	// RedisNoPersistence keeps data in memory only: a restarted server is
-	// empty. This is the default.
+	// RedisNoPersistence (the default) keeps data in memory only.
 	RedisNoPersistence RedisPersistence = iota
-	// RedisAOF appends every write to an append-only file, fsynced on every
-	// write, so data survives Stop and even Kill.
+	// RedisAOF fsyncs every write to an append-only file: data survives
+	// Stop and even Kill.
 	RedisAOF
-	// RedisRDB writes a dump.rdb snapshot when the server is stopped with
-	// SIGTERM (Stop); data written since the last snapshot is lost on Kill.
+	// RedisRDB writes a dump.rdb snapshot on Stop (SIGTERM); data written
+	// since the last snapshot is lost on Kill.
 	RedisRDB
 )
+
+// persistenceArgs are the redis-server arguments of each RedisPersistence.
+var persistenceArgs = [...][]string{
+	RedisNoPersistence: {"--appendonly", "no", "--save", ""},
+	RedisAOF:           {"--appendonly", "yes", "--appendfsync", "always", "--save", ""},
+	RedisRDB:           {"--appendonly", "no", "--save", "3600 1"}, // and at shutdown
+}
 
 // RedisOption configures StartRedis and LaunchRedis.
 type RedisOption func(*redisConfig)
@@ -64,9 +70,8 @@ func WithRedisPassword(pw string) RedisOption {
 	return func(c *redisConfig) { c.password = pw }
 }
 
-// WithRedisDir makes StartRedis keep the server's data (and logs) in dir,
-// for example a testkit.SmallVolume, instead of a fresh temporary
-// directory. LaunchRedis ignores it.
+// WithRedisDir makes StartRedis (not LaunchRedis) keep the server's data
+// and logs in dir, a SmallVolume say, instead of a fresh temporary one.
 func WithRedisDir(dir string) RedisOption {
 	return func(c *redisConfig) { c.dir = dir }
 }
@@ -78,10 +83,8 @@ func WithRedisArgs(args ...string) RedisOption {
 }
 
 // Redis is a real redis-server process listening on a loopback port with
-// its own data directory. Its methods are safe for concurrent use (a
-// goroutine may Start the server while the test goroutine uses it); they
-// return errors instead of failing a test, so they may be called from any
-// goroutine.
+// its own data directory. Its methods are safe for concurrent use and
+// return errors instead of failing a test, so any goroutine may call them.
 type Redis struct {
 	bin, dir string
 	port     int
@@ -93,9 +96,8 @@ type Redis struct {
 }
 
 // StartRedis starts a redis-server for the test on a free loopback port in a
-// temporary directory and waits until it answers PING. The server is stopped
-// when the test ends. When the binary is missing the test is skipped (or
-// fails when KEEPSTATE_REQUIRE_SERVICES=1).
+// temporary directory, waits until it answers PING, and stops it when the
+// test ends. Without the binary the test is skipped (see Missing).
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	bin := LookPath(t, "redis-server", RedisInstall)
@@ -108,9 +110,9 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	return closeAtEnd(t, "redis-server", r, err)
 }
 
-// LaunchRedis is StartRedis for callers without a testing.TB (TestMain or a
-// server shared by several benchmarks): the caller must Close it. It returns
-// ErrRedisMissing when the binary is not installed.
+// LaunchRedis is StartRedis for callers without a testing.TB (TestMain, or
+// benchmarks sharing a server), who must Close it; without the binary it
+// returns ErrRedisMissing.
 func LaunchRedis(opts ...RedisOption) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -187,24 +189,15 @@ func (r *Redis) serverArgs() []string {
 	}
 	args = append(args, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir, "--daemonize", "no",
 		"--logfile", filepath.Join(r.dir, "redis.log"), "--dbfilename", "dump.rdb")
-	switch r.cfg.persistence {
-	case RedisAOF:
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
-	case RedisRDB:
-		// A snapshot at shutdown (SIGTERM) and rarely otherwise.
-		args = append(args, "--appendonly", "no", "--save", "3600 1")
-	default:
-		args = append(args, "--appendonly", "no", "--save", "")
-	}
+	args = append(args, persistenceArgs[r.cfg.persistence]...)
 	if r.cfg.password != "" {
 		args = append(args, "--requirepass", r.cfg.password)
 	}
 	return append(args, r.cfg.args...)
 }
 
-// Start starts the server again on the same port and directory (after Stop
-// or Kill) and waits until it answers PING. With persistence it reloads its
-// data. Starting a running server is an error.
+// Start starts a stopped server again on the same port and directory (with
+// persistence, reloading its data) and waits until it answers PING.
 func (r *Redis) Start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -265,12 +258,11 @@ func (r *Redis) ping() error {
 }
 
 // Stop stops the server with SIGTERM (a clean shutdown: an RDB server saves
-// its snapshot) and waits for the process to exit, killing it after 10 s.
-// Stopping a stopped server does nothing.
+// its snapshot) and waits for it to exit, killing it after 10 s.
 func (r *Redis) Stop() error { return r.stop(syscall.SIGTERM) }
 
-// Kill stops the server with SIGKILL (a crash: nothing is saved beyond what
-// the AOF already holds) and waits for the process to exit.
+// Kill stops the server with SIGKILL (a crash: only what the AOF holds is
+// kept) and waits for it to exit.
 func (r *Redis) Kill() error { return r.stop(syscall.SIGKILL) }
 
 func (r *Redis) stop(sig syscall.Signal) error {
@@ -289,8 +281,8 @@ func (r *Redis) stop(sig syscall.Signal) error {
 	return fmt.Errorf("redis-server did not exit within 10s of %v; killed", sig)
 }
 
-// Wipe deletes the server's persisted data (dump.rdb and the append-only
-// files) so the next Start begins empty. The server must be stopped.
+// Wipe deletes the stopped server's persisted data (dump.rdb, the AOF) so
+// the next Start begins empty.
 func (r *Redis) Wipe() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -305,8 +297,8 @@ func (r *Redis) Wipe() error {
 	return nil
 }
 
-// RestartEmpty stops the server, deletes its data and starts it again on the
-// same port: the server comes back with nothing in it, like a lost volume.
+// RestartEmpty stops the server, wipes its data and starts it again on the
+// same port, empty, like after a lost volume.
 func (r *Redis) RestartEmpty() error {
 	if err := r.Stop(); err != nil {
 		return err
@@ -317,8 +309,7 @@ func (r *Redis) RestartEmpty() error {
 	return r.Start()
 }
 
-// Close stops the server and, for a LaunchRedis server, removes its
-// directory.
+// Close stops the server and removes a LaunchRedis server's directory.
 func (r *Redis) Close() error {
 	err := r.Stop()
 	if r.ownDir {
@@ -341,12 +332,10 @@ func (r *Redis) logTail() string {
 	return strings.Join(parts, "\n")
 }
 
-// RedisDo sends commands to a Redis server at addr over one connection
-// (go-redis, pipelined) and returns one reply per command: simple strings
-// and integers as text, bulk strings as their content, a nil bulk as
-// "(nil)". An error reply is returned as an error. Arrays are not
-// supported. It lets tests inspect a server without going through the code
-// under test.
+// RedisDo sends commands to the Redis server at addr over one pipelined
+// connection, for tests to inspect a server bypassing the code under test.
+// It returns one reply per command: strings and integers as text, a nil
+// bulk as "(nil)", an error reply as the error; arrays are not supported.
 func RedisDo(addr string, timeout time.Duration, cmds ...[]string) ([]string, error) {
 	// One connection, RESP2, no CLIENT SETINFO: commands (AUTH, SELECT)
 	// apply to the connection that runs the next ones.

@@ -20,13 +20,12 @@ import (
 const RedisToolsInstall = "apt-get install redis-tools"
 
 // RedisCluster is a real Redis Cluster on loopback ports: three masters
-// with one replica each, created by redis-cli --cluster create. A node
-// fails over to its replica RedisClusterNodeTimeout after it stops
-// answering (cluster-replica-validity-factor 0: a replica that lagged
-// still takes over). Its methods return errors instead of failing a test.
+// with one replica each. A node fails over to its replica
+// RedisClusterNodeTimeout after it stops answering, even a replica that
+// lagged. Its methods return errors instead of failing a test.
 type RedisCluster struct {
-	// Nodes are the six servers in creation order; which of them are
-	// masters changes with failovers (see Masters).
+	// Nodes are the six servers in creation order; failovers change which
+	// are masters (see MasterOf).
 	Nodes []*Redis
 	redisGroup
 }
@@ -34,10 +33,9 @@ type RedisCluster struct {
 // RedisClusterNodeTimeout is the cluster-node-timeout of a test cluster.
 const RedisClusterNodeTimeout = 2 * time.Second
 
-// StartRedisCluster starts a cluster for the test and stops it when the
-// test ends; tests that kill or move nodes use their own. When redis-server
-// or redis-cli is missing the test is skipped (or fails when
-// KEEPSTATE_REQUIRE_SERVICES=1).
+// StartRedisCluster starts a cluster for a test that kills or moves nodes,
+// and stops it when the test ends. Without redis-server or redis-cli the
+// test is skipped (see Missing).
 func StartRedisCluster(t testing.TB, opts ...RedisOption) *RedisCluster {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
@@ -46,10 +44,9 @@ func StartRedisCluster(t testing.TB, opts ...RedisOption) *RedisCluster {
 	return closeAtEnd(t, "redis cluster", c, err)
 }
 
-// SharedRedisCluster returns the cluster shared by every test of the
-// process, started on the first call and stopped by Main (or
-// StopSharedRedis). Tests must not stop its nodes and should keep their
-// keys under a prefix of their own.
+// SharedRedisCluster returns the cluster every test of the process shares,
+// started on first use and stopped by Main (StopSharedRedis). Tests must
+// not stop its nodes and should keep their keys under their own prefix.
 func SharedRedisCluster(t testing.TB) *RedisCluster {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
@@ -67,8 +64,7 @@ var (
 )
 
 // StopSharedRedis stops the shared cluster and Sentinel setup, if started;
-// Main calls it. Later SharedRedisCluster and SharedRedisSentinel calls
-// fail the test.
+// later calls for them fail the test. Main calls it.
 func StopSharedRedis() error {
 	return errors.Join(
 		sharedRedisCluster.stop(errors.New("the shared redis cluster was stopped"), (*RedisCluster).Close),
@@ -126,8 +122,7 @@ func (g *redisGroup) close(errs []error) error {
 }
 
 // waitCtx calls check every 100ms, with a context that ends after within,
-// until it returns nil; then it returns "<what> within <within>: <last
-// error>".
+// until it returns nil, or else returns "<what> within <within>: <error>".
 func waitCtx(within time.Duration, what string, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -193,9 +188,8 @@ func launchRedisCluster(opts []RedisOption) (_ *RedisCluster, err error) {
 	return c, nil
 }
 
-// WaitReplicas waits until every running node that is a replica has its
-// link to its master up (INFO replication), and every master serving
-// slots has a running replica. Call it after WaitHealthy.
+// WaitReplicas waits until every master serving slots has a running
+// replica whose link to it is up. Call it after WaitHealthy.
 func (c *RedisCluster) WaitReplicas(within time.Duration) error {
 	return waitCtx(within, "redis cluster replicas not in sync", c.replicated)
 }
@@ -273,12 +267,9 @@ type RedisClusterNode struct {
 	Slots              []string // ranges "0-5460", single slots, migrations
 }
 
-// Has reports whether the node carries flag (master, slave, fail, ...),
-// exactly: "fail" is a failure the cluster agreed on, "fail?" one node's
-// suspicion.
-func (n RedisClusterNode) Has(flag string) bool {
-	return slices.Contains(n.Flags, flag)
-}
+// Has reports whether the node carries flag (master, slave, fail, ...)
+// exactly: "fail" is agreed on, "fail?" one node's suspicion.
+func (n RedisClusterNode) Has(flag string) bool { return slices.Contains(n.Flags, flag) }
 
 // ServesSlot reports whether the node's slot ranges include slot.
 func (n RedisClusterNode) ServesSlot(slot int) bool {
@@ -373,7 +364,7 @@ func (c *RedisCluster) MasterOf(ctx context.Context, slot int) (master *Redis, r
 }
 
 // WaitHealthy waits until every running node reports cluster_state:ok with
-// all 16384 slots served, and sees every stopped node as failed, so that a
+// all 16384 slots served and sees every stopped node as failed: until a
 // failover has finished.
 func (c *RedisCluster) WaitHealthy(within time.Duration) error {
 	return waitCtx(within, "redis cluster not healthy", c.healthy)
@@ -410,10 +401,9 @@ func (c *RedisCluster) healthy(ctx context.Context) error {
 	return nil
 }
 
-// Close stops every node with SIGKILL and removes a shared cluster's
-// directory. A closed cluster's data is thrown away, so a clean shutdown
-// would only add time: under a loaded CI a node once took more than 10 s
-// to exit after SIGTERM, and the cleanup failed its test.
+// Close kills every node (SIGKILL) and removes the directory: a clean
+// shutdown of data thrown away only adds time, once over 10 s on a loaded
+// CI, failing the cleanup.
 func (c *RedisCluster) Close() error {
 	var errs []error
 	for _, n := range c.Nodes {
