@@ -52,15 +52,12 @@ func Kafka(t testing.TB) []string {
 }
 
 // RealKafka returns the bootstrap servers of an Apache Kafka broker: those
-// of KEEPSTATE_KAFKA_BROKERS when set (failing the test when that broker
-// does not answer), or else of one broker that scripts/kafka.sh starts on
-// the first call and that every later caller in this test process shares.
-// Main stops that broker when the tests end; should the process die first,
-// the script stops it on its own. Without java or the broker jars the test
-// is skipped, or fails when KEEPSTATE_REQUIRE_SERVICES=1 (see Missing).
-// Name tests that use it TestIntegration* or TestE2E*: the Makefile runs
-// those with a broker it started, so no test process starts its own. Safe
-// for parallel tests.
+// of KEEPSTATE_KAFKA_BROKERS (failing the test when it does not answer), or
+// else of a broker scripts/kafka.sh starts on the first call for the whole
+// test process; Main stops it (or the script, should the process die
+// first). Without java or the broker jars the test is skipped (see
+// Missing). Name tests that use it TestIntegration* or TestE2E*: the
+// Makefile runs those with a broker of its own. Safe for parallel tests.
 func RealKafka(t testing.TB) []string {
 	t.Helper()
 	if env := os.Getenv(BrokersEnv); env != "" {
@@ -81,10 +78,9 @@ func RealKafka(t testing.TB) []string {
 	return slices.Clone(b.brokers)
 }
 
-// Main runs the tests of a package and then stops what RealKafka,
-// RealKafkaCluster, SharedRedisCluster and SharedRedisSentinel may have
-// started. Call it from TestMain: func TestMain(m *testing.M) {
-// testkit.Main(m) }. It does not return.
+// Main runs the tests of a package (call it from TestMain), stops what
+// RealKafka, RealKafkaCluster and the shared Redis setups started, and
+// exits.
 func Main(m *testing.M) {
 	code := m.Run()
 	removeBinary()
@@ -94,9 +90,8 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// StopRealKafka stops the broker RealKafka started in this process, if any,
-// and removes its files; later RealKafka calls fail. Main calls it; other
-// callers need it only when they cannot use Main. Safe to call more than once.
+// StopRealKafka stops the broker RealKafka started, if any, and removes its
+// files; later RealKafka calls fail. Main calls it. Safe to call again.
 func StopRealKafka() error {
 	return sharedKafka.stop(errors.New("the broker was already stopped (StopRealKafka)"), (*scriptKafka).stop)
 }
@@ -188,8 +183,7 @@ func runScript(script string, env []string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// findScript locates scripts/kafka.sh in the module root. The second
-// result is non-empty when the script cannot run here.
+// findScript locates scripts/kafka.sh, or says why it cannot run here.
 func findScript() (string, string) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		return "", "bash not found"
@@ -205,8 +199,7 @@ func findScript() (string, string) {
 	return script, ""
 }
 
-// checkScript returns why the broker cannot start here (no java, no jars),
-// or "" when it can.
+// checkScript returns why the broker cannot start here (no java, no jars).
 func checkScript(script string) string {
 	if _, err := exec.LookPath("java"); err != nil {
 		return "java not found; install a JDK 17+ and " + kafkaHow
@@ -227,10 +220,10 @@ func splitBrokers(s string) []string {
 	return out
 }
 
-// UniqueName returns prefix-<test name>-<random hex>, usable as a Kafka
-// topic, consumer group id, instance id or Redis key prefix: only lower-case
-// letters, digits and dashes, at most 100 characters. Names differ between
-// calls, tests and processes sharing a broker. Safe for concurrent use.
+// UniqueName returns prefix-<test name>-<random hex> in lower-case letters,
+// digits and dashes, at most 100 characters: a Kafka topic, group id,
+// instance id or Redis key prefix that differs between calls, tests and
+// processes sharing a broker. Safe for concurrent use.
 func UniqueName(t testing.TB, prefix string) string {
 	t.Helper()
 	var r [4]byte

@@ -18,21 +18,17 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// KafkaClusterEnv must be 1 for RealKafkaCluster to start a cluster; the
-// Makefile's integration-cluster target sets it. Without it the tests that
-// need the cluster are skipped: three JVMs are too heavy for a plain
-// `go test ./...`.
+// KafkaClusterEnv must be 1 (make integration-cluster) for RealKafkaCluster
+// to start a cluster: three JVMs are too heavy for a plain `go test ./...`.
 const KafkaClusterEnv = "KEEPSTATE_TEST_KAFKA_CLUSTER"
 
-// clusterNodes is the size of the cluster RealKafkaCluster starts: three
-// voters, so that a quorum survives one lost node.
+// clusterNodes is the size of the cluster: a quorum survives one lost node.
 const clusterNodes = 3
 
 // KafkaCluster is a three-node Apache Kafka KRaft cluster started by
-// scripts/kafka.sh cluster-start: every node is broker and controller, its
-// own JVM with its own ports and log dir. Topics default to replication
-// factor 3 and min.insync.replicas 2, as do the offsets and transaction
-// state topics. Its methods are safe for concurrent use.
+// scripts/kafka.sh cluster-start: every node is broker and controller, a JVM
+// of its own. Topics (the internal ones too) default to replication factor
+// 3 and min.insync.replicas 2. Its methods are safe for concurrent use.
 type KafkaCluster struct {
 	*scriptKafka
 	nodes []*KafkaNode
@@ -50,15 +46,13 @@ type KafkaNode struct {
 	paused bool
 }
 
-// RealKafkaCluster returns the three-node cluster of this test process,
-// started on the first call (about 6-10 s) and shared with every later
-// caller; Main stops it when the tests end (or the script on its own,
-// should the process die first). A test that kills, stops or pauses nodes
-// must leave them all running again (Restore) before it ends, since later
-// tests share the cluster. The test is skipped unless
+// RealKafkaCluster returns the cluster this test process shares, started
+// on the first call (6-10 s) and stopped by Main (or by the script should
+// the process die first). A test that kills, stops or pauses nodes must
+// Restore them before it ends. The test is skipped unless
 // KEEPSTATE_TEST_KAFKA_CLUSTER=1, and skipped or failed (see Missing)
-// without java or the broker jars. Name tests that use it TestCluster*:
-// `make integration-cluster` runs those, and only those.
+// without java or the broker jars. `make integration-cluster` runs the
+// tests named TestCluster*, which use it, and only those.
 func RealKafkaCluster(t testing.TB) *KafkaCluster {
 	t.Helper()
 	if os.Getenv(KafkaClusterEnv) != "1" {
@@ -182,8 +176,7 @@ func (n *KafkaNode) Kill() error {
 }
 
 // Stop sends SIGTERM (a controlled shutdown: the node hands its leaderships
-// over first) and waits up to timeout for the process to end, killing it
-// after that.
+// over first) and waits up to timeout for the exit, then kills it.
 func (n *KafkaNode) Stop(timeout time.Duration) error {
 	if err := n.Resume(); err != nil {
 		return err
@@ -230,9 +223,8 @@ func (n *KafkaNode) Start() error {
 	return err
 }
 
-// Restore brings every node back (resumed, started) and waits up to
-// timeout until every partition of every topic has its full set of
-// in-sync replicas. Call it at the end of a test that injected faults.
+// Restore resumes and starts every node and waits up to timeout until
+// InSync holds. Call it at the end of a test that injected faults.
 func (c *KafkaCluster) Restore(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	for _, n := range c.nodes {
@@ -249,8 +241,8 @@ func (c *KafkaCluster) Restore(t testing.TB, timeout time.Duration) {
 }
 
 // InSync returns nil when every node is up and every partition of every
-// topic (the internal ones too) has all its replicas in sync, and
-// otherwise an error naming one that has not.
+// topic (internal ones too) has all its replicas in sync, or else an error
+// naming one that has not.
 func (c *KafkaCluster) InSync() error {
 	for _, n := range c.nodes {
 		if !n.up() {
@@ -291,8 +283,7 @@ func (c *KafkaCluster) InSync() error {
 	})
 }
 
-// Leader returns the node leading topic/p, as the cluster's metadata says
-// now.
+// Leader returns the node leading topic/p, as the metadata says now.
 func (c *KafkaCluster) Leader(topic string, p int32) (*KafkaNode, error) {
 	return c.nodeOf(func(cl sarama.Client) (*sarama.Broker, error) {
 		if err := cl.RefreshMetadata(topic); err != nil {

@@ -26,9 +26,9 @@ func FreeAddr(t testing.TB) string {
 	return "127.0.0.1:" + strconv.Itoa(p)
 }
 
-// givenPorts are the ports freePort has returned in this process: the
-// kernel may hand a just-closed port out again at once, and two children
-// of one test were once given the same API port ("address already in use").
+// givenPorts are the ports freePort returned: the kernel may hand a
+// just-closed port out again at once (two children of one test once got the
+// same API port).
 var givenPorts = struct {
 	sync.Mutex
 	m map[int]bool
@@ -78,8 +78,8 @@ func startChild(cmd *exec.Cmd, exited func()) (*child, error) {
 	return c, nil
 }
 
-// exited reports whether the child has ended.
-func (c *child) exited() bool {
+// Exited reports whether the process has ended.
+func (c *child) Exited() bool {
 	select {
 	case <-c.done:
 		return true
@@ -98,22 +98,22 @@ func (c *child) wait(timeout time.Duration) bool {
 	}
 }
 
-// kill sends SIGKILL and waits for the child to end.
-func (c *child) kill() {
+// Kill sends SIGKILL and waits for the process to end.
+func (c *child) Kill() {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.done
 }
 
 // Process is a child process of a test (a keepstate instance, say) whose
-// output goes to a log file that is printed when the test fails.
+// output goes to a log file, printed when the test fails.
 type Process struct {
 	*child
 	name string
 	log  string
 }
 
-// StartProcess starts bin with args and extra environment variables. It
-// is killed at the latest when the test ends.
+// StartProcess starts bin with args and extra environment variables, to be
+// killed at the latest when the test ends.
 func StartProcess(t testing.TB, name, bin string, env []string, args ...string) *Process {
 	t.Helper()
 	dir := t.TempDir()
@@ -154,9 +154,6 @@ func keepLog(src, name string) {
 	}
 }
 
-// Kill sends SIGKILL and waits for the process to end.
-func (p *Process) Kill() { p.kill() }
-
 // Signal sends sig to the process.
 func (p *Process) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
@@ -165,7 +162,7 @@ func (p *Process) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal
 func (p *Process) Stop(timeout time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if !p.wait(timeout) {
-		p.kill()
+		p.Kill()
 		return fmt.Errorf("%s did not stop within %v after SIGTERM", p.name, timeout)
 	}
 	return p.Err()
@@ -179,12 +176,9 @@ func (p *Process) Wait(timeout time.Duration) error {
 	return p.Err()
 }
 
-// Exited reports whether the process has ended.
-func (p *Process) Exited() bool { return p.exited() }
-
 // Err is the process's exit error once it ended.
 func (p *Process) Err() error {
-	if p.exited() {
+	if p.Exited() {
 		return p.err
 	}
 	return nil

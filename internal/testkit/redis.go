@@ -180,7 +180,7 @@ func (r *Redis) Running() bool {
 	return r.runningLocked()
 }
 
-func (r *Redis) runningLocked() bool { return r.proc != nil && !r.proc.exited() }
+func (r *Redis) runningLocked() bool { return r.proc != nil && !r.proc.Exited() }
 
 func (r *Redis) serverArgs() []string {
 	var args []string
@@ -217,7 +217,7 @@ func (r *Redis) Start() error {
 		return fmt.Errorf("start %s: %w", r.bin, err)
 	}
 	if err := r.waitReady(); err != nil {
-		r.proc.kill()
+		r.proc.Kill()
 		return fmt.Errorf("redis-server on %s not ready: %w; log: %s", r.Addr(), err, r.logTail())
 	}
 	return nil
@@ -227,7 +227,7 @@ func (r *Redis) waitReady() error {
 	const within = 15 * time.Second
 	deadline := time.Now().Add(within)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 160*time.Millisecond) {
-		if r.proc.exited() {
+		if r.proc.Exited() {
 			return errors.New("process exited")
 		}
 		err := r.ping()
@@ -277,7 +277,7 @@ func (r *Redis) stop(sig syscall.Signal) error {
 	if r.proc.wait(10 * time.Second) {
 		return nil
 	}
-	r.proc.kill()
+	r.proc.Kill()
 	return fmt.Errorf("redis-server did not exit within 10s of %v; killed", sig)
 }
 

@@ -86,9 +86,12 @@ func closeAtEnd[T interface{ Close() error }](t testing.TB, what string, v T, er
 	return v
 }
 
-// redisGroup is the redis-server binary and the temporary directory of a
-// cluster or Sentinel setup.
-type redisGroup struct{ bin, dir string }
+// redisGroup is the redis-server binary, the temporary directory and the
+// servers of a cluster or Sentinel setup.
+type redisGroup struct {
+	bin, dir string
+	all      []*Redis
+}
 
 // newRedisGroup finds redis-server and makes the directory of a setup.
 func newRedisGroup(prefix string) (redisGroup, error) {
@@ -97,7 +100,7 @@ func newRedisGroup(prefix string) (redisGroup, error) {
 		return redisGroup{}, ErrRedisMissing
 	}
 	dir, err := os.MkdirTemp("", prefix)
-	return redisGroup{bin, dir}, err
+	return redisGroup{bin: bin, dir: dir}, err
 }
 
 // startNode starts a redis-server in the subdirectory name; with a conf
@@ -113,11 +116,19 @@ func (g *redisGroup) startNode(name, conf string, cfg redisConfig) (*Redis, erro
 			return nil, err
 		}
 	}
-	return newRedis(g.bin, d, false, cfg)
+	r, err := newRedis(g.bin, d, false, cfg)
+	if err == nil {
+		g.all = append(g.all, r)
+	}
+	return r, err
 }
 
-// close joins errs with the error of removing the directory.
-func (g *redisGroup) close(errs []error) error {
+// close stops the servers, last started first, and removes the directory.
+func (g *redisGroup) close(stop func(*Redis) error) error {
+	var errs []error
+	for _, r := range slices.Backward(g.all) {
+		errs = append(errs, stop(r))
+	}
 	return errors.Join(append(errs, os.RemoveAll(g.dir))...)
 }
 
@@ -404,10 +415,4 @@ func (c *RedisCluster) healthy(ctx context.Context) error {
 // Close kills every node (SIGKILL) and removes the directory: a clean
 // shutdown of data thrown away only adds time, once over 10 s on a loaded
 // CI, failing the cleanup.
-func (c *RedisCluster) Close() error {
-	var errs []error
-	for _, n := range c.Nodes {
-		errs = append(errs, n.Kill())
-	}
-	return c.close(errs)
-}
+func (c *RedisCluster) Close() error { return c.close((*Redis).Kill) }

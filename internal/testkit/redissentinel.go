@@ -14,17 +14,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisSentinelMaster is the master name of a test Sentinel setup.
-const RedisSentinelMaster = "keepstate"
-
-// RedisSentinelDownAfter is how long the test Sentinels wait before they
-// consider a silent master down.
-const RedisSentinelDownAfter = 2 * time.Second
+const (
+	// RedisSentinelMaster is the master name of a test Sentinel setup.
+	RedisSentinelMaster = "keepstate"
+	// RedisSentinelDownAfter is how long the test Sentinels wait before
+	// they consider a silent master down.
+	RedisSentinelDownAfter = 2 * time.Second
+)
 
 // RedisSentinel is a real Sentinel setup on loopback ports: a master, one
-// replica and three Sentinels (quorum 2) watching them. Which server is the
-// master changes with failovers (see Master). Its methods return errors
-// instead of failing a test.
+// replica and three Sentinels (quorum 2) watching them; failovers change
+// the master (see Master). Its methods return errors, not failing a test.
 type RedisSentinel struct {
 	// Servers are the master and the replica in creation order.
 	Servers   []*Redis
@@ -33,8 +33,7 @@ type RedisSentinel struct {
 }
 
 // StartRedisSentinel starts a Sentinel setup for the test and stops it when
-// the test ends. When redis-server is missing the test is skipped (or fails
-// when KEEPSTATE_REQUIRE_SERVICES=1).
+// the test ends. Without redis-server the test is skipped (see Missing).
 func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
@@ -42,10 +41,10 @@ func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	return closeAtEnd(t, "redis sentinel setup", s, err)
 }
 
-// SharedRedisSentinel returns the Sentinel setup shared by every test of
-// the process, started on the first call and stopped by Main (or
-// StopSharedRedis). Tests must not stop its servers and should keep their
-// keys under a prefix of their own.
+// SharedRedisSentinel returns the Sentinel setup every test of the process
+// shares, started on first use and stopped by Main (StopSharedRedis). Tests
+// must not stop its servers and should keep their keys under their own
+// prefix.
 func SharedRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
@@ -75,8 +74,8 @@ func launchRedisSentinel() (_ *RedisSentinel, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Servers = append(s.Servers, master)
 	replicaOf := slices.Concat(now, []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port())})
+	s.Servers = append(s.Servers, master)
 	replica, err := s.startNode("server1", "", redisConfig{args: replicaOf})
 	if err != nil {
 		return nil, err
@@ -208,10 +207,4 @@ func (s *RedisSentinel) ready(ctx context.Context) error {
 
 // Close stops every server and Sentinel and removes a shared setup's
 // directory.
-func (s *RedisSentinel) Close() error {
-	var errs []error
-	for _, r := range slices.Concat(s.Sentinels, s.Servers) {
-		errs = append(errs, r.Close())
-	}
-	return s.close(errs)
-}
+func (s *RedisSentinel) Close() error { return s.close((*Redis).Close) }
