@@ -25,9 +25,8 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 })
 
 // Keepstate builds ./cmd/keepstate once per test process (with -race when
-// the test binary has it, so child processes are checked too) and returns
-// the binary's path. It lives in a per-process temp dir that Main removes
-// when the tests end.
+// the test binary has it, to check child processes too) into a temp dir
+// that Main removes, and returns the binary's path.
 func Keepstate(t testing.TB) string {
 	t.Helper()
 	bin, err := buildBinary()
@@ -73,11 +72,10 @@ func moduleRoot() (string, error) {
 	return "", err
 }
 
-// KeepstateAt builds ./cmd/keepstate as it was at git revision rev of
-// this repository (from `git archive`, in a temp dir the test removes)
-// and returns the binary's path: an earlier version, for upgrade tests.
-// Without git or the revision (a shallow clone), the test is skipped, or
-// fails when services are required.
+// KeepstateAt builds ./cmd/keepstate as it was at git revision rev (from
+// `git archive`, in the test's temp dir) for upgrade tests, and returns the
+// binary's path. Without git or the revision (a shallow clone), the test is
+// skipped (see Missing).
 func KeepstateAt(t testing.TB, rev string) string {
 	t.Helper()
 	root, err := moduleRoot()

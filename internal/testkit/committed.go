@@ -12,8 +12,7 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// CommittedRecord is one committed data record as ReadCommittedByMarkers
-// returns it, with the producer that wrote it.
+// CommittedRecord is a committed data record and the producer that wrote it.
 type CommittedRecord struct {
 	Offset     int64
 	Key, Value []byte
@@ -133,8 +132,8 @@ func ReadCommittedByMarkers(ctx context.Context, client sarama.Client, topic str
 	return out, nil
 }
 
-// waitStableEnd returns topic/p's high watermark once its last stable
-// offset has reached it.
+// waitStableEnd returns topic/p's high watermark once the last stable
+// offset reached it.
 func waitStableEnd(ctx context.Context, client sarama.Client, topic string, p int32) (int64, error) {
 	for {
 		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)

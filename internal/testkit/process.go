@@ -54,25 +54,21 @@ func freePort() (int, error) {
 	return 0, errors.New("find a free port: every port the kernel offered was given out before")
 }
 
-// child is a started command: done is closed once it has exited, after err
-// is set to its exit error.
+// child is a started command; done is closed once err holds its exit.
 type child struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
 }
 
-// startChild starts cmd and calls exited (if not nil) once cmd has exited.
-func startChild(cmd *exec.Cmd, exited func()) (*child, error) {
+// startChild starts cmd.
+func startChild(cmd *exec.Cmd) (*child, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	c := &child{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
-		if exited != nil {
-			exited()
-		}
 		close(c.done)
 	}()
 	return c, nil
@@ -122,12 +118,12 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 	if err != nil {
 		t.Fatalf("testkit: %v", err)
 	}
+	defer f.Close() // the child keeps its own descriptor
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append(os.Environ(), childRaceEnv(dir)...), env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	c, err := startChild(cmd, func() { f.Close() })
+	c, err := startChild(cmd)
 	if err != nil {
-		f.Close()
 		t.Fatalf("testkit: start %s: %v", name, err)
 	}
 	p := &Process{child: c, name: name, log: logPath}
@@ -143,8 +139,7 @@ func StartProcess(t testing.TB, name, bin string, env []string, args ...string) 
 	return p
 }
 
-// keepLog copies the whole log file src to KEEPSTATE_TEST_LOG_DIR/name,
-// when that is set, for debugging.
+// keepLog copies log file src to KEEPSTATE_TEST_LOG_DIR/name, if set.
 func keepLog(src, name string) {
 	if keep := os.Getenv("KEEPSTATE_TEST_LOG_DIR"); keep != "" {
 		if b, err := os.ReadFile(src); err == nil {
@@ -157,8 +152,8 @@ func keepLog(src, name string) {
 // Signal sends sig to the process.
 func (p *Process) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
-// Stop sends SIGTERM and waits up to timeout for a clean exit; it returns
-// the exit error (nil for exit code 0).
+// Stop sends SIGTERM and waits up to timeout for a clean exit, returning
+// the exit error.
 func (p *Process) Stop(timeout time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if !p.wait(timeout) {

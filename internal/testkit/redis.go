@@ -58,14 +58,13 @@ type redisConfig struct {
 	conf        string // a config file given before the arguments (a Sentinel's)
 }
 
-// WithRedisPersistence makes the server keep its data in its directory
-// across restarts (see RedisPersistence).
+// WithRedisPersistence sets how the server keeps its data across restarts.
 func WithRedisPersistence(p RedisPersistence) RedisOption {
 	return func(c *redisConfig) { c.persistence = p }
 }
 
-// WithRedisPassword starts the server with --requirepass pw; URL then
-// carries the password and readiness checks authenticate.
+// WithRedisPassword starts the server with --requirepass pw (which URL
+// then carries).
 func WithRedisPassword(pw string) RedisOption {
 	return func(c *redisConfig) { c.password = pw }
 }
@@ -76,8 +75,7 @@ func WithRedisDir(dir string) RedisOption {
 	return func(c *redisConfig) { c.dir = dir }
 }
 
-// WithRedisArgs appends raw redis-server arguments (for example
-// "--maxmemory", "10mb").
+// WithRedisArgs appends raw redis-server arguments ("--maxmemory", "10mb").
 func WithRedisArgs(args ...string) RedisOption {
 	return func(c *redisConfig) { c.args = append(c.args, args...) }
 }
@@ -114,17 +112,13 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 // benchmarks sharing a server), who must Close it; without the binary it
 // returns ErrRedisMissing.
 func LaunchRedis(opts ...RedisOption) (*Redis, error) {
-	bin, err := exec.LookPath("redis-server")
+	g, err := newRedisGroup("keepstate-redis-")
 	if err != nil {
-		return nil, ErrRedisMissing
+		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "keepstate-redis-")
+	r, err := newRedis(g.bin, g.dir, true, redisOptions(opts))
 	if err != nil {
-		return nil, fmt.Errorf("create redis dir: %w", err)
-	}
-	r, err := newRedis(bin, dir, true, redisOptions(opts))
-	if err != nil {
-		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(g.dir)
 	}
 	return r, err
 }
@@ -213,7 +207,7 @@ func (r *Redis) Start() error {
 	}
 	defer out.Close() // the child keeps its own descriptor
 	cmd.Stdout, cmd.Stderr = out, out
-	if r.proc, err = startChild(cmd, nil); err != nil {
+	if r.proc, err = startChild(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", r.bin, err)
 	}
 	if err := r.waitReady(); err != nil {
@@ -333,12 +327,12 @@ func (r *Redis) logTail() string {
 }
 
 // RedisDo sends commands to the Redis server at addr over one pipelined
-// connection, for tests to inspect a server bypassing the code under test.
-// It returns one reply per command: strings and integers as text, a nil
-// bulk as "(nil)", an error reply as the error; arrays are not supported.
+// connection, bypassing the code under test, and returns one reply per
+// command: strings and integers as text, a nil bulk as "(nil)", an error
+// reply as the error; arrays are not supported.
 func RedisDo(addr string, timeout time.Duration, cmds ...[]string) ([]string, error) {
-	// One connection, RESP2, no CLIENT SETINFO: commands (AUTH, SELECT)
-	// apply to the connection that runs the next ones.
+	// One RESP2 connection without CLIENT SETINFO: AUTH and SELECT hold
+	// for the next commands.
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, PoolSize: 1, MaxRetries: -1,
 		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
 	defer c.Close()
@@ -362,11 +356,9 @@ func RedisDo(addr string, timeout time.Duration, cmds ...[]string) ([]string, er
 		case err != nil:
 			return replies, err
 		}
-		switch v := v.(type) {
-		case string:
-			replies = append(replies, v)
-		case int64:
-			replies = append(replies, strconv.FormatInt(v, 10))
+		switch v.(type) {
+		case string, int64:
+			replies = append(replies, fmt.Sprint(v))
 		default:
 			return replies, fmt.Errorf("unsupported redis reply %T", v)
 		}

@@ -19,10 +19,9 @@ import (
 // RedisToolsInstall says how to get redis-cli, which creates a cluster.
 const RedisToolsInstall = "apt-get install redis-tools"
 
-// RedisCluster is a real Redis Cluster on loopback ports: three masters
-// with one replica each. A node fails over to its replica
-// RedisClusterNodeTimeout after it stops answering, even a replica that
-// lagged. Its methods return errors instead of failing a test.
+// RedisCluster is a real Redis Cluster on loopback ports: three masters with
+// a replica each, which takes over (even lagging) RedisClusterNodeTimeout
+// after its master stops answering. Its methods return errors.
 type RedisCluster struct {
 	// Nodes are the six servers in creation order; failovers change which
 	// are masters (see MasterOf).

@@ -42,9 +42,7 @@ func StartRedisSentinel(t testing.TB) *RedisSentinel {
 }
 
 // SharedRedisSentinel returns the Sentinel setup every test of the process
-// shares, started on first use and stopped by Main (StopSharedRedis). Tests
-// must not stop its servers and should keep their keys under their own
-// prefix.
+// shares (see SharedRedisCluster).
 func SharedRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)

@@ -7,16 +7,13 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
-// Registry is an in-process Confluent-compatible Schema Registry
-// (github.com/twmb/franz-go/pkg/sr/srfake) served over HTTP on a free
-// loopback port. Its methods are safe for concurrent use; it is closed by
-// the test's cleanup.
+// Registry is an in-process Confluent-compatible Schema Registry (srfake)
+// on a free loopback port, safe for concurrent use, closed by t.Cleanup.
 type Registry struct {
 	fake *srfake.Registry
 }
 
-// StartRegistry starts an empty in-process Schema Registry and registers its
-// shutdown with t.Cleanup.
+// StartRegistry starts an empty in-process Schema Registry.
 func StartRegistry(t testing.TB) *Registry { return startRegistry(t) }
 
 // StartRegistryWithAuth is StartRegistry for a registry that requires HTTP
