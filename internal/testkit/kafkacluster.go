@@ -119,9 +119,8 @@ func (n *KafkaNode) Running() bool { return processAlive(n.pid()) }
 // up reports whether the node runs and is not paused.
 func (n *KafkaNode) up() bool {
 	n.mu.Lock()
-	paused := n.paused
-	n.mu.Unlock()
-	return !paused && n.Running()
+	defer n.mu.Unlock()
+	return !n.paused && n.Running()
 }
 
 // processAlive reports whether pid runs and is not a zombie.

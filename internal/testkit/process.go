@@ -104,8 +104,7 @@ func (c *child) Kill() {
 // output goes to a log file, printed when the test fails.
 type Process struct {
 	*child
-	name string
-	log  string
+	name, log string
 }
 
 // StartProcess starts bin with args and extra environment variables, to be

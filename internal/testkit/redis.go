@@ -50,12 +50,12 @@ var persistenceArgs = [...][]string{
 // RedisOption configures StartRedis and LaunchRedis.
 type RedisOption func(*redisConfig)
 
+// redisConfig is what the options set; conf is a config file given before
+// the arguments (a Sentinel's).
 type redisConfig struct {
-	persistence RedisPersistence
-	password    string
-	args        []string
-	dir         string
-	conf        string // a config file given before the arguments (a Sentinel's)
+	persistence         RedisPersistence
+	password, dir, conf string
+	args                []string
 }
 
 // WithRedisPersistence sets how the server keeps its data across restarts.
