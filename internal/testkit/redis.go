@@ -153,9 +153,6 @@ func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
 // Port returns the server's TCP port (the same across restarts).
 func (r *Redis) Port() int { return r.port }
 
-// Dir returns the server's data directory (the same across restarts).
-func (r *Redis) Dir() string { return r.dir }
-
 // Password returns the password given with WithRedisPassword, or "".
 func (r *Redis) Password() string { return r.cfg.password }
 
