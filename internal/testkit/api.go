@@ -15,9 +15,8 @@ type Movie struct {
 	Count   int64   `json:"count"`
 }
 
-// APIStats is the JSON of GET /api/stats, with the counters decoded into
-// S: engine.Stats, whose JSON names the endpoint uses (testkit cannot
-// import engine, whose own tests import testkit).
+// APIStats is the JSON of GET /api/stats, with the counters decoded into S:
+// engine.Stats (which testkit cannot import: engine's tests import testkit).
 type APIStats[S any] struct {
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason"`
@@ -35,11 +34,8 @@ func GetJSON(url string, v any) (int, error) {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
+	if err != nil || resp.StatusCode != http.StatusOK || v == nil {
 		return resp.StatusCode, err
-	}
-	if resp.StatusCode != http.StatusOK || v == nil {
-		return resp.StatusCode, nil
 	}
 	if err := json.Unmarshal(b, v); err != nil {
 		return resp.StatusCode, fmt.Errorf("decode %s: %w (%q)", url, err, b)

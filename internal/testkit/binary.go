@@ -9,36 +9,31 @@ import (
 	"testing"
 )
 
-var binary struct {
-	once sync.Once
-	path string
-	err  error
-}
+// binDir holds the binary Keepstate built, for removeBinary.
+var binDir string
+
+var buildBinary = sync.OnceValues(func() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	if binDir, err = os.MkdirTemp("", "keepstate-bin-"); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(binDir, "keepstate")
+	return bin, buildKeepstate(root, bin)
+})
 
 // Keepstate builds ./cmd/keepstate once per test process (with -race when
-// the test binary has it, so child processes are checked too) and returns
-// the binary's path. It lives in a per-process temp dir that Main removes
-// when the tests end.
+// the test binary has it, to check child processes too) into a temp dir
+// that Main removes, and returns the binary's path.
 func Keepstate(t testing.TB) string {
 	t.Helper()
-	binary.once.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			binary.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "keepstate-bin-")
-		if err != nil {
-			binary.err = err
-			return
-		}
-		binary.path = filepath.Join(dir, "keepstate")
-		binary.err = buildKeepstate(root, binary.path)
-	})
-	if binary.err != nil {
-		t.Fatalf("testkit: %v", binary.err)
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
 	}
-	return binary.path
+	return bin
 }
 
 // buildKeepstate builds ./cmd/keepstate of the module in root into bin,
@@ -58,34 +53,29 @@ func buildKeepstate(root, bin string) error {
 
 // removeBinary deletes the binary Keepstate built, if any (Main calls it).
 func removeBinary() {
-	if binary.path != "" {
-		_ = os.RemoveAll(filepath.Dir(binary.path))
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
 	}
 }
 
 // moduleRoot finds the directory holding go.mod above the working directory.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
+	for ; err == nil; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			return dir, nil
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
+		if filepath.Dir(dir) == dir {
 			return "", fmt.Errorf("no go.mod above the working directory")
 		}
-		dir = parent
 	}
+	return "", err
 }
 
-// KeepstateAt builds ./cmd/keepstate as it was at git revision rev of
-// this repository (from `git archive`, in a temp dir the test removes)
-// and returns the binary's path: an earlier version, for upgrade tests.
-// Without git or the revision (a shallow clone), the test is skipped, or
-// fails when services are required.
+// KeepstateAt builds ./cmd/keepstate as it was at git revision rev (from
+// `git archive`, in the test's temp dir) for upgrade tests, and returns the
+// binary's path. Without git or the revision (a shallow clone), the test is
+// skipped (see Missing).
 func KeepstateAt(t testing.TB, rev string) string {
 	t.Helper()
 	root, err := moduleRoot()

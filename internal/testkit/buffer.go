@@ -8,8 +8,7 @@ import (
 )
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use: a log sink that
-// background goroutines write while the test reads it. The zero value is
-// ready to use.
+// goroutines write while the test reads it. The zero value is ready.
 type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -34,8 +33,8 @@ func (s *SyncBuffer) Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(s, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// Logger returns a debug-level logger whose output is printed, under
-// name, only when t fails.
+// Logger returns a debug-level logger whose output is printed, under name,
+// when t fails.
 func Logger(t testing.TB, name string) *slog.Logger {
 	buf := &SyncBuffer{}
 	t.Cleanup(func() {

@@ -1,18 +1,18 @@
 package testkit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"reflect"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
 )
 
-// CommittedRecord is one committed data record as ReadCommittedByMarkers
-// returns it, with the producer that wrote it.
+// CommittedRecord is a committed data record and the producer that wrote it.
 type CommittedRecord struct {
 	Offset     int64
 	Key, Value []byte
@@ -22,15 +22,14 @@ type CommittedRecord struct {
 }
 
 // ReadCommittedByMarkers returns the committed data records of topic/p in
-// offset order. It is the tests' oracle for what read_committed readers
-// must see, built independently of the broker's aborted-transaction index
-// (which the engine's reader, like every Kafka client, trusts): it reads
-// every batch read_uncommitted and decides each transactional record by
-// its producer's next control marker (COMMIT or ABORT). A record whose
-// producer has no marker yet is not committed. Log compaction keeps a
-// transaction's marker as long as any of its records remain, so the oracle
-// holds on compacted topics too. It first waits (until ctx ends) for the
-// last stable offset to reach the high watermark.
+// offset order: the tests' oracle for what read_committed readers must see,
+// independent of the broker's aborted-transaction index (which the engine,
+// like every Kafka client, trusts). It reads every batch read_uncommitted
+// and decides each transactional record by its producer's next control
+// marker (COMMIT or ABORT; none yet: not committed). Compaction keeps a
+// marker while any of its records remain, so compacted topics work too. It
+// first waits (until ctx ends) for the last stable offset to reach the
+// high watermark.
 func ReadCommittedByMarkers(ctx context.Context, client sarama.Client, topic string, p int32) ([]CommittedRecord, error) {
 	hwm, err := waitStableEnd(ctx, client, topic, p)
 	if err != nil {
@@ -107,8 +106,8 @@ func ReadCommittedByMarkers(ctx context.Context, client sarama.Client, topic str
 				continue
 			}
 			for _, r := range rb.Records {
-				off := rb.FirstOffset + r.OffsetDelta
-				cr := CommittedRecord{Offset: off, Key: r.Key, Value: r.Value, Headers: r.Headers, ProducerID: rb.ProducerID, Epoch: rb.ProducerEpoch}
+				cr := CommittedRecord{Offset: rb.FirstOffset + r.OffsetDelta, Key: r.Key, Value: r.Value,
+					Headers: r.Headers, ProducerID: rb.ProducerID, Epoch: rb.ProducerEpoch}
 				if rb.IsTransactional {
 					pending[rb.ProducerID] = append(pending[rb.ProducerID], cr)
 				} else {
@@ -129,12 +128,12 @@ func ReadCommittedByMarkers(ctx context.Context, client sarama.Client, topic str
 			return nil, fmt.Errorf("fetch %s/%d at %d: no progress (hwm %d)", topic, p, next, b.HighWaterMarkOffset)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Offset < out[j].Offset })
+	slices.SortFunc(out, func(a, b CommittedRecord) int { return cmp.Compare(a.Offset, b.Offset) })
 	return out, nil
 }
 
-// waitStableEnd returns topic/p's high watermark once its last stable
-// offset has reached it.
+// waitStableEnd returns topic/p's high watermark once the last stable
+// offset reached it.
 func waitStableEnd(ctx context.Context, client sarama.Client, topic string, p int32) (int64, error) {
 	for {
 		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)

@@ -7,10 +7,9 @@ import (
 	"testing"
 )
 
-// DamageStore writes 4 KiB of garbage a third of the way into the largest
-// table file of the closed clover store in dataDir, as a bad disk or a
-// bad copy would, and returns the file and its size. It fails the test
-// when there is no table file of at least 12 KiB to damage.
+// DamageStore writes 4 KiB of garbage, as a bad disk would, a third of the
+// way into the largest table file (at least 12 KiB, or the test fails) of
+// the closed clover store in dataDir, and returns the file and its size.
 func DamageStore(t testing.TB, dataDir string) (string, int64) {
 	t.Helper()
 	biggest, size := "", int64(0)

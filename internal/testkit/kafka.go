@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,10 +34,10 @@ const (
 const kafkaHow = "run scripts/kafka.sh fetch (needs java and mvn)"
 
 // Kafka returns the bootstrap servers of a broker for a test that must pass
-// on both kfake and Apache Kafka. By default it starts a kfake cluster for
-// this test (closed by t.Cleanup). With KEEPSTATE_TEST_KAFKA=real it returns
-// RealKafka(t). The broker may be shared with other tests and processes, so
-// name topics and groups with UniqueName. Safe for parallel tests.
+// on both kfake and Apache Kafka: by default a kfake cluster of its own
+// (closed by t.Cleanup), with KEEPSTATE_TEST_KAFKA=real RealKafka(t). The
+// broker may be shared with other tests and processes, so name topics and
+// groups with UniqueName. Safe for parallel tests.
 func Kafka(t testing.TB) []string {
 	t.Helper()
 	switch mode := os.Getenv(KafkaEnv); mode {
@@ -50,16 +51,13 @@ func Kafka(t testing.TB) []string {
 	}
 }
 
-// RealKafka returns the bootstrap servers of an Apache Kafka broker. It uses
-// KEEPSTATE_KAFKA_BROKERS when set (failing the test when that broker does
-// not answer); otherwise it starts one broker with scripts/kafka.sh the first
-// time it is called in this test process and shares it with every later
-// caller. Main stops that broker when the tests end; should the process die
-// first, the script stops it on its own. Without java or the broker jars the
-// test is skipped, or fails when KEEPSTATE_REQUIRE_SERVICES=1 (see Missing).
-// Name tests that use it TestIntegration* or TestE2E*: the Makefile runs
-// those with a broker it started, so no test process starts its own. Safe
-// for parallel tests.
+// RealKafka returns the bootstrap servers of an Apache Kafka broker: those
+// of KEEPSTATE_KAFKA_BROKERS (failing the test when it does not answer), or
+// else of a broker scripts/kafka.sh starts on the first call for the whole
+// test process; Main stops it (or the script, should the process die
+// first). Without java or the broker jars the test is skipped (see
+// Missing). Name tests that use it TestIntegration* or TestE2E*: the
+// Makefile runs those with a broker of its own. Safe for parallel tests.
 func RealKafka(t testing.TB) []string {
 	t.Helper()
 	if env := os.Getenv(BrokersEnv); env != "" {
@@ -74,48 +72,44 @@ func RealKafka(t testing.TB) []string {
 		_ = conn.Close()
 		return brokers
 	}
-	b, missing, err := sharedKafka.get(startSharedKafka)
-	if missing != "" {
-		Missing(t, "Apache Kafka", missing)
-	}
-	if err != nil {
-		t.Fatalf("testkit: start Apache Kafka: %v", err)
-	}
-	return append([]string(nil), b.Brokers...)
+	b := sharedKafka.use(t, "Apache Kafka", func() (*scriptKafka, string, error) {
+		return startScriptKafka("keepstate-kafka-", "start", "stop", 1)
+	})
+	return slices.Clone(b.brokers)
 }
 
-// Main runs the tests of a package and then stops what RealKafka,
-// RealKafkaCluster, SharedRedisCluster and SharedRedisSentinel may have
-// started. Call it from TestMain: func TestMain(m *testing.M) {
-// testkit.Main(m) }. It does not return.
+// Main runs the tests of a package (call it from TestMain), stops what
+// RealKafka, RealKafkaCluster and the shared Redis setups started, and
+// exits.
 func Main(m *testing.M) {
 	code := m.Run()
 	removeBinary()
-	if err := StopRealKafka(); err != nil {
+	if err := errors.Join(StopRealKafka(), StopSharedRedis(), stopKafkaCluster()); err != nil {
 		fmt.Fprintln(os.Stderr, "testkit:", err)
-	}
-	if err := StopSharedRedis(); err != nil {
-		fmt.Fprintln(os.Stderr, "testkit:", err)
-	}
-	if err := stopKafkaCluster(); err != nil {
-		fmt.Fprintln(os.Stderr, "testkit: stop the Kafka cluster:", err)
 	}
 	os.Exit(code)
 }
 
-// StopRealKafka stops the broker RealKafka started in this process, if any,
-// and removes its files; later RealKafka calls fail. Main calls it; other
-// callers need it only when they cannot use Main. Safe to call more than once.
+// StopRealKafka stops the broker RealKafka started, if any, and removes its
+// files; later RealKafka calls fail. Main calls it. Safe to call again.
 func StopRealKafka() error {
-	return sharedKafka.stop(errors.New("the broker was already stopped (StopRealKafka)"), (*scriptBroker).stop)
+	return sharedKafka.stop(errors.New("the broker was already stopped (StopRealKafka)"), (*scriptKafka).stop)
 }
 
 // sharedKafka is the broker RealKafka starts once per test process.
-var sharedKafka sharedOnce[*scriptBroker]
+var sharedKafka sharedOnce[*scriptKafka]
 
-// startSharedKafka starts the broker RealKafka shares. The second result
-// says why it cannot run here, for Missing.
-func startSharedKafka() (*scriptBroker, string, error) {
+// scriptKafka is Apache Kafka (one broker or a cluster) that scripts/kafka.sh
+// runs from dir and stops with the command stopCmd.
+type scriptKafka struct {
+	script, dir, stopCmd string
+	brokers              []string
+}
+
+// startScriptKafka starts Apache Kafka with `kafka.sh cmd` in a new
+// temporary directory, for this process. The second result says why it
+// cannot run here, for Missing.
+func startScriptKafka(prefix, cmd, stopCmd string, brokers int, args ...string) (*scriptKafka, string, error) {
 	script, missing := findScript()
 	if missing == "" {
 		missing = checkScript(script)
@@ -123,50 +117,56 @@ func startSharedKafka() (*scriptBroker, string, error) {
 	if missing != "" {
 		return nil, missing, nil
 	}
-	dir, err := os.MkdirTemp("", "keepstate-kafka-")
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return nil, "", fmt.Errorf("temp dir: %w", err)
 	}
-	b, err := startScriptBroker(script, dir, os.Getpid())
-	if err != nil {
+	k := &scriptKafka{script: script, dir: dir, stopCmd: stopCmd}
+	if err := k.start(os.Getpid(), brokers, cmd, args...); err != nil {
 		_ = os.RemoveAll(dir)
+		return nil, "", err
 	}
-	return b, "", err
+	return k, "", nil
 }
 
-// scriptBroker is one Apache Kafka broker run by scripts/kafka.sh from Dir.
-type scriptBroker struct {
-	Script  string
-	Dir     string
-	Brokers []string
+// start runs `kafka.sh cmd dir args...` for process owner (the script stops
+// what it started on its own once owner has exited) and takes the brokers,
+// want of them, that the last line of its output lists.
+func (k *scriptKafka) start(owner, want int, cmd string, args ...string) error {
+	out, err := runScript(k.script, ownerEnv(owner), append([]string{cmd, k.dir}, args...)...)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	k.brokers = splitBrokers(lines[len(lines)-1])
+	for _, b := range k.brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("kafka.sh %s printed %q, want host:port: %w", cmd, out, err)
+		}
+	}
+	if len(k.brokers) != want {
+		return fmt.Errorf("kafka.sh %s printed %q, want %d brokers", cmd, out, want)
+	}
+	return nil
+}
+
+// ownerEnv tells scripts/kafka.sh to stop what it starts once process
+// owner has exited.
+func ownerEnv(owner int) []string {
+	return []string{"KEEPSTATE_KAFKA_OWNER_PID=" + strconv.Itoa(owner)}
+}
+
+// stop stops the brokers and removes their directory.
+func (k *scriptKafka) stop() error {
+	_, err := runScript(k.script, nil, k.stopCmd, k.dir)
+	if rmErr := os.RemoveAll(k.dir); err == nil && rmErr != nil {
+		err = fmt.Errorf("remove %s: %w", k.dir, rmErr)
+	}
+	return err
 }
 
 // scriptTimeout bounds one call of scripts/kafka.sh (start waits <= 60 s).
 const scriptTimeout = 120 * time.Second
-
-// startScriptBroker runs "kafka.sh start dir"; the script stops the broker
-// on its own once process owner has exited.
-func startScriptBroker(script, dir string, owner int) (*scriptBroker, error) {
-	out, err := runScript(script, []string{"KEEPSTATE_KAFKA_OWNER_PID=" + strconv.Itoa(owner)}, "start", dir)
-	if err != nil {
-		return nil, err
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	addr := strings.TrimSpace(lines[len(lines)-1])
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("kafka.sh start printed %q, want host:port: %w", out, err)
-	}
-	return &scriptBroker{Script: script, Dir: dir, Brokers: []string{addr}}, nil
-}
-
-// stop stops the broker and removes its directory.
-func (b *scriptBroker) stop() error {
-	_, err := runScript(b.Script, nil, "stop", b.Dir)
-	if rmErr := os.RemoveAll(b.Dir); err == nil && rmErr != nil {
-		err = fmt.Errorf("remove %s: %w", b.Dir, rmErr)
-	}
-	return err
-}
 
 // runScript runs scripts/kafka.sh with args, adding env to the environment,
 // and returns its standard output.
@@ -183,9 +183,7 @@ func runScript(script string, env []string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// findScript locates scripts/kafka.sh in the module root, found by walking
-// up from the working directory (a test runs in its package directory). The
-// second result is non-empty when the script cannot run here.
+// findScript locates scripts/kafka.sh, or says why it cannot run here.
 func findScript() (string, string) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		return "", "bash not found"
@@ -201,8 +199,7 @@ func findScript() (string, string) {
 	return script, ""
 }
 
-// checkScript returns why the broker cannot start here (no java, no jars),
-// or "" when it can.
+// checkScript returns why the broker cannot start here (no java, no jars).
 func checkScript(script string) string {
 	if _, err := exec.LookPath("java"); err != nil {
 		return "java not found; install a JDK 17+ and " + kafkaHow
@@ -223,10 +220,10 @@ func splitBrokers(s string) []string {
 	return out
 }
 
-// UniqueName returns prefix-<test name>-<random hex>, usable as a Kafka
-// topic, consumer group id, instance id or Redis key prefix: only lower-case
-// letters, digits and dashes, at most 100 characters. Names differ between
-// calls, tests and processes sharing a broker. Safe for concurrent use.
+// UniqueName returns prefix-<test name>-<random hex> in lower-case letters,
+// digits and dashes, at most 100 characters: a Kafka topic, group id,
+// instance id or Redis key prefix that differs between calls, tests and
+// processes sharing a broker. Safe for concurrent use.
 func UniqueName(t testing.TB, prefix string) string {
 	t.Helper()
 	var r [4]byte
@@ -237,25 +234,11 @@ func UniqueName(t testing.TB, prefix string) string {
 	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "-")
 }
 
+var nonName = regexp.MustCompile(`[^a-z0-9]+`)
+
 // sanitizeName lower-cases s, turns every run of other characters than
 // [a-z0-9] into one dash, trims dashes and cuts to max bytes.
 func sanitizeName(s string, max int) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(s) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-			dash = false
-			continue
-		}
-		if !dash && b.Len() > 0 {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	out := b.String()
-	if len(out) > max {
-		out = out[:max]
-	}
-	return strings.Trim(out, "-")
+	s = strings.TrimLeft(nonName.ReplaceAllString(strings.ToLower(s), "-"), "-")
+	return strings.Trim(s[:min(len(s), max)], "-")
 }

@@ -103,8 +103,8 @@ func TestIntegrationKafkaScript(t *testing.T) {
 		t.Fatalf("temp dir: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	b, err := startScriptBroker(script, dir, owner.Process.Pid)
-	if err != nil {
+	b := &scriptKafka{script: script, dir: dir, stopCmd: "stop"}
+	if err := b.start(owner.Process.Pid, 1, "start"); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	t.Cleanup(func() { _ = b.stop() })
@@ -113,16 +113,16 @@ func TestIntegrationKafkaScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("port file: %v", err)
 	}
-	if want := "127.0.0.1:" + strings.TrimSpace(string(port)); len(b.Brokers) != 1 || b.Brokers[0] != want {
-		t.Fatalf("brokers: got %v, want [%s]", b.Brokers, want)
+	if want := "127.0.0.1:" + strings.TrimSpace(string(port)); len(b.brokers) != 1 || b.brokers[0] != want {
+		t.Fatalf("brokers: got %v, want [%s]", b.brokers, want)
 	}
 	pid := brokerPid(t, dir)
 	if !alive(pid) {
 		t.Fatalf("broker pid %d is not running after start", pid)
 	}
-	conn, err := net.DialTimeout("tcp", b.Brokers[0], 5*time.Second)
+	conn, err := net.DialTimeout("tcp", b.brokers[0], 5*time.Second)
 	if err != nil {
-		t.Fatalf("dial %s: %v", b.Brokers[0], err)
+		t.Fatalf("dial %s: %v", b.brokers[0], err)
 	}
 	conn.Close()
 
@@ -134,9 +134,9 @@ func TestIntegrationKafkaScript(t *testing.T) {
 		}
 		return nil
 	})
-	if conn, err := net.DialTimeout("tcp", b.Brokers[0], time.Second); err == nil {
+	if conn, err := net.DialTimeout("tcp", b.brokers[0], time.Second); err == nil {
 		conn.Close()
-		t.Errorf("%s still accepts connections after the broker stopped", b.Brokers[0])
+		t.Errorf("%s still accepts connections after the broker stopped", b.brokers[0])
 	}
 	if err := b.stop(); err != nil {
 		t.Errorf("stop of a stopped broker: %v", err)

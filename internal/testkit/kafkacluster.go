@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,25 +18,20 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// KafkaClusterEnv must be 1 for RealKafkaCluster to start a cluster; the
-// Makefile's integration-cluster target sets it. Without it the tests that
-// need the cluster are skipped: three JVMs are too heavy for a plain
-// `go test ./...`.
+// KafkaClusterEnv must be 1 (make integration-cluster) for RealKafkaCluster
+// to start a cluster: three JVMs are too heavy for a plain `go test ./...`.
 const KafkaClusterEnv = "KEEPSTATE_TEST_KAFKA_CLUSTER"
 
-// clusterNodes is the size of the cluster RealKafkaCluster starts: three
-// voters, so that a quorum survives one lost node.
+// clusterNodes is the size of the cluster: a quorum survives one lost node.
 const clusterNodes = 3
 
 // KafkaCluster is a three-node Apache Kafka KRaft cluster started by
-// scripts/kafka.sh cluster-start: every node is broker and controller, its
-// own JVM with its own ports and log dir. Topics default to replication
-// factor 3 and min.insync.replicas 2, as do the offsets and transaction
-// state topics. Its methods are safe for concurrent use.
+// scripts/kafka.sh cluster-start: every node is broker and controller, a JVM
+// of its own. Topics (the internal ones too) default to replication factor
+// 3 and min.insync.replicas 2. Its methods are safe for concurrent use.
 type KafkaCluster struct {
-	script string
-	dir    string
-	nodes  []*KafkaNode
+	*scriptKafka
+	nodes []*KafkaNode
 }
 
 // KafkaNode is one node of a KafkaCluster; its ID is the broker and node
@@ -50,91 +46,57 @@ type KafkaNode struct {
 	paused bool
 }
 
-// RealKafkaCluster returns the three-node cluster of this test process,
-// starting it on the first call (about 6-10 s) and sharing it with every
-// later caller; Main stops it when the tests end (and the script stops it
-// on its own should the process die first). A test that kills, stops or
-// pauses nodes must leave them all running again (Restore) before it ends,
-// since later tests share the cluster. The test is skipped unless
+// RealKafkaCluster returns the cluster this test process shares, started
+// on the first call (6-10 s) and stopped by Main (or by the script should
+// the process die first). A test that kills, stops or pauses nodes must
+// Restore them before it ends. The test is skipped unless
 // KEEPSTATE_TEST_KAFKA_CLUSTER=1, and skipped or failed (see Missing)
-// without java or the broker jars. Name tests that use it TestCluster*:
-// `make integration-cluster` runs those, and only those.
+// without java or the broker jars. `make integration-cluster` runs the
+// tests named TestCluster*, which use it, and only those.
 func RealKafkaCluster(t testing.TB) *KafkaCluster {
 	t.Helper()
 	if os.Getenv(KafkaClusterEnv) != "1" {
 		t.Skipf("the three-node Kafka cluster tests run with `make integration-cluster` (%s=1)", KafkaClusterEnv)
 	}
-	c, missing, err := sharedCluster.get(startKafkaCluster)
-	if missing != "" {
-		Missing(t, "Apache Kafka", missing)
-	}
-	if err != nil {
-		t.Fatalf("testkit: start the Kafka cluster: %v", err)
-	}
-	return c
+	return sharedCluster.use(t, "Apache Kafka", func() (*KafkaCluster, string, error) {
+		k, missing, err := startScriptKafka("keepstate-kafka-cluster-", "cluster-start", "cluster-stop",
+			clusterNodes, strconv.Itoa(clusterNodes))
+		if k == nil {
+			return nil, missing, err
+		}
+		c := &KafkaCluster{scriptKafka: k}
+		for i, a := range k.brokers {
+			dir := filepath.Join(k.dir, "node-"+strconv.Itoa(i+1))
+			c.nodes = append(c.nodes, &KafkaNode{ID: int32(i + 1), Addr: a, dir: dir, c: c})
+		}
+		return c, "", nil
+	})
 }
 
 // sharedCluster is the cluster RealKafkaCluster starts once per process.
 var sharedCluster sharedOnce[*KafkaCluster]
 
-// startKafkaCluster starts the cluster RealKafkaCluster shares. The second
-// result says why it cannot run here, for Missing.
-func startKafkaCluster() (*KafkaCluster, string, error) {
-	script, missing := findScript()
-	if missing == "" {
-		missing = checkScript(script)
-	}
-	if missing != "" {
-		return nil, missing, nil
-	}
-	dir, err := os.MkdirTemp("", "keepstate-kafka-cluster-")
-	if err != nil {
-		return nil, "", fmt.Errorf("temp dir: %w", err)
-	}
-	owner := []string{"KEEPSTATE_KAFKA_OWNER_PID=" + strconv.Itoa(os.Getpid())}
-	out, err := runScript(script, owner, "cluster-start", dir, strconv.Itoa(clusterNodes))
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, "", err
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	addrs := splitBrokers(lines[len(lines)-1])
-	if len(addrs) != clusterNodes {
-		return nil, "", fmt.Errorf("kafka.sh cluster-start printed %q, want %d brokers", out, clusterNodes)
-	}
-	c := &KafkaCluster{script: script, dir: dir}
-	for i, a := range addrs {
-		c.nodes = append(c.nodes, &KafkaNode{ID: int32(i + 1), Addr: a, dir: filepath.Join(dir, "node-"+strconv.Itoa(i+1)), c: c})
-	}
-	return c, "", nil
-}
-
 // stopKafkaCluster stops the cluster RealKafkaCluster started, if any, and
-// removes its files. Main calls it.
+// removes its files (keeping the nodes' logs, see keepLog). Main calls it.
 func stopKafkaCluster() error {
-	return sharedCluster.stop(errors.New("the cluster was already stopped"), func(c *KafkaCluster) error {
-		_, err := runScript(c.script, nil, "cluster-stop", c.dir)
+	err := sharedCluster.stop(errors.New("the cluster was already stopped"), func(c *KafkaCluster) error {
+		_, err := runScript(c.script, nil, c.stopCmd, c.dir)
 		for _, n := range c.nodes {
 			keepLog(filepath.Join(n.dir, "kafka.log"), fmt.Sprintf("kafka-node-%d.log", n.ID))
 		}
-		if rmErr := os.RemoveAll(c.dir); err == nil && rmErr != nil {
-			err = rmErr
-		}
-		return err
+		return errors.Join(err, os.RemoveAll(c.dir))
 	})
+	if err != nil {
+		return fmt.Errorf("stop the Kafka cluster: %w", err)
+	}
+	return nil
 }
 
 // Brokers returns every node's bootstrap address.
-func (c *KafkaCluster) Brokers() []string {
-	out := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		out[i] = n.Addr
-	}
-	return out
-}
+func (c *KafkaCluster) Brokers() []string { return slices.Clone(c.brokers) }
 
 // Nodes returns the nodes, by id.
-func (c *KafkaCluster) Nodes() []*KafkaNode { return append([]*KafkaNode(nil), c.nodes...) }
+func (c *KafkaCluster) Nodes() []*KafkaNode { return slices.Clone(c.nodes) }
 
 // Node returns the node with broker id id, or nil.
 func (c *KafkaCluster) Node(id int32) *KafkaNode {
@@ -146,31 +108,24 @@ func (c *KafkaCluster) Node(id int32) *KafkaNode {
 
 // pid returns the node's JVM process id (0 when it never ran).
 func (n *KafkaNode) pid() int {
-	b, err := os.ReadFile(filepath.Join(n.dir, "pid"))
-	if err != nil {
-		return 0
-	}
+	b, _ := os.ReadFile(filepath.Join(n.dir, "pid"))
 	p, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return p
 }
 
 // Running reports whether the node's process exists (paused counts).
-func (n *KafkaNode) Running() bool {
-	p := n.pid()
-	return p > 0 && processAlive(p)
-}
+func (n *KafkaNode) Running() bool { return processAlive(n.pid()) }
 
 // up reports whether the node runs and is not paused.
 func (n *KafkaNode) up() bool {
 	n.mu.Lock()
-	paused := n.paused
-	n.mu.Unlock()
-	return !paused && n.Running()
+	defer n.mu.Unlock()
+	return !n.paused && n.Running()
 }
 
 // processAlive reports whether pid runs and is not a zombie.
 func processAlive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return false
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -179,10 +134,8 @@ func processAlive(pid int) bool {
 	}
 	// The state follows the parenthesised command name.
 	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // signal sends sig to the node's process.
@@ -201,7 +154,7 @@ func (n *KafkaNode) signal(sig syscall.Signal) error {
 func (n *KafkaNode) waitExit(timeout time.Duration) error {
 	p := n.pid()
 	deadline := time.Now().Add(timeout)
-	for p > 0 && processAlive(p) {
+	for processAlive(p) {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("node %d (pid %d) still runs after %v", n.ID, p, timeout)
 		}
@@ -222,8 +175,7 @@ func (n *KafkaNode) Kill() error {
 }
 
 // Stop sends SIGTERM (a controlled shutdown: the node hands its leaderships
-// over first) and waits up to timeout for the process to end, killing it
-// after that.
+// over first) and waits up to timeout for the exit, then kills it.
 func (n *KafkaNode) Stop(timeout time.Duration) error {
 	if err := n.Resume(); err != nil {
 		return err
@@ -240,28 +192,24 @@ func (n *KafkaNode) Stop(timeout time.Duration) error {
 
 // Pause stops the node's process with SIGSTOP: its connections stay open
 // but nothing answers.
-func (n *KafkaNode) Pause() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err := n.signal(syscall.SIGSTOP); err != nil {
-		return err
-	}
-	n.paused = true
-	return nil
-}
+func (n *KafkaNode) Pause() error { return n.pause(true, syscall.SIGSTOP) }
 
 // Resume continues a paused node (SIGCONT); a no-op when it is not paused.
-func (n *KafkaNode) Resume() error {
+func (n *KafkaNode) Resume() error { return n.pause(false, syscall.SIGCONT) }
+
+// pause sends sig and records whether the node is paused; it does nothing
+// to resume a node that is not paused.
+func (n *KafkaNode) pause(paused bool, sig syscall.Signal) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !n.paused {
+	if !paused && !n.paused {
 		return nil
 	}
-	if err := n.signal(syscall.SIGCONT); err != nil {
-		return err
+	err := n.signal(sig)
+	if err == nil {
+		n.paused = paused
 	}
-	n.paused = false
-	return nil
+	return err
 }
 
 // Start starts a killed or stopped node again on its ports and data and
@@ -270,14 +218,12 @@ func (n *KafkaNode) Start() error {
 	if n.Running() {
 		return fmt.Errorf("node %d already runs", n.ID)
 	}
-	owner := []string{"KEEPSTATE_KAFKA_OWNER_PID=" + strconv.Itoa(os.Getpid())}
-	_, err := runScript(n.c.script, owner, "node-start", n.dir)
+	_, err := runScript(n.c.script, ownerEnv(os.Getpid()), "node-start", n.dir)
 	return err
 }
 
-// Restore brings every node back (resumed, started) and waits up to
-// timeout until every partition of every topic has its full set of
-// in-sync replicas. Call it at the end of a test that injected faults.
+// Restore resumes and starts every node and waits up to timeout until
+// InSync holds. Call it at the end of a test that injected faults.
 func (c *KafkaCluster) Restore(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	for _, n := range c.nodes {
@@ -294,8 +240,8 @@ func (c *KafkaCluster) Restore(t testing.TB, timeout time.Duration) {
 }
 
 // InSync returns nil when every node is up and every partition of every
-// topic (the internal ones too) has all its replicas in sync, and
-// otherwise an error naming one that has not.
+// topic (internal ones too) has all its replicas in sync, or else an error
+// naming one that has not.
 func (c *KafkaCluster) InSync() error {
 	for _, n := range c.nodes {
 		if !n.up() {
@@ -336,8 +282,7 @@ func (c *KafkaCluster) InSync() error {
 	})
 }
 
-// Leader returns the node leading topic/p, as the cluster's metadata says
-// now.
+// Leader returns the node leading topic/p, as the metadata says now.
 func (c *KafkaCluster) Leader(topic string, p int32) (*KafkaNode, error) {
 	return c.nodeOf(func(cl sarama.Client) (*sarama.Broker, error) {
 		if err := cl.RefreshMetadata(topic); err != nil {
@@ -390,10 +335,8 @@ func (c *KafkaCluster) withClient(fn func(sarama.Client) error) error {
 	}
 	sc := sarama.NewConfig()
 	sc.Version = sarama.V3_6_0_0
-	sc.Net.DialTimeout = 2 * time.Second
-	sc.Net.ReadTimeout = 5 * time.Second
-	sc.Metadata.Retry.Max = 1
-	sc.Metadata.Retry.Backoff = 100 * time.Millisecond
+	sc.Net.DialTimeout, sc.Net.ReadTimeout = 2*time.Second, 5*time.Second
+	sc.Metadata.Retry.Max, sc.Metadata.Retry.Backoff = 1, 100*time.Millisecond
 	cl, err := sarama.NewClient(addrs, sc)
 	if err != nil {
 		return err

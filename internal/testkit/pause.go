@@ -9,23 +9,16 @@ import (
 	"time"
 )
 
-// Pause describes one pause of PausePastSession: which process to pause,
-// and how to tell that its partitions moved and that it aborted a
-// transaction. The callbacks differ between the tests (their instances
-// report through different APIs); testkit cannot import engine, so they
-// return plain values.
+// Pause describes one pause of PausePastSession. The callbacks differ
+// between tests and return plain values (testkit cannot import engine).
 type Pause struct {
-	// Victim is the process to pause, named Name in messages.
-	Victim *Process
-	Name   string
-	// Other names the instance that must take the victim's partitions.
-	Other string
+	Victim *Process // the process to pause
+	Name   string   // the victim's name in messages
+	Other  string   // the instance that must take the victim's partitions
 	// TakenOver returns nil once Other runs every partition of the group
-	// (the victim's session timed out and its partitions moved), and
-	// otherwise an error saying what Other runs.
+	// (the victim's session timed out), and otherwise what Other runs.
 	TakenOver func() error
-	// Aborted returns the victim's count of aborted transactions
-	// (engine.Stats.TransactionsAborted).
+	// Aborted returns the victim's engine.Stats.TransactionsAborted.
 	Aborted func() (int64, error)
 }
 
@@ -36,21 +29,15 @@ var (
 	pauseAbort    = 30 * time.Second
 )
 
-// PausePastSession pauses p.Victim past its consumer-group session timeout
-// and reports whether the pause struck it holding unflushed state. It reads
-// p.Aborted, sends the victim SIGSTOP, waits up to 60s until p.TakenOver
-// returns nil, sends SIGCONT, and returns true once p.Aborted exceeds the
-// count it read first within 30s: the victim woke up as a zombie in the
-// middle of a transaction, and that transaction was aborted.
-//
-// Otherwise (nothing to flush, or no abort within 30s) it logs why the pause
-// did not count and returns false; the caller may pause again. It fails the
-// test if the first read of p.Aborted fails, the victim cannot be
-// signalled, or p.TakenOver does not hold within 60s; the victim is resumed
-// even then. Call it from the test goroutine; nothing else may signal, stop
-// or restart the victim until it returns. It calls p.TakenOver and
-// p.Aborted one at a time from the calling goroutine; they report through
-// their error and must not fail the test.
+// PausePastSession pauses p.Victim (SIGSTOP) past its consumer-group
+// session timeout, until p.TakenOver holds (within 60s), resumes it, and
+// reports whether p.Aborted grew within 30s: the victim woke up a zombie
+// holding an open transaction, which was aborted. Otherwise it logs why
+// the pause did not count, and the caller may pause again. It fails the
+// test if the first p.Aborted read or a signal fails, or p.TakenOver does
+// not hold in time; the victim is resumed either way. Call it from the
+// test goroutine, with nothing else signalling or restarting the victim;
+// the callbacks run one at a time on it and must not fail the test.
 func PausePastSession(t testing.TB, p Pause) bool {
 	t.Helper()
 	before, err := p.Aborted()

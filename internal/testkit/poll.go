@@ -16,9 +16,8 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() err
 }
 
 // Poll calls cond, at growing intervals up to 200ms, until it returns nil
-// or timeout passes, and returns its last error: nil if cond held in time.
-// It is Eventually for a condition that may fairly never hold, and is safe
-// to call from any goroutine (it does not touch the test).
+// or timeout passes, and returns its last error: Eventually for a condition
+// that may fairly never hold, safe to call from any goroutine.
 func Poll(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	interval := 10 * time.Millisecond
@@ -28,8 +27,6 @@ func Poll(timeout time.Duration, cond func() error) error {
 			return last
 		}
 		time.Sleep(interval) // polling interval, not synchronisation
-		if interval < 200*time.Millisecond {
-			interval *= 2
-		}
+		interval = min(2*interval, 320*time.Millisecond)
 	}
 }

@@ -1,10 +1,10 @@
 package testkit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,166 +30,121 @@ var ErrRedisMissing = errors.New("redis-server binary not found on PATH")
 type RedisPersistence int
 
 const (
-	// RedisNoPersistence keeps data in memory only: a restarted server is
-	// empty. This is the default.
+	// RedisNoPersistence (the default) keeps data in memory only.
 	RedisNoPersistence RedisPersistence = iota
-	// RedisAOF appends every write to an append-only file, fsynced on every
-	// write, so data survives Stop and even Kill.
+	// RedisAOF fsyncs every write to an append-only file: data survives
+	// Stop and even Kill.
 	RedisAOF
-	// RedisRDB writes a dump.rdb snapshot when the server is stopped with
-	// SIGTERM (Stop); data written since the last snapshot is lost on Kill.
+	// RedisRDB writes a dump.rdb snapshot on Stop (SIGTERM); data written
+	// since the last snapshot is lost on Kill.
 	RedisRDB
 )
+
+// persistenceArgs are the redis-server arguments of each RedisPersistence.
+var persistenceArgs = [...][]string{
+	RedisNoPersistence: {"--appendonly", "no", "--save", ""},
+	RedisAOF:           {"--appendonly", "yes", "--appendfsync", "always", "--save", ""},
+	RedisRDB:           {"--appendonly", "no", "--save", "3600 1"}, // and at shutdown
+}
 
 // RedisOption configures StartRedis and LaunchRedis.
 type RedisOption func(*redisConfig)
 
+// redisConfig is what the options set; conf is a config file given before
+// the arguments (a Sentinel's).
 type redisConfig struct {
-	persistence RedisPersistence
-	password    string
-	args        []string
-	dir         string
-	conf        string // a config file given before the arguments (a Sentinel's)
+	persistence         RedisPersistence
+	password, dir, conf string
+	args                []string
 }
 
-// WithRedisPersistence makes the server keep its data in its directory
-// across restarts (see RedisPersistence).
+// WithRedisPersistence sets how the server keeps its data across restarts.
 func WithRedisPersistence(p RedisPersistence) RedisOption {
 	return func(c *redisConfig) { c.persistence = p }
 }
 
-// WithRedisPassword starts the server with --requirepass pw; URL then
-// carries the password and readiness checks authenticate.
+// WithRedisPassword starts the server with --requirepass pw (which URL
+// then carries).
 func WithRedisPassword(pw string) RedisOption {
 	return func(c *redisConfig) { c.password = pw }
 }
 
-// WithRedisDir makes StartRedis keep the server's data (and logs) in dir,
-// for example a testkit.SmallVolume, instead of a fresh temporary
-// directory. LaunchRedis ignores it.
+// WithRedisDir makes StartRedis (not LaunchRedis) keep the server's data
+// and logs in dir, a SmallVolume say, instead of a fresh temporary one.
 func WithRedisDir(dir string) RedisOption {
 	return func(c *redisConfig) { c.dir = dir }
 }
 
-// WithRedisArgs appends raw redis-server arguments (for example
-// "--maxmemory", "10mb").
+// WithRedisArgs appends raw redis-server arguments ("--maxmemory", "10mb").
 func WithRedisArgs(args ...string) RedisOption {
 	return func(c *redisConfig) { c.args = append(c.args, args...) }
 }
 
 // Redis is a real redis-server process listening on a loopback port with
-// its own data directory. Its methods are safe for concurrent use (a
-// goroutine may Start the server while the test goroutine uses it); they
-// return errors instead of failing a test, so they may be called from any
-// goroutine.
+// its own data directory. Its methods are safe for concurrent use and
+// return errors instead of failing a test, so any goroutine may call them.
 type Redis struct {
-	bin  string
-	dir  string
-	port int
-	cfg  redisConfig
-	// ownDir is true when Close must remove dir (LaunchRedis).
-	ownDir bool
+	bin, dir string
+	port     int
+	cfg      redisConfig
+	ownDir   bool // Close removes dir (LaunchRedis)
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc *child
 }
 
 // StartRedis starts a redis-server for the test on a free loopback port in a
-// temporary directory and waits until it answers PING. The server is stopped
-// when the test ends. When the binary is missing the test is skipped (or
-// fails when KEEPSTATE_REQUIRE_SERVICES=1).
+// temporary directory, waits until it answers PING, and stops it when the
+// test ends. Without the binary the test is skipped (see Missing).
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
 	bin := LookPath(t, "redis-server", RedisInstall)
-	var cfg redisConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := redisOptions(opts)
 	dir := cfg.dir
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	r, err := newRedis(bin, dir, false, opts)
-	if err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := r.Close(); err != nil {
-			t.Errorf("stop redis-server: %v", err)
-		}
-	})
-	return r
+	r, err := newRedis(bin, dir, false, cfg)
+	return closeAtEnd(t, "redis-server", r, err)
 }
 
-// LaunchRedis is StartRedis for callers without a testing.TB (TestMain or a
-// server shared by several benchmarks): the caller must Close it. It returns
-// ErrRedisMissing when the binary is not installed.
+// LaunchRedis is StartRedis for callers without a testing.TB (TestMain, or
+// benchmarks sharing a server), who must Close it; without the binary it
+// returns ErrRedisMissing.
 func LaunchRedis(opts ...RedisOption) (*Redis, error) {
-	bin, err := exec.LookPath("redis-server")
+	g, err := newRedisGroup("keepstate-redis-")
 	if err != nil {
-		return nil, ErrRedisMissing
-	}
-	dir, err := os.MkdirTemp("", "keepstate-redis-")
-	if err != nil {
-		return nil, fmt.Errorf("create redis dir: %w", err)
-	}
-	r, err := newRedis(bin, dir, true, opts)
-	if err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	return r, nil
+	r, err := newRedis(g.bin, g.dir, true, redisOptions(opts))
+	if err != nil {
+		_ = os.RemoveAll(g.dir)
+	}
+	return r, err
 }
 
-func newRedis(bin, dir string, ownDir bool, opts []RedisOption) (*Redis, error) {
-	var cfg redisConfig
+func redisOptions(opts []RedisOption) (cfg redisConfig) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	var lastErr error
+	return cfg
+}
+
+func newRedis(bin, dir string, ownDir bool, cfg redisConfig) (*Redis, error) {
+	var err error
 	// A free port can be taken by another process between probing and the
 	// server's bind; try a few ports before giving up.
 	for range 3 {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
+		port, perr := freePort()
+		if perr != nil {
+			return nil, perr
 		}
 		r := &Redis{bin: bin, dir: dir, port: port, cfg: cfg, ownDir: ownDir}
-		if lastErr = r.Start(); lastErr == nil {
+		if err = r.Start(); err == nil {
 			return r, nil
 		}
 	}
-	return nil, lastErr
-}
-
-// givenPorts are the ports freePort has returned in this process: the
-// kernel may hand a port that was just closed out again at once, and two
-// children of one test were given the same API port (one then failed
-// with "address already in use").
-var givenPorts = struct {
-	sync.Mutex
-	m map[int]bool
-}{m: map[int]bool{}}
-
-// freePort returns a loopback port that was free a moment ago and that it
-// has not returned before in this process.
-func freePort() (int, error) {
-	givenPorts.Lock()
-	defer givenPorts.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find a free port: %w", err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !givenPorts.m[p] {
-			givenPorts.m[p] = true
-			return p, nil
-		}
-	}
-	return 0, errors.New("find a free port: every port the kernel offered was given out before")
+	return nil, err
 }
 
 // Addr returns host:port of the server.
@@ -197,9 +152,6 @@ func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
 
 // Port returns the server's TCP port (the same across restarts).
 func (r *Redis) Port() int { return r.port }
-
-// Dir returns the server's data directory (the same across restarts).
-func (r *Redis) Dir() string { return r.dir }
 
 // Password returns the password given with WithRedisPassword, or "".
 func (r *Redis) Password() string { return r.cfg.password }
@@ -219,49 +171,24 @@ func (r *Redis) Running() bool {
 	return r.runningLocked()
 }
 
-func (r *Redis) runningLocked() bool {
-	if r.cmd == nil {
-		return false
-	}
-	select {
-	case <-r.done:
-		return false
-	default:
-		return true
-	}
-}
+func (r *Redis) runningLocked() bool { return r.proc != nil && !r.proc.Exited() }
 
 func (r *Redis) serverArgs() []string {
 	var args []string
 	if r.cfg.conf != "" {
 		args = append(args, r.cfg.conf)
 	}
-	args = append(args,
-		"--port", strconv.Itoa(r.port),
-		"--bind", "127.0.0.1",
-		"--dir", r.dir,
-		"--daemonize", "no",
-		"--logfile", filepath.Join(r.dir, "redis.log"),
-		"--dbfilename", "dump.rdb",
-	)
-	switch r.cfg.persistence {
-	case RedisAOF:
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
-	case RedisRDB:
-		// A snapshot at shutdown (SIGTERM) and rarely otherwise.
-		args = append(args, "--appendonly", "no", "--save", "3600 1")
-	default:
-		args = append(args, "--appendonly", "no", "--save", "")
-	}
+	args = append(args, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir, "--daemonize", "no",
+		"--logfile", filepath.Join(r.dir, "redis.log"), "--dbfilename", "dump.rdb")
+	args = append(args, persistenceArgs[r.cfg.persistence]...)
 	if r.cfg.password != "" {
 		args = append(args, "--requirepass", r.cfg.password)
 	}
 	return append(args, r.cfg.args...)
 }
 
-// Start starts the server again on the same port and directory (after Stop
-// or Kill) and waits until it answers PING. With persistence it reloads its
-// data. Starting a running server is an error.
+// Start starts a stopped server again on the same port and directory (with
+// persistence, reloading its data) and waits until it answers PING.
 func (r *Redis) Start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -269,8 +196,7 @@ func (r *Redis) Start() error {
 		return errors.New("redis-server is already running")
 	}
 	cmd := exec.Command(r.bin, r.serverArgs()...)
-	cmd.Dir = r.dir
-	cmd.SysProcAttr = procAttr()
+	cmd.Dir, cmd.SysProcAttr = r.dir, procAttr()
 	// Errors in the arguments are printed before the log file is opened.
 	out, err := os.OpenFile(filepath.Join(r.dir, "redis.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -278,44 +204,31 @@ func (r *Redis) Start() error {
 	}
 	defer out.Close() // the child keeps its own descriptor
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	if r.proc, err = startChild(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", r.bin, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	r.cmd, r.done = cmd, done
-	if err := r.waitReady(done); err != nil {
-		_ = cmd.Process.Kill()
-		<-done
+	if err := r.waitReady(); err != nil {
+		r.proc.Kill()
 		return fmt.Errorf("redis-server on %s not ready: %w; log: %s", r.Addr(), err, r.logTail())
 	}
 	return nil
 }
 
-func (r *Redis) waitReady(done <-chan struct{}) error {
+func (r *Redis) waitReady() error {
 	const within = 15 * time.Second
 	deadline := time.Now().Add(within)
-	wait := 5 * time.Millisecond
-	var last error
-	for {
-		select {
-		case <-done:
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 160*time.Millisecond) {
+		if r.proc.Exited() {
 			return errors.New("process exited")
-		default:
 		}
-		if last = r.ping(); last == nil {
+		err := r.ping()
+		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no PONG within %v: %w", within, last)
+			return fmt.Errorf("no PONG within %v: %w", within, err)
 		}
 		time.Sleep(wait)
-		if wait < 100*time.Millisecond {
-			wait *= 2
-		}
 	}
 }
 
@@ -325,8 +238,7 @@ func (r *Redis) ping() error {
 	if r.cfg.password != "" {
 		cmds = append(cmds, []string{"AUTH", r.cfg.password})
 	}
-	cmds = append(cmds, []string{"PING"})
-	replies, err := RedisDo(r.Addr(), time.Second, cmds...)
+	replies, err := RedisDo(r.Addr(), time.Second, append(cmds, []string{"PING"})...)
 	if err != nil {
 		return err
 	}
@@ -337,12 +249,11 @@ func (r *Redis) ping() error {
 }
 
 // Stop stops the server with SIGTERM (a clean shutdown: an RDB server saves
-// its snapshot) and waits for the process to exit, killing it after 10 s.
-// Stopping a stopped server does nothing.
+// its snapshot) and waits for it to exit, killing it after 10 s.
 func (r *Redis) Stop() error { return r.stop(syscall.SIGTERM) }
 
-// Kill stops the server with SIGKILL (a crash: nothing is saved beyond what
-// the AOF already holds) and waits for the process to exit.
+// Kill stops the server with SIGKILL (a crash: only what the AOF holds is
+// kept) and waits for it to exit.
 func (r *Redis) Kill() error { return r.stop(syscall.SIGKILL) }
 
 func (r *Redis) stop(sig syscall.Signal) error {
@@ -351,21 +262,18 @@ func (r *Redis) stop(sig syscall.Signal) error {
 	if !r.runningLocked() {
 		return nil
 	}
-	if err := r.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := r.proc.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("signal redis-server: %w", err)
 	}
-	select {
-	case <-r.done:
+	if r.proc.wait(10 * time.Second) {
 		return nil
-	case <-time.After(10 * time.Second):
 	}
-	_ = r.cmd.Process.Kill()
-	<-r.done
+	r.proc.Kill()
 	return fmt.Errorf("redis-server did not exit within 10s of %v; killed", sig)
 }
 
-// Wipe deletes the server's persisted data (dump.rdb and the append-only
-// files) so the next Start begins empty. The server must be stopped.
+// Wipe deletes the stopped server's persisted data (dump.rdb, the AOF) so
+// the next Start begins empty.
 func (r *Redis) Wipe() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -380,8 +288,8 @@ func (r *Redis) Wipe() error {
 	return nil
 }
 
-// RestartEmpty stops the server, deletes its data and starts it again on the
-// same port: the server comes back with nothing in it, like a lost volume.
+// RestartEmpty stops the server, wipes its data and starts it again on the
+// same port, empty, like after a lost volume.
 func (r *Redis) RestartEmpty() error {
 	if err := r.Stop(); err != nil {
 		return err
@@ -392,14 +300,11 @@ func (r *Redis) RestartEmpty() error {
 	return r.Start()
 }
 
-// Close stops the server and, for a LaunchRedis server, removes its
-// directory.
+// Close stops the server and removes a LaunchRedis server's directory.
 func (r *Redis) Close() error {
 	err := r.Stop()
 	if r.ownDir {
-		if rerr := os.RemoveAll(r.dir); rerr != nil && err == nil {
-			err = rerr
-		}
+		err = cmp.Or(err, os.RemoveAll(r.dir))
 	}
 	return err
 }
@@ -408,15 +313,9 @@ func (r *Redis) Close() error {
 func (r *Redis) logTail() string {
 	var parts []string
 	for _, name := range []string{"redis.out", "redis.log"} {
-		b, err := os.ReadFile(filepath.Join(r.dir, name))
-		if err != nil || len(b) == 0 {
-			continue
+		if b, err := os.ReadFile(filepath.Join(r.dir, name)); err == nil && len(b) > 0 {
+			parts = append(parts, name+": "+strings.TrimSpace(string(b[max(0, len(b)-2000):])))
 		}
-		const max = 2000
-		if len(b) > max {
-			b = b[len(b)-max:]
-		}
-		parts = append(parts, name+": "+strings.TrimSpace(string(b)))
 	}
 	if len(parts) == 0 {
 		return "(no output)"
@@ -424,15 +323,13 @@ func (r *Redis) logTail() string {
 	return strings.Join(parts, "\n")
 }
 
-// RedisDo sends commands to a Redis server at addr over one connection
-// (go-redis, pipelined) and returns one reply per command: simple strings
-// and integers as text, bulk strings as their content, a nil bulk as
-// "(nil)". An error reply is returned as an error. Arrays are not
-// supported. It lets tests inspect a server without going through the code
-// under test.
+// RedisDo sends commands to the Redis server at addr over one pipelined
+// connection, bypassing the code under test, and returns one reply per
+// command: strings and integers as text, a nil bulk as "(nil)", an error
+// reply as the error; arrays are not supported.
 func RedisDo(addr string, timeout time.Duration, cmds ...[]string) ([]string, error) {
-	// One connection, RESP2, no CLIENT SETINFO: commands (AUTH, SELECT)
-	// apply to the connection that runs the next ones.
+	// One RESP2 connection without CLIENT SETINFO: AUTH and SELECT hold
+	// for the next commands.
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, PoolSize: 1, MaxRetries: -1,
 		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
 	defer c.Close()
@@ -456,11 +353,9 @@ func RedisDo(addr string, timeout time.Duration, cmds ...[]string) ([]string, er
 		case err != nil:
 			return replies, err
 		}
-		switch v := v.(type) {
-		case string:
-			replies = append(replies, v)
-		case int64:
-			replies = append(replies, strconv.FormatInt(v, 10))
+		switch v.(type) {
+		case string, int64:
+			replies = append(replies, fmt.Sprint(v))
 		default:
 			return replies, fmt.Errorf("unsupported redis reply %T", v)
 		}

@@ -176,3 +176,6 @@ func TestLaunchRedisBadArgument(t *testing.T) {
 		t.Errorf("error %q does not show the server's complaint about the directive", err)
 	}
 }
+
+// Dir returns the server's data directory (the same across restarts).
+func (r *Redis) Dir() string { return r.dir }

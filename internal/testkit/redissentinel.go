@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,74 +14,52 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisSentinelMaster is the master name of a test Sentinel setup.
-const RedisSentinelMaster = "keepstate"
-
-// RedisSentinelDownAfter is how long the test Sentinels wait before they
-// consider a silent master down.
-const RedisSentinelDownAfter = 2 * time.Second
+const (
+	// RedisSentinelMaster is the master name of a test Sentinel setup.
+	RedisSentinelMaster = "keepstate"
+	// RedisSentinelDownAfter is how long the test Sentinels wait before
+	// they consider a silent master down.
+	RedisSentinelDownAfter = 2 * time.Second
+)
 
 // RedisSentinel is a real Sentinel setup on loopback ports: a master, one
-// replica and three Sentinels (quorum 2) watching them. Which server is the
-// master changes with failovers (see Master). Its methods return errors
-// instead of failing a test.
+// replica and three Sentinels (quorum 2) watching them; failovers change
+// the master (see Master). Its methods return errors, not failing a test.
 type RedisSentinel struct {
 	// Servers are the master and the replica in creation order.
 	Servers   []*Redis
 	Sentinels []*Redis
-	dir       string
-	ownDir    bool
+	redisGroup
 }
 
 // StartRedisSentinel starts a Sentinel setup for the test and stops it when
-// the test ends. When redis-server is missing the test is skipped (or fails
-// when KEEPSTATE_REQUIRE_SERVICES=1).
+// the test ends. Without redis-server the test is skipped (see Missing).
 func StartRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
-	s, err := launchRedisSentinel(t.TempDir())
-	if err != nil {
-		t.Fatalf("start redis sentinel setup: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("stop redis sentinel setup: %v", err)
-		}
-	})
-	return s
+	s, err := launchRedisSentinel()
+	return closeAtEnd(t, "redis sentinel setup", s, err)
 }
 
-// SharedRedisSentinel returns the Sentinel setup shared by every test of
-// the process, started on the first call and stopped by Main (or
-// StopSharedRedis). Tests must not stop its servers and should keep their
-// keys under a prefix of their own.
+// SharedRedisSentinel returns the Sentinel setup every test of the process
+// shares (see SharedRedisCluster).
 func SharedRedisSentinel(t testing.TB) *RedisSentinel {
 	t.Helper()
 	LookPath(t, "redis-server", RedisInstall)
-	s, _, err := sharedRedisSentinel.get(func() (*RedisSentinel, string, error) {
-		s, err := launchRedisSentinel("")
+	return sharedRedisSentinel.use(t, "the shared redis sentinel setup", func() (*RedisSentinel, string, error) {
+		s, err := launchRedisSentinel()
 		return s, "", err
 	})
-	if err != nil {
-		t.Fatalf("testkit: start the shared redis sentinel setup: %v", err)
-	}
-	return s
 }
 
-// launchRedisSentinel starts a setup in dir, or in a temporary directory
-// that Close removes when dir is "".
-func launchRedisSentinel(dir string) (_ *RedisSentinel, err error) {
-	bin, err := exec.LookPath("redis-server")
+// launchRedisSentinel starts a setup in a temporary directory that Close
+// removes.
+func launchRedisSentinel() (_ *RedisSentinel, err error) {
+	g, err := newRedisGroup("keepstate-redis-sentinel-")
 	if err != nil {
-		return nil, ErrRedisMissing
+		return nil, err
 	}
-	s := &RedisSentinel{dir: dir}
-	if dir == "" {
-		if s.dir, err = os.MkdirTemp("", "keepstate-redis-sentinel-"); err != nil {
-			return nil, err
-		}
-		s.ownDir = true
-	}
+	s := &RedisSentinel{redisGroup: g}
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -91,33 +67,22 @@ func launchRedisSentinel(dir string) (_ *RedisSentinel, err error) {
 	}()
 	// A master stopped with SIGTERM exits at once instead of waiting up to
 	// 10 s for a replica that is gone.
-	now := WithRedisArgs("--shutdown-on-sigterm", "now")
-	master, err := startNode(bin, s.dir, "server0", now)
+	now := []string{"--shutdown-on-sigterm", "now"}
+	master, err := s.startNode("server0", "", redisConfig{args: now})
 	if err != nil {
 		return nil, err
 	}
+	replicaOf := slices.Concat(now, []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port())})
 	s.Servers = append(s.Servers, master)
-	replica, err := startNode(bin, s.dir, "server1", now, WithRedisArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+	replica, err := s.startNode("server1", "", redisConfig{args: replicaOf})
 	if err != nil {
 		return nil, err
 	}
 	s.Servers = append(s.Servers, replica)
-	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 10000\n",
-		RedisSentinelMaster, master.Port(), RedisSentinelMaster, RedisSentinelDownAfter.Milliseconds(), RedisSentinelMaster)
+	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\nsentinel down-after-milliseconds %[1]s %[3]d\n"+
+		"sentinel failover-timeout %[1]s 10000\n", RedisSentinelMaster, master.Port(), RedisSentinelDownAfter.Milliseconds())
 	for i := range 3 {
-		// Each Sentinel rewrites its own copy of the config file.
-		d := filepath.Join(s.dir, "sentinel"+strconv.Itoa(i))
-		file := filepath.Join(d, "sentinel.conf")
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
-			return nil, err
-		}
-		sn, err := newRedis(bin, d, false, []RedisOption{func(c *redisConfig) {
-			c.conf = file
-			c.args = append(c.args, "--sentinel")
-		}})
+		sn, err := s.startNode("sentinel"+strconv.Itoa(i), conf, redisConfig{args: []string{"--sentinel"}})
 		if err != nil {
 			return nil, err
 		}
@@ -139,6 +104,25 @@ func (s *RedisSentinel) URL() string {
 	return u + "master_name=" + RedisSentinelMaster
 }
 
+// askSentinel returns the address of the master Sentinel sn names, and with
+// replicas the replicas it knows of.
+func askSentinel(ctx context.Context, sn *Redis, replicas bool) (string, []map[string]string, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	addr, err := c.GetMasterAddrByName(ctx, RedisSentinelMaster).Result()
+	if err == nil && len(addr) != 2 {
+		err = fmt.Errorf("sentinel %s names master %v", sn.Addr(), addr)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	var reps []map[string]string
+	if replicas {
+		reps, err = c.Replicas(ctx, RedisSentinelMaster).Result()
+	}
+	return net.JoinHostPort(addr[0], addr[1]), reps, err
+}
+
 // Master returns the server a running Sentinel names as the master.
 func (s *RedisSentinel) Master(ctx context.Context) (*Redis, error) {
 	var last error = errors.New("no sentinel is running")
@@ -146,19 +130,14 @@ func (s *RedisSentinel) Master(ctx context.Context) (*Redis, error) {
 		if !sn.Running() {
 			continue
 		}
-		c := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), MaxRetries: -1, DialTimeout: time.Second})
-		addr, err := c.GetMasterAddrByName(ctx, RedisSentinelMaster).Result()
-		_ = c.Close()
+		addr, _, err := askSentinel(ctx, sn, false)
 		if err != nil {
 			last = err
-			continue
+		} else if r := byAddr(s.Servers, addr); r != nil {
+			return r, nil
+		} else {
+			last = fmt.Errorf("sentinel %s names master %v, not a server of the setup", sn.Addr(), addr)
 		}
-		if len(addr) == 2 {
-			if r := byAddr(s.Servers, net.JoinHostPort(addr[0], addr[1])); r != nil {
-				return r, nil
-			}
-		}
-		last = fmt.Errorf("sentinel %s names master %v, not a server of the setup", sn.Addr(), addr)
 	}
 	return nil, last
 }
@@ -172,21 +151,20 @@ func (s *RedisSentinel) WaitReady(within time.Duration) error {
 
 func (s *RedisSentinel) ready(ctx context.Context) error {
 	var master *Redis
+	running := 0
+	for _, r := range s.Servers {
+		if r.Running() {
+			running++
+		}
+	}
 	for _, sn := range s.Sentinels {
 		if !sn.Running() {
 			continue
 		}
-		c := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr(), MaxRetries: -1, DialTimeout: time.Second})
-		addr, err := c.GetMasterAddrByName(ctx, RedisSentinelMaster).Result()
-		var replicas []map[string]string
-		if err == nil {
-			replicas, err = c.Replicas(ctx, RedisSentinelMaster).Result()
-		}
-		_ = c.Close()
+		m, replicas, err := askSentinel(ctx, sn, true)
 		if err != nil {
 			return fmt.Errorf("sentinel %s: %w", sn.Addr(), err)
 		}
-		m := net.JoinHostPort(addr[0], addr[1])
 		if master != nil && master.Addr() != m {
 			return fmt.Errorf("sentinels disagree on the master: %s and %s", master.Addr(), m)
 		}
@@ -199,8 +177,8 @@ func (s *RedisSentinel) ready(ctx context.Context) error {
 				ok++
 			}
 		}
-		if running := s.running() - 1; ok < running {
-			return fmt.Errorf("sentinel %s sees %d of %d replicas up", sn.Addr(), ok, running)
+		if ok < running-1 {
+			return fmt.Errorf("sentinel %s sees %d of %d replicas up", sn.Addr(), ok, running-1)
 		}
 	}
 	for _, r := range s.Servers {
@@ -225,25 +203,6 @@ func (s *RedisSentinel) ready(ctx context.Context) error {
 	return nil
 }
 
-func (s *RedisSentinel) running() int {
-	n := 0
-	for _, r := range s.Servers {
-		if r.Running() {
-			n++
-		}
-	}
-	return n
-}
-
 // Close stops every server and Sentinel and removes a shared setup's
 // directory.
-func (s *RedisSentinel) Close() error {
-	var errs []error
-	for _, r := range append(append([]*Redis(nil), s.Sentinels...), s.Servers...) {
-		errs = append(errs, r.Close())
-	}
-	if s.ownDir {
-		errs = append(errs, os.RemoveAll(s.dir))
-	}
-	return errors.Join(errs...)
-}
+func (s *RedisSentinel) Close() error { return s.close((*Redis).Close) }

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// RequireEnv is the environment variable that turns a missing service into a
-// test failure instead of a skip. .ci/run sets it to 1.
+// RequireEnv set to 1 (.ci/run does) fails tests whose services are
+// missing instead of skipping them.
 const RequireEnv = "KEEPSTATE_REQUIRE_SERVICES"
 
 // ServicesRequired reports whether missing services must fail tests.

@@ -8,17 +8,15 @@ import (
 	"testing"
 )
 
-// Volume is a small filesystem of its own (tmpfs) for disk-full tests: a
-// store on it fails with ENOSPC once it is full, like a persistent volume
-// that ran out of space, and Resize grows it as an operator would.
+// Volume is a small tmpfs for disk-full tests: a store on it fails with
+// ENOSPC once it is full, and Resize grows it as an operator would.
 type Volume struct {
 	// Dir is the mount point.
 	Dir string
 }
 
-// SmallVolume mounts a tmpfs of size bytes on a fresh directory and
-// unmounts it when the test ends. Mounting needs root (CI runs as root);
-// elsewhere the test is skipped, or fails under KEEPSTATE_REQUIRE_SERVICES=1.
+// SmallVolume mounts a tmpfs of size bytes on a fresh directory until the
+// test ends. Without root (CI has it) the test is skipped (see Missing).
 func SmallVolume(t testing.TB, size int64) *Volume {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "volume")

@@ -1,8 +1,7 @@
-// Package apptest holds the test helpers that need package app. They are
-// not in testkit itself because testkit is imported by the in-package tests
-// of packages app depends on (engine, docstore, redisstore, web): testkit
-// importing app would close an import cycle for those tests. Only tests
-// import apptest; app's own tests may, being package app_test.
+// Package apptest holds the test helpers that need package app, apart
+// from testkit, which the in-package tests of app's dependencies (engine,
+// docstore, redisstore, web) import: testkit importing app would close an
+// import cycle. Only tests (app's own too, as app_test) import it.
 package apptest
 
 import (
@@ -23,9 +22,8 @@ type Names struct {
 // Config returns base (app.Default, or an example's defaults) set up for
 // one test: brokers; an application id and topics unique to the test; a
 // fresh data dir; an ephemeral loopback API port; a 100ms commit interval;
-// 3 partitions; no fsync; and peerSecret, which authenticates routing
-// between the test's instances. Fields the test does not name stay as in
-// base.
+// 3 partitions; no fsync; and peerSecret for routing between the test's
+// instances. Other fields stay as in base.
 func Config(t testing.TB, base app.Config, brokers []string, names Names, peerSecret string) app.Config {
 	t.Helper()
 	c := base
@@ -38,9 +36,8 @@ func Config(t testing.TB, base app.Config, brokers []string, names Names, peerSe
 	c.CommitInterval = 100 * time.Millisecond
 	c.Partitions = 3
 	c.Fsync = false
-	// In-process instances share one Go runtime, whose memory limit is
-	// process-wide: each one's default target (and its governor) would
-	// set it for all of them. The child-process tests run the default.
+	// In-process instances share one Go runtime, whose memory limit each
+	// one's governor would set for all. Child processes run the default.
 	c.MemoryLimitMiB = -1
 	c.PeerSecret = peerSecret
 	return c
