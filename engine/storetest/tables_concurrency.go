@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -46,12 +47,9 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 	}
 	// samePair checks that a and b are keys 1 and 2 of one batch.
 	samePair := func(what string, a, b engine.Doc) error {
-		va, err := consistent(i1, a)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		vb, err := consistent(i2, b)
-		if err != nil {
+		va, errA := consistent(i1, a)
+		vb, errB := consistent(i2, b)
+		if err := errors.Join(errA, errB); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if va != vb {
@@ -62,12 +60,7 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 
 	c, cancel := context.WithCancel(ctx(t))
 	defer cancel()
-	var (
-		wg      sync.WaitGroup
-		failed  atomic.Bool
-		done    = make(chan struct{})
-		lastGet atomic.Int64
-	)
+	var lastGet atomic.Int64
 	readers := []func() error{
 		func() error { // Load sees both docs of one batch
 			got, err := tb.Load(c, [][]byte{k1, k2, k3})
@@ -130,12 +123,15 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 			return nil
 		},
 	}
-	reads := make([]atomic.Int64, len(readers))
-	errs := make([]error, len(readers)) // each reader's first error, if any
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Bool
+		done   = make(chan struct{})
+		reads  = make([]atomic.Int64, len(readers))
+		errs   = make([]error, len(readers)) // each reader's first error, if any
+	)
 	for i, read := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for !failed.Load() {
 				final := false
 				select {
@@ -155,39 +151,29 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 					return
 				}
 			}
-		}()
+		})
 	}
 
 	var applyErr error
-	for k := int64(2); k <= batches && !failed.Load(); k++ {
-		b := engine.DocBatch{Partition: 0, Epoch: epoch, Docs: pair(k), Checkpoint: k}
-		if applyErr = tb.Apply(c, b); applyErr != nil {
-			applyErr = fmt.Errorf("apply batch %d: %w", k, applyErr)
-			break
+	for k := int64(2); k <= batches && !failed.Load() && applyErr == nil; k++ {
+		if err := tb.Apply(c, tbatch(0, epoch, k, pair(k)...)); err != nil {
+			applyErr = fmt.Errorf("apply batch %d: %w", k, err)
+			cancel()
 		}
 	}
 	close(done)
-	if applyErr != nil {
-		cancel()
-	}
 	wg.Wait()
 	if applyErr != nil {
 		t.Fatal(applyErr)
 	}
-	for _, err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	if t.Failed() {
-		return
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 	for i := range reads {
 		if reads[i].Load() == 0 {
 			t.Errorf("reader %d never completed a read", i)
 		}
 	}
-	wantTDoc(t, tb, pairDoc(i1, batches))
-	wantTDoc(t, tb, pairDoc(i2, batches))
+	wantTDoc(t, tb, pairDoc(i1, batches), pairDoc(i2, batches))
 	wantTCheckpoint(t, tb, 0, batches, true)
 }

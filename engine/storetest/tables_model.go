@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"bytes"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -37,6 +39,11 @@ func tmodelOf(docs []engine.Doc) tmodel {
 		md[string(d.Key)] = d
 	}
 	return md
+}
+
+// sorted returns the documents of md by key.
+func (md tmodel) sorted() []engine.Doc {
+	return slices.SortedFunc(maps.Values(md), func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
 }
 
 // cursorAt returns the cursor of d in the index at pos.
@@ -186,36 +193,38 @@ func wantTIndexes(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int,
 }
 
 // wantTPagedAll pages through every index of sh in both orders, limit
-// documents a page, and checks each page against the model and that
-// the pages hold every document of md once.
+// documents a page, checking with tpageAll.
 func wantTPagedAll(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int) {
 	t.Helper()
 	for _, ix := range sh.spec.Indexes {
 		for _, desc := range []bool{false, true} {
-			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit}
-			if got := tpageAll(t, tb, md, q); len(got) != len(md) {
-				t.Fatalf("paging %s returned %d docs; want %d", showQuery(q), len(got), len(md))
-			}
+			tpageAll(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit})
 		}
 	}
 }
 
-// tpageAll follows Next from q until a page comes back without it and
-// returns every document seen, checking each page against the model.
-func tpageAll(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) []engine.Doc {
+// tpageAll follows Next from q until a page comes back without it,
+// checking each page against the model and that the pages together hold
+// the model's answer to q: every document once, in order.
+func tpageAll(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) {
 	t.Helper()
+	want := md.query(t, tb.Spec(), q)
 	var got []engine.Doc
-	for pages := 0; ; pages++ {
+	for at, pages := q, 0; ; pages++ {
 		if pages > len(md)/q.Limit+2 {
 			t.Fatalf("paging %s did not end after %d pages", showQuery(q), pages)
 		}
-		page := wantTPage(t, tb, md, q)
+		page := wantTPage(t, tb, md, at)
 		got = append(got, page.Docs...)
 		if page.Next == nil {
-			return got
+			break
 		}
 		next := *page.Next
-		q.After = &next
+		at.After = &next
+	}
+	if !slices.EqualFunc(got, want, sameKey) {
+		t.Fatalf("paging %s returned %d docs %v; want %d %v",
+			showQuery(q), len(got), showKeys(got), len(want), showKeys(want))
 	}
 }
 

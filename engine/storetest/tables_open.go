@@ -41,41 +41,37 @@ func testOpenTableInvalid(t *testing.T, open TablesOpener) {
 	mustOpen(t, ts, cloneSpec(MovieShape))
 }
 
-func testReopenSameSpec(t *testing.T, open TablesOpener) {
-	for _, sh := range shapes() {
-		t.Run(sh.name, func(t *testing.T) {
-			ts, first := openTable(t, open, sh.spec)
-			if got := first.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) || got.TiesAscending != sh.spec.TiesAscending {
-				t.Fatalf("Spec() = %+v; want %+v", got, sh.spec)
-			}
-			d := tdoc(sh, 1, 0, 1, 2.5, "gold")
-			tapply(t, first, 0, 3, d)
-			old := tclaim(t, first, 0)
-
-			// A second handle (a copy of the spec, as a restarted job
-			// would build it) sees the same table.
-			second := mustOpen(t, ts, cloneSpec(sh.spec))
-			if got := second.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) {
-				t.Fatalf("reopened Spec() = %+v; want %+v", got, sh.spec)
-			}
-			wantTDoc(t, second, d)
-			wantTCheckpoint(t, second, 0, 3, true)
-			wantTPage(t, second, tmodelOf([]engine.Doc{d}), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 5})
-
-			// Epochs are shared: a claim through one handle fences the other.
-			current := tclaim(t, second, 0)
-			if current <= old {
-				t.Fatalf("claim through the second handle = %d; want > %d", current, old)
-			}
-			e := tdoc(sh, 2, 0, 1, 1, "a")
-			b := engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 4, Docs: []engine.Doc{e}}
-			wantApply(t, first, b, engine.ErrFenced, "through the first handle with the old epoch")
-			b.Epoch = current
-			wantApply(t, first, b, nil, "through the first handle with the epoch claimed through the second")
-			wantTDoc(t, second, e)
-			wantTCheckpoint(t, second, 0, 4, true)
-		})
+func testReopenSameSpec(t *testing.T, open TablesOpener, sh shape) {
+	ts, first := openTable(t, open, sh.spec)
+	if got := first.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) ||
+		got.TiesAscending != sh.spec.TiesAscending {
+		t.Fatalf("Spec() = %+v; want %+v", got, sh.spec)
 	}
+	d := tdoc(sh, 1, 0, 1, 2.5, "gold")
+	tapply(t, first, 0, 3, d)
+	old := tclaim(t, first, 0)
+
+	// A second handle (a copy of the spec, as a restarted job would build
+	// it) sees the same table.
+	second := mustOpen(t, ts, cloneSpec(sh.spec))
+	if got := second.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) {
+		t.Fatalf("reopened Spec() = %+v; want %+v", got, sh.spec)
+	}
+	wantTDoc(t, second, d)
+	wantTCheckpoint(t, second, 0, 3, true)
+	wantTPage(t, second, tmodelOf([]engine.Doc{d}), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 5})
+
+	// Epochs are shared: a claim through one handle fences the other.
+	current := tclaim(t, second, 0)
+	if current <= old {
+		t.Fatalf("claim through the second handle = %d; want > %d", current, old)
+	}
+	e := tdoc(sh, 2, 0, 1, 1, "a")
+	wantApply(t, first, tbatch(0, old, 4, e), engine.ErrFenced, "through the first handle with the old epoch")
+	wantApply(t, first, tbatch(0, current, 4, e), nil,
+		"through the first handle with the epoch claimed through the second")
+	wantTDoc(t, second, e)
+	wantTCheckpoint(t, second, 0, 4, true)
 }
 
 func testReopenDifferentSpec(t *testing.T, open TablesOpener) {
@@ -145,10 +141,9 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 			}
 			eb := tclaim(t, b, 0)
 			// Claims of b did not fence a, nor a's claims b.
-			wantApply(t, a, engine.DocBatch{Partition: 0, Epoch: ea, Docs: da, Checkpoint: 10}, nil,
-				"to "+a.Spec().Name+" after claims of "+b.Spec().Name)
+			wantApply(t, a, tbatch(0, ea, 10, da...), nil, "to "+a.Spec().Name+" after claims of "+b.Spec().Name)
 			// A lower version in b than in a is not stale: versions are per table.
-			wantApply(t, b, engine.DocBatch{Partition: 0, Epoch: eb, Docs: db, Checkpoint: 20}, nil, "to "+b.Spec().Name)
+			wantApply(t, b, tbatch(0, eb, 20, db...), nil, "to "+b.Spec().Name)
 			wantTDoc(t, a, da[0])
 			wantTDoc(t, b, db[0])
 			wantTAbsent(t, a, db[1].Key)
@@ -160,11 +155,8 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 			wantTIndexes(t, b, sh, tmodelOf(db), 10, false)
 			wantTLoad(t, a, [][]byte{db[1].Key, da[0].Key}, mda) // only its own
 
-			if err := b.DropPartition(ctx(t), 0); err != nil {
-				t.Fatalf("DropPartition: %v", err)
-			}
-			wantTDoc(t, a, da[0])
-			wantTDoc(t, a, da[1])
+			tdrop(t, b, 0)
+			wantTDoc(t, a, da...)
 			wantTCheckpoint(t, a, 0, 10, true)
 			wantTCheckpoint(t, b, 0, 0, false)
 			wantTAbsent(t, b, db[0].Key)
@@ -177,8 +169,7 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 				wantTDoc(t, a, da[1])
 				wantTCheckpoint(t, a, 0, 10, true)
 				// a's epoch is still current.
-				wantApply(t, a, engine.DocBatch{Partition: 0, Epoch: ea, Checkpoint: 11}, nil,
-					"to "+a.Spec().Name+" after a reset of "+b.Spec().Name)
+				wantApply(t, a, tbatch(0, ea, 11), nil, "to "+a.Spec().Name+" after a reset of "+b.Spec().Name)
 			}
 		})
 	}
@@ -195,7 +186,7 @@ func testTableWithoutIndexes(t *testing.T, open TablesOpener) {
 	wantTDoc(t, tb, d)
 	bad := tdoc(sh, 2, 0, 1, 0, "")
 	bad.Index = []engine.IndexValue{engine.Num(1)}
-	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: []engine.Doc{bad}}, engine.ErrInvalid,
+	wantApply(t, tb, tbatch(0, tclaim(t, tb, 0), 0, bad), engine.ErrInvalid,
 		"of a doc with an index value to a table without indexes")
 	if page, err := tb.Query(ctx(t), engine.IndexQuery{Index: "avg", Limit: 5}); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("Query of a table without indexes = %d docs, %v; want ErrInvalid", len(page.Docs), err)

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -34,14 +35,7 @@ func testTableScanner(t *testing.T, open TablesOpener, sh shape) {
 		if err != nil {
 			t.Fatalf("ScanPartition(%d): %v", p, err)
 		}
-		if len(seen) != len(want) {
-			t.Fatalf("ScanPartition(%d) visited %d docs; want %d", p, len(seen), len(want))
-		}
-		for _, w := range want {
-			if g, ok := seen[string(w.Key)]; !ok || !sameDoc(sh.spec, g, w) {
-				t.Fatalf("ScanPartition(%d) doc %s = %s (seen %v); want %s", p, showKey(w.Key), showDoc(g), ok, showDoc(w))
-			}
-		}
+		wantTDocs(t, fmt.Sprintf("ScanPartition(%d)", p), sh.spec, seen, tmodelOf(want))
 	}
 	scan(0, p0)
 	scan(1, p1)
@@ -68,9 +62,7 @@ func testTableScanner(t *testing.T, open TablesOpener, sh shape) {
 	tapply(t, tb, 1, 2, upd)
 	p1[0] = upd
 	scan(1, p1)
-	if err := tb.DropPartition(ctx(t), 0); err != nil {
-		t.Fatalf("DropPartition(0): %v", err)
-	}
+	tdrop(t, tb, 0)
 	scan(0, nil)
 	scan(1, p1)
 }
@@ -109,11 +101,8 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 		}
 	}
 	zombie := tdoc(sh, 2, 0, 1, 1, "zombie")
-	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: before[0], Checkpoint: 9, Docs: []engine.Doc{zombie}},
-		engine.ErrFenced, "with the epoch claimed before Reset")
-	for _, d := range append(docs, other, zombie) {
-		wantTAbsent(t, tb, d.Key)
-	}
+	wantApply(t, tb, tbatch(0, before[0], 9, zombie), engine.ErrFenced, "with the epoch claimed before Reset")
+	wantTAbsent(t, tb, docKeys(append(docs, other, zombie))...)
 	wantTCheckpoint(t, tb, 0, 0, false)
 	wantTCheckpoint(t, tb, 1, 0, false)
 	wantTIndexes(t, tb, sh, tmodel{}, 100, false, true)
@@ -127,14 +116,12 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 	// Another table of the store is untouched, its epoch still current.
 	wantTDoc(t, sibling, kept)
 	wantTCheckpoint(t, sibling, 0, 77, true)
-	wantApply(t, sibling, engine.DocBatch{Partition: 0, Epoch: siblingEpoch, Checkpoint: 78}, nil,
-		"to another table after Reset")
+	wantApply(t, sibling, tbatch(0, siblingEpoch, 78), nil, "to another table after Reset")
 
 	// The table is usable after a reset, and old versions are accepted again.
 	again := docs[0].Clone()
 	again.Version, again.Value = 1, []byte("again")
-	batch := engine.DocBatch{Partition: 0, Epoch: after[0], Checkpoint: 1, Docs: []engine.Doc{again}}
-	wantApply(t, tb, batch, nil, "after Reset")
+	wantApply(t, tb, tbatch(0, after[0], 1, again), nil, "after Reset")
 	wantTDoc(t, tb, again)
 	wantTCheckpoint(t, tb, 0, 1, true)
 	wantTIndexes(t, tb, sh, tmodelOf([]engine.Doc{again}), 10, false)
@@ -175,24 +162,7 @@ func checkFiltered(t *testing.T, tb engine.Table, md tmodel, sh shape) {
 	}
 	for _, parts := range [][]int32{{0, 2}, {1}, {}} {
 		keep, want := keepOnly(md, parts...)
-		ft := filteredTable{Table: tb, fq: fq, keep: keep}
-		eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-			for _, desc := range []bool{false, true} {
-				for _, limit := range []int{1, 4, 100} {
-					q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit}
-					if got := tpageAll(t, ft, want, q); len(got) != len(want) {
-						t.Fatalf("paging %s keeping partitions %v returned %d docs; want %d", showQuery(q), parts, len(got), len(want))
-					}
-				}
-				for _, c := range arbitraryCursors[ix.Kind] {
-					after := c
-					wantTPage(t, ft, want, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 3, After: &after})
-				}
-				for _, bc := range boundCases[ix.Kind] {
-					wantTPage(t, ft, want, rangeQuery(ix, bc.min, bc.max, desc, 2))
-				}
-			}
-		})
+		wantTQueries(t, filteredTable{Table: tb, fq: fq, keep: keep}, want, sh, []int{1, 4, 100}, 3, 2)
 	}
 }
 
