@@ -37,8 +37,7 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 	tapply(t, tb, 0, 1, append(pair(1), static)...)
 	epoch := tclaim(t, tb, 0)
 
-	// consistent checks that d is the pair doc i of some version and
-	// returns that version.
+	// consistent returns the version of d, the pair's doc i, or an error.
 	consistent := func(i int, d engine.Doc) (int64, error) {
 		if want := pairDoc(i, d.Version); !sameDoc(sh.spec, d, want) {
 			return 0, fmt.Errorf("doc %s is not version %d's %s", showDoc(d), d.Version, showDoc(want))

@@ -139,12 +139,10 @@ func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
 	wantTCheckpoint(t, tb, 0, 21, true)
 	md[string(laterA.Key)] = laterA
 	wantTIndexes(t, tb, sh, md, 10, false)
-
 	// A replay batch of only stale documents still moves the checkpoint.
 	replay(22, "of a replay batch of stale documents", staleA, equalB)
 	wantTDoc(t, tb, laterA)
 	wantTCheckpoint(t, tb, 0, 22, true)
-
 	// A replay batch is still fenced by epochs.
 	old := tclaim(t, tb, 0)
 	tclaim(t, tb, 0)

@@ -54,7 +54,6 @@ func testTableScanner(t *testing.T, open TablesOpener, sh shape) {
 	if !errors.Is(err, stop) || calls != 3 {
 		t.Fatalf("ScanPartition with a failing callback = %v after %d calls; want the callback's error after 3", err, calls)
 	}
-
 	// Updates and drops show in later scans.
 	upd := p1[0].Clone()
 	upd.Version += 100
@@ -112,12 +111,10 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 			t.Fatalf("ScanPartition(0) after Reset: %v", err)
 		}
 	}
-
 	// Another table of the store is untouched, its epoch still current.
 	wantTDoc(t, sibling, kept)
 	wantTCheckpoint(t, sibling, 0, 77, true)
 	wantApply(t, sibling, tbatch(0, siblingEpoch, 78), nil, "to another table after Reset")
-
 	// The table is usable after a reset, and old versions are accepted again.
 	again := docs[0].Clone()
 	again.Version, again.Value = 1, []byte("again")
@@ -127,8 +124,7 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 	wantTIndexes(t, tb, sh, tmodelOf([]engine.Doc{again}), 10, false)
 }
 
-// filteredTable is a Table whose Query is QueryFiltered with keep, so the
-// query checks of the suite run on it.
+// filteredTable is a Table whose Query is QueryFiltered with keep.
 type filteredTable struct {
 	engine.Table
 	fq   engine.FilteredQuerier
@@ -152,8 +148,7 @@ func keepOnly(md tmodel, parts ...int32) (func(key []byte) bool, tmodel) {
 	return keep, out
 }
 
-// checkFiltered pages through every index of tb, both ways, keeping each
-// set of partitions in turn, and checks every page against the model.
+// checkFiltered runs wantTQueries keeping each set of partitions in turn.
 func checkFiltered(t *testing.T, tb engine.Table, md tmodel, sh shape) {
 	t.Helper()
 	fq, ok := tb.(engine.FilteredQuerier)

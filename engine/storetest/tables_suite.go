@@ -22,16 +22,14 @@ import (
 // sub-test; it registers its own cleanup (t.Cleanup) to close the store.
 type TablesOpener func(t *testing.T) engine.Tables
 
-// MovieShape is the table of the movie job: int64 keys encoded as 8 bytes
-// big-endian and one number index, the average rating, whose descending
-// order ties by key ascending (TiesAscending). The suite runs every
-// per-shape test over it, OrderShape and TagShape. Treat it as read-only.
+// MovieShape is the movie job's table: int64 keys (8 bytes big-endian) and
+// one number index, the average rating, with TiesAscending. Treat it as
+// read-only.
 var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}, TiesAscending: true,
 	Partitions: Partitions}
 
-// OrderShape is the table of an order-totals job: string keys (customer
-// ids), a number index (the total) and a string index (the tier). Treat it
-// as read-only.
+// OrderShape is an order-totals job's table: customer-id keys, a number
+// index (the total) and a string index (the tier). Treat it as read-only.
 var OrderShape = engine.TableSpec{Name: "customers", Indexes: []engine.IndexSpec{
 	{Name: "total", Kind: engine.IndexNumber}, {Name: "tier", Kind: engine.IndexString}}, Partitions: Partitions}
 
@@ -45,11 +43,10 @@ var TagShape = engine.TableSpec{Name: "tags", Indexes: []engine.IndexSpec{{Name:
 const Partitions int32 = 8
 
 // RunTables runs the table conformance suite against the stores open
-// returns. Every sub-test opens its own store, so open must return an empty
-// one each time. Most tests run once per shape (MovieShape, OrderShape,
-// TagShape). Optional abilities (engine.TableScanner, engine.TableResetter,
-// engine.FilteredQuerier) are skipped when the store's tables lack them.
-// The suite batches its writes so that stores over a network stay fast.
+// returns; every sub-test opens its own, so each must be empty. Most tests
+// run once per shape; optional abilities (engine.TableScanner, TableResetter,
+// FilteredQuerier) are skipped when a store's tables lack them. Writes are
+// batched so that stores over a network stay fast.
 func RunTables(t *testing.T, open TablesOpener) {
 	t.Helper()
 	perShape := []struct {
@@ -137,19 +134,17 @@ func findKey(p int32, key func(m int) []byte) []byte {
 	}
 }
 
-func movieKey(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(int64(i))) }
-
+func movieKey(i int) []byte    { return binary.BigEndian.AppendUint64(nil, uint64(int64(i))) }
 func customerKey(i int) []byte { return []byte(fmt.Sprintf("cust-%d", i)) }
-
-func tagKey(i int) []byte { return []byte(fmt.Sprintf("\x00t%d\xff", i)) }
+func tagKey(i int) []byte      { return []byte(fmt.Sprintf("\x00t%d\xff", i)) }
 
 func cloneSpec(s engine.TableSpec) engine.TableSpec {
 	s.Indexes = slices.Clone(s.Indexes)
 	return s
 }
 
-// index returns the index values of a document of spec: n for every number
-// index and s for every string index.
+// index returns the index values of a document of spec: n for number
+// indexes, s for string ones.
 func index(spec engine.TableSpec, n float64, s string) []engine.IndexValue {
 	out := make([]engine.IndexValue, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
@@ -201,8 +196,7 @@ func tclaim(t *testing.T, tb engine.Table, p int32) int64 {
 	return e
 }
 
-// tapply claims p (so the epoch is current) and applies docs with
-// checkpoint next.
+// tapply claims p (so the epoch is current) and applies docs with checkpoint next.
 func tapply(t *testing.T, tb engine.Table, p int32, next int64, docs ...engine.Doc) {
 	t.Helper()
 	if err := tb.Apply(ctx(t), tbatch(p, tclaim(t, tb, p), next, docs...)); err != nil {
@@ -223,9 +217,8 @@ func tdrop(t *testing.T, tb engine.Table, p int32) {
 	}
 }
 
-// wantApply asserts that Apply(b) fails with an error wrapping want
-// (engine.ErrFenced or engine.ErrInvalid), or succeeds when want is nil;
-// what describes the batch.
+// wantApply asserts that Apply(b) fails with an error wrapping want (nil:
+// succeeds); what describes the batch.
 func wantApply(t *testing.T, tb engine.Table, b engine.DocBatch, want error, what string) {
 	t.Helper()
 	if err := tb.Apply(ctx(t), b); !errors.Is(err, want) {
@@ -310,10 +303,9 @@ func wantTDocs(t *testing.T, what string, spec engine.TableSpec, got map[string]
 	}
 }
 
-// sameDoc compares two documents of spec field by field. Nil and empty
-// Sources (or Value) are equal; numbers compare with == (so 0 and -0 are
-// equal); an index value must have the zero value in the field its kind
-// does not use.
+// sameDoc compares two documents of spec field by field: nil and empty
+// Sources or Value are equal, numbers compare with == (0 equals -0), and an
+// index value must leave the field its kind does not use zero.
 func sameDoc(spec engine.TableSpec, a, b engine.Doc) bool {
 	return bytes.Equal(a.Key, b.Key) && a.Partition == b.Partition && a.Version == b.Version &&
 		bytes.Equal(a.Value, b.Value) && len(a.Index) == len(spec.Indexes) &&
@@ -375,8 +367,7 @@ func showKeys(docs []engine.Doc) []string {
 	return out
 }
 
-// ctx returns a context bounded by a deadline so that a hanging store fails
-// the test instead of blocking it forever.
+// ctx returns a context with a deadline, so a hanging store fails the test.
 func ctx(t *testing.T) context.Context {
 	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
