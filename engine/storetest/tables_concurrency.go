@@ -5,19 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/keepstate/keepstate/engine"
 )
 
-// testTableConcurrentReaders runs readers in goroutines while the test
-// goroutine applies batches that always move keys 1 and 2 together: both
-// get version k, index values k (and "v<k>") and a value naming k, so
-// they stay tied and adjacent in every index, above the static key 3. A
-// reader that sees two versions in one answer, a doc whose index entry
-// disagrees with its version, a doc twice or missing, saw a partly applied
+// testTableConcurrentReaders runs readers while batches move keys 1 and 2
+// together: both get version k, index values k (and "v<k>") and a value
+// naming k, so they stay tied and adjacent in every index, above the static
+// key 3. A reader seeing two versions in one answer, an index entry that
+// disagrees with its doc, or a doc twice or missing saw a partly applied
 // batch; a Get whose version goes down saw time run backwards.
 func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
@@ -57,8 +57,11 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 		return nil
 	}
 
-	c, cancel := context.WithCancel(ctx(t))
+	// Readers stop at the first failure (g cancels c); Apply runs on base,
+	// which is cancelled only when it fails.
+	base, cancel := context.WithCancel(ctx(t))
 	defer cancel()
+	g, c := errgroup.WithContext(base)
 	var lastGet atomic.Int64
 	readers := []func() error{
 		func() error { // Load sees both docs of one batch
@@ -122,16 +125,11 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 			return nil
 		},
 	}
-	var (
-		wg     sync.WaitGroup
-		failed atomic.Bool
-		done   = make(chan struct{})
-		reads  = make([]atomic.Int64, len(readers))
-		errs   = make([]error, len(readers)) // each reader's first error, if any
-	)
+	done := make(chan struct{})
+	reads := make([]atomic.Int64, len(readers))
 	for i, read := range readers {
-		wg.Go(func() {
-			for !failed.Load() {
+		g.Go(func() error {
+			for c.Err() == nil {
 				final := false
 				select {
 				case <-done:
@@ -139,34 +137,31 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 				default:
 				}
 				if err := read(); err != nil {
-					if c.Err() == nil {
-						failed.Store(true)
-						errs[i] = err
-					}
-					return
+					return err
 				}
 				reads[i].Add(1)
 				if final {
-					return
+					return nil
 				}
 			}
+			return nil
 		})
 	}
-
 	var applyErr error
-	for k := int64(2); k <= batches && !failed.Load() && applyErr == nil; k++ {
-		if err := tb.Apply(c, tbatch(0, epoch, k, pair(k)...)); err != nil {
+	for k := int64(2); k <= batches && c.Err() == nil; k++ {
+		if err := tb.Apply(base, tbatch(0, epoch, k, pair(k)...)); err != nil {
 			applyErr = fmt.Errorf("apply batch %d: %w", k, err)
 			cancel()
+			break
 		}
 	}
 	close(done)
-	wg.Wait()
+	readErr := g.Wait()
 	if applyErr != nil {
 		t.Fatal(applyErr)
 	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+	if readErr != nil {
+		t.Fatal(readErr)
 	}
 	for i := range reads {
 		if reads[i].Load() == 0 {

@@ -52,7 +52,6 @@ func testTableApplyInvalid(t *testing.T, open TablesOpener, sh shape) {
 			a := tdoc(sh, 1, 0, 1, 5, "gold")
 			tapply(t, tb, 0, 5, a)
 			md := tmodelOf([]engine.Doc{a})
-
 			newer := tdoc(sh, 1, 0, 2, 9, "silver")
 			other := tdoc(sh, 2, 0, 3, 7, "b")
 			bad := tdoc(sh, 3, 0, 4, 1, "a")
@@ -155,16 +154,14 @@ func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
 
 func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
-	var prev int64
+	var old int64 // the last of ten increasing claims
 	for i := range 10 {
 		e := tclaim(t, tb, 0)
-		if i > 0 && e <= prev {
-			t.Fatalf("claim %d of partition 0 = %d; want > %d", i, e, prev)
+		if i > 0 && e <= old {
+			t.Fatalf("claim %d of partition 0 = %d; want > %d", i, e, old)
 		}
-		prev = e
+		old = e
 	}
-
-	old := prev
 	current := tclaim(t, tb, 0)
 	d1 := tdoc(sh, 1, 0, 1, 5, "a")
 	for _, docs := range [][]engine.Doc{{d1}, nil} {
@@ -173,7 +170,6 @@ func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 	}
 	wantTAbsent(t, tb, d1.Key)
 	wantTCheckpoint(t, tb, 0, 0, false)
-
 	wantApply(t, tb, tbatch(0, current, 6, d1), nil, "with the current epoch")
 	wantTCheckpoint(t, tb, 0, 6, true)
 	// A batch without documents confirms the claim and moves the checkpoint.

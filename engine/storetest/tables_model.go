@@ -59,16 +59,10 @@ func (md tmodel) query(t *testing.T, spec engine.TableSpec, q engine.IndexQuery)
 	if err != nil {
 		t.Fatalf("model query %+v: %v", q, err)
 	}
-	var out []engine.Doc
-	for _, d := range md {
-		if !q.InRange(d.Index[pos], kind) {
-			continue
-		}
-		if q.After != nil && !spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc) {
-			continue
-		}
-		out = append(out, d)
-	}
+	out := slices.DeleteFunc(slices.Collect(maps.Values(md)), func(d engine.Doc) bool {
+		return !q.InRange(d.Index[pos], kind) ||
+			q.After != nil && !spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc)
+	})
 	slices.SortFunc(out, spec.DocOrder(pos, kind, q.Desc))
 	return out
 }
@@ -111,8 +105,7 @@ func randValue(r *rand.Rand, kind engine.IndexKind, wide bool) engine.IndexValue
 		return engine.Num(numPool[r.IntN(len(numPool))])
 	}
 	if wide && r.IntN(3) == 0 {
-		const alphabet = "aAb é\U0001F600\uffff~"
-		runes := []rune(alphabet)
+		runes := []rune("aAb é\U0001F600\uffff~")
 		var b strings.Builder
 		for range r.IntN(4) {
 			b.WriteRune(runes[r.IntN(len(runes))])
@@ -122,21 +115,28 @@ func randValue(r *rand.Rand, kind engine.IndexKind, wide bool) engine.IndexValue
 	return engine.Str(strPool[r.IntN(len(strPool))])
 }
 
-// seededTable opens a table of sh holding n generated documents in
-// partitions 0-2 (so a store keeping each partition's index apart merges
-// them) and returns it with its model.
+// seededTable opens a table of sh holding n generated documents (seedTable)
+// and returns it with its model.
 func seededTable(t *testing.T, open TablesOpener, sh shape, n int) (engine.Table, tmodel) {
 	t.Helper()
 	_, tb := openTable(t, open, sh.spec)
+	return tb, seedTable(t, tb, sh, uint64(n), n, int64(n))
+}
+
+// seedTable applies n documents generated from seed, spread over
+// partitions 0-2 (so a store keeping each partition's index apart merges
+// them), with checkpoint, and returns their model.
+func seedTable(t *testing.T, tb engine.Table, sh shape, seed uint64, n int, checkpoint int64) tmodel {
+	t.Helper()
 	var all []engine.Doc
 	for p := range int32(3) {
-		docs := tableData(sh, uint64(n)+uint64(p), (n+2-int(p))/3, p)
+		docs := tableData(sh, seed+uint64(p), (n+2-int(p))/3, p)
 		if len(docs) > 0 {
-			tapply(t, tb, p, int64(n), docs...)
+			tapply(t, tb, p, checkpoint, docs...)
 		}
 		all = append(all, docs...)
 	}
-	return tb, tmodelOf(all)
+	return tmodelOf(all)
 }
 
 // wantTPage runs q and compares the page with the model's first q.Limit

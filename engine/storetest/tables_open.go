@@ -105,26 +105,22 @@ func testReopenDifferentSpec(t *testing.T, open TablesOpener) {
 }
 
 // testTablesIsolated opens two tables of each shape with prefix-related
-// names in one store and checks that nothing leaks between them: the same
-// key is two documents, epochs and checkpoints are per table, and a drop
-// (or reset) of one leaves the other alone.
+// names in one store and checks that nothing leaks between them: keys,
+// epochs, versions and checkpoints are per table, and a drop or reset of
+// one leaves the other alone.
 func testTablesIsolated(t *testing.T, open TablesOpener) {
 	ts := open(t)
-	type pair struct {
-		sh   shape
-		a, b engine.Table
-	}
-	var pairs []pair
+	pairs := map[string][2]engine.Table{}
 	for _, sh := range shapes() {
 		other := cloneSpec(sh.spec)
 		other.Name += "-2"
-		pairs = append(pairs, pair{sh, mustOpen(t, ts, sh.spec), mustOpen(t, ts, other)})
+		pairs[sh.name] = [2]engine.Table{mustOpen(t, ts, sh.spec), mustOpen(t, ts, other)}
 	}
 	// Every table is open at once; tables of two shapes may share a key
 	// by accident of encoding, never a document.
-	for _, pr := range pairs {
-		t.Run(pr.sh.name, func(t *testing.T) {
-			sh, a, b := pr.sh, pr.a, pr.b
+	for _, sh := range shapes() {
+		t.Run(sh.name, func(t *testing.T) {
+			a, b := pairs[sh.name][0], pairs[sh.name][1]
 			da := []engine.Doc{tdoc(sh, 1, 0, 5, 1, "a"), tdoc(sh, 2, 0, 5, 2, "b")}
 			db := []engine.Doc{tdoc(sh, 1, 0, 3, 9, "z"), tdoc(sh, 3, 0, 3, 8, "y")}
 			ea := tclaim(t, a, 0)

@@ -324,13 +324,7 @@ func testTableTiesAscending(t *testing.T, open TablesOpener) {
 	spec := engine.TableSpec{Name: "ranked", Indexes: cloneSpec(OrderShape).Indexes, TiesAscending: true, Partitions: Partitions}
 	sh := shape{name: "ranked", spec: spec, key: customerKey}
 	_, tb := openTable(t, open, spec)
-	var docs []engine.Doc
-	for p := range int32(3) { // spread, so that a store merging partitions merges ties
-		d := tableData(sh, 3+uint64(p), 20, p)
-		tapply(t, tb, p, 1, d...)
-		docs = append(docs, d...)
-	}
-	md := tmodelOf(docs)
+	md := seedTable(t, tb, sh, 3, 60, 1) // spread, so that a store merging partitions merges ties
 	if got := tb.Spec(); !got.TiesAscending {
 		t.Fatalf("Spec() = %+v; want TiesAscending", got)
 	}
@@ -341,20 +335,20 @@ func testTableTiesAscending(t *testing.T, open TablesOpener) {
 }
 
 // wantTQueries checks every index of sh, both ways, against the model:
-// paging through it with each of limits, from each arbitrary cursor
-// (cursorLimit documents a page) and in each bound case (boundLimit).
-func wantTQueries(t *testing.T, tb engine.Table, md tmodel, sh shape, limits []int, cursorLimit, boundLimit int) {
+// paging through it with each limit of pages, from each arbitrary cursor
+// (atCursor documents a page) and in each bound case (inBounds a page).
+func wantTQueries(t *testing.T, tb engine.Table, md tmodel, sh shape, pages []int, atCursor, inBounds int) {
 	t.Helper()
 	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
 		for _, desc := range []bool{false, true} {
-			for _, limit := range limits {
+			for _, limit := range pages {
 				tpageAll(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit})
 			}
 			for _, c := range arbitraryCursors[ix.Kind] {
-				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: cursorLimit, After: &c})
+				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: atCursor, After: &c})
 			}
 			for _, bc := range boundCases[ix.Kind] {
-				wantTPage(t, tb, md, rangeQuery(ix, bc.min, bc.max, desc, boundLimit))
+				wantTPage(t, tb, md, rangeQuery(ix, bc.min, bc.max, desc, inBounds))
 			}
 		}
 	})

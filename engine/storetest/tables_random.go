@@ -10,11 +10,10 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// testTableRandomModel runs a seeded random mix of a few hundred
-// operations (fresh batches, replays with stale docs, refused stale
-// batches, re-claims with fenced old epochs, drops, empty batches) and
-// checks Get, Load, Checkpoint and random index queries against a model
-// after each step, then pages through every index in both directions.
+// testTableRandomModel runs a seeded random mix of operations (fresh
+// batches, replays with stale docs, refused stale batches, re-claims that
+// fence old epochs, drops, empty batches), checking Get, Load, Checkpoint
+// and random queries against a model, then pages through every index.
 func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 	const (
 		ops   = 300
@@ -27,7 +26,6 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 	ckpt := map[int32]int64{}
 	var epochs [parts]int64
 	var version int64
-
 	epoch := func(p int32) int64 {
 		if epochs[p] == 0 {
 			epochs[p] = tclaim(t, tb, p)
@@ -42,6 +40,11 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 			out = append(out, j*parts+int(p))
 		}
 		return out
+	}
+	// randKey returns one of the keys, or a few never written.
+	randKey := func() []byte {
+		i := r.IntN(keys + 4)
+		return sh.keyIn(i, int32(i%parts))
 	}
 	fresh := func(i int, p int32) engine.Doc {
 		version++
@@ -63,7 +66,6 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		}
 		ckpt[b.Partition] = b.Checkpoint
 	}
-
 	for op := range ops {
 		p := int32(r.IntN(parts))
 		step := fmt.Sprintf("op %d", op)
@@ -121,8 +123,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		case x < 50: // a batch without docs moves the checkpoint
 			commit(tbatch(p, epoch(p), int64(op)), "of no docs ("+step+")", nil)
 		case x < 58:
-			i := r.IntN(keys + 4)
-			key := sh.keyIn(i, int32(i%parts))
+			key := randKey()
 			if want, ok := md[string(key)]; ok {
 				wantTDoc(t, tb, want)
 			} else {
@@ -131,8 +132,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		case x < 62:
 			var ks [][]byte
 			for range r.IntN(8) {
-				i := r.IntN(keys + 4)
-				ks = append(ks, sh.keyIn(i, int32(i%parts)))
+				ks = append(ks, randKey())
 			}
 			wantTLoad(t, tb, ks, md)
 		case x < 66:

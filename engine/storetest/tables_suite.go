@@ -350,8 +350,9 @@ func showKey(k []byte) string {
 	if len(k) > 24 {
 		return fmt.Sprintf("%s...(%d bytes)", showKey(k[:16]), len(k))
 	}
+	notPrint := func(r rune) bool { return !unicode.IsPrint(r) }
 	switch {
-	case len(k) > 0 && utf8.Valid(k) && !strings.ContainsFunc(string(k), func(r rune) bool { return !unicode.IsPrint(r) }):
+	case len(k) > 0 && utf8.Valid(k) && !strings.ContainsFunc(string(k), notPrint):
 		return string(k)
 	case len(k) == 8:
 		return fmt.Sprintf("#%d", int64(binary.BigEndian.Uint64(k)))
