@@ -41,18 +41,15 @@ func tmodelOf(docs []engine.Doc) tmodel {
 	return md
 }
 
-// sorted returns the documents of md by key.
 func (md tmodel) sorted() []engine.Doc {
 	return slices.SortedFunc(maps.Values(md), func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
 }
 
-// cursorAt returns the cursor of d in the index at pos.
 func cursorAt(d engine.Doc, pos int) engine.IndexCursor {
 	return engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
 }
 
-// query returns every document matching q's bounds and cursor, in q's
-// order, ignoring the limit. q must be valid for spec.
+// query returns every document matching q's bounds and cursor, in q's order, ignoring the limit.
 func (md tmodel) query(t *testing.T, spec engine.TableSpec, q engine.IndexQuery) []engine.Doc {
 	t.Helper()
 	pos, kind, err := q.Validate(spec)
@@ -87,8 +84,7 @@ func tableData(sh shape, seed uint64, n int, p int32) []engine.Doc {
 	return docs
 }
 
-// randIndex returns random index values for spec from the pools or, when
-// wide, sometimes from anywhere.
+// randIndex returns random index values for spec from the pools or, if wide, sometimes anywhere.
 func randIndex(r *rand.Rand, spec engine.TableSpec, wide bool) []engine.IndexValue {
 	out := make([]engine.IndexValue, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
@@ -115,17 +111,15 @@ func randValue(r *rand.Rand, kind engine.IndexKind, wide bool) engine.IndexValue
 	return engine.Str(strPool[r.IntN(len(strPool))])
 }
 
-// seededTable opens a table of sh holding n generated documents (seedTable)
-// and returns it with its model.
+// seededTable opens a table of sh holding n generated documents (seedTable).
 func seededTable(t *testing.T, open TablesOpener, sh shape, n int) (engine.Table, tmodel) {
 	t.Helper()
 	_, tb := openTable(t, open, sh.spec)
 	return tb, seedTable(t, tb, sh, uint64(n), n, int64(n))
 }
 
-// seedTable applies n documents generated from seed, spread over
-// partitions 0-2 (so a store keeping each partition's index apart merges
-// them), with checkpoint, and returns their model.
+// seedTable applies n documents generated from seed over partitions 0-2 (so
+// a store keeping each partition's index apart merges them), returning their model.
 func seedTable(t *testing.T, tb engine.Table, sh shape, seed uint64, n int, checkpoint int64) tmodel {
 	t.Helper()
 	var all []engine.Doc
@@ -173,8 +167,7 @@ func wantTPage(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) en
 	return page
 }
 
-// wantTIndexes checks the first limit documents of every index of sh, in
-// each order of descs, against the model.
+// wantTIndexes checks the first limit documents of every index of sh, in each order of descs.
 func wantTIndexes(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int, descs ...bool) {
 	t.Helper()
 	for _, ix := range sh.spec.Indexes {
@@ -184,8 +177,7 @@ func wantTIndexes(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int,
 	}
 }
 
-// wantTPagedAll pages through every index of sh in both orders, limit
-// documents a page, checking with tpageAll.
+// wantTPagedAll runs tpageAll on every index of sh both ways, limit documents a page.
 func wantTPagedAll(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int) {
 	t.Helper()
 	for _, ix := range sh.spec.Indexes {

@@ -134,8 +134,7 @@ func (f filteredTable) Query(ctx context.Context, q engine.IndexQuery) (engine.D
 	return f.fq.QueryFiltered(ctx, q, f.keep)
 }
 
-// keepOnly returns a keep function accepting the keys of parts, and the
-// documents of md it accepts.
+// keepOnly returns a keep function accepting the keys of parts, and the documents of md it keeps.
 func keepOnly(md tmodel, parts ...int32) (func(key []byte) bool, tmodel) {
 	keep := func(key []byte) bool { return slices.Contains(parts, engine.PartitionFor(key, Partitions)) }
 	out := tmodel{}

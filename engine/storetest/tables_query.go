@@ -165,8 +165,6 @@ func testTableQueryLimit(t *testing.T, tb engine.Table, md tmodel, _ shape, ix e
 	}
 }
 
-// testTableQueryPaging pages through ranges with several limits; tpageAll
-// checks that the pages hold the model's answer, each document once, in order.
 func testTableQueryPaging(t *testing.T, tb engine.Table, md tmodel, _ shape, ix engine.IndexSpec) {
 	for _, c := range pagingCases[ix.Kind] {
 		limits := []int{2, 5, 16}

@@ -22,9 +22,8 @@ import (
 // sub-test; it registers its own cleanup (t.Cleanup) to close the store.
 type TablesOpener func(t *testing.T) engine.Tables
 
-// MovieShape is the movie job's table: int64 keys (8 bytes big-endian) and
-// one number index, the average rating, with TiesAscending. Treat it as
-// read-only.
+// MovieShape is the movie job's table: int64 keys (8 bytes big-endian), one
+// number index (the average rating) and TiesAscending. Treat it as read-only.
 var MovieShape = engine.TableSpec{Name: "movies", Indexes: []engine.IndexSpec{{Name: "avg", Kind: engine.IndexNumber}}, TiesAscending: true,
 	Partitions: Partitions}
 
@@ -116,8 +115,7 @@ func shapes() []shape {
 }
 
 // keyIn returns the key of the i-th aggregate of partition p: the first of
-// sh.key(i), sh.key(i+2^36), sh.key(i+2*2^36)... that PartitionFor puts in
-// p. Distinct i give distinct keys.
+// sh.key(i), sh.key(i+2^36), sh.key(i+2*2^36)... in p; distinct i, distinct keys.
 func (sh shape) keyIn(i int, p int32) []byte {
 	return findKey(p, func(m int) []byte { return sh.key(i + m<<36) })
 }
@@ -143,8 +141,7 @@ func cloneSpec(s engine.TableSpec) engine.TableSpec {
 	return s
 }
 
-// index returns the index values of a document of spec: n for number
-// indexes, s for string ones.
+// index returns the index values of a document of spec: n for number indexes, s for string ones.
 func index(spec engine.TableSpec, n float64, s string) []engine.IndexValue {
 	out := make([]engine.IndexValue, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
@@ -173,7 +170,6 @@ func openTable(t *testing.T, open TablesOpener, spec engine.TableSpec) (engine.T
 	return ts, mustOpen(t, ts, spec)
 }
 
-// mustOpen opens the table of spec in ts.
 func mustOpen(t *testing.T, ts engine.Tables, spec engine.TableSpec) engine.Table {
 	t.Helper()
 	tb, err := ts.OpenTable(ctx(t), spec)
@@ -186,7 +182,6 @@ func mustOpen(t *testing.T, ts engine.Tables, spec engine.TableSpec) engine.Tabl
 	return tb
 }
 
-// tclaim claims p and fails the test on error.
 func tclaim(t *testing.T, tb engine.Table, p int32) int64 {
 	t.Helper()
 	e, err := tb.Claim(ctx(t), p)
@@ -209,7 +204,6 @@ func tbatch(p int32, epoch, checkpoint int64, docs ...engine.Doc) engine.DocBatc
 	return engine.DocBatch{Partition: p, Epoch: epoch, Docs: docs, Checkpoint: checkpoint}
 }
 
-// tdrop drops partition p.
 func tdrop(t *testing.T, tb engine.Table, p int32) {
 	t.Helper()
 	if err := tb.DropPartition(ctx(t), p); err != nil {
@@ -217,8 +211,7 @@ func tdrop(t *testing.T, tb engine.Table, p int32) {
 	}
 }
 
-// wantApply asserts that Apply(b) fails with an error wrapping want (nil:
-// succeeds); what describes the batch.
+// wantApply asserts that Apply(b) fails wrapping want, or succeeds if want is nil; what names b.
 func wantApply(t *testing.T, tb engine.Table, b engine.DocBatch, want error, what string) {
 	t.Helper()
 	if err := tb.Apply(ctx(t), b); !errors.Is(err, want) {
@@ -264,7 +257,6 @@ func wantTAbsent(t *testing.T, tb engine.Table, keys ...[]byte) {
 	}
 }
 
-// docKeys returns the keys of docs.
 func docKeys(docs []engine.Doc) [][]byte {
 	out := make([][]byte, len(docs))
 	for i, d := range docs {
@@ -273,8 +265,7 @@ func docKeys(docs []engine.Doc) [][]byte {
 	return out
 }
 
-// wantTLoad asserts that Load(keys) returns exactly the documents of md
-// that keys name: a key without a document must be absent.
+// wantTLoad asserts that Load(keys) returns exactly the documents of md that keys name.
 func wantTLoad(t *testing.T, tb engine.Table, keys [][]byte, md tmodel) {
 	t.Helper()
 	got, err := tb.Load(ctx(t), keys)
