@@ -99,10 +99,12 @@ func rangeQuery(ix engine.IndexSpec, min, max bound, desc bool, limit int) engin
 		Desc: desc, Limit: limit}
 }
 
+// indexTest checks index ix of a table of sh holding the documents of md.
+type indexTest func(t *testing.T, tb engine.Table, md tmodel, sh shape, ix engine.IndexSpec)
+
 // perIndex adapts fn to the suite: it opens a table of sh holding 80
 // generated documents and runs fn on it as a sub-test for every index.
-func perIndex(fn func(t *testing.T, tb engine.Table, md tmodel, sh shape, ix engine.IndexSpec)) func(
-	*testing.T, TablesOpener, shape) {
+func perIndex(fn indexTest) func(*testing.T, TablesOpener, shape) {
 	return func(t *testing.T, open TablesOpener, sh shape) {
 		tb, md := seededTable(t, open, sh, 80)
 		eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) { fn(t, tb, md, sh, ix) })
