@@ -129,7 +129,8 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 			}
 			eb := tclaim(t, b, 0)
 			// Claims of b did not fence a, nor a's claims b.
-			wantApply(t, a, tbatch(0, ea, 10, da...), nil, "to "+a.Spec().Name+" after claims of "+b.Spec().Name)
+			wantApply(t, a, tbatch(0, ea, 10, da...), nil,
+				"to "+a.Spec().Name+" after claims of "+b.Spec().Name)
 			// A lower version in b than in a is not stale: versions are per table.
 			wantApply(t, b, tbatch(0, eb, 20, db...), nil, "to "+b.Spec().Name)
 			wantTDoc(t, a, da[0])

@@ -119,7 +119,8 @@ func testTableQueryOrder(t *testing.T, tb engine.Table, md tmodel, sh shape, ix 
 	rev := slices.Clone(desc.Docs)
 	slices.Reverse(rev)
 	if !sh.spec.TiesAscending && !slices.EqualFunc(asc.Docs, rev, sameKey) {
-		t.Fatalf("descending %v is not the exact reverse of ascending %v", showKeys(desc.Docs), showKeys(asc.Docs))
+		t.Fatalf("descending %v is not the exact reverse of ascending %v",
+			showKeys(desc.Docs), showKeys(asc.Docs))
 	}
 	pos, _, _ := sh.spec.Index(ix.Name)
 	ties := 0
@@ -278,7 +279,8 @@ func testTableQueryMoves(t *testing.T, open TablesOpener, sh shape) {
 				for _, v := range []engine.IndexValue{m.Index[pos], prev.Index[pos]} {
 					wantTPage(t, tb, md, rangeQuery(ix, bound{true, v}, bound{true, v}, desc, 10))
 				}
-				tpageAll(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 1}) // each of 3 docs once
+				// Each of the 3 docs once.
+				tpageAll(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 1})
 			}
 		}
 	}
