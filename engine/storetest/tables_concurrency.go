@@ -3,20 +3,21 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/keepstate/keepstate/engine"
 )
 
-// testTableConcurrentReaders runs readers in goroutines while the test
-// goroutine applies batches that always move keys 1 and 2 together: both
-// get version k, index values k (and "v<k>") and a value naming k, so
-// they stay tied and adjacent in every index, above the static key 3. A
-// reader that sees two versions in one answer, a doc whose index entry
-// disagrees with its version, a doc twice or missing, saw a partly applied
+// testTableConcurrentReaders runs readers while batches move keys 1 and 2
+// together: both get version k, index values k (and "v<k>") and a value
+// naming k, so they stay tied and adjacent in every index, above the static
+// key 3. A reader seeing two versions in one answer, an index entry that
+// disagrees with its doc, or a doc twice or missing saw a partly applied
 // batch; a Get whose version goes down saw time run backwards.
 func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
@@ -36,8 +37,7 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 	tapply(t, tb, 0, 1, append(pair(1), static)...)
 	epoch := tclaim(t, tb, 0)
 
-	// consistent checks that d is the pair doc i of some version and
-	// returns that version.
+	// consistent returns the version of d, the pair's doc i, or an error.
 	consistent := func(i int, d engine.Doc) (int64, error) {
 		if want := pairDoc(i, d.Version); !sameDoc(sh.spec, d, want) {
 			return 0, fmt.Errorf("doc %s is not version %d's %s", showDoc(d), d.Version, showDoc(want))
@@ -46,12 +46,9 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 	}
 	// samePair checks that a and b are keys 1 and 2 of one batch.
 	samePair := func(what string, a, b engine.Doc) error {
-		va, err := consistent(i1, a)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		vb, err := consistent(i2, b)
-		if err != nil {
+		va, errA := consistent(i1, a)
+		vb, errB := consistent(i2, b)
+		if err := errors.Join(errA, errB); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if va != vb {
@@ -60,14 +57,12 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 		return nil
 	}
 
-	c, cancel := context.WithCancel(ctx(t))
+	// Readers stop at the first failure (g cancels c); Apply runs on base,
+	// which is cancelled only when it fails.
+	base, cancel := context.WithCancel(ctx(t))
 	defer cancel()
-	var (
-		wg      sync.WaitGroup
-		failed  atomic.Bool
-		done    = make(chan struct{})
-		lastGet atomic.Int64
-	)
+	g, c := errgroup.WithContext(base)
+	var lastGet atomic.Int64
 	readers := []func() error{
 		func() error { // Load sees both docs of one batch
 			got, err := tb.Load(c, [][]byte{k1, k2, k3})
@@ -130,13 +125,11 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 			return nil
 		},
 	}
+	done := make(chan struct{})
 	reads := make([]atomic.Int64, len(readers))
-	errs := make([]error, len(readers)) // each reader's first error, if any
 	for i, read := range readers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !failed.Load() {
+		g.Go(func() error {
+			for c.Err() == nil {
 				final := false
 				select {
 				case <-done:
@@ -144,50 +137,37 @@ func testTableConcurrentReaders(t *testing.T, open TablesOpener, sh shape) {
 				default:
 				}
 				if err := read(); err != nil {
-					if c.Err() == nil {
-						failed.Store(true)
-						errs[i] = err
-					}
-					return
+					return err
 				}
 				reads[i].Add(1)
 				if final {
-					return
+					return nil
 				}
 			}
-		}()
+			return nil
+		})
 	}
-
 	var applyErr error
-	for k := int64(2); k <= batches && !failed.Load(); k++ {
-		b := engine.DocBatch{Partition: 0, Epoch: epoch, Docs: pair(k), Checkpoint: k}
-		if applyErr = tb.Apply(c, b); applyErr != nil {
-			applyErr = fmt.Errorf("apply batch %d: %w", k, applyErr)
+	for k := int64(2); k <= batches && c.Err() == nil; k++ {
+		if err := tb.Apply(base, tbatch(0, epoch, k, pair(k)...)); err != nil {
+			applyErr = fmt.Errorf("apply batch %d: %w", k, err)
+			cancel()
 			break
 		}
 	}
 	close(done)
-	if applyErr != nil {
-		cancel()
-	}
-	wg.Wait()
+	readErr := g.Wait()
 	if applyErr != nil {
 		t.Fatal(applyErr)
 	}
-	for _, err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	if t.Failed() {
-		return
+	if readErr != nil {
+		t.Fatal(readErr)
 	}
 	for i := range reads {
 		if reads[i].Load() == 0 {
 			t.Errorf("reader %d never completed a read", i)
 		}
 	}
-	wantTDoc(t, tb, pairDoc(i1, batches))
-	wantTDoc(t, tb, pairDoc(i2, batches))
+	wantTDoc(t, tb, pairDoc(i1, batches), pairDoc(i2, batches))
 	wantTCheckpoint(t, tb, 0, batches, true)
 }

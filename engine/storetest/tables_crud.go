@@ -16,34 +16,34 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 		binary[i] = byte(i * 7)
 	}
 	long := strings.Repeat("é", engine.MaxIndexStringBytes/2)
+	doc := func(i int, version int64, sources map[int32]int64, value string, n float64, s string) engine.Doc {
+		return engine.Doc{Key: sh.keyIn(i, 0), Version: version, Sources: sources, Value: []byte(value),
+			Index: index(sh.spec, n, s)}
+	}
+	nilValue := doc(2, 0, nil, "", 0, "")
+	nilValue.Value = nil
+	longKey := doc(0, 8, nil, "long key", 2.5, "b")
+	longKey.Key = findKey(0, func(m int) []byte {
+		k := sh.key(9 + m<<36)
+		return bytes.Repeat(k, engine.MaxKeyBytes/len(k)+1)[:engine.MaxKeyBytes]
+	})
 	cases := []struct {
 		name string
 		doc  engine.Doc
 	}{
-		{"plain", engine.Doc{Key: sh.keyIn(362, 0), Version: 7, Sources: map[int32]int64{0: 11},
-			Value: []byte(`{"count":2,"sum":18}`), Index: index(sh.spec, 9, "gold")}},
-		{"many sources", engine.Doc{Key: sh.keyIn(1, 0), Version: 1 << 40,
-			Sources: map[int32]int64{0: 3, 1: 1 << 50, 2: 0, 17: 99, math.MaxInt32: math.MaxInt64},
-			Value:   []byte("x"), Index: index(sh.spec, 0.1+0.2, "silver")}},
-		{"nil sources and nil value", engine.Doc{Key: sh.keyIn(2, 0), Version: 0, Index: index(sh.spec, 0, "")}},
-		{"empty sources and empty value", engine.Doc{Key: sh.keyIn(3, 0), Version: 1, Sources: map[int32]int64{},
-			Value: []byte{}, Index: index(sh.spec, 1.0/3, " ")}},
-		{"binary value", engine.Doc{Key: sh.keyIn(4, 0), Version: 2, Sources: map[int32]int64{3: 4},
-			Value: binary, Index: index(sh.spec, -2.5, "z\x01")}},
-		{"largest numbers and longest string", engine.Doc{Key: sh.keyIn(5, 0), Version: math.MaxInt64 - 1,
-			Sources: map[int32]int64{0: 1}, Value: []byte("big"), Index: index(sh.spec, math.MaxFloat64, long)}},
-		{"most negative number", engine.Doc{Key: sh.keyIn(-6, 0), Version: 3, Sources: map[int32]int64{0: 1},
-			Value: []byte("neg"), Index: index(sh.spec, -math.MaxFloat64, "\U0001F600")}},
-		{"smallest denormal", engine.Doc{Key: sh.keyIn(-7, 0), Version: 4, Sources: map[int32]int64{0: 2},
-			Value: []byte("tiny"), Index: index(sh.spec, 5e-324, "\uffff")}},
-		{"integer beyond 2^53", engine.Doc{Key: sh.keyIn(8, 0), Version: 5, Sources: map[int32]int64{0: 2},
-			Value: []byte("int"), Index: index(sh.spec, 1<<60, "Z")}},
-		{"key 0", engine.Doc{Key: sh.keyIn(0, 0), Version: 6, Value: []byte("zero"), Index: index(sh.spec, 7.5, "a")}},
-		{"longest key", engine.Doc{Key: findKey(0, func(m int) []byte {
-			k := sh.key(9 + m<<36)
-			return bytes.Repeat(k, engine.MaxKeyBytes/len(k)+1)[:engine.MaxKeyBytes]
-		}),
-			Version: 8, Value: []byte("long key"), Index: index(sh.spec, 2.5, "b")}},
+		{"plain", doc(362, 7, map[int32]int64{0: 11}, `{"count":2,"sum":18}`, 9, "gold")},
+		{"many sources", doc(1, 1<<40, map[int32]int64{0: 3, 1: 1 << 50, 2: 0, 17: 99,
+			math.MaxInt32: math.MaxInt64}, "x", 0.1+0.2, "silver")},
+		{"nil sources and nil value", nilValue},
+		{"empty sources and empty value", doc(3, 1, map[int32]int64{}, "", 1.0/3, " ")},
+		{"binary value", doc(4, 2, map[int32]int64{3: 4}, string(binary), -2.5, "z\x01")},
+		{"largest numbers and longest string",
+			doc(5, math.MaxInt64-1, map[int32]int64{0: 1}, "big", math.MaxFloat64, long)},
+		{"most negative number", doc(-6, 3, map[int32]int64{0: 1}, "neg", -math.MaxFloat64, "\U0001F600")},
+		{"smallest denormal", doc(-7, 4, map[int32]int64{0: 2}, "tiny", 5e-324, "\uffff")},
+		{"integer beyond 2^53", doc(8, 5, map[int32]int64{0: 2}, "int", 1<<60, "Z")},
+		{"key 0", doc(0, 6, nil, "zero", 7.5, "a")},
+		{"longest key", longKey},
 	}
 	var docs []engine.Doc
 	for _, tc := range cases {
@@ -56,7 +56,7 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 	}
 
 	t.Run("negative zero", func(t *testing.T) {
-		d := engine.Doc{Key: sh.keyIn(10, 0), Version: 9, Value: []byte("-0"), Index: index(sh.spec, negZero, "")}
+		d := doc(10, 9, nil, "-0", negZero, "")
 		tapply(t, tb, 0, 101, d)
 		got, err := tb.Get(ctx(t), d.Key)
 		if err != nil {
@@ -81,11 +81,7 @@ func testTableRoundTrip(t *testing.T, open TablesOpener, sh shape) {
 	})
 
 	t.Run("Load", func(t *testing.T) {
-		keys := [][]byte{sh.key(99999)}
-		for _, d := range docs {
-			keys = append(keys, d.Key)
-		}
-		wantTLoad(t, tb, keys, tmodelOf(docs))
+		wantTLoad(t, tb, append([][]byte{sh.key(99999)}, docKeys(docs)...), tmodelOf(docs))
 	})
 
 	t.Run("every doc is in every index", func(t *testing.T) {
@@ -128,14 +124,12 @@ func testTableCopies(t *testing.T, open TablesOpener, sh shape) {
 	}
 	scribble(&in)
 	wantTDoc(t, tb, orig)
-
 	got, err := tb.Get(ctx(t), orig.Key)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
 	scribble(&got)
 	wantTDoc(t, tb, orig)
-
 	loaded, err := tb.Load(ctx(t), [][]byte{orig.Key})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -144,7 +138,6 @@ func testTableCopies(t *testing.T, open TablesOpener, sh shape) {
 		scribble(&d)
 	}
 	wantTDoc(t, tb, orig)
-
 	page, err := tb.Query(ctx(t), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 1})
 	if err != nil || len(page.Docs) != 1 {
 		t.Fatalf("Query = %v, %v; want one doc", showKeys(page.Docs), err)
@@ -173,9 +166,7 @@ func testTableGetMissing(t *testing.T, open TablesOpener, sh shape) {
 	d := tdoc(sh, 1, 0, 1, 5, "gold")
 	tapply(t, tb, 0, 1, d)
 	k := d.Key
-	for _, key := range [][]byte{sh.key(0), sh.key(2), sh.key(-1), k[:len(k)-1], append(bytes.Clone(k), 0), {0xff}} {
-		wantTAbsent(t, tb, key)
-	}
+	wantTAbsent(t, tb, sh.key(0), sh.key(2), sh.key(-1), k[:len(k)-1], append(bytes.Clone(k), 0), []byte{0xff})
 	wantTDoc(t, tb, d)
 }
 
@@ -183,16 +174,13 @@ func testTableCheckpointMissing(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
 	wantTCheckpoint(t, tb, 0, 0, false)
 	wantTCheckpoint(t, tb, 7, 0, false)
-
 	// A batch without documents still moves the checkpoint.
 	tapply(t, tb, 3, 42)
 	wantTCheckpoint(t, tb, 3, 42, true)
 	wantTCheckpoint(t, tb, 0, 0, false)
-
 	// Checkpoint zero is a real checkpoint, distinct from none.
 	tapply(t, tb, 4, 0)
 	wantTCheckpoint(t, tb, 4, 0, true)
-
 	// A checkpoint may move backwards (a restore from an earlier offset).
 	tapply(t, tb, 3, 40)
 	wantTCheckpoint(t, tb, 3, 40, true)
@@ -206,35 +194,22 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 	tapply(t, tb, 1, 7, p1...)
 	before := tclaim(t, tb, 0)
 
-	if err := tb.DropPartition(ctx(t), 0); err != nil {
-		t.Fatalf("DropPartition(0): %v", err)
-	}
-	for _, d := range p0 {
-		wantTAbsent(t, tb, d.Key)
-	}
-	for _, d := range p1 {
-		wantTDoc(t, tb, d)
-	}
+	tdrop(t, tb, 0)
+	wantTAbsent(t, tb, docKeys(p0)...)
+	wantTDoc(t, tb, p1...)
 	wantTCheckpoint(t, tb, 0, 0, false)
 	wantTCheckpoint(t, tb, 1, 7, true)
 
-	md := tmodelOf(p1)
-	wantTPagedAll(t, tb, sh, md, 7) // partition 1's docs only
-	keys := [][]byte{p1[0].Key}
-	for _, d := range p0 {
-		keys = append(keys, d.Key)
-	}
-	wantTLoad(t, tb, keys, md) // only p1[0]
-
+	md := tmodelOf(p1) // partition 1's docs only
+	wantTPagedAll(t, tb, sh, md, 7)
+	wantTLoad(t, tb, append([][]byte{p1[0].Key}, docKeys(p0)...), md) // only p1[0]
 	// Claims keep increasing across a drop, so an old owner stays fenced.
 	if after := tclaim(t, tb, 0); after <= before {
 		t.Fatalf("Claim after the drop = %d; want > %d", after, before)
 	}
 	late := tdoc(sh, 5_000_000, 0, 1, 1, "late")
-	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: before, Checkpoint: 9, Docs: []engine.Doc{late}},
-		engine.ErrFenced, "with the epoch claimed before the drop")
+	wantApply(t, tb, tbatch(0, before, 9, late), engine.ErrFenced, "with the epoch claimed before the drop")
 	wantTAbsent(t, tb, late.Key)
-
 	// The next owner restores from the start of the changelog: versions
 	// lower than the dropped documents' are accepted again.
 	restored := p0[len(p0)-1].Clone()
@@ -244,10 +219,7 @@ func testTableDropPartition(t *testing.T, open TablesOpener, sh shape) {
 	wantTCheckpoint(t, tb, 0, 2, true)
 	md[string(restored.Key)] = restored
 	wantTIndexes(t, tb, sh, md, 100, false)
-
 	// Dropping an empty or unknown partition is not an error.
-	if err := tb.DropPartition(ctx(t), 9); err != nil {
-		t.Fatalf("DropPartition(9) of an empty partition: %v", err)
-	}
+	tdrop(t, tb, 9)
 	wantTCheckpoint(t, tb, 1, 7, true)
 }

@@ -52,7 +52,6 @@ func testTableApplyInvalid(t *testing.T, open TablesOpener, sh shape) {
 			a := tdoc(sh, 1, 0, 1, 5, "gold")
 			tapply(t, tb, 0, 5, a)
 			md := tmodelOf([]engine.Doc{a})
-
 			newer := tdoc(sh, 1, 0, 2, 9, "silver")
 			other := tdoc(sh, 2, 0, 3, 7, "b")
 			bad := tdoc(sh, 3, 0, 4, 1, "a")
@@ -61,8 +60,7 @@ func testTableApplyInvalid(t *testing.T, open TablesOpener, sh shape) {
 				t.Fatalf("test bug: %s is valid", showDoc(bad))
 			}
 			for _, docs := range [][]engine.Doc{{other, newer, bad}, {bad, other, newer}} {
-				b := engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: docs, Checkpoint: 9}
-				wantApply(t, tb, b, engine.ErrInvalid, "with "+tc.name)
+				wantApply(t, tb, tbatch(0, tclaim(t, tb, 0), 9, docs...), engine.ErrInvalid, "with "+tc.name)
 				wantTCheckpoint(t, tb, 0, 5, true)
 				wantTDoc(t, tb, a)
 				wantTAbsent(t, tb, other.Key)
@@ -73,8 +71,7 @@ func testTableApplyInvalid(t *testing.T, open TablesOpener, sh shape) {
 			}
 			// The table still accepts a valid batch afterwards.
 			tapply(t, tb, 0, 10, newer, other)
-			wantTDoc(t, tb, newer)
-			wantTDoc(t, tb, other)
+			wantTDoc(t, tb, newer, other)
 		})
 	}
 }
@@ -96,14 +93,13 @@ func testTableVersionFencing(t *testing.T, open TablesOpener, sh shape) {
 			tapply(t, tb, 0, 10, a, b)
 			md := tmodelOf([]engine.Doc{a, b})
 
-			batch := engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 20, Docs: []engine.Doc{
+			batch := tbatch(0, tclaim(t, tb, 0), 20,
 				tdoc(sh, 3, 0, 1, 1, "c"),        // new document
 				tdoc(sh, 1, 0, 6, 8, "z"),        // newer version of a, moving in the indexes
 				tdoc(sh, 2, 0, tc.stale, 9, "y"), // stale version of b
-			}}
+			)
 			wantApply(t, tb, batch, engine.ErrFenced, "with a stale document")
-			wantTDoc(t, tb, a)
-			wantTDoc(t, tb, b)
+			wantTDoc(t, tb, a, b)
 			wantTAbsent(t, tb, sh.keyIn(3, 0))
 			wantTCheckpoint(t, tb, 0, 10, true)
 			wantTIndexes(t, tb, sh, md, 10, false)
@@ -120,42 +116,37 @@ func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
 	a, b := tdoc(sh, 1, 0, 5, 2, "a"), tdoc(sh, 2, 0, 5, 3, "b")
 	tapply(t, tb, 0, 10, a, b)
-
+	// replay applies a replay batch of docs with the current epoch.
+	replay := func(checkpoint int64, what string, docs ...engine.Doc) {
+		t.Helper()
+		batch := tbatch(0, tclaim(t, tb, 0), checkpoint, docs...)
+		batch.Replay = true
+		wantApply(t, tb, batch, nil, what)
+	}
 	staleA := tdoc(sh, 1, 0, 4, 100, "stale") // older: skipped, index entries too
 	equalB := tdoc(sh, 2, 0, 5, 101, "equal") // equal: skipped
 	c := tdoc(sh, 3, 0, 6, 4, "c")            // new: written
-	batch := engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 20, Replay: true,
-		Docs: []engine.Doc{staleA, equalB, c}}
-	wantApply(t, tb, batch, nil, "of a replay batch")
-	wantTDoc(t, tb, a)
-	wantTDoc(t, tb, b)
-	wantTDoc(t, tb, c)
+	replay(20, "of a replay batch", staleA, equalB, c)
+	wantTDoc(t, tb, a, b, c)
 	wantTCheckpoint(t, tb, 0, 20, true)
 	md := tmodelOf([]engine.Doc{a, b, c})
 	wantTIndexes(t, tb, sh, md, 10, false, true)
 
 	laterA := tdoc(sh, 1, 0, 8, 1, "later") // newer than stored: written
-	batch = engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 21, Replay: true,
-		Docs: []engine.Doc{laterA, tdoc(sh, 2, 0, 1, 1, "old")}}
-	wantApply(t, tb, batch, nil, "of a replay batch")
-	wantTDoc(t, tb, laterA)
-	wantTDoc(t, tb, b)
+	replay(21, "of a replay batch", laterA, tdoc(sh, 2, 0, 1, 1, "old"))
+	wantTDoc(t, tb, laterA, b)
 	wantTCheckpoint(t, tb, 0, 21, true)
 	md[string(laterA.Key)] = laterA
 	wantTIndexes(t, tb, sh, md, 10, false)
-
 	// A replay batch of only stale documents still moves the checkpoint.
-	batch = engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Checkpoint: 22, Replay: true,
-		Docs: []engine.Doc{staleA, equalB}}
-	wantApply(t, tb, batch, nil, "of a replay batch of stale documents")
+	replay(22, "of a replay batch of stale documents", staleA, equalB)
 	wantTDoc(t, tb, laterA)
 	wantTCheckpoint(t, tb, 0, 22, true)
-
 	// A replay batch is still fenced by epochs.
 	old := tclaim(t, tb, 0)
 	tclaim(t, tb, 0)
-	batch = engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 30, Replay: true,
-		Docs: []engine.Doc{tdoc(sh, 4, 0, 1, 1, "d")}}
+	batch := tbatch(0, old, 30, tdoc(sh, 4, 0, 1, 1, "d"))
+	batch.Replay = true
 	wantApply(t, tb, batch, engine.ErrFenced, "of a replay batch with an old epoch")
 	wantTAbsent(t, tb, sh.keyIn(4, 0))
 	wantTCheckpoint(t, tb, 0, 22, true)
@@ -163,31 +154,26 @@ func testTableReplay(t *testing.T, open TablesOpener, sh shape) {
 
 func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 	_, tb := openTable(t, open, sh.spec)
-	var prev int64
+	var old int64 // the last of ten increasing claims
 	for i := range 10 {
 		e := tclaim(t, tb, 0)
-		if i > 0 && e <= prev {
-			t.Fatalf("claim %d of partition 0 = %d; want > %d", i, e, prev)
+		if i > 0 && e <= old {
+			t.Fatalf("claim %d of partition 0 = %d; want > %d", i, e, old)
 		}
-		prev = e
+		old = e
 	}
-
-	old := prev
 	current := tclaim(t, tb, 0)
 	d1 := tdoc(sh, 1, 0, 1, 5, "a")
 	for _, docs := range [][]engine.Doc{{d1}, nil} {
-		wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 5, Docs: docs}, engine.ErrFenced,
+		wantApply(t, tb, tbatch(0, old, 5, docs...), engine.ErrFenced,
 			fmt.Sprintf("of %d docs with epoch %d after claim %d", len(docs), old, current))
 	}
 	wantTAbsent(t, tb, d1.Key)
 	wantTCheckpoint(t, tb, 0, 0, false)
-
-	ok := engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 6, Docs: []engine.Doc{d1}}
-	wantApply(t, tb, ok, nil, "with the current epoch")
+	wantApply(t, tb, tbatch(0, current, 6, d1), nil, "with the current epoch")
 	wantTCheckpoint(t, tb, 0, 6, true)
 	// A batch without documents confirms the claim and moves the checkpoint.
-	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: current, Checkpoint: 7}, nil,
-		"of no docs with the current epoch")
+	wantApply(t, tb, tbatch(0, current, 7), nil, "of no docs with the current epoch")
 	wantTCheckpoint(t, tb, 0, 7, true)
 
 	t.Run("an epoch the table never handed out is fenced", func(t *testing.T) {
@@ -195,18 +181,12 @@ func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 		// writer's batches: its epoch is newer than the store's, or the
 		// partition has no claim at all.
 		d4, d5 := tdoc(sh, 4, 0, 1, 5, "a"), tdoc(sh, 5, 7, 1, 5, "a")
-		for _, b := range []engine.DocBatch{
-			{Partition: 0, Epoch: current + 1, Checkpoint: 8, Docs: []engine.Doc{d4}},
-			{Partition: 0, Epoch: current + 1, Checkpoint: 8},
-			{Partition: 7, Epoch: 1, Checkpoint: 8, Docs: []engine.Doc{d5}},
-			{Partition: 7, Epoch: 0, Checkpoint: 8, Docs: []engine.Doc{d5}},
-			{Partition: 7, Epoch: 1, Checkpoint: 8},
-		} {
+		for _, b := range []engine.DocBatch{tbatch(0, current+1, 8, d4), tbatch(0, current+1, 8),
+			tbatch(7, 1, 8, d5), tbatch(7, 0, 8, d5), tbatch(7, 1, 8)} {
 			wantApply(t, tb, b, engine.ErrFenced,
 				fmt.Sprintf("to partition %d with unclaimed epoch %d (%d docs)", b.Partition, b.Epoch, len(b.Docs)))
 		}
-		wantTAbsent(t, tb, d4.Key)
-		wantTAbsent(t, tb, d5.Key)
+		wantTAbsent(t, tb, d4.Key, d5.Key)
 		wantTCheckpoint(t, tb, 0, 7, true)
 		wantTCheckpoint(t, tb, 7, 0, false)
 	})
@@ -216,13 +196,13 @@ func testTableEpochFencing(t *testing.T, open TablesOpener, sh shape) {
 		for range 5 {
 			tclaim(t, tb, 0)
 		}
-		b := engine.DocBatch{Partition: 1, Epoch: e1, Checkpoint: 3, Docs: []engine.Doc{tdoc(sh, 2, 1, 1, 5, "a")}}
+		b := tbatch(1, e1, 3, tdoc(sh, 2, 1, 1, 5, "a"))
 		wantApply(t, tb, b, nil, "to partition 1 after claims of partition 0")
 		wantTCheckpoint(t, tb, 1, 3, true)
 		if e2 := tclaim(t, tb, 1); e2 <= e1 {
 			t.Fatalf("second claim of partition 1 = %d; want > %d", e2, e1)
 		}
-		b = engine.DocBatch{Partition: 1, Epoch: e1, Checkpoint: 4, Docs: []engine.Doc{tdoc(sh, 3, 1, 1, 5, "a")}}
+		b = tbatch(1, e1, 4, tdoc(sh, 3, 1, 1, 5, "a"))
 		wantApply(t, tb, b, engine.ErrFenced, "to partition 1 with an old epoch")
 		wantTAbsent(t, tb, sh.keyIn(3, 1))
 		wantTCheckpoint(t, tb, 1, 3, true)

@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"bytes"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -15,8 +17,8 @@ import (
 var negZero = math.Copysign(0, -1)
 
 // numPool holds the number index values of generated documents: extremes,
-// negatives, both zeros, the smallest denormals, fractions and integers at
-// the edge of float64's exact range. Few values, so ties are common.
+// both zeros, denormals, fractions and the edge of float64's exact integers.
+// Few values, so ties are common.
 var numPool = []float64{-math.MaxFloat64, -1e300, -(1 << 53), -2.5, -1, -5e-324, negZero, 0,
 	5e-324, 0.1, 1.0 / 3, 2.5, 7.5, 1 << 53, 1e300, math.MaxFloat64}
 
@@ -39,37 +41,32 @@ func tmodelOf(docs []engine.Doc) tmodel {
 	return md
 }
 
-// cursorAt returns the cursor of d in the index at pos.
+func (md tmodel) sorted() []engine.Doc {
+	return slices.SortedFunc(maps.Values(md), func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
+}
+
 func cursorAt(d engine.Doc, pos int) engine.IndexCursor {
 	return engine.IndexCursor{Value: d.Index[pos], Key: d.Key}
 }
 
-// query returns every document matching q's bounds and cursor, in q's
-// order, ignoring the limit. q must be valid for spec.
+// query returns every document matching q's bounds and cursor, in q's order, ignoring the limit.
 func (md tmodel) query(t *testing.T, spec engine.TableSpec, q engine.IndexQuery) []engine.Doc {
 	t.Helper()
 	pos, kind, err := q.Validate(spec)
 	if err != nil {
 		t.Fatalf("model query %+v: %v", q, err)
 	}
-	var out []engine.Doc
-	for _, d := range md {
-		if !q.InRange(d.Index[pos], kind) {
-			continue
-		}
-		if q.After != nil && !spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc) {
-			continue
-		}
-		out = append(out, d)
-	}
+	out := slices.DeleteFunc(slices.Collect(maps.Values(md)), func(d engine.Doc) bool {
+		return !q.InRange(d.Index[pos], kind) ||
+			q.After != nil && !spec.Before(*q.After, cursorAt(d, pos), kind, q.Desc)
+	})
 	slices.SortFunc(out, spec.DocOrder(pos, kind, q.Desc))
 	return out
 }
 
 // tableData returns n documents of sh in partition p with many ties: index
-// values come from numPool and strPool, keys from a range around
-// p*1_000_000 (so partitions never share a key; negative movie ids encode
-// with the high bit set).
+// values from the pools, keys from a range around p*1_000_000 (so partitions
+// never share a key; negative movie ids encode with the high bit set).
 func tableData(sh shape, seed uint64, n int, p int32) []engine.Doc {
 	r := rand.New(rand.NewPCG(seed, 7))
 	seen := map[int]bool{}
@@ -87,8 +84,7 @@ func tableData(sh shape, seed uint64, n int, p int32) []engine.Doc {
 	return docs
 }
 
-// randIndex returns random index values for spec, from the pools, or, when
-// wide, sometimes from anywhere.
+// randIndex returns random index values for spec from the pools or, if wide, sometimes anywhere.
 func randIndex(r *rand.Rand, spec engine.TableSpec, wide bool) []engine.IndexValue {
 	out := make([]engine.IndexValue, len(spec.Indexes))
 	for i, ix := range spec.Indexes {
@@ -105,8 +101,7 @@ func randValue(r *rand.Rand, kind engine.IndexKind, wide bool) engine.IndexValue
 		return engine.Num(numPool[r.IntN(len(numPool))])
 	}
 	if wide && r.IntN(3) == 0 {
-		const alphabet = "aAb é\U0001F600\uffff~"
-		runes := []rune(alphabet)
+		runes := []rune("aAb é\U0001F600\uffff~")
 		var b strings.Builder
 		for range r.IntN(4) {
 			b.WriteRune(runes[r.IntN(len(runes))])
@@ -116,26 +111,30 @@ func randValue(r *rand.Rand, kind engine.IndexKind, wide bool) engine.IndexValue
 	return engine.Str(strPool[r.IntN(len(strPool))])
 }
 
-// seededTable opens a table of sh holding n generated documents spread
-// over partitions 0, 1 and 2 (so that a store keeping each partition's
-// index apart merges them) and returns it with its model.
+// seededTable opens a table of sh holding n generated documents (seedTable).
 func seededTable(t *testing.T, open TablesOpener, sh shape, n int) (engine.Table, tmodel) {
 	t.Helper()
 	_, tb := openTable(t, open, sh.spec)
+	return tb, seedTable(t, tb, sh, uint64(n), n, int64(n))
+}
+
+// seedTable applies n documents generated from seed over partitions 0-2 (so
+// a store keeping each partition's index apart merges them), returning their model.
+func seedTable(t *testing.T, tb engine.Table, sh shape, seed uint64, n int, checkpoint int64) tmodel {
+	t.Helper()
 	var all []engine.Doc
 	for p := range int32(3) {
-		docs := tableData(sh, uint64(n)+uint64(p), (n+2-int(p))/3, p)
+		docs := tableData(sh, seed+uint64(p), (n+2-int(p))/3, p)
 		if len(docs) > 0 {
-			tapply(t, tb, p, int64(n), docs...)
+			tapply(t, tb, p, checkpoint, docs...)
 		}
 		all = append(all, docs...)
 	}
-	return tb, tmodelOf(all)
+	return tmodelOf(all)
 }
 
 // wantTPage runs q and compares the page with the model's first q.Limit
-// answers; Next must be the last document's cursor exactly when the page
-// is full.
+// answers; Next must be the last document's cursor exactly when it is full.
 func wantTPage(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) engine.DocPage {
 	t.Helper()
 	spec := tb.Spec()
@@ -144,9 +143,7 @@ func wantTPage(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) en
 		t.Fatalf("Query(%s): %v", showQuery(q), err)
 	}
 	want := md.query(t, spec, q)
-	if len(want) > q.Limit {
-		want = want[:q.Limit]
-	}
+	want = want[:min(len(want), q.Limit)]
 	if len(page.Docs) != len(want) {
 		t.Fatalf("Query(%s) returned %d docs %v; want %d %v",
 			showQuery(q), len(page.Docs), showKeys(page.Docs), len(want), showKeys(want))
@@ -157,25 +154,20 @@ func wantTPage(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) en
 				showDoc(page.Docs[i]), showDoc(want[i]), showKeys(page.Docs), showKeys(want))
 		}
 	}
-	switch {
-	case len(page.Docs) < q.Limit && page.Next != nil:
-		t.Fatalf("Query(%s) returned a short page (%d < limit %d) with Next %s; want nil",
-			showQuery(q), len(page.Docs), q.Limit, showCursor(page.Next))
-	case len(page.Docs) == q.Limit && page.Next == nil:
-		t.Fatalf("Query(%s) returned a full page (%d docs) without Next; want the last doc's cursor",
-			showQuery(q), len(page.Docs))
-	case page.Next != nil:
-		pos, _, _ := q.Validate(spec)
-		last := cursorAt(page.Docs[len(page.Docs)-1], pos)
-		if !sameValue(page.Next.Value, last.Value) || !slices.Equal(page.Next.Key, last.Key) {
-			t.Fatalf("Query(%s): Next = %s; want the last doc's cursor %s", showQuery(q), showCursor(page.Next), showCursor(&last))
-		}
+	var next *engine.IndexCursor // the last document's cursor when the page is full
+	if pos, _, _ := q.Validate(spec); len(want) == q.Limit {
+		c := cursorAt(want[len(want)-1], pos)
+		next = &c
+	}
+	if (page.Next == nil) != (next == nil) ||
+		next != nil && (!sameValue(page.Next.Value, next.Value) || !bytes.Equal(page.Next.Key, next.Key)) {
+		t.Fatalf("Query(%s) returned %d docs (limit %d) with Next %s; want %s",
+			showQuery(q), len(page.Docs), q.Limit, showCursor(page.Next), showCursor(next))
 	}
 	return page
 }
 
-// wantTIndexes checks the first limit documents of every index of sh, in
-// each order of descs, against the model.
+// wantTIndexes checks the first limit documents of every index of sh, in each order of descs.
 func wantTIndexes(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int, descs ...bool) {
 	t.Helper()
 	for _, ix := range sh.spec.Indexes {
@@ -185,57 +177,57 @@ func wantTIndexes(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int,
 	}
 }
 
-// wantTPagedAll pages through every index of sh in both orders, limit
-// documents a page, and checks each page against the model and that
-// the pages hold every document of md once.
+// wantTPagedAll runs tpageAll on every index of sh both ways, limit documents a page.
 func wantTPagedAll(t *testing.T, tb engine.Table, sh shape, md tmodel, limit int) {
 	t.Helper()
 	for _, ix := range sh.spec.Indexes {
 		for _, desc := range []bool{false, true} {
-			q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit}
-			if got := tpageAll(t, tb, md, q); len(got) != len(md) {
-				t.Fatalf("paging %s returned %d docs; want %d", showQuery(q), len(got), len(md))
-			}
+			tpageAll(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit})
 		}
 	}
 }
 
-// tpageAll follows Next from q until a page comes back without it and
-// returns every document seen, checking each page against the model.
-func tpageAll(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) []engine.Doc {
+// tpageAll follows Next from q until a page comes back without it,
+// checking each page against the model and that the pages together hold
+// the model's answer to q: every document once, in order.
+func tpageAll(t *testing.T, tb engine.Table, md tmodel, q engine.IndexQuery) {
 	t.Helper()
+	want := md.query(t, tb.Spec(), q)
 	var got []engine.Doc
-	for pages := 0; ; pages++ {
+	for at, pages := q, 0; ; pages++ {
 		if pages > len(md)/q.Limit+2 {
 			t.Fatalf("paging %s did not end after %d pages", showQuery(q), pages)
 		}
-		page := wantTPage(t, tb, md, q)
+		page := wantTPage(t, tb, md, at)
 		got = append(got, page.Docs...)
 		if page.Next == nil {
-			return got
+			break
 		}
 		next := *page.Next
-		q.After = &next
+		at.After = &next
+	}
+	if !slices.EqualFunc(got, want, sameKey) {
+		t.Fatalf("paging %s returned %d docs %v; want %d %v",
+			showQuery(q), len(got), showKeys(got), len(want), showKeys(want))
 	}
 }
 
 func showQuery(q engine.IndexQuery) string {
-	var b strings.Builder
-	b.WriteString(q.Index)
+	s := q.Index
 	if q.HasMin {
-		b.WriteString(" min " + showValue(q.Min))
+		s += " min " + showValue(q.Min)
 	}
 	if q.HasMax {
-		b.WriteString(" max " + showValue(q.Max))
+		s += " max " + showValue(q.Max)
 	}
 	if q.Desc {
-		b.WriteString(" desc")
+		s += " desc"
 	}
-	b.WriteString(" limit " + strconv.Itoa(q.Limit))
+	s += " limit " + strconv.Itoa(q.Limit)
 	if q.After != nil {
-		b.WriteString(" after " + showCursor(q.After))
+		s += " after " + showCursor(q.After)
 	}
-	return b.String()
+	return s
 }
 
 func showCursor(c *engine.IndexCursor) string {

@@ -41,62 +41,49 @@ func testOpenTableInvalid(t *testing.T, open TablesOpener) {
 	mustOpen(t, ts, cloneSpec(MovieShape))
 }
 
-func testReopenSameSpec(t *testing.T, open TablesOpener) {
-	for _, sh := range shapes() {
-		t.Run(sh.name, func(t *testing.T) {
-			ts, first := openTable(t, open, sh.spec)
-			if got := first.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) || got.TiesAscending != sh.spec.TiesAscending {
-				t.Fatalf("Spec() = %+v; want %+v", got, sh.spec)
-			}
-			d := tdoc(sh, 1, 0, 1, 2.5, "gold")
-			tapply(t, first, 0, 3, d)
-			old := tclaim(t, first, 0)
-
-			// A second handle (a copy of the spec, as a restarted job
-			// would build it) sees the same table.
-			second := mustOpen(t, ts, cloneSpec(sh.spec))
-			if got := second.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) {
-				t.Fatalf("reopened Spec() = %+v; want %+v", got, sh.spec)
-			}
-			wantTDoc(t, second, d)
-			wantTCheckpoint(t, second, 0, 3, true)
-			wantTPage(t, second, tmodelOf([]engine.Doc{d}), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 5})
-
-			// Epochs are shared: a claim through one handle fences the other.
-			current := tclaim(t, second, 0)
-			if current <= old {
-				t.Fatalf("claim through the second handle = %d; want > %d", current, old)
-			}
-			e := tdoc(sh, 2, 0, 1, 1, "a")
-			b := engine.DocBatch{Partition: 0, Epoch: old, Checkpoint: 4, Docs: []engine.Doc{e}}
-			wantApply(t, first, b, engine.ErrFenced, "through the first handle with the old epoch")
-			b.Epoch = current
-			wantApply(t, first, b, nil, "through the first handle with the epoch claimed through the second")
-			wantTDoc(t, second, e)
-			wantTCheckpoint(t, second, 0, 4, true)
-		})
+func testReopenSameSpec(t *testing.T, open TablesOpener, sh shape) {
+	ts, first := openTable(t, open, sh.spec)
+	if got := first.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) ||
+		got.TiesAscending != sh.spec.TiesAscending {
+		t.Fatalf("Spec() = %+v; want %+v", got, sh.spec)
 	}
+	d := tdoc(sh, 1, 0, 1, 2.5, "gold")
+	tapply(t, first, 0, 3, d)
+	old := tclaim(t, first, 0)
+	// A second handle, as a restarted job opens it, sees the same table.
+	second := mustOpen(t, ts, cloneSpec(sh.spec))
+	if got := second.Spec(); got.Name != sh.spec.Name || !slices.Equal(got.Indexes, sh.spec.Indexes) {
+		t.Fatalf("reopened Spec() = %+v; want %+v", got, sh.spec)
+	}
+	wantTDoc(t, second, d)
+	wantTCheckpoint(t, second, 0, 3, true)
+	wantTPage(t, second, tmodelOf([]engine.Doc{d}), engine.IndexQuery{Index: sh.spec.Indexes[0].Name, Limit: 5})
+	// Epochs are shared: a claim through one handle fences the other.
+	current := tclaim(t, second, 0)
+	if current <= old {
+		t.Fatalf("claim through the second handle = %d; want > %d", current, old)
+	}
+	e := tdoc(sh, 2, 0, 1, 1, "a")
+	wantApply(t, first, tbatch(0, old, 4, e), engine.ErrFenced, "through the first handle with the old epoch")
+	wantApply(t, first, tbatch(0, current, 4, e), nil,
+		"through the first handle with the epoch claimed through the second")
+	wantTDoc(t, second, e)
+	wantTCheckpoint(t, second, 0, 4, true)
 }
 
 func testReopenDifferentSpec(t *testing.T, open TablesOpener) {
 	base := cloneSpec(OrderShape)
-	changed := func(f func(s *engine.TableSpec)) engine.TableSpec {
-		s := cloneSpec(base)
-		f(&s)
-		return s
-	}
+	total, tier := base.Indexes[0], base.Indexes[1]
 	cases := []struct {
-		name string
-		spec engine.TableSpec
+		name    string
+		indexes []engine.IndexSpec
 	}{
-		{"index added", changed(func(s *engine.TableSpec) {
-			s.Indexes = append(s.Indexes, engine.IndexSpec{Name: "region", Kind: engine.IndexString})
-		})},
-		{"index removed", changed(func(s *engine.TableSpec) { s.Indexes = s.Indexes[:1] })},
-		{"no indexes", changed(func(s *engine.TableSpec) { s.Indexes = nil })},
-		{"index renamed", changed(func(s *engine.TableSpec) { s.Indexes[1].Name = "level" })},
-		{"index kind changed", changed(func(s *engine.TableSpec) { s.Indexes[1].Kind = engine.IndexNumber })},
-		{"indexes reordered", changed(func(s *engine.TableSpec) { slices.Reverse(s.Indexes) })},
+		{"index added", []engine.IndexSpec{total, tier, {Name: "region", Kind: engine.IndexString}}},
+		{"index removed", []engine.IndexSpec{total}},
+		{"no indexes", nil},
+		{"index renamed", []engine.IndexSpec{total, {Name: "level", Kind: tier.Kind}}},
+		{"index kind changed", []engine.IndexSpec{total, {Name: tier.Name, Kind: engine.IndexNumber}}},
+		{"indexes reordered", []engine.IndexSpec{tier, total}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,7 +91,8 @@ func testReopenDifferentSpec(t *testing.T, open TablesOpener) {
 			sh := shape{spec: base, key: customerKey}
 			d := tdoc(sh, 1, 0, 1, 2.5, "gold")
 			tapply(t, tb, 0, 3, d)
-			if other, err := ts.OpenTable(ctx(t), tc.spec); !errors.Is(err, engine.ErrInvalid) {
+			spec := engine.TableSpec{Name: base.Name, Indexes: tc.indexes, Partitions: Partitions}
+			if other, err := ts.OpenTable(ctx(t), spec); !errors.Is(err, engine.ErrInvalid) {
 				t.Fatalf("reopening %s with %s = %v, %v; want ErrInvalid", base.Name, tc.name, other, err)
 			}
 			// The table is untouched and still opens with its own spec.
@@ -117,26 +105,22 @@ func testReopenDifferentSpec(t *testing.T, open TablesOpener) {
 }
 
 // testTablesIsolated opens two tables of each shape with prefix-related
-// names in one store and checks that nothing leaks between them: the same
-// key is two documents, epochs and checkpoints are per table, and a drop
-// (or reset) of one leaves the other alone.
+// names in one store and checks that nothing leaks between them: keys,
+// epochs, versions and checkpoints are per table, and a drop or reset of
+// one leaves the other alone.
 func testTablesIsolated(t *testing.T, open TablesOpener) {
 	ts := open(t)
-	type pair struct {
-		sh   shape
-		a, b engine.Table
-	}
-	var pairs []pair
+	pairs := map[string][2]engine.Table{}
 	for _, sh := range shapes() {
 		other := cloneSpec(sh.spec)
 		other.Name += "-2"
-		pairs = append(pairs, pair{sh, mustOpen(t, ts, sh.spec), mustOpen(t, ts, other)})
+		pairs[sh.name] = [2]engine.Table{mustOpen(t, ts, sh.spec), mustOpen(t, ts, other)}
 	}
-	// Every table of both shapes is open at once; a movie and a customer
-	// table share keys only by accident of encoding, never documents.
-	for _, pr := range pairs {
-		t.Run(pr.sh.name, func(t *testing.T) {
-			sh, a, b := pr.sh, pr.a, pr.b
+	// Every table is open at once; tables of two shapes may share a key
+	// by accident of encoding, never a document.
+	for _, sh := range shapes() {
+		t.Run(sh.name, func(t *testing.T) {
+			a, b := pairs[sh.name][0], pairs[sh.name][1]
 			da := []engine.Doc{tdoc(sh, 1, 0, 5, 1, "a"), tdoc(sh, 2, 0, 5, 2, "b")}
 			db := []engine.Doc{tdoc(sh, 1, 0, 3, 9, "z"), tdoc(sh, 3, 0, 3, 8, "y")}
 			ea := tclaim(t, a, 0)
@@ -145,10 +129,10 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 			}
 			eb := tclaim(t, b, 0)
 			// Claims of b did not fence a, nor a's claims b.
-			wantApply(t, a, engine.DocBatch{Partition: 0, Epoch: ea, Docs: da, Checkpoint: 10}, nil,
+			wantApply(t, a, tbatch(0, ea, 10, da...), nil,
 				"to "+a.Spec().Name+" after claims of "+b.Spec().Name)
 			// A lower version in b than in a is not stale: versions are per table.
-			wantApply(t, b, engine.DocBatch{Partition: 0, Epoch: eb, Docs: db, Checkpoint: 20}, nil, "to "+b.Spec().Name)
+			wantApply(t, b, tbatch(0, eb, 20, db...), nil, "to "+b.Spec().Name)
 			wantTDoc(t, a, da[0])
 			wantTDoc(t, b, db[0])
 			wantTAbsent(t, a, db[1].Key)
@@ -160,11 +144,8 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 			wantTIndexes(t, b, sh, tmodelOf(db), 10, false)
 			wantTLoad(t, a, [][]byte{db[1].Key, da[0].Key}, mda) // only its own
 
-			if err := b.DropPartition(ctx(t), 0); err != nil {
-				t.Fatalf("DropPartition: %v", err)
-			}
-			wantTDoc(t, a, da[0])
-			wantTDoc(t, a, da[1])
+			tdrop(t, b, 0)
+			wantTDoc(t, a, da...)
 			wantTCheckpoint(t, a, 0, 10, true)
 			wantTCheckpoint(t, b, 0, 0, false)
 			wantTAbsent(t, b, db[0].Key)
@@ -177,8 +158,7 @@ func testTablesIsolated(t *testing.T, open TablesOpener) {
 				wantTDoc(t, a, da[1])
 				wantTCheckpoint(t, a, 0, 10, true)
 				// a's epoch is still current.
-				wantApply(t, a, engine.DocBatch{Partition: 0, Epoch: ea, Checkpoint: 11}, nil,
-					"to "+a.Spec().Name+" after a reset of "+b.Spec().Name)
+				wantApply(t, a, tbatch(0, ea, 11), nil, "to "+a.Spec().Name+" after a reset of "+b.Spec().Name)
 			}
 		})
 	}
@@ -195,7 +175,7 @@ func testTableWithoutIndexes(t *testing.T, open TablesOpener) {
 	wantTDoc(t, tb, d)
 	bad := tdoc(sh, 2, 0, 1, 0, "")
 	bad.Index = []engine.IndexValue{engine.Num(1)}
-	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: tclaim(t, tb, 0), Docs: []engine.Doc{bad}}, engine.ErrInvalid,
+	wantApply(t, tb, tbatch(0, tclaim(t, tb, 0), 0, bad), engine.ErrInvalid,
 		"of a doc with an index value to a table without indexes")
 	if page, err := tb.Query(ctx(t), engine.IndexQuery{Index: "avg", Limit: 5}); !errors.Is(err, engine.ErrInvalid) {
 		t.Fatalf("Query of a table without indexes = %d docs, %v; want ErrInvalid", len(page.Docs), err)

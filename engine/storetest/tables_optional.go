@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -21,32 +22,10 @@ func testTableScanner(t *testing.T, open TablesOpener, sh shape) {
 	tapply(t, tb, 1, 1, p1...)
 	tapply(t, tb, 3, 1) // a checkpoint but no documents
 
-	scan := func(p int32, want []engine.Doc) {
-		t.Helper()
-		seen := map[string]engine.Doc{}
-		err := sc.ScanPartition(ctx(t), p, func(d engine.Doc) error {
-			if _, dup := seen[string(d.Key)]; dup {
-				return errors.New("doc " + showKey(d.Key) + " seen twice")
-			}
-			seen[string(d.Key)] = d
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("ScanPartition(%d): %v", p, err)
-		}
-		if len(seen) != len(want) {
-			t.Fatalf("ScanPartition(%d) visited %d docs; want %d", p, len(seen), len(want))
-		}
-		for _, w := range want {
-			if g, ok := seen[string(w.Key)]; !ok || !sameDoc(sh.spec, g, w) {
-				t.Fatalf("ScanPartition(%d) doc %s = %s (seen %v); want %s", p, showKey(w.Key), showDoc(g), ok, showDoc(w))
-			}
-		}
-	}
-	scan(0, p0)
-	scan(1, p1)
-	scan(2, nil)
-	scan(3, nil)
+	wantTScan(t, sc, sh.spec, 0, tmodelOf(p0))
+	wantTScan(t, sc, sh.spec, 1, tmodelOf(p1))
+	wantTScan(t, sc, sh.spec, 2, tmodel{})
+	wantTScan(t, sc, sh.spec, 3, tmodel{})
 
 	stop := errors.New("stop here")
 	calls := 0
@@ -60,19 +39,33 @@ func testTableScanner(t *testing.T, open TablesOpener, sh shape) {
 	if !errors.Is(err, stop) || calls != 3 {
 		t.Fatalf("ScanPartition with a failing callback = %v after %d calls; want the callback's error after 3", err, calls)
 	}
-
 	// Updates and drops show in later scans.
 	upd := p1[0].Clone()
 	upd.Version += 100
 	upd.Index = index(sh.spec, 42, "updated")
 	tapply(t, tb, 1, 2, upd)
 	p1[0] = upd
-	scan(1, p1)
-	if err := tb.DropPartition(ctx(t), 0); err != nil {
-		t.Fatalf("DropPartition(0): %v", err)
+	wantTScan(t, sc, sh.spec, 1, tmodelOf(p1))
+	tdrop(t, tb, 0)
+	wantTScan(t, sc, sh.spec, 0, tmodel{})
+	wantTScan(t, sc, sh.spec, 1, tmodelOf(p1))
+}
+
+// wantTScan asserts that ScanPartition(p) visits exactly the documents of want, each once.
+func wantTScan(t *testing.T, sc engine.TableScanner, spec engine.TableSpec, p int32, want tmodel) {
+	t.Helper()
+	seen := map[string]engine.Doc{}
+	err := sc.ScanPartition(ctx(t), p, func(d engine.Doc) error {
+		if _, dup := seen[string(d.Key)]; dup {
+			return errors.New("doc " + showKey(d.Key) + " seen twice")
+		}
+		seen[string(d.Key)] = d
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ScanPartition(%d): %v", p, err)
 	}
-	scan(0, nil)
-	scan(1, p1)
+	wantTDocs(t, fmt.Sprintf("ScanPartition(%d)", p), spec, seen, want)
 }
 
 func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
@@ -109,39 +102,28 @@ func testTableResetter(t *testing.T, open TablesOpener, sh shape) {
 		}
 	}
 	zombie := tdoc(sh, 2, 0, 1, 1, "zombie")
-	wantApply(t, tb, engine.DocBatch{Partition: 0, Epoch: before[0], Checkpoint: 9, Docs: []engine.Doc{zombie}},
-		engine.ErrFenced, "with the epoch claimed before Reset")
-	for _, d := range append(docs, other, zombie) {
-		wantTAbsent(t, tb, d.Key)
-	}
+	wantApply(t, tb, tbatch(0, before[0], 9, zombie), engine.ErrFenced, "with the epoch claimed before Reset")
+	wantTAbsent(t, tb, docKeys(append(docs, other, zombie))...)
 	wantTCheckpoint(t, tb, 0, 0, false)
 	wantTCheckpoint(t, tb, 1, 0, false)
 	wantTIndexes(t, tb, sh, tmodel{}, 100, false, true)
 	if sc, ok := tb.(engine.TableScanner); ok {
-		err := sc.ScanPartition(ctx(t), 0, func(d engine.Doc) error { return errors.New("doc " + showKey(d.Key) + " after Reset") })
-		if err != nil {
-			t.Fatalf("ScanPartition(0) after Reset: %v", err)
-		}
+		wantTScan(t, sc, sh.spec, 0, tmodel{})
 	}
-
 	// Another table of the store is untouched, its epoch still current.
 	wantTDoc(t, sibling, kept)
 	wantTCheckpoint(t, sibling, 0, 77, true)
-	wantApply(t, sibling, engine.DocBatch{Partition: 0, Epoch: siblingEpoch, Checkpoint: 78}, nil,
-		"to another table after Reset")
-
+	wantApply(t, sibling, tbatch(0, siblingEpoch, 78), nil, "to another table after Reset")
 	// The table is usable after a reset, and old versions are accepted again.
 	again := docs[0].Clone()
 	again.Version, again.Value = 1, []byte("again")
-	batch := engine.DocBatch{Partition: 0, Epoch: after[0], Checkpoint: 1, Docs: []engine.Doc{again}}
-	wantApply(t, tb, batch, nil, "after Reset")
+	wantApply(t, tb, tbatch(0, after[0], 1, again), nil, "after Reset")
 	wantTDoc(t, tb, again)
 	wantTCheckpoint(t, tb, 0, 1, true)
 	wantTIndexes(t, tb, sh, tmodelOf([]engine.Doc{again}), 10, false)
 }
 
-// filteredTable is a Table whose Query is QueryFiltered with keep, so the
-// query checks of the suite run on it.
+// filteredTable is a Table whose Query is QueryFiltered with keep.
 type filteredTable struct {
 	engine.Table
 	fq   engine.FilteredQuerier
@@ -152,8 +134,7 @@ func (f filteredTable) Query(ctx context.Context, q engine.IndexQuery) (engine.D
 	return f.fq.QueryFiltered(ctx, q, f.keep)
 }
 
-// keepOnly returns a keep function accepting the keys of parts, and the
-// documents of md it accepts.
+// keepOnly returns a keep function accepting the keys of parts, and the documents of md it keeps.
 func keepOnly(md tmodel, parts ...int32) (func(key []byte) bool, tmodel) {
 	keep := func(key []byte) bool { return slices.Contains(parts, engine.PartitionFor(key, Partitions)) }
 	out := tmodel{}
@@ -165,8 +146,7 @@ func keepOnly(md tmodel, parts ...int32) (func(key []byte) bool, tmodel) {
 	return keep, out
 }
 
-// checkFiltered pages through every index of tb, both ways, keeping each
-// set of partitions in turn, and checks every page against the model.
+// checkFiltered runs wantTQueries keeping each set of partitions in turn.
 func checkFiltered(t *testing.T, tb engine.Table, md tmodel, sh shape) {
 	t.Helper()
 	fq, ok := tb.(engine.FilteredQuerier)
@@ -175,24 +155,7 @@ func checkFiltered(t *testing.T, tb engine.Table, md tmodel, sh shape) {
 	}
 	for _, parts := range [][]int32{{0, 2}, {1}, {}} {
 		keep, want := keepOnly(md, parts...)
-		ft := filteredTable{Table: tb, fq: fq, keep: keep}
-		eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-			for _, desc := range []bool{false, true} {
-				for _, limit := range []int{1, 4, 100} {
-					q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit}
-					if got := tpageAll(t, ft, want, q); len(got) != len(want) {
-						t.Fatalf("paging %s keeping partitions %v returned %d docs; want %d", showQuery(q), parts, len(got), len(want))
-					}
-				}
-				for _, c := range arbitraryCursors[ix.Kind] {
-					after := c
-					wantTPage(t, ft, want, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 3, After: &after})
-				}
-				for _, bc := range boundCases[ix.Kind] {
-					wantTPage(t, ft, want, rangeQuery(ix, bc.min, bc.max, desc, 2))
-				}
-			}
-		})
+		wantTQueries(t, filteredTable{Table: tb, fq: fq, keep: keep}, want, sh, []int{1, 4, 100}, 3, 2)
 	}
 }
 

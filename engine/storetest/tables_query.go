@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,13 +30,16 @@ func str(v string) bound  { return bound{true, engine.Str(v)} }
 
 var unbounded bound
 
-// boundCases are the ranges each index kind is queried with: min only,
-// max only, both, equality (min = max) and empty ranges, with bounds on,
-// between, beyond and at the edges of stored values.
-var boundCases = map[engine.IndexKind][]struct {
+// boundCase is a named query range.
+type boundCase struct {
 	name     string
 	min, max bound
-}{
+}
+
+// boundCases are the ranges each index kind is queried with: min only, max
+// only, both, equal and empty, with bounds on, between, beyond and at the
+// edges of stored values.
+var boundCases = map[engine.IndexKind][]boundCase{
 	engine.IndexNumber: {
 		{"everything", unbounded, unbounded},
 		{"min at a stored value", num(2.5), unbounded},
@@ -90,129 +94,96 @@ var boundCases = map[engine.IndexKind][]struct {
 	},
 }
 
-func (b bound) String() string {
-	if !b.set {
-		return "none"
-	}
-	return showValue(b.v)
-}
-
 func rangeQuery(ix engine.IndexSpec, min, max bound, desc bool, limit int) engine.IndexQuery {
 	return engine.IndexQuery{Index: ix.Name, Min: min.v, HasMin: min.set, Max: max.v, HasMax: max.set,
 		Desc: desc, Limit: limit}
 }
 
-func testTableQueryOrder(t *testing.T, open TablesOpener, sh shape) {
-	tb, md := seededTable(t, open, sh, 80)
-	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-		asc := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 1000})
-		desc := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 1000, Desc: true})
-		// Without TiesAscending a descending query is the exact reverse
-		// (wantTPage checked the order of a TiesAscending table).
-		for i := range asc.Docs {
-			if sh.spec.TiesAscending {
-				break
-			}
-			if j := len(desc.Docs) - 1 - i; string(asc.Docs[i].Key) != string(desc.Docs[j].Key) {
-				t.Fatalf("descending[%d] = %s; want ascending[%d] = %s (the exact reverse)",
-					j, showKey(desc.Docs[j].Key), i, showKey(asc.Docs[i].Key))
-			}
-		}
-		pos, _, _ := sh.spec.Index(ix.Name)
-		ties := 0
-		for i := 1; i < len(asc.Docs); i++ {
-			if sameValue(asc.Docs[i].Index[pos], asc.Docs[i-1].Index[pos]) {
-				ties++
-			}
-		}
-		if ties < 10 {
-			t.Fatalf("test bug: only %d ties in index %s", ties, ix.Name)
-		}
-	})
+// indexTest checks index ix of a table of sh holding the documents of md.
+type indexTest func(t *testing.T, tb engine.Table, md tmodel, sh shape, ix engine.IndexSpec)
+
+// perIndex adapts fn to the suite: it opens a table of sh holding 80
+// generated documents and runs fn on it as a sub-test for every index.
+func perIndex(fn indexTest) func(*testing.T, TablesOpener, shape) {
+	return func(t *testing.T, open TablesOpener, sh shape) {
+		tb, md := seededTable(t, open, sh, 80)
+		eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) { fn(t, tb, md, sh, ix) })
+	}
 }
 
-func testTableQueryBounds(t *testing.T, open TablesOpener, sh shape) {
-	tb, md := seededTable(t, open, sh, 80)
-	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-		for _, tc := range boundCases[ix.Kind] {
-			t.Run(tc.name, func(t *testing.T) {
-				for _, desc := range []bool{false, true} {
-					q := rangeQuery(ix, tc.min, tc.max, desc, 1000)
-					page := wantTPage(t, tb, md, q)
-					pos, kind, _ := q.Validate(sh.spec)
-					for _, d := range page.Docs {
-						if !q.InRange(d.Index[pos], kind) {
-							t.Fatalf("%s: doc %s outside [%s, %s]", showQuery(q), showDoc(d), tc.min, tc.max)
-						}
-					}
-				}
-			})
+func testTableQueryOrder(t *testing.T, tb engine.Table, md tmodel, sh shape, ix engine.IndexSpec) {
+	asc := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 1000})
+	desc := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Limit: 1000, Desc: true})
+	// Without TiesAscending a descending query is the exact reverse
+	// (wantTPage checked the order of a TiesAscending table).
+	rev := slices.Clone(desc.Docs)
+	slices.Reverse(rev)
+	if !sh.spec.TiesAscending && !slices.EqualFunc(asc.Docs, rev, sameKey) {
+		t.Fatalf("descending %v is not the exact reverse of ascending %v",
+			showKeys(desc.Docs), showKeys(asc.Docs))
+	}
+	pos, _, _ := sh.spec.Index(ix.Name)
+	ties := 0
+	for i := 1; i < len(asc.Docs); i++ {
+		if sameValue(asc.Docs[i].Index[pos], asc.Docs[i-1].Index[pos]) {
+			ties++
 		}
-	})
+	}
+	if ties < 10 {
+		t.Fatalf("test bug: only %d ties in index %s", ties, ix.Name)
+	}
 }
 
-func testTableQueryLimit(t *testing.T, open TablesOpener, sh shape) {
-	tb, md := seededTable(t, open, sh, 80)
-	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-		for _, limit := range []int{1, 2, 5, 79, 80, 81, 1 << 30} {
+func testTableQueryBounds(t *testing.T, tb engine.Table, md tmodel, sh shape, ix engine.IndexSpec) {
+	for _, tc := range boundCases[ix.Kind] {
+		t.Run(tc.name, func(t *testing.T) {
 			for _, desc := range []bool{false, true} {
-				page := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit})
-				if limit <= 80 && page.Next == nil {
-					t.Fatalf("limit %d of 80 matches: Next is nil; want a cursor", limit)
-				}
-				if limit > 80 && page.Next != nil {
-					t.Fatalf("limit %d of 80 matches: Next = %s; want nil", limit, showCursor(page.Next))
-				}
-			}
-		}
-		// A limited range query stops within the range.
-		for _, tc := range boundCases[ix.Kind] {
-			for _, limit := range []int{1, 3} {
-				wantTPage(t, tb, md, rangeQuery(ix, tc.min, tc.max, limit == 3, limit))
-			}
-		}
-	})
-}
-
-func testTableQueryPaging(t *testing.T, open TablesOpener, sh shape) {
-	tb, md := seededTable(t, open, sh, 80)
-	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-		for _, c := range pagingCases[ix.Kind] {
-			limits := []int{2, 5, 16}
-			if c.min.set && c.max.set {
-				limits = append(limits, 1) // short ranges page one by one too
-			}
-			for _, limit := range limits {
-				for _, desc := range []bool{false, true} {
-					q := rangeQuery(ix, c.min, c.max, desc, limit)
-					got := tpageAll(t, tb, md, q)
-					want := md.query(t, sh.spec, q)
-					if len(got) != len(want) {
-						t.Fatalf("paging %s (%s) returned %d docs %v; want %d %v",
-							showQuery(q), c.name, len(got), showKeys(got), len(want), showKeys(want))
-					}
-					seen := map[string]bool{}
-					for i := range want {
-						if seen[string(got[i].Key)] {
-							t.Fatalf("paging %s: %s returned twice", showQuery(q), showKey(got[i].Key))
-						}
-						seen[string(got[i].Key)] = true
-						if string(got[i].Key) != string(want[i].Key) {
-							t.Fatalf("paging %s: position %d = %s; want %s", showQuery(q), i, showKey(got[i].Key), showKey(want[i].Key))
-						}
+				q := rangeQuery(ix, tc.min, tc.max, desc, 1000)
+				pos, kind, _ := q.Validate(sh.spec)
+				for _, d := range wantTPage(t, tb, md, q).Docs {
+					if !q.InRange(d.Index[pos], kind) {
+						t.Fatalf("%s: doc %s outside the range", showQuery(q), showDoc(d))
 					}
 				}
 			}
-		}
-	})
+		})
+	}
 }
 
-// pagingCases are the ranges paged through with several limits: all,
-// min only, max only, closed, equal.
-var pagingCases = map[engine.IndexKind][]struct {
-	name     string
-	min, max bound
-}{
+func testTableQueryLimit(t *testing.T, tb engine.Table, md tmodel, _ shape, ix engine.IndexSpec) {
+	for _, limit := range []int{1, 2, 5, 79, 80, 81, 1 << 30} {
+		for _, desc := range []bool{false, true} {
+			page := wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit})
+			if (limit <= 80) != (page.Next != nil) {
+				t.Fatalf("limit %d of 80 matches: Next = %s; want a cursor exactly when limit <= 80",
+					limit, showCursor(page.Next))
+			}
+		}
+	}
+	// A limited range query stops within the range.
+	for _, tc := range boundCases[ix.Kind] {
+		for _, limit := range []int{1, 3} {
+			wantTPage(t, tb, md, rangeQuery(ix, tc.min, tc.max, limit == 3, limit))
+		}
+	}
+}
+
+func testTableQueryPaging(t *testing.T, tb engine.Table, md tmodel, _ shape, ix engine.IndexSpec) {
+	for _, c := range pagingCases[ix.Kind] {
+		limits := []int{2, 5, 16}
+		if c.min.set && c.max.set {
+			limits = append(limits, 1) // short ranges page one by one too
+		}
+		for _, limit := range limits {
+			for _, desc := range []bool{false, true} {
+				tpageAll(t, tb, md, rangeQuery(ix, c.min, c.max, desc, limit))
+			}
+		}
+	}
+}
+
+// pagingCases are the ranges paged through: all, min, max, closed, equal.
+var pagingCases = map[engine.IndexKind][]boundCase{
 	engine.IndexNumber: {
 		{"everything", unbounded, unbounded},
 		{"min zero", num(0), unbounded},
@@ -259,34 +230,27 @@ var arbitraryCursors = map[engine.IndexKind][]engine.IndexCursor{
 	},
 }
 
-func testTableQueryAfterCursor(t *testing.T, open TablesOpener, sh shape) {
-	tb, md := seededTable(t, open, sh, 80)
-	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-		cursors := arbitraryCursors[ix.Kind]
-		// Cursors of stored documents with a byte appended to the key: just
-		// after the document, before the next key of the same value.
-		pos, _, _ := sh.spec.Index(ix.Name)
-		docs := md.query(t, sh.spec, engine.IndexQuery{Index: ix.Name, Limit: 1})
-		for i := 0; i < len(docs); i += 20 {
-			c := cursorAt(docs[i], pos)
-			c.Key = append(bytes.Clone(c.Key), 0)
-			cursors = append(cursors, c)
-		}
-		closed := pagingCases[ix.Kind][3]
-		for _, c := range cursors {
-			after := c
-			for _, desc := range []bool{false, true} {
-				for _, q := range []engine.IndexQuery{
-					{Index: ix.Name, Desc: desc, Limit: 5, After: &after},
-					{Index: ix.Name, Desc: desc, Limit: 1000, After: &after},
-					rangeQuery(ix, closed.min, closed.max, desc, 1000),
-				} {
-					q.After = &after
-					wantTPage(t, tb, md, q)
-				}
+func testTableQueryAfterCursor(t *testing.T, tb engine.Table, md tmodel, sh shape, ix engine.IndexSpec) {
+	cursors := slices.Clone(arbitraryCursors[ix.Kind])
+	// Cursors of stored documents with a byte appended to the key: just
+	// after the document, before the next key of the same value.
+	pos, _, _ := sh.spec.Index(ix.Name)
+	docs := md.query(t, sh.spec, engine.IndexQuery{Index: ix.Name, Limit: 1})
+	for i := 0; i < len(docs); i += 20 {
+		c := cursorAt(docs[i], pos)
+		c.Key = append(bytes.Clone(c.Key), 0)
+		cursors = append(cursors, c)
+	}
+	closed := pagingCases[ix.Kind][3]
+	for _, c := range cursors {
+		for _, desc := range []bool{false, true} {
+			for _, q := range []engine.IndexQuery{{Index: ix.Name, Desc: desc, Limit: 5},
+				{Index: ix.Name, Desc: desc, Limit: 1000}, rangeQuery(ix, closed.min, closed.max, desc, 1000)} {
+				q.After = &c
+				wantTPage(t, tb, md, q)
 			}
 		}
-	})
+	}
 }
 
 func testTableQueryMoves(t *testing.T, open TablesOpener, sh shape) {
@@ -301,9 +265,8 @@ func testTableQueryMoves(t *testing.T, open TablesOpener, sh shape) {
 		tdoc(sh, 2, 0, 4, negZero, ""),   // to -0 and the empty string
 		tdoc(sh, 1, 0, 5, 0, "bronze"),   // ties with -0
 	}
-	if len(sh.spec.Indexes) > 1 { // move one index only
-		d := tdoc(sh, 3, 0, 6, 9.5, "aaa")
-		moves = append(moves, d)
+	if len(sh.spec.Indexes) > 1 {
+		moves = append(moves, tdoc(sh, 3, 0, 6, 9.5, "aaa")) // moves one index only
 	}
 	for i, m := range moves {
 		prev := md[string(m.Key)]
@@ -314,13 +277,10 @@ func testTableQueryMoves(t *testing.T, open TablesOpener, sh shape) {
 				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 10})
 				// The new value finds the doc, the previous one no longer does.
 				for _, v := range []engine.IndexValue{m.Index[pos], prev.Index[pos]} {
-					wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 10,
-						Min: v, HasMin: true, Max: v, HasMax: true})
+					wantTPage(t, tb, md, rangeQuery(ix, bound{true, v}, bound{true, v}, desc, 10))
 				}
-				q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 1}
-				if got := tpageAll(t, tb, md, q); len(got) != 3 {
-					t.Fatalf("after move %d paging %s returned %v; want each of 3 docs once", i, showQuery(q), showKeys(got))
-				}
+				// Each of the 3 docs once.
+				tpageAll(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 1})
 			}
 		}
 	}
@@ -366,34 +326,32 @@ func testTableTiesAscending(t *testing.T, open TablesOpener) {
 	spec := engine.TableSpec{Name: "ranked", Indexes: cloneSpec(OrderShape).Indexes, TiesAscending: true, Partitions: Partitions}
 	sh := shape{name: "ranked", spec: spec, key: customerKey}
 	_, tb := openTable(t, open, spec)
-	var docs []engine.Doc
-	for p := range int32(3) { // spread, so that a store merging partitions merges ties
-		d := tableData(sh, 3+uint64(p), 20, p)
-		tapply(t, tb, p, 1, d...)
-		docs = append(docs, d...)
-	}
-	md := tmodelOf(docs)
+	md := seedTable(t, tb, sh, 3, 60, 1) // spread, so that a store merging partitions merges ties
 	if got := tb.Spec(); !got.TiesAscending {
 		t.Fatalf("Spec() = %+v; want TiesAscending", got)
 	}
-	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
-		for _, desc := range []bool{false, true} {
-			for _, limit := range []int{4, 100} {
-				q := engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit}
-				if got := tpageAll(t, tb, md, q); len(got) != len(docs) {
-					t.Fatalf("paging %s returned %d docs; want %d", showQuery(q), len(got), len(docs))
-				}
-			}
-			for _, c := range arbitraryCursors[ix.Kind] {
-				after := c
-				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: 6, After: &after})
-			}
-			for _, bc := range boundCases[ix.Kind] {
-				wantTPage(t, tb, md, rangeQuery(ix, bc.min, bc.max, desc, 3))
-			}
-		}
-	})
+	wantTQueries(t, tb, md, sh, []int{4, 100}, 6, 3)
 	if _, ok := tb.(engine.FilteredQuerier); ok {
 		t.Run("filtered", func(t *testing.T) { checkFiltered(t, tb, md, sh) })
 	}
+}
+
+// wantTQueries checks every index of sh, both ways, against the model:
+// paging through it with each limit of pages, from each arbitrary cursor
+// (atCursor documents a page) and in each bound case (inBounds a page).
+func wantTQueries(t *testing.T, tb engine.Table, md tmodel, sh shape, pages []int, atCursor, inBounds int) {
+	t.Helper()
+	eachIndex(t, sh, func(t *testing.T, ix engine.IndexSpec) {
+		for _, desc := range []bool{false, true} {
+			for _, limit := range pages {
+				tpageAll(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: limit})
+			}
+			for _, c := range arbitraryCursors[ix.Kind] {
+				wantTPage(t, tb, md, engine.IndexQuery{Index: ix.Name, Desc: desc, Limit: atCursor, After: &c})
+			}
+			for _, bc := range boundCases[ix.Kind] {
+				wantTPage(t, tb, md, rangeQuery(ix, bc.min, bc.max, desc, inBounds))
+			}
+		}
+	})
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -9,11 +10,10 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// testTableRandomModel runs a seeded random mix of a few hundred
-// operations (fresh batches, replays with stale docs, refused stale
-// batches, re-claims with fenced old epochs, drops, empty batches) and
-// checks Get, Load, Checkpoint and random index queries against a model
-// after each step, then pages through every index in both directions.
+// testTableRandomModel runs a seeded random mix of operations (fresh
+// batches, replays with stale docs, refused stale batches, re-claims that
+// fence old epochs, drops, empty batches), checking Get, Load, Checkpoint
+// and random queries against a model, then pages through every index.
 func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 	const (
 		ops   = 300
@@ -26,7 +26,6 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 	ckpt := map[int32]int64{}
 	var epochs [parts]int64
 	var version int64
-
 	epoch := func(p int32) int64 {
 		if epochs[p] == 0 {
 			epochs[p] = tclaim(t, tb, p)
@@ -42,6 +41,11 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		}
 		return out
 	}
+	// randKey returns one of the keys, or a few never written.
+	randKey := func() []byte {
+		i := r.IntN(keys + 4)
+		return sh.keyIn(i, int32(i%parts))
+	}
 	fresh := func(i int, p int32) engine.Doc {
 		version++
 		d := tdoc(sh, i, p, version, 0, "")
@@ -52,17 +56,16 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		}
 		return d
 	}
-	stored := func(p int32) []engine.Doc {
-		var out []engine.Doc
-		for _, d := range md {
-			if d.Partition == p {
-				out = append(out, d)
-			}
+	// commit applies b, which must succeed, and records write and b's
+	// checkpoint in the model.
+	commit := func(b engine.DocBatch, what string, write []engine.Doc) {
+		t.Helper()
+		wantApply(t, tb, b, nil, what)
+		for _, d := range write {
+			md[string(d.Key)] = d
 		}
-		slices.SortFunc(out, func(a, b engine.Doc) int { return slices.Compare(a.Key, b.Key) })
-		return out
+		ckpt[b.Partition] = b.Checkpoint
 	}
-
 	for op := range ops {
 		p := int32(r.IntN(parts))
 		step := fmt.Sprintf("op %d", op)
@@ -72,12 +75,8 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 			for _, i := range keysOf(p, 1+r.IntN(6)) {
 				docs = append(docs, fresh(i, p))
 			}
-			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)}
-			wantApply(t, tb, b, nil, fmt.Sprintf("of %d fresh docs (%s)", len(docs), step))
-			for _, d := range docs {
-				md[string(d.Key)] = d
-			}
-			ckpt[p] = int64(op)
+			what := fmt.Sprintf("of %d fresh docs (%s)", len(docs), step)
+			commit(tbatch(p, epoch(p), int64(op), docs...), what, docs)
 		case x < 36: // a replay mixing stale and fresh docs
 			var docs, write []engine.Doc
 			for _, i := range keysOf(p, 1+r.IntN(6)) {
@@ -89,14 +88,11 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 				}
 				docs = append(docs, d)
 			}
-			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op), Replay: true}
-			wantApply(t, tb, b, nil, "of a replay batch ("+step+")")
-			for _, d := range write {
-				md[string(d.Key)] = d
-			}
-			ckpt[p] = int64(op)
+			b := tbatch(p, epoch(p), int64(op), docs...)
+			b.Replay = true
+			commit(b, "of a replay batch ("+step+")", write)
 		case x < 40: // a stale doc refuses the whole batch
-			in := stored(p)
+			in := slices.DeleteFunc(md.sorted(), func(d engine.Doc) bool { return d.Partition != p })
 			if len(in) == 0 {
 				continue
 			}
@@ -110,8 +106,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 				}
 			}
 			r.Shuffle(len(docs), func(i, j int) { docs[i], docs[j] = docs[j], docs[i] })
-			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Docs: docs, Checkpoint: int64(op)}
-			wantApply(t, tb, b, engine.ErrFenced,
+			wantApply(t, tb, tbatch(p, epoch(p), int64(op), docs...), engine.ErrFenced,
 				fmt.Sprintf("with stale %s (stored version %d, %s)", showDoc(stale), old.Version, step))
 		case x < 44: // a new claim fences the old epoch
 			old := epoch(p)
@@ -119,25 +114,16 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 			if epochs[p] <= old {
 				t.Fatalf("%s: Claim(%d) = %d; want > %d", step, p, epochs[p], old)
 			}
-			b := engine.DocBatch{Partition: p, Epoch: old, Docs: []engine.Doc{fresh(keysOf(p, 1)[0], p)}, Checkpoint: int64(op)}
+			b := tbatch(p, old, int64(op), fresh(keysOf(p, 1)[0], p))
 			wantApply(t, tb, b, engine.ErrFenced, fmt.Sprintf("with epoch %d after claim %d (%s)", old, epochs[p], step))
 		case x < 47: // the partition moves away
-			if err := tb.DropPartition(ctx(t), p); err != nil {
-				t.Fatalf("%s: DropPartition(%d): %v", step, p, err)
-			}
-			for k, d := range md {
-				if d.Partition == p {
-					delete(md, k)
-				}
-			}
+			tdrop(t, tb, p)
+			maps.DeleteFunc(md, func(_ string, d engine.Doc) bool { return d.Partition == p })
 			delete(ckpt, p)
 		case x < 50: // a batch without docs moves the checkpoint
-			b := engine.DocBatch{Partition: p, Epoch: epoch(p), Checkpoint: int64(op)}
-			wantApply(t, tb, b, nil, "of no docs ("+step+")")
-			ckpt[p] = int64(op)
+			commit(tbatch(p, epoch(p), int64(op)), "of no docs ("+step+")", nil)
 		case x < 58:
-			i := r.IntN(keys + 4)
-			key := sh.keyIn(i, int32(i%parts))
+			key := randKey()
 			if want, ok := md[string(key)]; ok {
 				wantTDoc(t, tb, want)
 			} else {
@@ -146,8 +132,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 		case x < 62:
 			var ks [][]byte
 			for range r.IntN(8) {
-				i := r.IntN(keys + 4)
-				ks = append(ks, sh.keyIn(i, int32(i%parts)))
+				ks = append(ks, randKey())
 			}
 			wantTLoad(t, tb, ks, md)
 		case x < 66:
@@ -165,11 +150,7 @@ func testTableRandomModel(t *testing.T, open TablesOpener, sh shape) {
 func randQuery(r *rand.Rand, sh shape, md tmodel, keys int) engine.IndexQuery {
 	pos := r.IntN(len(sh.spec.Indexes))
 	ix := sh.spec.Indexes[pos]
-	docs := make([]engine.Doc, 0, len(md))
-	for _, d := range md {
-		docs = append(docs, d)
-	}
-	slices.SortFunc(docs, func(a, b engine.Doc) int { return slices.Compare(a.Key, b.Key) })
+	docs := md.sorted()
 	value := func() engine.IndexValue {
 		if len(docs) > 0 && r.IntN(2) == 0 {
 			return docs[r.IntN(len(docs))].Index[pos]
