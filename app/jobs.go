@@ -90,11 +90,8 @@ func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
 }
 
 // partitionedStore is a store that keeps a partition's keys together (a
-// Redis Cluster): it opens a table only knowing its partition count,
-// engine.TableSpec.Partitions.
-type partitionedStore interface {
-	NeedsPartitions() bool
-}
+// Redis Cluster): it opens a table only knowing its partition count.
+type partitionedStore interface{ NeedsPartitions() bool }
 
 // oldLayoutRemover is a store that can delete what an older key layout
 // left for a table, which it refuses to open until then (a Redis Cluster).
@@ -103,7 +100,8 @@ type oldLayoutRemover interface {
 }
 
 // start builds j's engine on store and registers its table in opts.
-func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registry, advertise string, log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
+func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registry, advertise string,
+	log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
 	runner, ec := j.runner, j.engineConfig(c, log)
 	if j.movies {
 		r, err := movies.Job(reg).Runner()
@@ -122,21 +120,32 @@ func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registr
 		}
 		spec.Partitions = n
 	}
-	table, err := store.OpenTable(ctx, spec)
-	if errors.Is(err, engine.ErrInvalid) {
-		// Most likely the job's indexes changed since the table was made.
-		return nil, fmt.Errorf("%w: job %s: %w; to rebuild the table from its changelog with the new indexes, delete it (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)
-	}
+	// ErrInvalid: most likely the job's indexes changed since the table was made.
+	table, err := j.openTable(ctx, store, spec,
+		"to rebuild the table from its changelog with the new indexes, delete it")
 	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", j.name(), err)
+		return nil, err
 	}
 	ec.AdvertiseAddr = advertise
 	eng, err := engine.NewJob(ec, table, runner)
 	if err != nil {
 		return nil, err
 	}
-	opts.Tables = append(opts.Tables, tableOf(eng))
+	opts.Tables = append(opts.Tables, eng.View())
 	return eng, nil
+}
+
+// openTable opens j's table; a table whose spec does not match
+// (engine.ErrInvalid) is a configuration error, followed by fix.
+func (j Job) openTable(ctx context.Context, store Store, spec engine.TableSpec, fix string) (engine.Table, error) {
+	t, err := store.OpenTable(ctx, spec)
+	if errors.Is(err, engine.ErrInvalid) {
+		return nil, fmt.Errorf("%w: job %s: %w; %s (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err, fix)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", j.name(), err)
+	}
+	return t, nil
 }
 
 // runEngines runs every engine until ctx ends or one fails; the first
@@ -204,6 +213,3 @@ func statsAll(engines []*engine.Engine) func() engine.Stats {
 		return sum
 	}
 }
-
-// tableOf is the engine's table as the HTTP API serves it.
-func tableOf(e *engine.Engine) web.Table { return e.View() }

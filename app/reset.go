@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,10 +33,7 @@ func Reset(ctx context.Context, c Config, reprocess bool, log *slog.Logger) erro
 // any job's consumer group has a member (an instance still running, or a
 // static member within its session timeout).
 func ResetJobs(ctx context.Context, c Config, reprocess bool, log *slog.Logger, jobs ...Job) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if err := checkJobs(jobs); err != nil {
+	if err := cmp.Or(c.Validate(), checkJobs(jobs)); err != nil {
 		return err
 	}
 	log = discardLogger(log)
@@ -117,14 +115,11 @@ func (j Job) resetState(ctx context.Context, c Config, store Store, admin sarama
 			spec.Partitions = int32(len(md[0].Partitions))
 		}
 	}
-	t, err := store.OpenTable(ctx, spec)
-	if errors.Is(err, engine.ErrInvalid) {
-		// The job's indexes changed: a reset keeps the table's spec, so the
-		// table has to go (its rows and spec) instead.
-		return fmt.Errorf("%w: job %s: %w; a reset keeps the table's indexes: delete the table instead (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)
-	}
+	// The job's indexes changed: a reset keeps the table's spec, so the
+	// table has to go (its rows and spec) instead.
+	t, err := j.openTable(ctx, store, spec, "a reset keeps the table's indexes: delete the table instead")
 	if err != nil {
-		return fmt.Errorf("job %s: %w", j.name(), err)
+		return err
 	}
 	r, ok := t.(engine.TableResetter)
 	if !ok {

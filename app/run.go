@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,30 +28,15 @@ var ErrUnavailable = errors.New("service unavailable")
 // EngineConfig maps c onto the engine's configuration.
 func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 	return engine.Config{
-		Brokers:           c.Brokers,
-		ApplicationID:     c.ApplicationID,
-		InputTopic:        c.InputTopic,
-		OutputTopic:       c.OutputTopic,
-		CommitInterval:    c.CommitInterval,
-		IdleFlush:         c.IdleFlush,
-		CacheMaxDocs:      cmp.Or(c.CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs),
-		CacheBudgetDocs:   cacheBudgetDocs(c.CacheBudgetDocs, c.CacheMaxDocs, 0, 1),
-		BufferedRecords:   c.BufferedRecords,
-		InstanceID:        c.InstanceID,
-		Partitions:        c.Partitions,
-		ReplicationFactor: c.ReplicationFactor,
-		MinInsyncReplicas: c.MinInsyncReplicas,
-		RepartitionTopic:  c.ApplicationID + movies.RepartitionSuffix,
-		ChangelogTopic:    c.ApplicationID + movies.ChangelogSuffix,
-		AdvertiseAddr:     c.AdvertiseAddr,
-		SessionTimeout:    c.SessionTimeout,
-		StaleDropAfter:    c.StaleDropAfter,
-		StandbyReplicas:   c.StandbyReplicas,
-		AcceptableLag:     c.AcceptableLag,
-		Logger:            log,
-
-		ProcessingGuarantee: engine.Guarantee(c.ProcessingGuarantee),
-		TransactionTimeout:  c.TransactionTimeout,
+		Brokers: c.Brokers, ApplicationID: c.ApplicationID, InputTopic: c.InputTopic, OutputTopic: c.OutputTopic,
+		CommitInterval: c.CommitInterval, IdleFlush: c.IdleFlush, BufferedRecords: c.BufferedRecords,
+		CacheMaxDocs: cmp.Or(c.CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs), InstanceID: c.InstanceID,
+		CacheBudgetDocs: cacheBudgetDocs(c.CacheBudgetDocs, c.CacheMaxDocs, 0, 1), Partitions: c.Partitions,
+		ReplicationFactor: c.ReplicationFactor, MinInsyncReplicas: c.MinInsyncReplicas, Logger: log,
+		RepartitionTopic: c.ApplicationID + movies.RepartitionSuffix, AdvertiseAddr: c.AdvertiseAddr,
+		ChangelogTopic: c.ApplicationID + movies.ChangelogSuffix, SessionTimeout: c.SessionTimeout,
+		StaleDropAfter: c.StaleDropAfter, StandbyReplicas: c.StandbyReplicas, AcceptableLag: c.AcceptableLag,
+		ProcessingGuarantee: engine.Guarantee(c.ProcessingGuarantee), TransactionTimeout: c.TransactionTimeout,
 	}
 }
 
@@ -138,10 +124,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string
 // wiped, and they start again on the same API address, restoring every
 // table from its changelog (at most maxRebuilds times per process).
 func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr string), jobs ...Job) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if err := checkJobs(jobs); err != nil {
+	if err := cmp.Or(c.Validate(), checkJobs(jobs)); err != nil {
 		return err
 	}
 	log = discardLogger(log)
@@ -170,11 +153,9 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 		return err
 	}
 	var reg *avro.Registry
-	for _, j := range jobs {
-		if j.movies {
-			if reg, err = OpenRegistry(ctx, c, log); err != nil {
-				return err
-			}
+	if slices.ContainsFunc(jobs, func(j Job) bool { return j.movies }) {
+		if reg, err = OpenRegistry(ctx, c, log); err != nil {
+			return err
 		}
 	}
 	if c.PprofAddr != "" {
@@ -228,19 +209,17 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	if err != nil {
 		return fmt.Errorf("listen on --http-addr %s: %w", httpAddr, err)
 	}
-	advertise := c.AdvertiseAddr
-	if advertise == "" {
-		advertise = advertiseAddr(ln.Addr())
-	}
+	advertise := cmp.Or(c.AdvertiseAddr, advertiseAddr(ln.Addr()))
 	opts := web.Options{Logger: log, PeerSecret: sec.PeerSecret}
 	var engines []*engine.Engine
+	var names []string
 	for _, j := range jobs {
 		eng, err := j.start(ctx, c, store, reg, advertise, log, &opts)
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		engines = append(engines, eng)
+		engines, names = append(engines, eng), append(names, j.name())
 	}
 	opts.Ready, opts.Stats, opts.Roles = readyAll(engines), statsAll(engines), rolesAll(engines)
 	if c.Store == StoreClover && len(sec.PeerSecret) == 0 {
@@ -280,10 +259,6 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 			gov.plan = g.plan // a raised target outlives a rebuild of the store
 		})
 	}
-	names := make([]string, len(jobs))
-	for i, j := range jobs {
-		names[i] = j.name()
-	}
 	log.Info("keepstate running", "api", "http://"+DisplayAddr(ln.Addr().String()), "advertise", advertise, "store", c.Store,
 		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
 	listening(ln.Addr().String())
@@ -322,27 +297,24 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 // DisplayAddr renders a listen address for humans (":7001" →
 // "localhost:7001"), as keepstate logs it.
 func DisplayAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if host == "" || host == "::" || host == "0.0.0.0" {
-		host = "localhost"
-	}
-	return net.JoinHostPort(host, port)
+	return withHost(addr, func() (string, error) { return "localhost", nil })
 }
 
 // advertiseAddr is the default address other instances use to reach this
 // one: the listen address, with the hostname for an unspecified host.
-func advertiseAddr(a net.Addr) string {
-	host, port, err := net.SplitHostPort(a.String())
+func advertiseAddr(a net.Addr) string { return withHost(a.String(), os.Hostname) }
+
+// withHost replaces an empty or unspecified host of addr by what host
+// returns, unless that fails.
+func withHost(addr string, host func() (string, error)) string {
+	h, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return a.String()
+		return addr
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		if h, err := os.Hostname(); err == nil {
-			host = h
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		if name, err := host(); err == nil {
+			h = name
 		}
 	}
-	return net.JoinHostPort(host, port)
+	return net.JoinHostPort(h, port)
 }
