@@ -3,11 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/keepstate/keepstate/avro"
 )
@@ -39,41 +36,28 @@ func encodeOrder(_ context.Context, r avro.Rating) ([]byte, error) {
 // the order of its total index, as the movies they stand for: the average
 // is total / count, as Truth computes it.
 func ScanCustomers(ctx context.Context, base string) ([]Observed, error) {
-	client := &http.Client{Timeout: 30 * time.Second}
-	var out []Observed
-	after := ""
-	for {
-		u := fmt.Sprintf("%s/tables/%s?index=total&limit=%d", base, ordersTable, apiPageLimit)
-		if after != "" {
-			u += "&after=" + url.QueryEscape(after)
+	u := fmt.Sprintf("%s/tables/%s?index=total&limit=%d", base, ordersTable, apiPageLimit)
+	return scanPages(ctx, u, func(u string, p *struct {
+		Items []struct {
+			Key   string `json:"key"`
+			Value struct {
+				Count int64   `json:"count"`
+				Total float64 `json:"total"`
+			} `json:"value"`
+		} `json:"items"`
+		Next    string `json:"next"`
+		Partial bool   `json:"partial"`
+	}, emit func(Observed)) (string, error) {
+		if p.Partial {
+			return "", fmt.Errorf("GET %s: partial answer", u)
 		}
-		var page struct {
-			Items []struct {
-				Key   string `json:"key"`
-				Value struct {
-					Count int64   `json:"count"`
-					Total float64 `json:"total"`
-				} `json:"value"`
-			} `json:"items"`
-			Next    string `json:"next"`
-			Partial bool   `json:"partial"`
-		}
-		if err := getJSON(ctx, client, u, &page); err != nil {
-			return nil, err
-		}
-		if page.Partial {
-			return nil, fmt.Errorf("GET %s: partial answer", u)
-		}
-		for _, d := range page.Items {
+		for _, d := range p.Items {
 			id, err := strconv.ParseInt(strings.TrimPrefix(d.Key, "c-"), 10, 64)
 			if err != nil {
-				return nil, fmt.Errorf("GET %s: customer %q: %w", u, d.Key, err)
+				return "", fmt.Errorf("GET %s: customer %q: %w", u, d.Key, err)
 			}
-			out = append(out, Observed{MovieID: id, Count: d.Value.Count, Avg: d.Value.Total / float64(d.Value.Count)})
+			emit(Observed{MovieID: id, Count: d.Value.Count, Avg: d.Value.Total / float64(d.Value.Count)})
 		}
-		if page.Next == "" {
-			return out, nil
-		}
-		after = page.Next
-	}
+		return p.Next, nil
+	})
 }

@@ -105,16 +105,7 @@ type benchStats struct {
 func (b *bench) waitReady(ctx context.Context) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	_, err := b.pollUntil(ctx, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.api+"/readyz", nil)
-		if err != nil {
-			return false
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return getJSON(ctx, client, b.api+"/readyz", nil) == nil
 	})
 	return err
 }
