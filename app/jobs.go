@@ -69,7 +69,8 @@ func checkJobs(jobs []Job) error {
 }
 
 // JobConfig is the engine configuration of a job other than the movie job:
-// consumer group "<application-id>-<job>", internal topics named after it.
+// group "<application-id>-<job>", input and output topics of its own, and
+// internal topics named after the group.
 func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.Config {
 	ec := c.EngineConfig(log)
 	ec.ApplicationID = c.ApplicationID + "-" + name
@@ -80,8 +81,7 @@ func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.C
 	return ec
 }
 
-// engineConfig is the engine configuration j runs with under c: its
-// consumer group (ApplicationID) and topics.
+// engineConfig is the engine configuration j runs with under c.
 func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
 	if j.movies {
 		return c.EngineConfig(log)

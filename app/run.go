@@ -47,14 +47,13 @@ type Store interface {
 	Close() error
 }
 
-// OpenStore opens the store selected by c.Store. A store written in the
-// movie layout of earlier versions is migrated into the table movies.
+// OpenStore opens the store selected by c.Store.
 func OpenStore(ctx context.Context, c Config, log *slog.Logger) (Store, error) {
 	return openStore(ctx, c, log, 0)
 }
 
-// openStore opens the store selected by c.Store; goLimit is Go's memory
-// limit in bytes (0 for none), which bounds the clover store's bulk load.
+// openStore is OpenStore; Go's memory limit goLimit (bytes, 0 for none)
+// bounds the clover store's bulk load.
 func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (Store, error) {
 	switch c.Store {
 	case StoreClover:
@@ -104,25 +103,21 @@ func OpenRegistry(ctx context.Context, c Config, log *slog.Logger) (*avro.Regist
 	return reg, nil
 }
 
-// Run is `keepstate run`: it serves the API and runs the movie job until
-// ctx ends. ready, if not nil, receives the API's listen address once it
-// listens.
+// Run is `keepstate run`: RunJobs of the movie job. ready, if not nil,
+// receives the API's listen address once it listens.
 func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string)) error {
 	return RunJobs(ctx, c, log, ready, Movies())
 }
 
 // RunJobs serves the API and runs jobs in one process until ctx ends or
-// one of them fails: one engine per job, sharing the store (a table per
-// job), the HTTP server (GET /tables/{job}/...; the movie job also keeps
-// /movies) and the peer routing. The movie job keeps the topic names and
-// consumer group of c; every other job reads its own input topic and uses
-// the consumer group "<application-id>-<job>" and internal topics named
-// after it. The Schema Registry is contacted only when the movie job runs.
-//
-// A corrupt clover store (engine.ErrCorrupt) is not a failure under
-// --on-store-corrupt=rebuild: the jobs and the API stop, the store is
-// wiped, and they start again on the same API address, restoring every
-// table from its changelog (at most maxRebuilds times per process).
+// one fails: one engine per job, sharing the store (a table per job), the
+// HTTP server (GET /tables/{job}/...; the movie job also keeps /movies) and
+// the peer routing. The movie job keeps the topics and group of c; the
+// others use JobConfig. The Schema Registry is contacted only for the
+// movie job. Under --on-store-corrupt=rebuild a corrupt clover store
+// (engine.ErrCorrupt) stops the jobs and the API, is wiped, and they start
+// again on the same address, restoring every table from its changelog (at
+// most maxRebuilds times per process).
 func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr string), jobs ...Job) error {
 	if err := cmp.Or(c.Validate(), checkJobs(jobs)); err != nil {
 		return err
@@ -194,10 +189,8 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 const maxRebuilds = 3
 
 // serveJobs opens the store, listens on httpAddr and serves the API and
-// jobs until ctx ends or a job fails; listening, with the address, runs
-// once the API listens. gov, when not nil, is the memory governor: a copy
-// of it runs on this store and these engines. It closes the store before
-// it returns.
+// jobs until ctx ends or a job fails; listening runs once the API listens.
+// A copy of gov, when not nil, governs these engines. It closes the store.
 func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string, goLimit int64, gov *memoryGovernor,
 	reg *avro.Registry, sec Secrets, jobs []Job, listening func(addr string)) error {
 	store, err := openStore(ctx, c, log, goLimit)

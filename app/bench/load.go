@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -207,28 +208,25 @@ func ProduceWorkload(ctx context.Context, o ProduceOptions, w Workload, truth *T
 	}()
 	start := time.Now()
 	next := w.Generator()
-	for ctx.Err() == nil {
-		r, ok := next()
-		if !ok {
-			break
-		}
+	var encErr error
+	for r, ok := next(); ok && ctx.Err() == nil; r, ok = next() {
 		v, err := o.Encode(ctx, r)
 		if err != nil {
-			prod.AsyncClose()
-			<-errDone
-			return 0, fmt.Errorf("encode rating: %w", err)
+			encErr = fmt.Errorf("encode rating: %w", err)
+			break
 		}
 		if truth != nil {
 			truth.Add(r)
 		}
+		key := engine.Int64Keys.Append(nil, r.MovieID)
 		select {
-		case prod.Input() <- &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(engine.Int64Keys.Append(nil, r.MovieID)), Value: sarama.ByteEncoder(v)}:
+		case prod.Input() <- &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(key), Value: sarama.ByteEncoder(v)}:
 		case <-ctx.Done():
 		}
 	}
 	prod.AsyncClose() // flushes what is buffered, then closes Errors
 	<-errDone
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(encErr, ctx.Err()); err != nil {
 		return 0, err
 	}
 	if firstErr != nil {

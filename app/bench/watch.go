@@ -237,11 +237,9 @@ func (w DrainWatch) stageEnds(ctx context.Context, client sarama.Client, consume
 	var wg sync.WaitGroup
 	errs := make([]error, len(out))
 	for j := range out {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			out[j].low, out[j].end, errs[j] = committedEnd(ctx, client, consumer, out[j].topic, out[j].p)
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
