@@ -22,25 +22,16 @@ import (
 type ProduceConfig struct {
 	Brokers        []string
 	SchemaRegistry string
-	// SchemaRegistryUser, SchemaRegistryPassword and
-	// SchemaRegistryPasswordFile are the registry's credentials, as in Config.
-	SchemaRegistryUser         string
-	SchemaRegistryPassword     string
-	SchemaRegistryPasswordFile string
-	Topic                      string
-	// Count is how many generated ratings to send (0: until ctx ends).
-	Count int64
-	// Movies is the number of distinct movie ids (1..Movies), popularity Zipf-skewed.
-	Movies int64
-	// Rate is ratings per second (0: as fast as possible).
-	Rate float64
-	// Seed makes the generated sequence reproducible.
-	Seed uint64
-	// Stdin, when set, is read as JSON lines {"movie_id":362,"rating":10}
-	// instead of generating ratings.
-	Stdin io.Reader
-	// Partitions of the topic if it must be created.
-	Partitions int32
+	// The registry's credentials, as in Config.
+	SchemaRegistryUser, SchemaRegistryPassword, SchemaRegistryPasswordFile string
+
+	Topic      string
+	Count      int64     // generated ratings to send (0: until ctx ends)
+	Movies     int64     // distinct movie ids (1..Movies), popularity Zipf-skewed
+	Rate       float64   // ratings per second (0: as fast as possible)
+	Seed       uint64    // makes the generated sequence reproducible
+	Stdin      io.Reader // when set, read as JSON lines {"movie_id":362,"rating":10} instead
+	Partitions int32     // of the topic if it must be created
 }
 
 // DefaultProduce returns the produce defaults: 1000 ratings over 100 movies.

@@ -18,17 +18,12 @@ type Record struct {
 
 // Sender configures SendRecords.
 type Sender struct {
-	Brokers []string
-	Topic   string
-	// Partitions of the topic when SendRecords creates it.
-	Partitions int32
-	// Rate bounds the records sent per second; 0 sends as fast as the
-	// broker takes them.
-	Rate float64
-	// ClientID names the producer in the brokers' logs.
-	ClientID string
-	// Log receives a summary; nil discards it.
-	Log *slog.Logger
+	Brokers    []string
+	Topic      string
+	Partitions int32        // of the topic when SendRecords creates it
+	Rate       float64      // records per second at most; 0: as fast as the broker takes them
+	ClientID   string       // names the producer in the brokers' logs
+	Log        *slog.Logger // receives a summary; nil discards it
 }
 
 // SendRecords sends the records next returns to s.Topic (creating it when
@@ -79,11 +74,7 @@ func SendRecords(ctx context.Context, s Sender, next func() (Record, bool, error
 	var readErr error
 	for ctx.Err() == nil {
 		r, ok, err := next()
-		if err != nil {
-			readErr = err
-			break
-		}
-		if !ok {
+		if readErr = err; err != nil || !ok {
 			break
 		}
 		m := &sarama.ProducerMessage{Topic: s.Topic, Value: sarama.ByteEncoder(r.Value)}

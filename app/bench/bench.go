@@ -103,13 +103,15 @@ func (b Config) Validate() error {
 		fmt.Errorf("distribution %q: want %s or %s", b.Dist, DistZipf, DistUniform))
 	bad(b.Movies < 2 || b.Ratings < 1 || b.Partitions < 1 || b.Queries < 4,
 		errors.New("--movies >= 2, --ratings >= 1, --queries >= 4 and --partitions >= 1 are required"))
-	bad(b.Store != app.StoreClover && b.Store != app.StoreRedis, fmt.Errorf("--store: unknown store %q", b.Store))
+	bad(b.Store != app.StoreClover && b.Store != app.StoreRedis,
+		fmt.Errorf("--store: unknown store %q", b.Store))
 	_, err := redisstore.ParseMode(b.RedisMode)
 	bad(err != nil && b.RedisMode != "",
 		fmt.Errorf("--redis-mode: unknown mode %q (want single, cluster or sentinel)", b.RedisMode))
 	bad(len(b.Phases) == 0, errors.New("--phases: at least one phase"))
 	bad(b.Instances < 1 || b.Instances > 1 && (b.Store != app.StoreClover || has(PhaseRestart, PhaseRestore)),
-		fmt.Errorf("--instances %d: want 1, or more with the clover store and phases fill, run and query", b.Instances))
+		fmt.Errorf("--instances %d: want 1, or more with the clover store and phases fill, run and query",
+			b.Instances))
 	bad(b.Job != JobMovies && (b.Job != JobOrders || b.Store != app.StoreClover || has(PhaseQuery, PhaseRestart)),
 		fmt.Errorf("--job %q: want %s, or %s with the clover store and phases fill, run and restore",
 			b.Job, JobMovies, JobOrders))

@@ -218,9 +218,10 @@ func ProduceWorkload(ctx context.Context, o ProduceOptions, w Workload, truth *T
 		if truth != nil {
 			truth.Add(r)
 		}
-		key := engine.Int64Keys.Append(nil, r.MovieID)
+		m := &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(engine.Int64Keys.Append(nil, r.MovieID)),
+			Value: sarama.ByteEncoder(v)}
 		select {
-		case prod.Input() <- &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(key), Value: sarama.ByteEncoder(v)}:
+		case prod.Input() <- m:
 		case <-ctx.Done():
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/keepstate/keepstate/app"
@@ -131,7 +130,7 @@ func (b *bench) pollUntil(ctx context.Context, ok func(context.Context) bool) (t
 // wipeStore deletes the child's state: the clover directory, or every
 // Redis key of the application (as `keepstate reset` does).
 func (b *bench) wipeStore(ctx context.Context) error {
-	dir := filepath.Join(b.work, "store")
+	dir := b.storeDir(0)
 	if b.cfg.Store == app.StoreClover {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("delete the store: %w", err)

@@ -6,6 +6,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -29,16 +30,11 @@ import (
 // Kafka broker and Schema Registry and a ratings generator, in one process.
 type Config struct {
 	app.Config
-	// KafkaAddr is where the in-process broker listens.
-	KafkaAddr string
-	// RegistryAddr is where the in-process Schema Registry listens.
-	RegistryAddr string
-	// Rate is generated ratings per second (0: no generator).
-	Rate float64
-	// Movies is the number of distinct generated movies.
-	Movies int64
-	// Out receives the human-readable banner with the addresses.
-	Out io.Writer
+	KafkaAddr    string    // where the in-process broker listens
+	RegistryAddr string    // where the in-process Schema Registry listens
+	Rate         float64   // generated ratings per second (0: no generator)
+	Movies       int64     // distinct generated movies
+	Out          io.Writer // receives the human-readable banner with the addresses
 }
 
 // Default returns the demo defaults: broker 127.0.0.1:9092, registry
@@ -79,9 +75,7 @@ func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	if err := os.MkdirAll(d.DataDir, 0o755); err != nil {
 		return fmt.Errorf("demo: create --data-dir: %w", err)
 	}
@@ -102,12 +96,9 @@ func Run(ctx context.Context, d Config, log *slog.Logger) error {
 		kafkaLn.Close()
 		return fmt.Errorf("demo: in-process Schema Registry cannot listen on --registry-addr %s (%w); choose another address", d.RegistryAddr, err)
 	}
-	cluster, err := kfake.NewCluster(
-		kfake.ListenFn(func(string, string) (net.Listener, error) { return kafkaLn, nil }),
-		kfake.NumBrokers(1),
-		kfake.DataDir(filepath.Join(d.DataDir, "kafka")),
-		kfake.DefaultNumPartitions(3),
-	)
+	listen := func(string, string) (net.Listener, error) { return kafkaLn, nil }
+	cluster, err := kfake.NewCluster(kfake.ListenFn(listen), kfake.NumBrokers(1),
+		kfake.DataDir(filepath.Join(d.DataDir, "kafka")), kfake.DefaultNumPartitions(3))
 	if err != nil {
 		kafkaLn.Close()
 		regLn.Close()
@@ -131,9 +122,7 @@ func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	}
 	c.Brokers = []string{kafkaLn.Addr().String()}
 	c.SchemaRegistry = "http://" + regLn.Addr().String()
-	if c.Partitions == 0 {
-		c.Partitions = 3
-	}
+	c.Partitions = cmp.Or(c.Partitions, 3)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	genDone := make(chan struct{})
