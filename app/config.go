@@ -1,9 +1,7 @@
 // Package app wires keepstate together: it turns a Config into a running
 // processor, store and HTTP server, and implements the subcommands run,
-// produce and reset. The demo and bench subcommands, which start in-process
-// fakes (kfake, srfake), live in app/demo and app/bench so that this package
-// imports none of them. cmd/keepstate only maps flags and environment
-// variables onto Config and calls into these packages.
+// produce and reset. demo and bench, which start in-process fakes, live in
+// app/demo and app/bench so that this package imports none of them.
 package app
 
 import (
@@ -126,10 +124,9 @@ func (c Config) ReadSecrets() (Secrets, error) {
 	return Secrets{RegistryPassword: password, PeerSecret: []byte(peer)}, nil
 }
 
-// Default returns the defaults documented in the README. The engine's
-// and the stores' own defaults are taken from their packages, so that
-// each default is written down once. CacheMaxDocs 0 is the engine's
-// default; CacheBudgetDocs 0 is sized from the memory limit at run time.
+// Default returns the defaults documented in the README, taking the
+// engine's and the stores' own from their packages. CacheBudgetDocs 0 is
+// sized from the memory limit at run time.
 func Default() Config {
 	e := engine.DefaultConfig()
 	return Config{

@@ -28,11 +28,9 @@ type Sender struct {
 
 // SendRecords sends the records next returns to s.Topic (creating it when
 // missing) until next reports no more (ok false) or fails, or ctx ends,
-// with an idempotent producer, acks=all and Java's default partitioner
-// (records with the same key go to the same partition, as a Java producer
-// would put them). It returns how many records the broker acknowledged,
-// and next's error or the first send error. `keepstate produce` and the
-// examples' load generators use it.
+// with an idempotent producer, acks=all and Java's default partitioner. It
+// returns how many records the broker acknowledged, and next's error or
+// the first send error.
 func SendRecords(ctx context.Context, s Sender, next func() (Record, bool, error)) (int64, error) {
 	log := discardLogger(s.Log)
 	sc := engine.NewSaramaConfig(s.ClientID)

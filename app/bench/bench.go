@@ -1,10 +1,8 @@
 // Package bench is `keepstate bench`, an end-to-end benchmark of keepstate
-// run as a child process, and the pieces it is built from (workload
-// generator, ground truth and exactness check, drain watch, child process
-// and /proc usage, CPU profile fetch), which compare/throughput reuses.
-// Without --brokers and --schema-registry it runs an in-process Kafka broker
-// (kfake) and Schema Registry (demo.Registry), which is why it lives
-// outside package app.
+// run as a child process, and the pieces compare/ reuses (workload, truth
+// and check, drain watch, child process, CPU profile). It lives outside
+// package app because it runs in-process fakes (kfake, demo.Registry)
+// when given no --brokers and --schema-registry.
 package bench
 
 import (
@@ -182,10 +180,9 @@ type bench struct {
 	encode    ProduceOptions
 }
 
-// Run is `keepstate bench`. It produces the ratings of each phase first,
-// then starts keepstate as a child process and times it, checks every
-// movie against the ratings produced, and prints a table (or JSON) to
-// cfg.Out. It returns ErrNotExact (after printing) when a check failed.
+// Run is `keepstate bench`: for each phase it produces the ratings, times
+// keepstate as a child process, checks every movie, and prints a table (or
+// JSON) to cfg.Out; then ErrNotExact when a check failed.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	var res Result
 	if err := cfg.Validate(); err != nil {
@@ -341,8 +338,7 @@ func (b *bench) whileAlive(ctx context.Context, w DrainWatch) (time.Time, error)
 }
 
 // measure fills the phase's time from the child's start to at, CPU, RSS
-// and rate (of a phase with records), then checks every movie; the
-// check's note follows the phase's own.
+// and rate, then checks every movie.
 func (b *bench) measure(ctx context.Context, pr *PhaseResult, at time.Time) error {
 	u, err := b.child.Usage()
 	if err != nil {
@@ -377,9 +373,8 @@ func (pr *PhaseResult) addNote(note string) {
 // check reads every movie through the child's API until it is exact, or
 // until a scan that began 30 s after the call still is not (a store may be
 // written right after the offsets commit, and one scan of a million movies
-// can itself take that long: the last scan must begin after the deadline,
-// not merely end after it); the note says how long after at it became
-// exact.
+// can take that long, so the last scan must begin after the deadline); the
+// note says how long after at it became exact.
 func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
 	deadline := time.Now().Add(30 * time.Second)
 	scan := ScanAPI
@@ -409,10 +404,9 @@ func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
 	}
 }
 
-// profileIn starts a CPU profile of the child when phase is the profiled
-// one (--cpuprofile-phase, run by default) and returns a function that
-// waits for it. The profile runs for ProfileFor from the child's start;
-// the phase waits for it (after measuring) so the child outlives it.
+// profileIn starts a CPU profile of the child for ProfileFor when phase is
+// the profiled one and returns a wait for it: the phase waits (after
+// measuring) so that the child outlives the profile.
 func (b *bench) profileIn(ctx context.Context, phase string) (wait func()) {
 	if b.cfg.CPUProfile == "" || phase != cmp.Or(b.cfg.ProfilePhase, PhaseRun) {
 		return func() {}

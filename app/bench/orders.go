@@ -32,9 +32,8 @@ func encodeOrder(_ context.Context, r avro.Rating) ([]byte, error) {
 }
 
 // ScanCustomers reads every customer of the orders job from a keepstate
-// API at base (http://host:port) by paging through the customers table in
-// the order of its total index, as the movies they stand for: the average
-// is total / count, as Truth computes it.
+// API at base by paging through the customers table's total index, as the
+// movies they stand for (average total / count, as Truth computes it).
 func ScanCustomers(ctx context.Context, base string) ([]Observed, error) {
 	u := fmt.Sprintf("%s/tables/%s?index=total&limit=%d", base, ordersTable, apiPageLimit)
 	return scanPages(ctx, u, func(u string, p *struct {

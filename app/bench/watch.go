@@ -84,12 +84,10 @@ func committedEnd(ctx context.Context, client sarama.Client, consumer sarama.Con
 	}
 }
 
-// DrainWatch waits until a consumer group has processed everything in a
-// set of topics: on every partition, its committed offset is at or past
-// the end of the partition's committed records (see committedEnd). Topics
-// come in stages: the topics of a stage are only final once every earlier
-// stage is drained (a repartition topic is final once the input is
-// processed), so their ends are taken then.
+// DrainWatch waits until a consumer group has committed, on every
+// partition of a set of topics, the end of its committed records (see
+// committedEnd). A stage's topics are final (and their ends taken) only
+// once every earlier stage is drained, as a repartition topic is.
 type DrainWatch struct {
 	Brokers []string
 	Group   string
@@ -119,13 +117,12 @@ type watchPart struct {
 
 type watchPoll struct {
 	at        time.Time
-	committed map[string]map[int32]int64
+	committed map[string]map[int32]*sarama.OffsetFetchResponseBlock // nil: nothing committed yet
 }
 
-// Wait polls until the group is drained or ctx ends. Whenever a poll
-// finds an unfinished stage final, it reads that stage's ends; then it
-// finds the first poll in its history that had every offset committed, so
-// the time spent reading ends is not counted.
+// Wait polls until the group is drained or ctx ends. Once every stage's
+// ends are read, it returns the first poll in its history that had every
+// offset committed, so the time spent reading ends is not counted.
 func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 	client, err := sarama.NewClient(w.Brokers, benchClientConfig())
 	if err != nil {
@@ -145,19 +142,16 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 	var parts []watchPart // of the stages whose ends are known
 	known := 0            // stages whose ends are known
 	var history []watchPoll
-	satisfied := func(c map[string]map[int32]int64, stage int) bool {
+	satisfied := func(c map[string]map[int32]*sarama.OffsetFetchResponseBlock, stage int) bool {
 		for _, wp := range parts {
 			if stage >= 0 && wp.stage != stage {
 				continue
 			}
-			off, ok := c[wp.topic][wp.p]
-			if !ok || off < 0 {
-				off = wp.low // nothing committed: fine only for an empty partition
+			if b, ok := c[wp.topic][wp.p]; !ok || b.Offset < 0 {
 				if wp.end > wp.low {
-					return false
+					return false // nothing committed: fine only for an empty partition
 				}
-			}
-			if off < wp.end {
+			} else if b.Offset < wp.end {
 				return false
 			}
 		}
@@ -174,15 +168,9 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 		if err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) && !errors.Is(err, sarama.ErrOffsetsLoadInProgress) {
 			return DrainResult{}, fmt.Errorf("committed offsets of group %s: %w", w.Group, err)
 		}
-		c := map[string]map[int32]int64{}
-		if err != nil {
-			resp = &sarama.OffsetFetchResponse{} // the group has committed nothing yet
-		}
-		for topic, blocks := range resp.Blocks {
-			c[topic] = map[int32]int64{}
-			for p, b := range blocks {
-				c[topic][p] = b.Offset
-			}
+		var c map[string]map[int32]*sarama.OffsetFetchResponseBlock
+		if err == nil {
+			c = resp.Blocks
 		}
 		history = append(history, watchPoll{at: at, committed: c})
 		// Take the ends of the next stage once every earlier one is drained.

@@ -1,8 +1,6 @@
-// Package demo is `keepstate demo`: keepstate (app.Run) together with an
-// in-process Kafka broker (kfake), an in-process Schema Registry (srfake,
-// persisted by Registry) and a ratings generator, in one process. It keeps
-// these fakes out of package app, whose production path imports none of
-// them.
+// Package demo is `keepstate demo`: app.Run with an in-process Kafka broker
+// (kfake), Schema Registry (srfake, persisted by Registry) and ratings
+// generator, in one process, keeping these fakes out of package app.
 package demo
 
 import (
@@ -67,10 +65,9 @@ func (d Config) Validate() error {
 	return nil
 }
 
-// Run runs the demo until ctx ends. Under --data-dir the broker keeps its
-// log in kafka/, the registry its schemas in registry.jsonl and the clover
-// store its data in store/, so a restarted demo keeps all three. A nil log
-// discards.
+// Run runs the demo until ctx ends. Under --data-dir the broker keeps
+// kafka/, the registry registry.jsonl and clover store/, so a restarted
+// demo keeps all three. A nil log discards.
 func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	if err := d.Validate(); err != nil {
 		return err

@@ -19,11 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
-// Registry is the demo's in-process Schema Registry (srfake) whose
-// registrations are appended to a JSON-lines file and re-seeded on start, so
-// a restarted demo decodes the records its Kafka log already holds. It is an
-// http.Handler serving the Schema Registry API; `keepstate bench` serves one
-// too when it is given no --schema-registry.
+// Registry is the in-process Schema Registry (srfake), an http.Handler,
+// whose registrations are appended to a JSON-lines file and re-seeded on
+// start, so a restarted demo decodes the records its Kafka log holds.
 type Registry struct {
 	reg  *srfake.Registry
 	path string
