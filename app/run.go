@@ -127,21 +127,17 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
-	var gov *memoryGovernor
-	if plan.totalMiB > 0 {
-		gov = &memoryGovernor{plan: plan, live: liveHeap, autoBudget: c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0, log: log}
-	}
+	autoBudget := c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0
 	if c.CacheBudgetDocs == 0 {
-		c.CacheBudgetDocs = cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs))
-		if c.CacheBudgetDocs == 0 {
-			c.CacheBudgetDocs = -1 // none: --cache-max-docs alone bounds each partition
-		}
+		// 0 is none (-1): --cache-max-docs alone bounds each partition.
+		c.CacheBudgetDocs = cmp.Or(cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs)), -1)
 		if goLimit > 0 && c.CacheBudgetDocs > 0 {
 			log.Info("cache budget sized to the memory limit", "cache_budget_docs", c.CacheBudgetDocs, "jobs", len(jobs), "go_mib", goLimit>>20)
 		}
-		if gov != nil {
-			gov.budget = c.CacheBudgetDocs
-		}
+	}
+	var gov *memoryGovernor
+	if plan.totalMiB > 0 {
+		gov = &memoryGovernor{plan: plan, live: liveHeap, autoBudget: autoBudget, budget: c.CacheBudgetDocs, log: log}
 	}
 	sec, err := c.ReadSecrets()
 	if err != nil {
@@ -214,7 +210,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 		}
 		engines, names = append(engines, eng), append(names, j.name())
 	}
-	opts.Ready, opts.Stats, opts.Roles = readyAll(engines), statsAll(engines), rolesAll(engines)
+	opts.Stats, opts.Roles = statsAll(engines), rolesAll(engines)
 	if c.Store == StoreClover && len(sec.PeerSecret) == 0 {
 		log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
 	}
@@ -222,8 +218,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	// hands its partitions over, its peers still reach it (a 503 for what
 	// it no longer runs, its standby copies for theirs) instead of a
 	// refused connection; /readyz says it is stopping.
-	stopping := ctx.Done()
-	ready := opts.Ready
+	stopping, ready := ctx.Done(), readyAll(engines)
 	opts.Ready = func() error {
 		select {
 		case <-stopping:

@@ -35,8 +35,7 @@ func StartChild(logPath, bin string, args ...string) (*Child, error) {
 	fmt.Fprintf(f, "\n=== %s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	c := &Child{cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	c.Started = time.Now()
+	c := &Child{cmd: cmd, logPath: logPath, done: make(chan struct{}), Started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -133,19 +132,15 @@ func ReadProcUsage(pid int) (ProcUsage, error) {
 	if err != nil {
 		return u, fmt.Errorf("rss of process %d: %w", pid, err)
 	}
+	fields := map[string]*int64{"VmHWM": &u.PeakRSS, "VmRSS": &u.RSS}
 	for _, line := range strings.Split(string(status), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmHWM" && k != "VmRSS") {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			return u, fmt.Errorf("rss of process %d: %s: %w", pid, line, err)
-		}
-		if k == "VmHWM" {
-			u.PeakRSS = kb << 10
-		} else {
-			u.RSS = kb << 10
+		k, v, _ := strings.Cut(line, ":")
+		if dst := fields[k]; dst != nil {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return u, fmt.Errorf("rss of process %d: %s: %w", pid, line, err)
+			}
+			*dst = kb << 10
 		}
 	}
 	return u, nil
