@@ -173,43 +173,40 @@ func runEngines(ctx context.Context, engines []*engine.Engine) error {
 	return first
 }
 
-// readyAll is ready when every engine is.
-func readyAll(engines []*engine.Engine) func() error {
-	return func() error {
-		var errs []error
-		for _, e := range engines {
-			if err := e.Ready(); err != nil {
-				if len(engines) > 1 {
-					err = fmt.Errorf("job %s: %w", e.Job().Spec().Name, err)
-				}
-				errs = append(errs, err)
+// engineSet is the engines of one RunJobs, as the API sees them.
+type engineSet []*engine.Engine
+
+// ready is nil when every engine is ready.
+func (es engineSet) ready() error {
+	var errs []error
+	for _, e := range es {
+		if err := e.Ready(); err != nil {
+			if len(es) > 1 {
+				err = fmt.Errorf("job %s: %w", e.Job().Spec().Name, err)
 			}
+			errs = append(errs, err)
 		}
-		return errors.Join(errs...)
 	}
+	return errors.Join(errs...)
 }
 
-// rolesAll returns the partition roles of every engine, by table name.
-func rolesAll(engines []*engine.Engine) func() map[string][]engine.PartitionRole {
-	return func() map[string][]engine.PartitionRole {
-		out := make(map[string][]engine.PartitionRole, len(engines))
-		for _, e := range engines {
-			out[e.Job().Spec().Name] = e.Roles()
-		}
-		return out
+// roles returns the partition roles of every engine, by table name.
+func (es engineSet) roles() map[string][]engine.PartitionRole {
+	out := make(map[string][]engine.PartitionRole, len(es))
+	for _, e := range es {
+		out[e.Job().Spec().Name] = e.Roles()
 	}
+	return out
 }
 
-// statsAll sums the engines' counters.
-func statsAll(engines []*engine.Engine) func() engine.Stats {
-	if len(engines) == 1 {
-		return engines[0].Stats
+// stats sums the engines' counters.
+func (es engineSet) stats() engine.Stats {
+	if len(es) == 1 {
+		return es[0].Stats()
 	}
-	return func() engine.Stats {
-		var sum engine.Stats
-		for _, e := range engines {
-			sum = sum.Add(e.Stats())
-		}
-		return sum
+	var sum engine.Stats
+	for _, e := range es {
+		sum = sum.Add(e.Stats())
 	}
+	return sum
 }

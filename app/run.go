@@ -200,7 +200,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	}
 	advertise := cmp.Or(c.AdvertiseAddr, advertiseAddr(ln.Addr()))
 	opts := web.Options{Logger: log, PeerSecret: sec.PeerSecret}
-	var engines []*engine.Engine
+	var engines engineSet
 	var names []string
 	for _, j := range jobs {
 		eng, err := j.start(ctx, c, store, reg, advertise, log, &opts)
@@ -210,7 +210,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 		}
 		engines, names = append(engines, eng), append(names, j.name())
 	}
-	opts.Stats, opts.Roles = statsAll(engines), rolesAll(engines)
+	opts.Stats, opts.Roles = engines.stats, engines.roles
 	if c.Store == StoreClover && len(sec.PeerSecret) == 0 {
 		log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
 	}
@@ -218,7 +218,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	// hands its partitions over, its peers still reach it (a 503 for what
 	// it no longer runs, its standby copies for theirs) instead of a
 	// refused connection; /readyz says it is stopping.
-	stopping, ready := ctx.Done(), readyAll(engines)
+	stopping, ready := ctx.Done(), engines.ready
 	opts.Ready = func() error {
 		select {
 		case <-stopping:

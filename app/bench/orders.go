@@ -12,11 +12,10 @@ import (
 // Jobs the bench can drive (--job).
 const (
 	JobMovies = "movies" // keepstate's movie job (`keepstate run`)
-	// JobOrders is the orders example job (examples/orders, written on the
-	// job API: string keys, a JSON value), whose binary is given as
-	// --keepstate-bin. Each rating of the workload is sent as an order of
-	// customer c-<movie id> for the rating's amount, and the check reads
-	// the customers table; phases fill, run and restore, clover only.
+	// JobOrders is the orders example job (examples/orders, its binary given
+	// as --keepstate-bin): each rating is sent as an order of customer
+	// c-<movie id> for the rating's amount, and the check reads the
+	// customers table; phases fill, run and restore, clover only.
 	JobOrders = "orders"
 )
 

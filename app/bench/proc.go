@@ -75,23 +75,16 @@ func (c *Child) Stop(grace time.Duration) {
 	}
 }
 
-// LogTail returns the last n lines of the child's log.
-func (c *Child) LogTail(n int) string {
-	raw, _ := os.ReadFile(c.logPath)
-	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Failed wraps err with the child's state and the end of its log.
+// Failed wraps err with the child's state and the last 25 lines of its log.
 func (c *Child) Failed(err error) error {
 	state := "still running"
 	if c.Exited() {
 		state = "exited: " + c.cmd.ProcessState.String()
 	}
-	return fmt.Errorf("%w; child %s; last lines of %s:\n%s", err, state, c.logPath, c.LogTail(25))
+	raw, _ := os.ReadFile(c.logPath)
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	tail := strings.Join(lines[max(0, len(lines)-25):], "\n")
+	return fmt.Errorf("%w; child %s; last lines of %s:\n%s", err, state, c.logPath, tail)
 }
 
 // ProcUsage is what a process used so far, read from /proc.

@@ -88,23 +88,21 @@ func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("demo: in-process Kafka cannot listen on --kafka-addr %s (%w); is another broker or demo running? choose another address", d.KafkaAddr, err)
 	}
+	defer kafkaLn.Close() // the cluster closes it too; a second Close does nothing
 	regLn, err := net.Listen("tcp", d.RegistryAddr)
 	if err != nil {
-		kafkaLn.Close()
 		return fmt.Errorf("demo: in-process Schema Registry cannot listen on --registry-addr %s (%w); choose another address", d.RegistryAddr, err)
 	}
+	defer regLn.Close()
 	listen := func(string, string) (net.Listener, error) { return kafkaLn, nil }
 	cluster, err := kfake.NewCluster(kfake.ListenFn(listen), kfake.NumBrokers(1),
 		kfake.DataDir(filepath.Join(d.DataDir, "kafka")), kfake.DefaultNumPartitions(3))
 	if err != nil {
-		kafkaLn.Close()
-		regLn.Close()
 		return fmt.Errorf("demo: start in-process Kafka: %w", err)
 	}
 	defer cluster.Close()
 	reg, err := NewRegistry(filepath.Join(d.DataDir, "registry.jsonl"), log)
 	if err != nil {
-		regLn.Close()
 		return err
 	}
 	regSrv := &http.Server{Handler: reg, ReadHeaderTimeout: 5 * time.Second}
