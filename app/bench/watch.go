@@ -99,25 +99,25 @@ type DrainWatch struct {
 
 // DrainResult is what DrainWatch.Wait measured.
 type DrainResult struct {
-	// At is the time of the first poll that saw every offset committed;
-	// polls are drainPoll apart, so it is exact to one poll.
-	At time.Time
+	At time.Time // of the first poll that saw every offset committed (polls are drainPoll apart)
 }
 
 // drainPoll is the pause between two reads of the committed offsets.
 const drainPoll = 25 * time.Millisecond
 
 type watchPart struct {
-	topic string
-	p     int32
-	stage int
-	low   int64
-	end   int64
+	topic    string
+	p        int32
+	stage    int
+	low, end int64
 }
+
+// offsets are a group's committed offsets as fetched; nil: none yet.
+type offsets = map[string]map[int32]*sarama.OffsetFetchResponseBlock
 
 type watchPoll struct {
 	at        time.Time
-	committed map[string]map[int32]*sarama.OffsetFetchResponseBlock // nil: nothing committed yet
+	committed offsets
 }
 
 // Wait polls until the group is drained or ctx ends. Once every stage's
@@ -142,7 +142,7 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 	var parts []watchPart // of the stages whose ends are known
 	known := 0            // stages whose ends are known
 	var history []watchPoll
-	satisfied := func(c map[string]map[int32]*sarama.OffsetFetchResponseBlock, stage int) bool {
+	satisfied := func(c offsets, stage int) bool {
 		for _, wp := range parts {
 			if stage >= 0 && wp.stage != stage {
 				continue
@@ -168,7 +168,7 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 		if err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) && !errors.Is(err, sarama.ErrOffsetsLoadInProgress) {
 			return DrainResult{}, fmt.Errorf("committed offsets of group %s: %w", w.Group, err)
 		}
-		var c map[string]map[int32]*sarama.OffsetFetchResponseBlock
+		var c offsets
 		if err == nil {
 			c = resp.Blocks
 		}

@@ -45,27 +45,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	cmd, rest := args[0], args[1:]
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(ctx, rest, stderr)
-	case "demo":
-		err = cmdDemo(ctx, rest, stdout, stderr)
-	case "produce":
-		err = cmdProduce(ctx, rest, stdin, stdout, stderr)
-	case "reset":
-		err = cmdReset(ctx, rest, stdout, stderr)
-	case "bench":
-		err = cmdBench(ctx, rest, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "keepstate: unknown command %q\n\n%s", cmd, usage)
+	cmd := commands[args[0]]
+	if cmd == nil {
+		fmt.Fprintf(stderr, "keepstate: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	return cli.ExitCode(stderr, "keepstate", cmd, err, app.ErrGroupActive)
+	err := cmd(ctx, args[1:], stdin, stdout, stderr)
+	return cli.ExitCode(stderr, "keepstate", args[0], err, app.ErrGroupActive)
 }
 
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+// commands are the subcommands, by name.
+var commands = map[string]func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error{
+	"run": cmdRun, "demo": cmdDemo, "produce": cmdProduce, "reset": cmdReset, "bench": cmdBench,
+}
+
+func cmdRun(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := app.Default()
@@ -80,7 +74,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	return app.Run(ctx, cfg, log, nil)
 }
 
-func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	d := demo.Default()
@@ -119,7 +113,7 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	return err
 }
 
-func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdReset(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate reset", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := app.Default()
