@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"io"
 	"log/slog"
 )
@@ -14,9 +15,5 @@ func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-func discardLogger(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return l
-}
+// discardLogger is l, or a logger that discards for nil.
+func discardLogger(l *slog.Logger) *slog.Logger { return cmp.Or(l, slog.New(slog.DiscardHandler)) }

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/IBM/sarama"
-
-	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -166,15 +163,11 @@ func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
 // and returns the last average of every movie. Records whose key or value
 // do not decode are an error.
 func ScanOutputTopic(ctx context.Context, brokers []string, topic string) ([]Observed, error) {
-	client, err := sarama.NewClient(brokers, benchClientConfig())
-	if err != nil {
-		return nil, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, brokers, err)
-	}
-	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
+	client, consumer, err := benchClient(brokers)
 	if err != nil {
 		return nil, err
 	}
+	defer client.Close()
 	defer consumer.Close()
 	parts, err := client.Partitions(topic)
 	if err != nil {

@@ -21,8 +21,7 @@ type Child struct {
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
-	// Started is when the process was started.
-	Started time.Time
+	Started time.Time // when the process was started
 }
 
 // StartChild starts bin with args, its stdout and stderr appended to

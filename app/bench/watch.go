@@ -13,15 +13,24 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// benchClientConfig is the sarama configuration of the benchmark's own
-// Kafka clients: committed reads only, so that a transactional system's
-// aborted records and commit markers are never taken for data.
-func benchClientConfig() *sarama.Config {
+// benchClient connects the benchmark's own Kafka client and a consumer on
+// it: committed reads only, so that a transactional system's aborted
+// records and commit markers are never taken for data.
+func benchClient(brokers []string) (sarama.Client, sarama.Consumer, error) {
 	sc := engine.NewSaramaConfig("keepstate-bench")
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Fetch.Default = 4 << 20
-	return sc
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, brokers, err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return client, consumer, nil
 }
 
 // tailIdle is how long committedEnd waits for more records at a
@@ -124,20 +133,16 @@ type watchPoll struct {
 // ends are read, it returns the first poll in its history that had every
 // offset committed, so the time spent reading ends is not counted.
 func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
-	client, err := sarama.NewClient(w.Brokers, benchClientConfig())
+	client, consumer, err := benchClient(w.Brokers)
 	if err != nil {
-		return DrainResult{}, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, w.Brokers, err)
+		return DrainResult{}, err
 	}
 	defer client.Close()
+	defer consumer.Close()
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
 		return DrainResult{}, err
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return DrainResult{}, err
-	}
-	defer consumer.Close()
 
 	var parts []watchPart // of the stages whose ends are known
 	known := 0            // stages whose ends are known
