@@ -47,7 +47,8 @@ type Store interface {
 	Close() error
 }
 
-// OpenStore opens the store selected by c.Store.
+// OpenStore opens the store selected by c.Store, migrating a store of the
+// older movie layout into the table movies.
 func OpenStore(ctx context.Context, c Config, log *slog.Logger) (Store, error) {
 	return openStore(ctx, c, log, 0)
 }
