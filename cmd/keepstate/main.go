@@ -80,7 +80,10 @@ func cmdDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	d := demo.Default()
 	d.Out = stdout
 	cli.CommonFlags(fs, &d.Config)
-	demoFlags(fs, &d)
+	fs.StringVar(&d.KafkaAddr, "kafka-addr", d.KafkaAddr, "listen address of the in-process Kafka broker")
+	fs.StringVar(&d.RegistryAddr, "registry-addr", d.RegistryAddr, "listen address of the in-process Schema Registry")
+	fs.Float64Var(&d.Rate, "rate", d.Rate, "generated ratings per second (0: no generator)")
+	fs.Int64Var(&d.Movies, "movies", d.Movies, "number of distinct generated movies")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -95,13 +98,21 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs := flag.NewFlagSet("keepstate produce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	p := app.DefaultProduce()
-	var fromStdin bool
-	var logLevel = "info"
-	produceFlags(fs, &p, &fromStdin, &logLevel)
+	logLevel := "info"
+	cli.BrokersFlag(fs, &p.Brokers)
+	fs.StringVar(&p.SchemaRegistry, "schema-registry", p.SchemaRegistry, "Schema Registry URL")
+	cli.RegistryAuthFlags(fs, &p.SchemaRegistryUser, &p.SchemaRegistryPassword, &p.SchemaRegistryPasswordFile)
+	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send ratings to")
+	fs.Int64Var(&p.Count, "count", p.Count, "ratings to generate (0: until interrupted)")
+	fs.Int64Var(&p.Movies, "movies", p.Movies, "distinct movie ids (1..movies, Zipf-skewed popularity)")
+	fs.Float64Var(&p.Rate, "rate", p.Rate, "ratings per second (0: as fast as possible)")
+	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the generator")
+	fromStdin := fs.Bool("stdin", false, `read ratings as JSON lines from stdin: {"movie_id":362,"rating":10}`)
+	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if fromStdin {
+	if *fromStdin {
 		p.Stdin = stdin
 	}
 	log, err := app.NewLogger(stderr, logLevel)
