@@ -69,7 +69,8 @@ func checkJobs(jobs []Job) error {
 }
 
 // JobConfig is the engine configuration of a job other than the movie job:
-// consumer group "<application-id>-<job>", internal topics named after it.
+// group "<application-id>-<job>", input and output topics of its own, and
+// internal topics named after the group.
 func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.Config {
 	ec := c.EngineConfig(log)
 	ec.ApplicationID = c.ApplicationID + "-" + name
@@ -80,8 +81,7 @@ func (c Config) JobConfig(log *slog.Logger, name, input, output string) engine.C
 	return ec
 }
 
-// engineConfig is the engine configuration j runs with under c: its
-// consumer group (ApplicationID) and topics.
+// engineConfig is the engine configuration j runs with under c.
 func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
 	if j.movies {
 		return c.EngineConfig(log)
@@ -90,11 +90,8 @@ func (j Job) engineConfig(c Config, log *slog.Logger) engine.Config {
 }
 
 // partitionedStore is a store that keeps a partition's keys together (a
-// Redis Cluster): it opens a table only knowing its partition count,
-// engine.TableSpec.Partitions.
-type partitionedStore interface {
-	NeedsPartitions() bool
-}
+// Redis Cluster): it opens a table only knowing its partition count.
+type partitionedStore interface{ NeedsPartitions() bool }
 
 // oldLayoutRemover is a store that can delete what an older key layout
 // left for a table, which it refuses to open until then (a Redis Cluster).
@@ -103,7 +100,8 @@ type oldLayoutRemover interface {
 }
 
 // start builds j's engine on store and registers its table in opts.
-func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registry, advertise string, log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
+func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registry, advertise string,
+	log *slog.Logger, opts *web.Options) (*engine.Engine, error) {
 	runner, ec := j.runner, j.engineConfig(c, log)
 	if j.movies {
 		r, err := movies.Job(reg).Runner()
@@ -122,21 +120,32 @@ func (j Job) start(ctx context.Context, c Config, store Store, reg *avro.Registr
 		}
 		spec.Partitions = n
 	}
-	table, err := store.OpenTable(ctx, spec)
-	if errors.Is(err, engine.ErrInvalid) {
-		// Most likely the job's indexes changed since the table was made.
-		return nil, fmt.Errorf("%w: job %s: %w; to rebuild the table from its changelog with the new indexes, delete it (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)
-	}
+	// ErrInvalid: most likely the job's indexes changed since the table was made.
+	table, err := j.openTable(ctx, store, spec,
+		"to rebuild the table from its changelog with the new indexes, delete it")
 	if err != nil {
-		return nil, fmt.Errorf("job %s: %w", j.name(), err)
+		return nil, err
 	}
 	ec.AdvertiseAddr = advertise
 	eng, err := engine.NewJob(ec, table, runner)
 	if err != nil {
 		return nil, err
 	}
-	opts.Tables = append(opts.Tables, tableOf(eng))
+	opts.Tables = append(opts.Tables, eng.View())
 	return eng, nil
+}
+
+// openTable opens j's table; a table whose spec does not match
+// (engine.ErrInvalid) is a configuration error, followed by fix.
+func (j Job) openTable(ctx context.Context, store Store, spec engine.TableSpec, fix string) (engine.Table, error) {
+	t, err := store.OpenTable(ctx, spec)
+	if errors.Is(err, engine.ErrInvalid) {
+		return nil, fmt.Errorf("%w: job %s: %w; %s (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err, fix)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", j.name(), err)
+	}
+	return t, nil
 }
 
 // runEngines runs every engine until ctx ends or one fails; the first
@@ -164,46 +173,40 @@ func runEngines(ctx context.Context, engines []*engine.Engine) error {
 	return first
 }
 
-// readyAll is ready when every engine is.
-func readyAll(engines []*engine.Engine) func() error {
-	return func() error {
-		var errs []error
-		for _, e := range engines {
-			if err := e.Ready(); err != nil {
-				if len(engines) > 1 {
-					err = fmt.Errorf("job %s: %w", e.Job().Spec().Name, err)
-				}
-				errs = append(errs, err)
+// engineSet is the engines of one RunJobs, as the API sees them.
+type engineSet []*engine.Engine
+
+// ready is nil when every engine is ready.
+func (es engineSet) ready() error {
+	var errs []error
+	for _, e := range es {
+		if err := e.Ready(); err != nil {
+			if len(es) > 1 {
+				err = fmt.Errorf("job %s: %w", e.Job().Spec().Name, err)
 			}
+			errs = append(errs, err)
 		}
-		return errors.Join(errs...)
 	}
+	return errors.Join(errs...)
 }
 
-// rolesAll returns the partition roles of every engine, by table name.
-func rolesAll(engines []*engine.Engine) func() map[string][]engine.PartitionRole {
-	return func() map[string][]engine.PartitionRole {
-		out := make(map[string][]engine.PartitionRole, len(engines))
-		for _, e := range engines {
-			out[e.Job().Spec().Name] = e.Roles()
-		}
-		return out
+// roles returns the partition roles of every engine, by table name.
+func (es engineSet) roles() map[string][]engine.PartitionRole {
+	out := make(map[string][]engine.PartitionRole, len(es))
+	for _, e := range es {
+		out[e.Job().Spec().Name] = e.Roles()
 	}
+	return out
 }
 
-// statsAll sums the engines' counters.
-func statsAll(engines []*engine.Engine) func() engine.Stats {
-	if len(engines) == 1 {
-		return engines[0].Stats
+// stats sums the engines' counters.
+func (es engineSet) stats() engine.Stats {
+	if len(es) == 1 {
+		return es[0].Stats()
 	}
-	return func() engine.Stats {
-		var sum engine.Stats
-		for _, e := range engines {
-			sum = sum.Add(e.Stats())
-		}
-		return sum
+	var sum engine.Stats
+	for _, e := range es {
+		sum = sum.Add(e.Stats())
 	}
+	return sum
 }
-
-// tableOf is the engine's table as the HTTP API serves it.
-func tableOf(e *engine.Engine) web.Table { return e.View() }

@@ -13,36 +13,30 @@ import (
 // governEvery is how often the memory governor re-plans.
 const governEvery = 200 * time.Millisecond
 
-// The cache budget follows the live heap (what the last collection kept):
-// above liveHighPercent of Go's share the collector has too little room
-// and runs too often, so the budget shrinks by a fifth; below
-// liveLowPercent it grows by a quarter (one step undoes a shrink), up to
-// the engine's default. A collector with its live heap at half its limit
-// works about as often as GOGC=100 makes it without one.
+// The cache budget follows the live heap: above liveHighPercent of Go's
+// share the collector runs too often, so the budget shrinks by a fifth;
+// below liveLowPercent it grows by a quarter (undoing a shrink), up to the
+// engine's default. A live heap at half the limit makes the collector work
+// about as often as GOGC=100 without one.
 const (
 	liveHighPercent = 50
 	liveLowPercent  = 35
 )
 
-// The default memory target is elastic (memoryPlan.elastic): when the
-// live heap stays over elasticPercent of Go's share for elasticLooks looks
-// in a row (a second) with nothing left to shrink (the automatic cache
-// budget at its floor, or a budget the operator set), the process's live
-// data needs more than the target, and a collector held under it would run
-// all the time; the target then rises to fit the live heap (see raise).
+// An elastic plan (the default target) rises to fit the live heap when it
+// stays over elasticPercent of Go's share for elasticLooks looks in a row
+// (a second) with nothing left to shrink: the process's live data needs
+// more than the target, and a collector held under it would run all the time.
 const (
 	elasticPercent = 70
 	elasticLooks   = 5
 )
 
 // memoryGovernor shares a memory limit (a memoryPlan) out at run time: it
-// moves an automatic cache budget with the live heap, and raises an
-// elastic plan (the default target) that the live heap outgrew. The
-// live heap holds everything the process caches, clover's block cache and
-// memtables included, so the budget gives way to them as they fill. An
-// automatic budget starts where the plan put it (cacheBudgetDocs). It runs
-// on one goroutine (run); nothing else may set Go's memory limit
-// meanwhile.
+// moves an automatic cache budget with the live heap (which holds clover's
+// block cache and memtables too, so the budget gives way as they fill), and
+// raises an elastic plan the live heap outgrew. It runs on one goroutine
+// (run); nothing else may set Go's memory limit meanwhile.
 type memoryGovernor struct {
 	plan       memoryPlan
 	tight      int          // looks in a row the live heap was over elasticPercent with nothing to shrink
@@ -53,27 +47,19 @@ type memoryGovernor struct {
 	log        *slog.Logger
 }
 
-// cacheBudgeter is an engine whose cache budget the governor sets
-// (*engine.Engine).
+// cacheBudgeter is an engine whose cache budget the governor sets.
 type cacheBudgeter interface{ SetCacheBudget(n int) }
 
 var _ cacheBudgeter = (*engine.Engine)(nil)
 
 // minBudget and maxBudget bound the automatic budget, per job.
-func (g *memoryGovernor) minBudget() int {
-	return minAutoCacheBudgetDocs / max(len(g.engines), 1)
-}
+func (g *memoryGovernor) minBudget() int { return minAutoCacheBudgetDocs / max(len(g.engines), 1) }
+func (g *memoryGovernor) maxBudget() int { return defaultCacheBudgetDocs / max(len(g.engines), 1) }
 
-func (g *memoryGovernor) maxBudget() int {
-	return defaultCacheBudgetDocs / max(len(g.engines), 1)
-}
-
-// raise lifts an elastic plan, and Go's memory limit with it, once the
-// live heap has stayed over elasticPercent of Go's share for elasticLooks
-// looks with nothing left to shrink: to where the live heap is
-// liveHighPercent of Go's share, as GOGC=100 would leave it. A limit the
-// operator or the container set is never raised: there the collector
-// works harder instead.
+// raise lifts an elastic plan, and Go's memory limit with it, after
+// elasticLooks tight looks: to where the live heap is liveHighPercent of
+// Go's share, as GOGC=100 would leave it. A limit the operator or the
+// container set is never raised: there the collector works harder instead.
 func (g *memoryGovernor) raise(live int64) {
 	if !g.plan.elastic() {
 		return

@@ -11,19 +11,18 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// minGoMemoryMiB is the least memory limit left for Go's heap that
-// applyMemoryLimit accepts: below it the collector would run all the time.
-const minGoMemoryMiB = 64
-
-// baseMiB is what the process holds that Go's memory limit does not
-// count, mostly the binary's resident code and data ("the binary" in
-// docs/benchmarks.md, "Memory").
-const baseMiB = 48
-
-// headroomPercent is the share of the limit planMemory keeps free: Go's
-// limit is soft, and the heap overshoots it for a moment while the
-// collector catches up.
-const headroomPercent = 3
+const (
+	// minGoMemoryMiB is the least limit left for Go's heap that
+	// applyMemoryLimit accepts: below it the collector would run all the time.
+	minGoMemoryMiB = 64
+	// baseMiB is what the process holds that Go's memory limit does not
+	// count, mostly the binary's resident code and data ("the binary" in
+	// docs/benchmarks.md, "Memory").
+	baseMiB = 48
+	// headroomPercent is the share of the limit kept free: Go's limit is
+	// soft, and the heap overshoots it while the collector catches up.
+	headroomPercent = 3
+)
 
 // DefaultMemoryTargetMiB is the memory target of a process given no
 // --memory-limit-mib outside a container: the process plans its caches
@@ -43,23 +42,19 @@ type memoryPlan struct {
 }
 
 // elastic reports whether p is the default target, which the governor
-// raises when the live heap needs more (memoryGovernor.raise), where a
-// limit the operator or the container set stays where it is.
+// raises when the live heap needs more (memoryGovernor.raise).
 func (p memoryPlan) elastic() bool { return p.source == "default" }
 
-// setTotal makes totalMiB the limit: Go gets what baseMiB and the
-// headroom leave of it.
+// setTotal makes totalMiB the limit; Go gets what baseMiB and the headroom leave.
 func (p *memoryPlan) setTotal(totalMiB int64) {
 	p.totalMiB = totalMiB
 	p.headroom = totalMiB * headroomPercent / 100
 	p.goMiB = totalMiB - baseMiB - p.headroom
 }
 
-// planMemory works out the limit: --memory-limit-mib when positive, else
-// (0) 90% of containerMiB when there is a container limit, else (0) the
-// elastic DefaultMemoryTargetMiB; -1 makes none. It returns ErrConfig
-// when a limit that was asked for leaves Go's heap less than
-// minGoMemoryMiB.
+// planMemory works out the limit: --memory-limit-mib when positive; for 0,
+// 90% of containerMiB if set, else the elastic DefaultMemoryTargetMiB; -1
+// makes none. A limit that leaves Go less than minGoMemoryMiB is ErrConfig.
 func planMemory(c Config, containerMiB int64) (memoryPlan, error) {
 	p := memoryPlan{source: "none"}
 	switch {
@@ -82,17 +77,16 @@ func planMemory(c Config, containerMiB int64) (memoryPlan, error) {
 }
 
 // applyMemoryLimit sets Go's soft memory limit as planMemory says and
-// returns the limit in effect for Go's heap, in bytes (0 for none), and
-// the plan (totalMiB 0 when keepstate made none). An explicit GOMEMLIMIT
-// in the environment is the operator's choice and wins over the automatic
-// limit (not over the flag). It changes a process-wide setting: call it
-// once, before the store opens.
+// returns Go's limit in bytes (0 for none) and the plan (totalMiB 0 when
+// keepstate made none). An explicit GOMEMLIMIT wins over the automatic
+// limit, not over the flag. It sets a process-wide value: call it once,
+// before the store opens.
 func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 	if c.MemoryLimitMiB == 0 && os.Getenv("GOMEMLIMIT") != "" {
 		limit := debug.SetMemoryLimit(-1)
 		log.Info("memory limit from GOMEMLIMIT", "go_limit_bytes", limit)
 		if limit == math.MaxInt64 {
-			return 0, memoryPlan{}, nil // GOMEMLIMIT=off
+			limit = 0 // GOMEMLIMIT=off
 		}
 		return limit, memoryPlan{}, nil
 	}
@@ -112,11 +106,9 @@ func applyMemoryLimit(c Config, log *slog.Logger) (int64, memoryPlan, error) {
 }
 
 // bulkMemory is the share of Go's memory limit (goLimit bytes, 0 for
-// none) the clover store's bulk load may use (docstore.WithBulkMemory):
-// half of what Pebble's block cache (storeCache bytes, its memtables
-// inside) leaves, as Pebble allocates it in Go's heap; the other half is
-// the engine's (fetch buffers, caches, batches). 0 (no limit) leaves the
-// bulk load its defaults.
+// none: the bulk load's defaults) the clover store's bulk load may use:
+// half of what Pebble's block cache and memtables (storeCache bytes, in
+// Go's heap) leave; the other half is the engine's.
 func bulkMemory(goLimit, storeCache int64) int64 {
 	if goLimit <= 0 {
 		return 0
@@ -124,33 +116,25 @@ func bulkMemory(goLimit, storeCache int64) int64 {
 	return max(goLimit-storeCache, goLimit/4) / 2
 }
 
-// defaultCacheBudgetDocs is --cache-budget-docs without a memory limit:
-// the engine's default.
+// defaultCacheBudgetDocs is --cache-budget-docs without a memory limit.
 var defaultCacheBudgetDocs = engine.DefaultConfig().CacheBudgetDocs
 
-// cacheDocsPerGoMiB is how many documents --cache-budget-docs defaults to
-// per MiB of Go's share of a memory limit.
-const cacheDocsPerGoMiB = 120
+// Under a memory limit --cache-budget-docs defaults to cacheDocsPerGoMiB
+// per MiB of Go's share, at least minAutoCacheBudgetDocs.
+const (
+	cacheDocsPerGoMiB      = 120
+	minAutoCacheBudgetDocs = 3000
+)
 
-// minAutoCacheBudgetDocs is the least --cache-budget-docs the memory limit
-// sizes.
-const minAutoCacheBudgetDocs = 3000
-
-// cacheBudgetDocs returns the --cache-budget-docs in effect for the engine
-// of each of jobs jobs: budget when positive (the operator's choice); none
-// (0) when budget is -1, or when it is 0 (automatic) and --cache-max-docs
-// was set (maxDocs > 0: the operator bounded each partition); else defaultCacheBudgetDocs, lowered under a memory
-// limit (goLimit, Go's share in bytes; 0 for none) to cacheDocsPerGoMiB per
-// MiB of it, not below minAutoCacheBudgetDocs, and split between the jobs.
-//
-// What the partitions hold between flushes (their changed and cached
-// documents, the records built for the next flush) is most of what a
-// 1M-movie uniform run keeps live: a budget that holds the live heap near
-// Go's share makes the collector run all the time, which costs more CPU
-// and throughput than the cache saves. The memory governor then moves an
-// automatic budget with the live heap. The budget is shared, so a
-// failover that moves more partitions here shrinks each partition's share
-// instead of multiplying the memory.
+// cacheBudgetDocs returns the --cache-budget-docs of each job's engine:
+// budget when positive; none (0) for -1, or for 0 with --cache-max-docs set
+// (maxDocs > 0); else defaultCacheBudgetDocs, lowered under a memory limit
+// (goLimit, Go's share in bytes) as the constants above say, split between
+// the jobs. What partitions hold between flushes is most of a 1M-movie
+// uniform run's live heap: a budget keeping it near Go's share makes the
+// collector run all the time, costing more than the cache saves. The
+// budget is shared, so a failover that moves partitions here shrinks each
+// partition's share instead of multiplying the memory.
 func cacheBudgetDocs(budget, maxDocs int, goLimit int64, jobs int) int {
 	switch {
 	case budget > 0:

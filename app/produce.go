@@ -22,25 +22,16 @@ import (
 type ProduceConfig struct {
 	Brokers        []string
 	SchemaRegistry string
-	// SchemaRegistryUser, SchemaRegistryPassword and
-	// SchemaRegistryPasswordFile are the registry's credentials, as in Config.
-	SchemaRegistryUser         string
-	SchemaRegistryPassword     string
-	SchemaRegistryPasswordFile string
-	Topic                      string
-	// Count is how many generated ratings to send (0: until ctx ends).
-	Count int64
-	// Movies is the number of distinct movie ids (1..Movies), popularity Zipf-skewed.
-	Movies int64
-	// Rate is ratings per second (0: as fast as possible).
-	Rate float64
-	// Seed makes the generated sequence reproducible.
-	Seed uint64
-	// Stdin, when set, is read as JSON lines {"movie_id":362,"rating":10}
-	// instead of generating ratings.
-	Stdin io.Reader
-	// Partitions of the topic if it must be created.
-	Partitions int32
+	// The registry's credentials, as in Config.
+	SchemaRegistryUser, SchemaRegistryPassword, SchemaRegistryPasswordFile string
+
+	Topic      string
+	Count      int64     // generated ratings to send (0: until ctx ends)
+	Movies     int64     // distinct movie ids (1..Movies), popularity Zipf-skewed
+	Rate       float64   // ratings per second (0: as fast as possible)
+	Seed       uint64    // makes the generated sequence reproducible
+	Stdin      io.Reader // when set, read as JSON lines {"movie_id":362,"rating":10} instead
+	Partitions int32     // of the topic if it must be created
 }
 
 // DefaultProduce returns the produce defaults: 1000 ratings over 100 movies.
@@ -69,15 +60,14 @@ func (p ProduceConfig) Validate() error {
 // over 1..movies (a few blockbusters, a long tail), ratings multiples of 0.5
 // in 0..10 around a per-movie quality. Not safe for concurrent use.
 type Generator struct {
-	rnd    *rand.Rand
-	zipf   *rand.Zipf
-	movies int64
+	rnd  *rand.Rand
+	zipf *rand.Zipf
 }
 
 // NewGenerator returns a generator for movies ids 1..movies.
 func NewGenerator(movies int64, seed uint64) *Generator {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	return &Generator{rnd: r, zipf: rand.NewZipf(r, 1.07, 2, uint64(movies-1)), movies: movies}
+	return &Generator{rnd: r, zipf: rand.NewZipf(r, 1.07, 2, uint64(movies-1))}
 }
 
 // Next returns the next rating.
@@ -101,7 +91,14 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	next := generated(p)
+	g, n := NewGenerator(p.Movies, p.Seed), int64(0)
+	next := func() (avro.Rating, bool, error) {
+		if p.Count > 0 && n >= p.Count {
+			return avro.Rating{}, false, nil
+		}
+		n++
+		return g.Next(), true, nil
+	}
 	if p.Stdin != nil {
 		next = jsonLines(p.Stdin)
 	}
@@ -118,18 +115,6 @@ func Produce(ctx context.Context, p ProduceConfig, log *slog.Logger) (int64, err
 		}
 		return Record{Key: engine.Int64Keys.Append(nil, r.MovieID), Value: v}, true, nil
 	})
-}
-
-func generated(p ProduceConfig) func() (avro.Rating, bool, error) {
-	g := NewGenerator(p.Movies, p.Seed)
-	var n int64
-	return func() (avro.Rating, bool, error) {
-		if p.Count > 0 && n >= p.Count {
-			return avro.Rating{}, false, nil
-		}
-		n++
-		return g.Next(), true, nil
-	}
 }
 
 // jsonLines reads {"movie_id":362,"rating":10} per line; blank lines are skipped.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,20 +23,15 @@ func Reset(ctx context.Context, c Config, reprocess bool, log *slog.Logger) erro
 	return ResetJobs(ctx, c, reprocess, log, Movies())
 }
 
-// ResetJobs wipes the state jobs keep in the store, so that their next
-// start (RunJobs with the same c) rebuilds it from their changelogs: the
-// movie job's documents, and each other job's table; tables of jobs not
-// named are left alone. With reprocess it also deletes each job's internal
-// topics (repartition and changelog) and its consumer group's committed
-// offsets, so the next start recomputes everything from the earliest
-// input. It refuses with ErrGroupActive, before changing anything, while
-// any job's consumer group has a member (an instance still running, or a
-// static member within its session timeout).
+// ResetJobs wipes the tables of jobs (and no other) in the store, so that
+// their next start (RunJobs with the same c) rebuilds them from their
+// changelogs. With reprocess it also deletes each job's internal topics and
+// its group's committed offsets, so the next start recomputes everything
+// from the earliest input. It refuses with ErrGroupActive, before changing
+// anything, while any job's group has a member (an instance still running,
+// or a static member within its session timeout).
 func ResetJobs(ctx context.Context, c Config, reprocess bool, log *slog.Logger, jobs ...Job) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if err := checkJobs(jobs); err != nil {
+	if err := cmp.Or(c.Validate(), checkJobs(jobs)); err != nil {
 		return err
 	}
 	log = discardLogger(log)
@@ -92,11 +88,10 @@ func ResetJobs(ctx context.Context, c Config, reprocess bool, log *slog.Logger, 
 	return nil
 }
 
-// resetState wipes j's table in store (engine.TableResetter), keeping its
-// spec and epochs, and what an older key layout left of it. A store that
-// keeps a partition's keys together opens the table with the partition
-// count of its repartition topic (read with admin), or 1 when the topic
-// is gone: a reset does not depend on it.
+// resetState wipes j's table (engine.TableResetter), keeping its spec and
+// epochs, and what an older key layout left of it. A partitionedStore opens
+// it with the partition count of its repartition topic, or 1 when the
+// topic is gone: a reset does not depend on it.
 func (j Job) resetState(ctx context.Context, c Config, store Store, admin sarama.ClusterAdmin, repartition string) error {
 	spec := movies.Spec
 	if !j.movies {
@@ -117,14 +112,11 @@ func (j Job) resetState(ctx context.Context, c Config, store Store, admin sarama
 			spec.Partitions = int32(len(md[0].Partitions))
 		}
 	}
-	t, err := store.OpenTable(ctx, spec)
-	if errors.Is(err, engine.ErrInvalid) {
-		// The job's indexes changed: a reset keeps the table's spec, so the
-		// table has to go (its rows and spec) instead.
-		return fmt.Errorf("%w: job %s: %w; a reset keeps the table's indexes: delete the table instead (see docs/jobs.md, \"Changing a job\")", ErrConfig, j.name(), err)
-	}
+	// The job's indexes changed: a reset keeps the table's spec, so the
+	// table has to go (its rows and spec) instead.
+	t, err := j.openTable(ctx, store, spec, "a reset keeps the table's indexes: delete the table instead")
 	if err != nil {
-		return fmt.Errorf("job %s: %w", j.name(), err)
+		return err
 	}
 	r, ok := t.(engine.TableResetter)
 	if !ok {

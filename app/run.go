@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,30 +28,15 @@ var ErrUnavailable = errors.New("service unavailable")
 // EngineConfig maps c onto the engine's configuration.
 func (c Config) EngineConfig(log *slog.Logger) engine.Config {
 	return engine.Config{
-		Brokers:           c.Brokers,
-		ApplicationID:     c.ApplicationID,
-		InputTopic:        c.InputTopic,
-		OutputTopic:       c.OutputTopic,
-		CommitInterval:    c.CommitInterval,
-		IdleFlush:         c.IdleFlush,
-		CacheMaxDocs:      cmp.Or(c.CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs),
-		CacheBudgetDocs:   cacheBudgetDocs(c.CacheBudgetDocs, c.CacheMaxDocs, 0, 1),
-		BufferedRecords:   c.BufferedRecords,
-		InstanceID:        c.InstanceID,
-		Partitions:        c.Partitions,
-		ReplicationFactor: c.ReplicationFactor,
-		MinInsyncReplicas: c.MinInsyncReplicas,
-		RepartitionTopic:  c.ApplicationID + movies.RepartitionSuffix,
-		ChangelogTopic:    c.ApplicationID + movies.ChangelogSuffix,
-		AdvertiseAddr:     c.AdvertiseAddr,
-		SessionTimeout:    c.SessionTimeout,
-		StaleDropAfter:    c.StaleDropAfter,
-		StandbyReplicas:   c.StandbyReplicas,
-		AcceptableLag:     c.AcceptableLag,
-		Logger:            log,
-
-		ProcessingGuarantee: engine.Guarantee(c.ProcessingGuarantee),
-		TransactionTimeout:  c.TransactionTimeout,
+		Brokers: c.Brokers, ApplicationID: c.ApplicationID, InputTopic: c.InputTopic, OutputTopic: c.OutputTopic,
+		CommitInterval: c.CommitInterval, IdleFlush: c.IdleFlush, BufferedRecords: c.BufferedRecords,
+		CacheMaxDocs: cmp.Or(c.CacheMaxDocs, engine.DefaultConfig().CacheMaxDocs), InstanceID: c.InstanceID,
+		CacheBudgetDocs: cacheBudgetDocs(c.CacheBudgetDocs, c.CacheMaxDocs, 0, 1), Partitions: c.Partitions,
+		ReplicationFactor: c.ReplicationFactor, MinInsyncReplicas: c.MinInsyncReplicas, Logger: log,
+		RepartitionTopic: c.ApplicationID + movies.RepartitionSuffix, AdvertiseAddr: c.AdvertiseAddr,
+		ChangelogTopic: c.ApplicationID + movies.ChangelogSuffix, SessionTimeout: c.SessionTimeout,
+		StaleDropAfter: c.StaleDropAfter, StandbyReplicas: c.StandbyReplicas, AcceptableLag: c.AcceptableLag,
+		ProcessingGuarantee: engine.Guarantee(c.ProcessingGuarantee), TransactionTimeout: c.TransactionTimeout,
 	}
 }
 
@@ -61,14 +47,14 @@ type Store interface {
 	Close() error
 }
 
-// OpenStore opens the store selected by c.Store. A store written in the
-// movie layout of earlier versions is migrated into the table movies.
+// OpenStore opens the store selected by c.Store, migrating a store of the
+// older movie layout into the table movies.
 func OpenStore(ctx context.Context, c Config, log *slog.Logger) (Store, error) {
 	return openStore(ctx, c, log, 0)
 }
 
-// openStore opens the store selected by c.Store; goLimit is Go's memory
-// limit in bytes (0 for none), which bounds the clover store's bulk load.
+// openStore is OpenStore; Go's memory limit goLimit (bytes, 0 for none)
+// bounds the clover store's bulk load.
 func openStore(ctx context.Context, c Config, log *slog.Logger, goLimit int64) (Store, error) {
 	switch c.Store {
 	case StoreClover:
@@ -118,30 +104,23 @@ func OpenRegistry(ctx context.Context, c Config, log *slog.Logger) (*avro.Regist
 	return reg, nil
 }
 
-// Run is `keepstate run`: it serves the API and runs the movie job until
-// ctx ends. ready, if not nil, receives the API's listen address once it
-// listens.
+// Run is `keepstate run`: RunJobs of the movie job. ready, if not nil,
+// receives the API's listen address once it listens.
 func Run(ctx context.Context, c Config, log *slog.Logger, ready func(addr string)) error {
 	return RunJobs(ctx, c, log, ready, Movies())
 }
 
 // RunJobs serves the API and runs jobs in one process until ctx ends or
-// one of them fails: one engine per job, sharing the store (a table per
-// job), the HTTP server (GET /tables/{job}/...; the movie job also keeps
-// /movies) and the peer routing. The movie job keeps the topic names and
-// consumer group of c; every other job reads its own input topic and uses
-// the consumer group "<application-id>-<job>" and internal topics named
-// after it. The Schema Registry is contacted only when the movie job runs.
-//
-// A corrupt clover store (engine.ErrCorrupt) is not a failure under
-// --on-store-corrupt=rebuild: the jobs and the API stop, the store is
-// wiped, and they start again on the same API address, restoring every
-// table from its changelog (at most maxRebuilds times per process).
+// one fails: one engine per job, sharing the store (a table per job), the
+// HTTP server (GET /tables/{job}/...; the movie job also keeps /movies) and
+// the peer routing. The movie job keeps the topics and group of c; the
+// others use JobConfig. The Schema Registry is contacted only for the
+// movie job. Under --on-store-corrupt=rebuild a corrupt clover store
+// (engine.ErrCorrupt) stops the jobs and the API, is wiped, and they start
+// again on the same address, restoring every table from its changelog (at
+// most maxRebuilds times per process).
 func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr string), jobs ...Job) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	if err := checkJobs(jobs); err != nil {
+	if err := cmp.Or(c.Validate(), checkJobs(jobs)); err != nil {
 		return err
 	}
 	log = discardLogger(log)
@@ -149,32 +128,26 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 	if err != nil {
 		return err
 	}
-	var gov *memoryGovernor
-	if plan.totalMiB > 0 {
-		gov = &memoryGovernor{plan: plan, live: liveHeap, autoBudget: c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0, log: log}
-	}
+	autoBudget := c.CacheBudgetDocs == 0 && c.CacheMaxDocs == 0
 	if c.CacheBudgetDocs == 0 {
-		c.CacheBudgetDocs = cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs))
-		if c.CacheBudgetDocs == 0 {
-			c.CacheBudgetDocs = -1 // none: --cache-max-docs alone bounds each partition
-		}
+		// 0 is none (-1): --cache-max-docs alone bounds each partition.
+		c.CacheBudgetDocs = cmp.Or(cacheBudgetDocs(0, c.CacheMaxDocs, goLimit, len(jobs)), -1)
 		if goLimit > 0 && c.CacheBudgetDocs > 0 {
 			log.Info("cache budget sized to the memory limit", "cache_budget_docs", c.CacheBudgetDocs, "jobs", len(jobs), "go_mib", goLimit>>20)
 		}
-		if gov != nil {
-			gov.budget = c.CacheBudgetDocs
-		}
+	}
+	var gov *memoryGovernor
+	if plan.totalMiB > 0 {
+		gov = &memoryGovernor{plan: plan, live: liveHeap, autoBudget: autoBudget, budget: c.CacheBudgetDocs, log: log}
 	}
 	sec, err := c.ReadSecrets()
 	if err != nil {
 		return err
 	}
 	var reg *avro.Registry
-	for _, j := range jobs {
-		if j.movies {
-			if reg, err = OpenRegistry(ctx, c, log); err != nil {
-				return err
-			}
+	if slices.ContainsFunc(jobs, func(j Job) bool { return j.movies }) {
+		if reg, err = OpenRegistry(ctx, c, log); err != nil {
+			return err
 		}
 	}
 	if c.PprofAddr != "" {
@@ -213,10 +186,8 @@ func RunJobs(ctx context.Context, c Config, log *slog.Logger, ready func(addr st
 const maxRebuilds = 3
 
 // serveJobs opens the store, listens on httpAddr and serves the API and
-// jobs until ctx ends or a job fails; listening, with the address, runs
-// once the API listens. gov, when not nil, is the memory governor: a copy
-// of it runs on this store and these engines. It closes the store before
-// it returns.
+// jobs until ctx ends or a job fails; listening runs once the API listens.
+// A copy of gov, when not nil, governs these engines. It closes the store.
 func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string, goLimit int64, gov *memoryGovernor,
 	reg *avro.Registry, sec Secrets, jobs []Job, listening func(addr string)) error {
 	store, err := openStore(ctx, c, log, goLimit)
@@ -228,21 +199,19 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	if err != nil {
 		return fmt.Errorf("listen on --http-addr %s: %w", httpAddr, err)
 	}
-	advertise := c.AdvertiseAddr
-	if advertise == "" {
-		advertise = advertiseAddr(ln.Addr())
-	}
+	advertise := cmp.Or(c.AdvertiseAddr, advertiseAddr(ln.Addr()))
 	opts := web.Options{Logger: log, PeerSecret: sec.PeerSecret}
-	var engines []*engine.Engine
+	var engines engineSet
+	var names []string
 	for _, j := range jobs {
 		eng, err := j.start(ctx, c, store, reg, advertise, log, &opts)
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		engines = append(engines, eng)
+		engines, names = append(engines, eng), append(names, j.name())
 	}
-	opts.Ready, opts.Stats, opts.Roles = readyAll(engines), statsAll(engines), rolesAll(engines)
+	opts.Stats, opts.Roles = engines.stats, engines.roles
 	if c.Store == StoreClover && len(sec.PeerSecret) == 0 {
 		log.Warn("no --peer-secret: queries for partitions of other instances answer 503 and range queries only cover this instance; give every instance the same --peer-secret or --peer-secret-file")
 	}
@@ -250,8 +219,7 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 	// hands its partitions over, its peers still reach it (a 503 for what
 	// it no longer runs, its standby copies for theirs) instead of a
 	// refused connection; /readyz says it is stopping.
-	stopping := ctx.Done()
-	ready := opts.Ready
+	stopping, ready := ctx.Done(), engines.ready
 	opts.Ready = func() error {
 		select {
 		case <-stopping:
@@ -279,10 +247,6 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 			g.run(ctx)
 			gov.plan = g.plan // a raised target outlives a rebuild of the store
 		})
-	}
-	names := make([]string, len(jobs))
-	for i, j := range jobs {
-		names[i] = j.name()
 	}
 	log.Info("keepstate running", "api", "http://"+DisplayAddr(ln.Addr().String()), "advertise", advertise, "store", c.Store,
 		"brokers", strings.Join(c.Brokers, ","), "application_id", c.ApplicationID, "jobs", strings.Join(names, ","))
@@ -322,27 +286,24 @@ func serveJobs(ctx context.Context, c Config, log *slog.Logger, httpAddr string,
 // DisplayAddr renders a listen address for humans (":7001" →
 // "localhost:7001"), as keepstate logs it.
 func DisplayAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if host == "" || host == "::" || host == "0.0.0.0" {
-		host = "localhost"
-	}
-	return net.JoinHostPort(host, port)
+	return withHost(addr, func() (string, error) { return "localhost", nil })
 }
 
 // advertiseAddr is the default address other instances use to reach this
 // one: the listen address, with the hostname for an unspecified host.
-func advertiseAddr(a net.Addr) string {
-	host, port, err := net.SplitHostPort(a.String())
+func advertiseAddr(a net.Addr) string { return withHost(a.String(), os.Hostname) }
+
+// withHost replaces an empty or unspecified host of addr by what host
+// returns, unless that fails.
+func withHost(addr string, host func() (string, error)) string {
+	h, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return a.String()
+		return addr
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		if h, err := os.Hostname(); err == nil {
-			host = h
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		if name, err := host(); err == nil {
+			h = name
 		}
 	}
-	return net.JoinHostPort(host, port)
+	return net.JoinHostPort(h, port)
 }

@@ -18,26 +18,19 @@ type Record struct {
 
 // Sender configures SendRecords.
 type Sender struct {
-	Brokers []string
-	Topic   string
-	// Partitions of the topic when SendRecords creates it.
-	Partitions int32
-	// Rate bounds the records sent per second; 0 sends as fast as the
-	// broker takes them.
-	Rate float64
-	// ClientID names the producer in the brokers' logs.
-	ClientID string
-	// Log receives a summary; nil discards it.
-	Log *slog.Logger
+	Brokers    []string
+	Topic      string
+	Partitions int32        // of the topic when SendRecords creates it
+	Rate       float64      // records per second at most; 0: as fast as the broker takes them
+	ClientID   string       // names the producer in the brokers' logs
+	Log        *slog.Logger // receives a summary; nil discards it
 }
 
 // SendRecords sends the records next returns to s.Topic (creating it when
 // missing) until next reports no more (ok false) or fails, or ctx ends,
-// with an idempotent producer, acks=all and Java's default partitioner
-// (records with the same key go to the same partition, as a Java producer
-// would put them). It returns how many records the broker acknowledged,
-// and next's error or the first send error. `keepstate produce` and the
-// examples' load generators use it.
+// with an idempotent producer, acks=all and Java's default partitioner. It
+// returns how many records the broker acknowledged, and next's error or
+// the first send error.
 func SendRecords(ctx context.Context, s Sender, next func() (Record, bool, error)) (int64, error) {
 	log := discardLogger(s.Log)
 	sc := engine.NewSaramaConfig(s.ClientID)
@@ -79,11 +72,7 @@ func SendRecords(ctx context.Context, s Sender, next func() (Record, bool, error
 	var readErr error
 	for ctx.Err() == nil {
 		r, ok, err := next()
-		if err != nil {
-			readErr = err
-			break
-		}
-		if !ok {
+		if readErr = err; err != nil || !ok {
 			break
 		}
 		m := &sarama.ProducerMessage{Topic: s.Topic, Value: sarama.ByteEncoder(r.Value)}

@@ -1,10 +1,8 @@
 // Package bench is `keepstate bench`, an end-to-end benchmark of keepstate
-// run as a child process, and the pieces it is built from (workload
-// generator, ground truth and exactness check, drain watch, child process
-// and /proc usage, CPU profile fetch), which compare/throughput reuses.
-// Without --brokers and --schema-registry it runs an in-process Kafka broker
-// (kfake) and Schema Registry (demo.Registry), which is why it lives
-// outside package app.
+// run as a child process, and the pieces compare/ reuses (workload, truth
+// and check, drain watch, child process, CPU profile). It lives outside
+// package app because it runs in-process fakes (kfake, demo.Registry)
+// when given no --brokers and --schema-registry.
 package bench
 
 import (
@@ -70,13 +68,10 @@ type Config struct {
 	CPUProfile     string        // --cpuprofile: write a CPU profile of the child during ProfilePhase here
 	ProfileFor     time.Duration // --cpuprofile-duration: its length
 	ProfilePhase   string        // --cpuprofile-phase: run or restore (empty: run)
-	// ProfileURL is where the child serves /debug/pprof (--cpuprofile-url;
-	// empty: its API address).
-	ProfileURL string
+	ProfileURL     string        // --cpuprofile-url: where the child serves /debug/pprof (empty: its API)
 	// Instances is how many keepstate children run as one group
 	// (--instances): 2 or more measure the group (its CPU summed, each
-	// one's RSS and store size in the note), in phases fill, run and
-	// query, with the clover store.
+	// one's RSS and store size in the note).
 	Instances int
 	Timeout   time.Duration // --timeout of each phase
 	JSON      bool          // --json: print the result as JSON instead of a table
@@ -94,50 +89,45 @@ func Default() Config {
 // Validate checks the bench settings.
 func (b Config) Validate() error {
 	var errs []error
-	if b.Dist != DistZipf && b.Dist != DistUniform {
-		errs = append(errs, fmt.Errorf("distribution %q: want %s or %s", b.Dist, DistZipf, DistUniform))
+	bad := func(failed bool, err error) {
+		if failed {
+			errs = append(errs, err)
+		}
 	}
-	if b.Movies < 2 || b.Ratings < 1 || b.Partitions < 1 || b.Queries < 4 {
-		errs = append(errs, errors.New("--movies >= 2, --ratings >= 1, --queries >= 4 and --partitions >= 1 are required"))
+	has := func(phases ...string) bool {
+		return slices.ContainsFunc(b.Phases, func(p string) bool { return slices.Contains(phases, p) })
 	}
-	if b.Store != app.StoreClover && b.Store != app.StoreRedis {
-		errs = append(errs, fmt.Errorf("--store: unknown store %q", b.Store))
-	}
-	if _, err := redisstore.ParseMode(b.RedisMode); err != nil && b.RedisMode != "" {
-		errs = append(errs, fmt.Errorf("--redis-mode: unknown mode %q (want single, cluster or sentinel)", b.RedisMode))
-	}
-	if len(b.Phases) == 0 {
-		errs = append(errs, errors.New("--phases: at least one phase"))
-	}
-	if b.Instances < 1 || b.Instances > 1 && (b.Store != app.StoreClover ||
-		slices.ContainsFunc(b.Phases, func(p string) bool { return p == PhaseRestart || p == PhaseRestore })) {
-		errs = append(errs, fmt.Errorf("--instances %d: want 1, or more with the clover store and phases fill, run and query", b.Instances))
-	}
-	if b.Job != JobMovies && (b.Job != JobOrders || b.Store != app.StoreClover ||
-		slices.ContainsFunc(b.Phases, func(p string) bool { return p == PhaseQuery || p == PhaseRestart })) {
-		errs = append(errs, fmt.Errorf("--job %q: want %s, or %s with the clover store and phases fill, run and restore", b.Job, JobMovies, JobOrders))
-	}
-	last := -1
+	bad(b.Dist != DistZipf && b.Dist != DistUniform,
+		fmt.Errorf("distribution %q: want %s or %s", b.Dist, DistZipf, DistUniform))
+	bad(b.Movies < 2 || b.Ratings < 1 || b.Partitions < 1 || b.Queries < 4,
+		errors.New("--movies >= 2, --ratings >= 1, --queries >= 4 and --partitions >= 1 are required"))
+	bad(b.Store != app.StoreClover && b.Store != app.StoreRedis,
+		fmt.Errorf("--store: unknown store %q", b.Store))
+	_, err := redisstore.ParseMode(b.RedisMode)
+	bad(err != nil && b.RedisMode != "",
+		fmt.Errorf("--redis-mode: unknown mode %q (want single, cluster or sentinel)", b.RedisMode))
+	bad(len(b.Phases) == 0, errors.New("--phases: at least one phase"))
+	bad(b.Instances < 1 || b.Instances > 1 && (b.Store != app.StoreClover || has(PhaseRestart, PhaseRestore)),
+		fmt.Errorf("--instances %d: want 1, or more with the clover store and phases fill, run and query",
+			b.Instances))
+	bad(b.Job != JobMovies && (b.Job != JobOrders || b.Store != app.StoreClover || has(PhaseQuery, PhaseRestart)),
+		fmt.Errorf("--job %q: want %s, or %s with the clover store and phases fill, run and restore",
+			b.Job, JobMovies, JobOrders))
+	last, order := -1, strings.Join(benchPhases, ",")
 	for _, p := range b.Phases {
 		i := slices.Index(benchPhases, p)
-		if i < 0 {
-			errs = append(errs, fmt.Errorf("--phases: unknown phase %q (want %s)", p, strings.Join(benchPhases, ",")))
-			continue
+		bad(i < 0, fmt.Errorf("--phases: unknown phase %q (want %s)", p, order))
+		bad(i >= 0 && i <= last, fmt.Errorf("--phases: %q out of order or repeated (order: %s)", p, order))
+		if i >= 0 {
+			last = i
 		}
-		if i <= last {
-			errs = append(errs, fmt.Errorf("--phases: %q out of order or repeated (order: %s)", p, strings.Join(benchPhases, ",")))
-		}
-		last = i
 	}
-	if len(b.Phases) > 0 && !slices.Contains(b.Phases, PhaseFill) && !slices.Contains(b.Phases, PhaseRun) {
-		errs = append(errs, errors.New("--phases: query, restart and restore need fill or run before them"))
-	}
-	if b.ProfilePhase != "" && b.ProfilePhase != PhaseRun && b.ProfilePhase != PhaseRestore {
-		errs = append(errs, fmt.Errorf("--cpuprofile-phase %q: want %s or %s", b.ProfilePhase, PhaseRun, PhaseRestore))
-	}
-	if b.Binary == "" || b.Timeout <= 0 || b.ProfileFor <= 0 {
-		errs = append(errs, errors.New("a keepstate binary, a positive --timeout and --cpuprofile-seconds are required"))
-	}
+	bad(len(b.Phases) > 0 && !has(PhaseFill, PhaseRun),
+		errors.New("--phases: query, restart and restore need fill or run before them"))
+	bad(b.ProfilePhase != "" && b.ProfilePhase != PhaseRun && b.ProfilePhase != PhaseRestore,
+		fmt.Errorf("--cpuprofile-phase %q: want %s or %s", b.ProfilePhase, PhaseRun, PhaseRestore))
+	bad(b.Binary == "" || b.Timeout <= 0 || b.ProfileFor <= 0,
+		errors.New("a keepstate binary, a positive --timeout and --cpuprofile-seconds are required"))
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", app.ErrConfig, errors.Join(errs...))
 	}
@@ -190,19 +180,15 @@ type bench struct {
 	encode    ProduceOptions
 }
 
-// Run is `keepstate bench`. It produces the ratings of each phase first,
-// then starts keepstate as a child process and times it, checks every
-// movie against the ratings produced, and prints a table (or JSON) to
-// cfg.Out. It returns ErrNotExact (after printing) when a check failed.
+// Run is `keepstate bench`: for each phase it produces the ratings, times
+// keepstate as a child process, checks every movie, and prints a table (or
+// JSON) to cfg.Out; then ErrNotExact when a check failed.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	var res Result
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	b := &bench{cfg: cfg, log: log, truth: NewTruth()}
+	b := &bench{cfg: cfg, log: cmp.Or(log, slog.New(slog.DiscardHandler)), truth: NewTruth()}
 	var err error
 	if b.work = cfg.WorkDir; b.work == "" {
 		if b.work, err = os.MkdirTemp("", "keepstate-bench-"); err != nil {
@@ -245,13 +231,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) (Result, error) {
 	if cfg.Job == JobOrders {
 		b.encode.Encode = encodeOrder
 	}
-	var addrs []string // the child's, then its peers'
-	for range cfg.Instances {
-		a, err := FreeTCPAddr()
-		if err != nil {
+	addrs := make([]string, cfg.Instances) // the child's, then its peers'
+	for i := range addrs {
+		if addrs[i], err = FreeTCPAddr(); err != nil {
 			return res, err
 		}
-		addrs = append(addrs, a)
 	}
 	b.httpAddr, b.api, b.peerAddrs = addrs[0], "http://"+addrs[0], addrs[1:]
 	defer b.stopChild()
@@ -320,43 +304,41 @@ func (b *bench) process(ctx context.Context, phase string, w Workload) (PhaseRes
 		watch.Group = b.appID + "-" + ordersTable
 		watch.Stages[1] = []string{watch.Group + "-repartition"}
 	}
-	drained, err := b.whileAlive(ctx, func(ctx context.Context) (DrainResult, error) { return watch.Wait(ctx) })
+	drained, err := b.whileAlive(ctx, watch)
 	if err != nil {
 		return pr, err
 	}
-	err = b.measure(ctx, &pr, drained.At)
+	err = b.measure(ctx, &pr, drained)
 	return pr, err
 }
 
-// whileAlive runs f, failing early with the child's log when it exits.
-func (b *bench) whileAlive(ctx context.Context, f func(context.Context) (DrainResult, error)) (DrainResult, error) {
+// whileAlive waits until w is drained, failing early with the child's log
+// when it exits.
+func (b *bench) whileAlive(ctx context.Context, w DrainWatch) (time.Time, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type out struct {
-		r   DrainResult
-		err error
-	}
-	ch := make(chan out, 1)
+	var r DrainResult
+	var err error
+	done := make(chan struct{})
 	go func() {
-		r, err := f(ctx)
-		ch <- out{r, err}
+		defer close(done)
+		r, err = w.Wait(ctx)
 	}()
 	select {
-	case o := <-ch:
-		if o.err != nil {
-			return o.r, b.child.Failed(o.err)
+	case <-done:
+		if err != nil {
+			return r.At, b.child.Failed(err)
 		}
-		return o.r, nil
+		return r.At, nil
 	case c := <-b.exited():
 		cancel()
-		<-ch
-		return DrainResult{}, c.Failed(errors.New("keepstate exited during the phase"))
+		<-done
+		return time.Time{}, c.Failed(errors.New("keepstate exited during the phase"))
 	}
 }
 
 // measure fills the phase's time from the child's start to at, CPU, RSS
-// and rate (of a phase with records), then checks every movie; the
-// check's note follows the phase's own.
+// and rate, then checks every movie.
 func (b *bench) measure(ctx context.Context, pr *PhaseResult, at time.Time) error {
 	u, err := b.child.Usage()
 	if err != nil {
@@ -370,32 +352,37 @@ func (b *bench) measure(ctx context.Context, pr *PhaseResult, at time.Time) erro
 		if err != nil {
 			return err
 		}
-		pr.Note = strings.TrimPrefix(pr.Note+"; "+note, "; ")
+		pr.addNote(note)
 	}
 	if pr.Records > 0 {
 		pr.Rate = float64(pr.Records) / pr.Seconds
 	}
 	var note string
-	if pr.Check, note = b.check(ctx, at); note != "" {
+	pr.Check, note = b.check(ctx, at)
+	pr.addNote(note)
+	return nil
+}
+
+// addNote appends note, if any, to the phase's note.
+func (pr *PhaseResult) addNote(note string) {
+	if note != "" {
 		pr.Note = strings.TrimPrefix(pr.Note+"; "+note, "; ")
 	}
-	return nil
 }
 
 // check reads every movie through the child's API until it is exact, or
 // until a scan that began 30 s after the call still is not (a store may be
 // written right after the offsets commit, and one scan of a million movies
-// can itself take that long: the last scan must begin after the deadline,
-// not merely end after it); the note says how long after at it became
-// exact.
+// can take that long, so the last scan must begin after the deadline); the
+// note says how long after at it became exact.
 func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
 	deadline := time.Now().Add(30 * time.Second)
+	scan := ScanAPI
+	if b.cfg.Job == JobOrders {
+		scan = ScanCustomers
+	}
 	for {
 		scanned := time.Now()
-		scan := ScanAPI
-		if b.cfg.Job == JobOrders {
-			scan = ScanCustomers
-		}
 		obs, err := scan(ctx, b.api)
 		var r CheckReport
 		if err == nil {
@@ -417,10 +404,9 @@ func (b *bench) check(ctx context.Context, at time.Time) (CheckReport, string) {
 	}
 }
 
-// profileIn starts a CPU profile of the child when phase is the profiled
-// one (--cpuprofile-phase, run by default) and returns a function that
-// waits for it. The profile runs for ProfileFor from the child's start;
-// the phase waits for it (after measuring) so the child outlives it.
+// profileIn starts a CPU profile of the child for ProfileFor when phase is
+// the profiled one and returns a wait for it: the phase waits (after
+// measuring) so that the child outlives the profile.
 func (b *bench) profileIn(ctx context.Context, phase string) (wait func()) {
 	if b.cfg.CPUProfile == "" || phase != cmp.Or(b.cfg.ProfilePhase, PhaseRun) {
 		return func() {}
@@ -428,22 +414,17 @@ func (b *bench) profileIn(ctx context.Context, phase string) (wait func()) {
 	profiled := make(chan struct{})
 	go func() {
 		defer close(profiled)
-		b.profile(ctx)
+		err := CollectCPUProfile(ctx, cmp.Or(b.cfg.ProfileURL, b.api), b.cfg.ProfileFor, b.cfg.CPUProfile)
+		switch {
+		case errors.Is(err, ErrNoProfiler):
+			b.log.Warn("bench: no CPU profile: the child does not serve /debug/pprof there (enable it with --child-arg, point --cpuprofile-url at it)", "err", err)
+		case err != nil:
+			b.log.Warn("bench: CPU profile failed", "err", err)
+		default:
+			b.log.Info("bench: CPU profile written", "path", b.cfg.CPUProfile, "seconds", b.cfg.ProfileFor.Seconds())
+		}
 	}()
 	return func() { <-profiled }
-}
-
-// profile collects a CPU profile of the child, if it serves /debug/pprof.
-func (b *bench) profile(ctx context.Context) {
-	err := CollectCPUProfile(ctx, cmp.Or(b.cfg.ProfileURL, b.api), b.cfg.ProfileFor, b.cfg.CPUProfile)
-	switch {
-	case errors.Is(err, ErrNoProfiler):
-		b.log.Warn("bench: no CPU profile: the child does not serve /debug/pprof there (enable it with --child-arg, point --cpuprofile-url at it)", "err", err)
-	case err != nil:
-		b.log.Warn("bench: CPU profile failed", "err", err)
-	default:
-		b.log.Info("bench: CPU profile written", "path", b.cfg.CPUProfile, "seconds", b.cfg.ProfileFor.Seconds())
-	}
 }
 
 // FreeTCPAddr returns a 127.0.0.1 address whose port was free at the time

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/IBM/sarama"
-
-	"github.com/keepstate/keepstate/app"
 	"github.com/keepstate/keepstate/engine"
 )
 
@@ -98,36 +95,47 @@ const apiPageLimit = 1000
 // ScanAPI reads every movie from a keepstate API at base (http://host:port)
 // by paging through GET /movies.
 func ScanAPI(ctx context.Context, base string) ([]Observed, error) {
+	u := fmt.Sprintf("%s/movies?limit=%d", base, apiPageLimit)
+	return scanPages(ctx, u, func(_ string, p *struct {
+		Movies []struct {
+			MovieID int64   `json:"movieId"`
+			Rating  float64 `json:"rating"`
+			Count   int64   `json:"count"`
+		} `json:"movies"`
+		Next string `json:"next"`
+	}, emit func(Observed)) (string, error) {
+		for _, m := range p.Movies {
+			emit(Observed{MovieID: m.MovieID, Count: m.Count, Avg: m.Rating})
+		}
+		return p.Next, nil
+	})
+}
+
+// scanPages GETs first, then first&after=<cursor> while read, given each
+// page decoded into a P, returns a cursor; read emits the page's movies.
+func scanPages[P any](ctx context.Context, first string,
+	read func(u string, page *P, emit func(Observed)) (string, error)) ([]Observed, error) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	var out []Observed
-	after := ""
-	for {
-		u := fmt.Sprintf("%s/movies?limit=%d", base, apiPageLimit)
-		if after != "" {
-			u += "&after=" + url.QueryEscape(after)
-		}
-		var page struct {
-			Movies []struct {
-				MovieID int64   `json:"movieId"`
-				Rating  float64 `json:"rating"`
-				Count   int64   `json:"count"`
-			} `json:"movies"`
-			Next string `json:"next"`
-		}
+	emit := func(o Observed) { out = append(out, o) }
+	for u := first; ; {
+		var page P
 		if err := getJSON(ctx, client, u, &page); err != nil {
 			return nil, err
 		}
-		for _, m := range page.Movies {
-			out = append(out, Observed{MovieID: m.MovieID, Count: m.Count, Avg: m.Rating})
+		next, err := read(u, &page, emit)
+		if err != nil {
+			return nil, err
 		}
-		if page.Next == "" {
+		if next == "" {
 			return out, nil
 		}
-		after = page.Next
+		u = first + "&after=" + url.QueryEscape(next)
 	}
 }
 
-// getJSON decodes the 200 answer of GET u into v.
+// getJSON decodes the 200 answer of GET u into v; a nil v only checks the
+// status.
 func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -141,6 +149,9 @@ func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: status %d", u, resp.StatusCode)
 	}
+	if v == nil {
+		return nil
+	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		return fmt.Errorf("GET %s: %w", u, err)
 	}
@@ -152,15 +163,11 @@ func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
 // and returns the last average of every movie. Records whose key or value
 // do not decode are an error.
 func ScanOutputTopic(ctx context.Context, brokers []string, topic string) ([]Observed, error) {
-	client, err := sarama.NewClient(brokers, benchClientConfig())
-	if err != nil {
-		return nil, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, brokers, err)
-	}
-	defer client.Close()
-	consumer, err := sarama.NewConsumerFromClient(client)
+	client, consumer, err := benchClient(brokers)
 	if err != nil {
 		return nil, err
 	}
+	defer client.Close()
 	defer consumer.Close()
 	parts, err := client.Partitions(topic)
 	if err != nil {

@@ -12,20 +12,27 @@ import (
 // childArgs is the `keepstate run` command line of child i (0: the one
 // asked and checked).
 func (b *bench) childArgs(i int) []string {
-	store, addr := filepath.Join(b.work, "store"), b.httpAddr
+	addr := b.httpAddr
 	if i > 0 {
-		store, addr = filepath.Join(b.work, fmt.Sprintf("store-%d", i)), b.peerAddrs[i-1]
+		addr = b.peerAddrs[i-1]
 	}
 	args := []string{"run", "--brokers", strings.Join(b.brokers, ","), "--schema-registry", b.registry,
-		"--store", b.cfg.Store, "--data-dir", store, "--redis-url", b.cfg.RedisURL,
-		"--redis-mode", b.cfg.RedisMode,
-		"--http-addr", addr, "--advertise-addr", addr, "--application-id", b.appID,
+		"--store", b.cfg.Store, "--data-dir", b.storeDir(i), "--redis-url", b.cfg.RedisURL,
+		"--redis-mode", b.cfg.RedisMode, "--http-addr", addr, "--advertise-addr", addr, "--application-id", b.appID,
 		"--input-topic", b.encode.Topic, "--output-topic", b.appID + "-averages", "--instance-id", fmt.Sprintf("bench-%d", i)}
 	if b.cfg.Instances > 1 {
 		// The children route queries to each other.
 		args = append(args, "--peer-secret", b.appID+"-peer-secret")
 	}
 	return append(args, b.cfg.ChildArgs...)
+}
+
+// storeDir is the clover directory of child i.
+func (b *bench) storeDir(i int) string {
+	if i == 0 {
+		return filepath.Join(b.work, "store")
+	}
+	return filepath.Join(b.work, fmt.Sprintf("store-%d", i))
 }
 
 // startChild starts the child and its peers.
@@ -84,11 +91,7 @@ func (b *bench) groupUsage(pr *PhaseResult) (string, error) {
 		}
 		mib := float64(u.PeakRSS) / (1 << 20)
 		pr.PeakRSSMiB = max(pr.PeakRSSMiB, mib)
-		dir := filepath.Join(b.work, "store")
-		if i > 0 {
-			dir = filepath.Join(b.work, fmt.Sprintf("store-%d", i))
-		}
-		size, err := dirSize(dir)
+		size, err := dirSize(b.storeDir(i))
 		if err != nil {
 			return "", err
 		}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -19,13 +20,9 @@ import (
 
 // Workload distributions of the end-to-end benchmark.
 const (
-	// DistZipf rates movies with Zipf-skewed popularity (a few blockbusters,
-	// a long tail), as `keepstate produce` does.
-	DistZipf = "zipf"
-	// DistUniform rates every movie equally often.
-	DistUniform = "uniform"
-	// DistFill rates movies 1..Movies once each, in order.
-	DistFill = "fill"
+	DistZipf    = "zipf"    // Zipf-skewed popularity (a few blockbusters, a long tail), as `keepstate produce`
+	DistUniform = "uniform" // every movie equally often
+	DistFill    = "fill"    // movies 1..Movies once each, in order
 )
 
 // Workload is a reproducible sequence of ratings: Ratings ratings over movie
@@ -143,13 +140,6 @@ func (t *Truth) Movies() int {
 	return len(t.movies)
 }
 
-// Ratings is how many ratings were added.
-func (t *Truth) Ratings() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.total
-}
-
 // MostRated returns the movie with the most ratings (the lowest id on a tie).
 func (t *Truth) MostRated() (int64, MovieTruth) {
 	t.mu.Lock()
@@ -168,9 +158,8 @@ func (t *Truth) MostRated() (int64, MovieTruth) {
 type ProduceOptions struct {
 	Brokers    []string
 	Topic      string
-	Partitions int32 // partitions if the topic must be created
-	// Encode frames a rating as the topic expects (Confluent Avro).
-	Encode func(context.Context, avro.Rating) ([]byte, error)
+	Partitions int32                                              // if the topic must be created
+	Encode     func(context.Context, avro.Rating) ([]byte, error) // frames a rating as the topic expects
 }
 
 // ProduceWorkload sends every rating of w to o.Topic, keyed by movie id and
@@ -207,28 +196,26 @@ func ProduceWorkload(ctx context.Context, o ProduceOptions, w Workload, truth *T
 	}()
 	start := time.Now()
 	next := w.Generator()
-	for ctx.Err() == nil {
-		r, ok := next()
-		if !ok {
-			break
-		}
+	var encErr error
+	for r, ok := next(); ok && ctx.Err() == nil; r, ok = next() {
 		v, err := o.Encode(ctx, r)
 		if err != nil {
-			prod.AsyncClose()
-			<-errDone
-			return 0, fmt.Errorf("encode rating: %w", err)
+			encErr = fmt.Errorf("encode rating: %w", err)
+			break
 		}
 		if truth != nil {
 			truth.Add(r)
 		}
+		m := &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(engine.Int64Keys.Append(nil, r.MovieID)),
+			Value: sarama.ByteEncoder(v)}
 		select {
-		case prod.Input() <- &sarama.ProducerMessage{Topic: o.Topic, Key: sarama.ByteEncoder(engine.Int64Keys.Append(nil, r.MovieID)), Value: sarama.ByteEncoder(v)}:
+		case prod.Input() <- m:
 		case <-ctx.Done():
 		}
 	}
 	prod.AsyncClose() // flushes what is buffered, then closes Errors
 	<-errDone
-	if err := ctx.Err(); err != nil {
+	if err := cmp.Or(encErr, ctx.Err()); err != nil {
 		return 0, err
 	}
 	if firstErr != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/keepstate/keepstate/app"
@@ -105,16 +104,7 @@ type benchStats struct {
 func (b *bench) waitReady(ctx context.Context) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	_, err := b.pollUntil(ctx, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.api+"/readyz", nil)
-		if err != nil {
-			return false
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return getJSON(ctx, client, b.api+"/readyz", nil) == nil
 	})
 	return err
 }
@@ -140,7 +130,7 @@ func (b *bench) pollUntil(ctx context.Context, ok func(context.Context) bool) (t
 // wipeStore deletes the child's state: the clover directory, or every
 // Redis key of the application (as `keepstate reset` does).
 func (b *bench) wipeStore(ctx context.Context) error {
-	dir := filepath.Join(b.work, "store")
+	dir := b.storeDir(0)
 	if b.cfg.Store == app.StoreClover {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("delete the store: %w", err)

@@ -21,8 +21,7 @@ type Child struct {
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
-	// Started is when the process was started.
-	Started time.Time
+	Started time.Time // when the process was started
 }
 
 // StartChild starts bin with args, its stdout and stderr appended to
@@ -35,8 +34,7 @@ func StartChild(logPath, bin string, args ...string) (*Child, error) {
 	fmt.Fprintf(f, "\n=== %s %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	c := &Child{cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	c.Started = time.Now()
+	c := &Child{cmd: cmd, logPath: logPath, done: make(chan struct{}), Started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -76,23 +74,16 @@ func (c *Child) Stop(grace time.Duration) {
 	}
 }
 
-// LogTail returns the last n lines of the child's log.
-func (c *Child) LogTail(n int) string {
-	raw, _ := os.ReadFile(c.logPath)
-	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Failed wraps err with the child's state and the end of its log.
+// Failed wraps err with the child's state and the last 25 lines of its log.
 func (c *Child) Failed(err error) error {
 	state := "still running"
 	if c.Exited() {
 		state = "exited: " + c.cmd.ProcessState.String()
 	}
-	return fmt.Errorf("%w; child %s; last lines of %s:\n%s", err, state, c.logPath, c.LogTail(25))
+	raw, _ := os.ReadFile(c.logPath)
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	tail := strings.Join(lines[max(0, len(lines)-25):], "\n")
+	return fmt.Errorf("%w; child %s; last lines of %s:\n%s", err, state, c.logPath, tail)
 }
 
 // ProcUsage is what a process used so far, read from /proc.
@@ -133,19 +124,15 @@ func ReadProcUsage(pid int) (ProcUsage, error) {
 	if err != nil {
 		return u, fmt.Errorf("rss of process %d: %w", pid, err)
 	}
+	fields := map[string]*int64{"VmHWM": &u.PeakRSS, "VmRSS": &u.RSS}
 	for _, line := range strings.Split(string(status), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmHWM" && k != "VmRSS") {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			return u, fmt.Errorf("rss of process %d: %s: %w", pid, line, err)
-		}
-		if k == "VmHWM" {
-			u.PeakRSS = kb << 10
-		} else {
-			u.RSS = kb << 10
+		k, v, _ := strings.Cut(line, ":")
+		if dst := fields[k]; dst != nil {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return u, fmt.Errorf("rss of process %d: %s: %w", pid, line, err)
+			}
+			*dst = kb << 10
 		}
 	}
 	return u, nil

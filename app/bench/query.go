@@ -67,22 +67,25 @@ func (b *bench) query(ctx context.Context) (PhaseResult, error) {
 	)
 	start := time.Now()
 	for c := range queryClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			client := &http.Client{Timeout: 5 * time.Second}
 			rnd := rand.New(rand.NewPCG(b.cfg.Seed, uint64(c)))
 			var mine, myPages []time.Duration
+			timed := func(u string, v any, into *[]time.Duration) error {
+				t0 := time.Now()
+				err := getJSON(ctx, client, u, v)
+				if err == nil {
+					*into = append(*into, time.Since(t0))
+				}
+				return err
+			}
 			var err error
 			for i := 0; i < b.cfg.Queries/queryClients && err == nil && ctx.Err() == nil; i++ {
 				if i%queryRangeEvery == queryRangeEvery-1 {
 					var page struct {
 						Movies []struct{} `json:"movies"`
 					}
-					t0 := time.Now()
-					if err = getJSON(ctx, client, b.api+queryRangePath, &page); err == nil {
-						myPages = append(myPages, time.Since(t0))
-					}
+					err = timed(b.api+queryRangePath, &page, &myPages)
 					continue
 				}
 				id := ids[rnd.IntN(len(ids))]
@@ -90,13 +93,10 @@ func (b *bench) query(ctx context.Context) (PhaseResult, error) {
 					Count  int64   `json:"count"`
 					Rating float64 `json:"rating"`
 				}
-				t0 := time.Now()
-				if err = getJSON(ctx, client, fmt.Sprintf("%s/movies/%d", b.api, id), &m); err != nil {
-					break
-				}
-				mine = append(mine, time.Since(t0))
-				if want, _ := b.truth.Get(id); m.Count != want.Count || m.Rating != want.Avg() {
-					err = fmt.Errorf("GET /movies/%d: count %d avg %v, want count %d avg %v", id, m.Count, m.Rating, want.Count, want.Avg())
+				err = timed(fmt.Sprintf("%s/movies/%d", b.api, id), &m, &mine)
+				if want, _ := b.truth.Get(id); err == nil && (m.Count != want.Count || m.Rating != want.Avg()) {
+					err = fmt.Errorf("GET /movies/%d: count %d avg %v, want count %d avg %v",
+						id, m.Count, m.Rating, want.Count, want.Avg())
 				}
 			}
 			mu.Lock()
@@ -105,7 +105,7 @@ func (b *bench) query(ctx context.Context) (PhaseResult, error) {
 			if err != nil && firstErr == nil {
 				firstErr = err
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	took := time.Since(start)

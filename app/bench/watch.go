@@ -13,15 +13,24 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// benchClientConfig is the sarama configuration of the benchmark's own
-// Kafka clients: committed reads only, so that a transactional system's
-// aborted records and commit markers are never taken for data.
-func benchClientConfig() *sarama.Config {
+// benchClient connects the benchmark's own Kafka client and a consumer on
+// it: committed reads only, so that a transactional system's aborted
+// records and commit markers are never taken for data.
+func benchClient(brokers []string) (sarama.Client, sarama.Consumer, error) {
 	sc := engine.NewSaramaConfig("keepstate-bench")
 	sc.Consumer.IsolationLevel = sarama.ReadCommitted
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Fetch.Default = 4 << 20
-	return sc
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, brokers, err)
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return client, consumer, nil
 }
 
 // tailIdle is how long committedEnd waits for more records at a
@@ -84,12 +93,10 @@ func committedEnd(ctx context.Context, client sarama.Client, consumer sarama.Con
 	}
 }
 
-// DrainWatch waits until a consumer group has processed everything in a
-// set of topics: on every partition, its committed offset is at or past
-// the end of the partition's committed records (see committedEnd). Topics
-// come in stages: the topics of a stage are only final once every earlier
-// stage is drained (a repartition topic is final once the input is
-// processed), so their ends are taken then.
+// DrainWatch waits until a consumer group has committed, on every
+// partition of a set of topics, the end of its committed records (see
+// committedEnd). A stage's topics are final (and their ends taken) only
+// once every earlier stage is drained, as a repartition topic is.
 type DrainWatch struct {
 	Brokers []string
 	Group   string
@@ -101,63 +108,55 @@ type DrainWatch struct {
 
 // DrainResult is what DrainWatch.Wait measured.
 type DrainResult struct {
-	// At is the time of the first poll that saw every offset committed;
-	// polls are drainPoll apart, so it is exact to one poll.
-	At time.Time
+	At time.Time // of the first poll that saw every offset committed (polls are drainPoll apart)
 }
 
 // drainPoll is the pause between two reads of the committed offsets.
 const drainPoll = 25 * time.Millisecond
 
 type watchPart struct {
-	topic string
-	p     int32
-	stage int
-	low   int64
-	end   int64
+	topic    string
+	p        int32
+	stage    int
+	low, end int64
 }
+
+// offsets are a group's committed offsets as fetched; nil: none yet.
+type offsets = map[string]map[int32]*sarama.OffsetFetchResponseBlock
 
 type watchPoll struct {
 	at        time.Time
-	committed map[string]map[int32]int64
+	committed offsets
 }
 
-// Wait polls until the group is drained or ctx ends. Whenever a poll
-// finds an unfinished stage final, it reads that stage's ends; then it
-// finds the first poll in its history that had every offset committed, so
-// the time spent reading ends is not counted.
+// Wait polls until the group is drained or ctx ends. Once every stage's
+// ends are read, it returns the first poll in its history that had every
+// offset committed, so the time spent reading ends is not counted.
 func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
-	client, err := sarama.NewClient(w.Brokers, benchClientConfig())
+	client, consumer, err := benchClient(w.Brokers)
 	if err != nil {
-		return DrainResult{}, fmt.Errorf("%w: kafka %v: %w", app.ErrUnavailable, w.Brokers, err)
+		return DrainResult{}, err
 	}
 	defer client.Close()
+	defer consumer.Close()
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
 		return DrainResult{}, err
 	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return DrainResult{}, err
-	}
-	defer consumer.Close()
 
 	var parts []watchPart // of the stages whose ends are known
 	known := 0            // stages whose ends are known
 	var history []watchPoll
-	satisfied := func(c map[string]map[int32]int64, stage int) bool {
+	satisfied := func(c offsets, stage int) bool {
 		for _, wp := range parts {
 			if stage >= 0 && wp.stage != stage {
 				continue
 			}
-			off, ok := c[wp.topic][wp.p]
-			if !ok || off < 0 {
-				off = wp.low // nothing committed: fine only for an empty partition
+			if b, ok := c[wp.topic][wp.p]; !ok || b.Offset < 0 {
 				if wp.end > wp.low {
-					return false
+					return false // nothing committed: fine only for an empty partition
 				}
-			}
-			if off < wp.end {
+			} else if b.Offset < wp.end {
 				return false
 			}
 		}
@@ -174,15 +173,9 @@ func (w DrainWatch) Wait(ctx context.Context) (DrainResult, error) {
 		if err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) && !errors.Is(err, sarama.ErrOffsetsLoadInProgress) {
 			return DrainResult{}, fmt.Errorf("committed offsets of group %s: %w", w.Group, err)
 		}
-		c := map[string]map[int32]int64{}
-		if err != nil {
-			resp = &sarama.OffsetFetchResponse{} // the group has committed nothing yet
-		}
-		for topic, blocks := range resp.Blocks {
-			c[topic] = map[int32]int64{}
-			for p, b := range blocks {
-				c[topic][p] = b.Offset
-			}
+		var c offsets
+		if err == nil {
+			c = resp.Blocks
 		}
 		history = append(history, watchPoll{at: at, committed: c})
 		// Take the ends of the next stage once every earlier one is drained.
@@ -237,11 +230,9 @@ func (w DrainWatch) stageEnds(ctx context.Context, client sarama.Client, consume
 	var wg sync.WaitGroup
 	errs := make([]error, len(out))
 	for j := range out {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			out[j].low, out[j].end, errs[j] = committedEnd(ctx, client, consumer, out[j].topic, out[j].p)
-		}()
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -1,11 +1,10 @@
-// Package demo is `keepstate demo`: keepstate (app.Run) together with an
-// in-process Kafka broker (kfake), an in-process Schema Registry (srfake,
-// persisted by Registry) and a ratings generator, in one process. It keeps
-// these fakes out of package app, whose production path imports none of
-// them.
+// Package demo is `keepstate demo`: app.Run with an in-process Kafka broker
+// (kfake), Schema Registry (srfake, persisted by Registry) and ratings
+// generator, in one process, keeping these fakes out of package app.
 package demo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -29,16 +28,11 @@ import (
 // Kafka broker and Schema Registry and a ratings generator, in one process.
 type Config struct {
 	app.Config
-	// KafkaAddr is where the in-process broker listens.
-	KafkaAddr string
-	// RegistryAddr is where the in-process Schema Registry listens.
-	RegistryAddr string
-	// Rate is generated ratings per second (0: no generator).
-	Rate float64
-	// Movies is the number of distinct generated movies.
-	Movies int64
-	// Out receives the human-readable banner with the addresses.
-	Out io.Writer
+	KafkaAddr    string    // where the in-process broker listens
+	RegistryAddr string    // where the in-process Schema Registry listens
+	Rate         float64   // generated ratings per second (0: no generator)
+	Movies       int64     // distinct generated movies
+	Out          io.Writer // receives the human-readable banner with the addresses
 }
 
 // Default returns the demo defaults: broker 127.0.0.1:9092, registry
@@ -71,17 +65,14 @@ func (d Config) Validate() error {
 	return nil
 }
 
-// Run runs the demo until ctx ends. Under --data-dir the broker keeps its
-// log in kafka/, the registry its schemas in registry.jsonl and the clover
-// store its data in store/, so a restarted demo keeps all three. A nil log
-// discards.
+// Run runs the demo until ctx ends. Under --data-dir the broker keeps
+// kafka/, the registry registry.jsonl and clover store/, so a restarted
+// demo keeps all three. A nil log discards.
 func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	if err := os.MkdirAll(d.DataDir, 0o755); err != nil {
 		return fmt.Errorf("demo: create --data-dir: %w", err)
 	}
@@ -97,26 +88,21 @@ func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("demo: in-process Kafka cannot listen on --kafka-addr %s (%w); is another broker or demo running? choose another address", d.KafkaAddr, err)
 	}
+	defer kafkaLn.Close() // the cluster closes it too; a second Close does nothing
 	regLn, err := net.Listen("tcp", d.RegistryAddr)
 	if err != nil {
-		kafkaLn.Close()
 		return fmt.Errorf("demo: in-process Schema Registry cannot listen on --registry-addr %s (%w); choose another address", d.RegistryAddr, err)
 	}
-	cluster, err := kfake.NewCluster(
-		kfake.ListenFn(func(string, string) (net.Listener, error) { return kafkaLn, nil }),
-		kfake.NumBrokers(1),
-		kfake.DataDir(filepath.Join(d.DataDir, "kafka")),
-		kfake.DefaultNumPartitions(3),
-	)
+	defer regLn.Close()
+	listen := func(string, string) (net.Listener, error) { return kafkaLn, nil }
+	cluster, err := kfake.NewCluster(kfake.ListenFn(listen), kfake.NumBrokers(1),
+		kfake.DataDir(filepath.Join(d.DataDir, "kafka")), kfake.DefaultNumPartitions(3))
 	if err != nil {
-		kafkaLn.Close()
-		regLn.Close()
 		return fmt.Errorf("demo: start in-process Kafka: %w", err)
 	}
 	defer cluster.Close()
 	reg, err := NewRegistry(filepath.Join(d.DataDir, "registry.jsonl"), log)
 	if err != nil {
-		regLn.Close()
 		return err
 	}
 	regSrv := &http.Server{Handler: reg, ReadHeaderTimeout: 5 * time.Second}
@@ -131,9 +117,7 @@ func Run(ctx context.Context, d Config, log *slog.Logger) error {
 	}
 	c.Brokers = []string{kafkaLn.Addr().String()}
 	c.SchemaRegistry = "http://" + regLn.Addr().String()
-	if c.Partitions == 0 {
-		c.Partitions = 3
-	}
+	c.Partitions = cmp.Or(c.Partitions, 3)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	genDone := make(chan struct{})

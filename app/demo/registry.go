@@ -3,6 +3,7 @@ package demo
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,11 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 )
 
-// Registry is the demo's in-process Schema Registry (srfake) whose
-// registrations are appended to a JSON-lines file and re-seeded on start, so
-// a restarted demo decodes the records its Kafka log already holds. It is an
-// http.Handler serving the Schema Registry API; `keepstate bench` serves one
-// too when it is given no --schema-registry.
+// Registry is the in-process Schema Registry (srfake), an http.Handler,
+// whose registrations are appended to a JSON-lines file and re-seeded on
+// start, so a restarted demo decodes the records its Kafka log holds.
 type Registry struct {
 	reg  *srfake.Registry
 	path string
@@ -41,10 +40,7 @@ type registryEntry struct {
 // NewRegistry returns a Registry persisted in path, loading the schemas
 // path holds (if it exists). A nil log discards.
 func NewRegistry(path string, log *slog.Logger) (*Registry, error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	p := &Registry{reg: srfake.NewRegistry(), path: path, log: log}
+	p := &Registry{reg: srfake.NewRegistry(), path: path, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return p, nil
@@ -61,15 +57,11 @@ func NewRegistry(path string, log *slog.Logger) (*Registry, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("demo registry %s: %w", path, err)
 		}
-		s := sr.Schema{Schema: e.Schema}
-		if e.Type != "" {
-			_ = s.Type.UnmarshalText([]byte(e.Type))
-		}
 		if seen[e.ID] {
 			continue // the same schema under a second subject: registering it again yields this id
 		}
 		seen[e.ID] = true
-		if err := seed(p.reg, e, s); err != nil {
+		if err := seed(p.reg, e); err != nil {
 			return nil, fmt.Errorf("demo registry %s: %w", path, err)
 		}
 	}
@@ -81,7 +73,11 @@ func NewRegistry(path string, log *slog.Logger) (*Registry, error) {
 
 // seed calls SeedSchema, which panics on conflicting input, and turns a
 // panic into an error.
-func seed(reg *srfake.Registry, e registryEntry, s sr.Schema) (err error) {
+func seed(reg *srfake.Registry, e registryEntry) (err error) {
+	s := sr.Schema{Schema: e.Schema}
+	if e.Type != "" {
+		_ = s.Type.UnmarshalText([]byte(e.Type))
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("schema %d of %s: %v", e.ID, e.Subject, r)

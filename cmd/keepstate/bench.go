@@ -14,7 +14,7 @@ import (
 )
 
 // cmdBench is `keepstate bench`: flags onto bench.Config, then bench.Run.
-func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdBench(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	b := bench.Default()

@@ -45,27 +45,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	cmd, rest := args[0], args[1:]
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(ctx, rest, stderr)
-	case "demo":
-		err = cmdDemo(ctx, rest, stdout, stderr)
-	case "produce":
-		err = cmdProduce(ctx, rest, stdin, stdout, stderr)
-	case "reset":
-		err = cmdReset(ctx, rest, stdout, stderr)
-	case "bench":
-		err = cmdBench(ctx, rest, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "keepstate: unknown command %q\n\n%s", cmd, usage)
+	cmd := commands[args[0]]
+	if cmd == nil {
+		fmt.Fprintf(stderr, "keepstate: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
-	return cli.ExitCode(stderr, "keepstate", cmd, err, app.ErrGroupActive)
+	err := cmd(ctx, args[1:], stdin, stdout, stderr)
+	return cli.ExitCode(stderr, "keepstate", args[0], err, app.ErrGroupActive)
 }
 
-func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+// commands are the subcommands, by name.
+var commands = map[string]func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error{
+	"run": cmdRun, "demo": cmdDemo, "produce": cmdProduce, "reset": cmdReset, "bench": cmdBench,
+}
+
+func cmdRun(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := app.Default()
@@ -80,13 +74,16 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	return app.Run(ctx, cfg, log, nil)
 }
 
-func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	d := demo.Default()
 	d.Out = stdout
 	cli.CommonFlags(fs, &d.Config)
-	demoFlags(fs, &d)
+	fs.StringVar(&d.KafkaAddr, "kafka-addr", d.KafkaAddr, "listen address of the in-process Kafka broker")
+	fs.StringVar(&d.RegistryAddr, "registry-addr", d.RegistryAddr, "listen address of the in-process Schema Registry")
+	fs.Float64Var(&d.Rate, "rate", d.Rate, "generated ratings per second (0: no generator)")
+	fs.Int64Var(&d.Movies, "movies", d.Movies, "number of distinct generated movies")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -101,13 +98,21 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs := flag.NewFlagSet("keepstate produce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	p := app.DefaultProduce()
-	var fromStdin bool
-	var logLevel = "info"
-	produceFlags(fs, &p, &fromStdin, &logLevel)
+	logLevel := "info"
+	cli.BrokersFlag(fs, &p.Brokers)
+	fs.StringVar(&p.SchemaRegistry, "schema-registry", p.SchemaRegistry, "Schema Registry URL")
+	cli.RegistryAuthFlags(fs, &p.SchemaRegistryUser, &p.SchemaRegistryPassword, &p.SchemaRegistryPasswordFile)
+	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send ratings to")
+	fs.Int64Var(&p.Count, "count", p.Count, "ratings to generate (0: until interrupted)")
+	fs.Int64Var(&p.Movies, "movies", p.Movies, "distinct movie ids (1..movies, Zipf-skewed popularity)")
+	fs.Float64Var(&p.Rate, "rate", p.Rate, "ratings per second (0: as fast as possible)")
+	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the generator")
+	fromStdin := fs.Bool("stdin", false, `read ratings as JSON lines from stdin: {"movie_id":362,"rating":10}`)
+	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if fromStdin {
+	if *fromStdin {
 		p.Stdin = stdin
 	}
 	log, err := app.NewLogger(stderr, logLevel)
@@ -119,7 +124,7 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	return err
 }
 
-func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdReset(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("keepstate reset", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := app.Default()

@@ -1,10 +1,7 @@
 // Package cli holds the flags of the keepstate command that configure an
 // app.Config, and their environment variables: every flag reads
 // KEEPSTATE_<FLAG> (upper case, dashes as underscores) when it is not given
-// on the command line. cmd/keepstate registers its flags through it, and the
-// deployment tests (module deploytest) use the same flag set to check that
-// every KEEPSTATE_* name in the manifests is a flag and that the settings
-// validate.
+// on the command line. deploytest checks the manifests against these flags.
 package cli
 
 import (
