@@ -25,6 +25,7 @@ import (
 const (
 	DefaultTimeout    = 10 * time.Second
 	DefaultUnknownTTL = time.Minute
+	DefaultUnknownMax = 1024 // unknown schema ids remembered
 )
 
 // Registry is a Confluent Schema Registry client (srclient underneath) with
@@ -35,16 +36,13 @@ const (
 // stream of such records does not hammer the registry. Concurrent misses of
 // one id or subject share one request. Safe for concurrent use.
 type Registry struct {
-	url        string
-	httpClient *http.Client
-	transport  http.RoundTripper
-	timeout    time.Duration
-	unknownTTL time.Duration
-	unknownMax int
-	unknown    *unknownCache
-	user       string
-	password   string
-	log        *slog.Logger
+	url            string
+	httpClient     *http.Client
+	transport      http.RoundTripper
+	timeout        time.Duration
+	unknown        *unknownCache
+	user, password string
+	log            *slog.Logger
 
 	mu      sync.Mutex // serializes writers of the copy-on-write maps
 	schemas atomic.Pointer[map[int]*writerSchema]
@@ -61,20 +59,12 @@ type Option func(*Registry)
 // redirect policy and cookie jar. c.Timeout, when set, becomes the request
 // timeout unless WithTimeout is also given.
 func WithHTTPClient(c *http.Client) Option {
-	return func(r *Registry) {
-		if c != nil {
-			r.httpClient = c
-		}
-	}
+	return func(r *Registry) { r.httpClient = cmp.Or(c, r.httpClient) }
 }
 
 // WithTimeout bounds every registry request (default DefaultTimeout).
 func WithTimeout(d time.Duration) Option {
-	return func(r *Registry) {
-		if d > 0 {
-			r.timeout = d
-		}
-	}
+	return func(r *Registry) { r.timeout = cmp.Or(max(d, 0), r.timeout) }
 }
 
 // WithLogger sets the logger (nil, the default, discards).
@@ -88,14 +78,14 @@ func WithBasicAuth(user, password string) Option {
 // WithUnknownMax bounds how many unknown schema ids are remembered
 // (default DefaultUnknownMax); the oldest is forgotten first.
 func WithUnknownMax(n int) Option {
-	return func(r *Registry) { r.unknownMax = max(n, 0) }
+	return func(r *Registry) { r.unknown.max = max(n, 0) }
 }
 
 // WithUnknownTTL sets how long an id the registry said it does not know is
 // answered from the cache with ErrUnknownSchema (default DefaultUnknownTTL;
 // 0 or less asks the registry every time).
 func WithUnknownTTL(d time.Duration) Option {
-	return func(r *Registry) { r.unknownTTL = max(d, 0) }
+	return func(r *Registry) { r.unknown.ttl = max(d, 0) }
 }
 
 // NewRegistry returns a client of the registry at rawURL (http or https,
@@ -113,8 +103,7 @@ func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 	r := &Registry{
 		url:        strings.TrimRight(clean, "/"),
 		httpClient: &http.Client{},
-		unknownTTL: DefaultUnknownTTL,
-		unknownMax: DefaultUnknownMax,
+		unknown:    newUnknownCache(DefaultUnknownTTL, DefaultUnknownMax),
 	}
 	for _, o := range opts {
 		o(r)
@@ -122,7 +111,6 @@ func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 	if r.user == "" && r.password == "" {
 		r.user, r.password = user, password
 	}
-	r.unknown = newUnknownCache(r.unknownTTL, r.unknownMax)
 	r.timeout = cmp.Or(r.timeout, r.httpClient.Timeout, DefaultTimeout)
 	r.transport = cmp.Or(r.httpClient.Transport, http.DefaultTransport)
 	r.log = cmp.Or(r.log, slog.New(slog.DiscardHandler))
@@ -137,10 +125,7 @@ func (r *Registry) URL() string { return r.url }
 // Ping checks that the registry answers (GET /config). Any failure, a
 // cancelled ctx included, wraps ErrRegistryUnavailable and names the URL.
 func (r *Registry) Ping(ctx context.Context) error {
-	err := r.call(ctx, "ping", false, func(c *srclient.SchemaRegistryClient) error {
-		_, err := c.GetGlobalCompatibilityLevel()
-		return err
-	})
+	_, err := call(ctx, r, "ping", false, (*client).GetGlobalCompatibilityLevel)
 	if err != nil && !errors.Is(err, ErrRegistryUnavailable) {
 		// A canceled ctx or a registry error answer: still "does not answer".
 		return fmt.Errorf("%w: %w", ErrRegistryUnavailable, err)
@@ -163,10 +148,8 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 		if id, ok := (*r.ids.Load())[key]; ok {
 			return id, nil
 		}
-		var got *srclient.Schema
-		err := r.call(fctx, "register subject "+subject, true, func(c *srclient.SchemaRegistryClient) (err error) {
-			got, err = c.CreateSchema(subject, schema, srclient.Avro)
-			return err
+		got, err := call(fctx, r, "register subject "+subject, true, func(c *client) (*srclient.Schema, error) {
+			return c.CreateSchema(subject, schema, srclient.Avro)
 		})
 		if err != nil {
 			return 0, err
@@ -179,14 +162,18 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 	})
 }
 
-// writerOf splits a Confluent-framed record into its writer schema and
-// Avro payload. Errors are those of Unframe and writer.
+// writerOf splits a Confluent-framed record into its usable writer schema
+// and Avro payload. Errors are those of Unframe and writer, or the
+// schema's ErrDecode.
 func (r *Registry) writerOf(ctx context.Context, b []byte) (*writerSchema, []byte, error) {
 	id, payload, err := Unframe(b)
 	if err != nil {
 		return nil, nil, err
 	}
 	w, err := r.writer(ctx, id)
+	if err == nil {
+		err = w.err
+	}
 	return w, payload, err
 }
 
@@ -204,11 +191,8 @@ func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
 		if w, err, ok := r.cachedWriter(id); ok {
 			return w, err
 		}
-		var got *srclient.Schema
-		err := r.call(fctx, "fetch schema id "+strconv.Itoa(id), false, func(c *srclient.SchemaRegistryClient) (err error) {
-			got, err = c.GetSchema(id)
-			return err
-		})
+		op := "fetch schema id " + strconv.Itoa(id)
+		got, err := call(fctx, r, op, false, func(c *client) (*srclient.Schema, error) { return c.GetSchema(id) })
 		if err != nil {
 			if errors.Is(err, ErrUnknownSchema) {
 				r.unknown.add(id, time.Now())
@@ -267,4 +251,72 @@ func publish[K comparable, V any](mu *sync.Mutex, m *atomic.Pointer[map[K]V], k 
 	next := maps.Clone(old)
 	next[k] = v
 	m.Store(&next)
+}
+
+// client is srclient's client, which Registry makes one of per call.
+type client = srclient.SchemaRegistryClient
+
+// callTransport binds the requests of one srclient call (srclient takes no
+// context) to ctx and remembers the last HTTP status it saw, which
+// classify needs because srclient drops it from non-JSON error answers.
+type callTransport struct {
+	ctx    context.Context
+	base   http.RoundTripper
+	status atomic.Int64
+}
+
+// RoundTrip sends req under the call's context.
+func (t *callTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req.WithContext(t.ctx))
+	if resp != nil {
+		t.status.Store(int64(resp.StatusCode))
+	}
+	return resp, err
+}
+
+// call runs fn with a srclient whose requests are bound to ctx (plus the
+// registry timeout) and classifies its error. op names the operation for
+// messages ("fetch schema id 7", "register subject ratings-value");
+// registering is true when a refusal means the schema was rejected.
+func call[T any](ctx context.Context, r *Registry, op string, registering bool,
+	fn func(*client) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	tr := &callTransport{ctx: cctx, base: r.transport}
+	hc := *r.httpClient
+	hc.Transport, hc.Timeout = tr, 0 // cctx carries the timeout
+	c := srclient.NewSchemaRegistryClient(r.url, srclient.WithClient(&hc))
+	c.CachingEnabled(false) // Registry caches
+	if r.user != "" {
+		c.SetCredentials(r.user, r.password)
+	}
+	v, err := fn(c)
+	if err != nil {
+		err = r.classify(ctx, op, registering, err, int(tr.status.Load()))
+	}
+	return v, err
+}
+
+// classify maps a srclient error to the package sentinels.
+func (r *Registry) classify(ctx context.Context, op string, registering bool, err error, status int) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("schema registry %s: %s: %w", r.url, op, ctxErr)
+	}
+	var se srclient.Error
+	isRegistryErr := errors.As(err, &se)
+	rejected := status == http.StatusConflict || status == http.StatusUnprocessableEntity ||
+		se.Code/100 == 409 || se.Code/100 == 422
+	switch {
+	case isRegistryErr && se.Code/100 == 404:
+		// 40401 subject, 40402 version, 40403 schema not found.
+		return fmt.Errorf("%w: %s: registry %s answered %d: %s", ErrUnknownSchema, op, r.url, se.Code, se.Message)
+	case registering && isRegistryErr && rejected:
+		return fmt.Errorf("%w: %s: registry %s answered %d: %s", ErrSchemaRejected, op, r.url, se.Code, se.Message)
+	case status == 0:
+		return fmt.Errorf("%w: %s: %s: %v", ErrRegistryUnavailable, op, r.url, err)
+	default:
+		// 5xx, 408, 429, 401/403, a 404 without a registry error code (not
+		// a registry, or a wrong path), or a 2xx that does not parse.
+		return fmt.Errorf("%w: %s: %s answered HTTP %d: %v", ErrRegistryUnavailable, op, r.url, status, err)
+	}
 }

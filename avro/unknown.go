@@ -5,9 +5,6 @@ import (
 	"time"
 )
 
-// DefaultUnknownMax bounds how many unknown schema ids are remembered.
-const DefaultUnknownMax = 1024
-
 // unknownCache remembers, for a TTL, schema ids the registry said it does
 // not know, so that a stream of records with such ids does not send one
 // request per record. It holds at most max ids: when full, the oldest
@@ -62,8 +59,7 @@ func (c *unknownCache) add(id int, now time.Time) {
 		// never holds more than max ids. An id can sit in the ring twice
 		// (expired, then added again): evicting its older slot forgets it
 		// early, which costs one more lookup, never memory.
-		old := c.order[c.head]
-		delete(c.until, old)
+		delete(c.until, c.order[c.head])
 		c.order[c.head] = id
 		c.head = (c.head + 1) % c.max
 	}
