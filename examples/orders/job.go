@@ -38,9 +38,8 @@ func (t *Totals) add(o Order) {
 
 // ErrBadOrder is wrapped by every reason an order is rejected for: not a
 // JSON object, no customer id, no amount, an amount that is negative, not
-// finite or above MaxAmount.
-// Rejected orders go to the job's dead-letter topic with the error text in
-// the keepstate.dlq.reason header.
+// finite or above MaxAmount. Rejected orders go to the job's dead-letter
+// topic with the error text in the keepstate.dlq.reason header.
 var ErrBadOrder = errors.New("bad order")
 
 // MaxAmount is the largest amount an order may have. It keeps every total
@@ -116,13 +115,9 @@ func customerOf(o Order) (string, error) {
 // fail: decodeOrder admits only amounts in 0..MaxAmount, so every field is
 // a finite number (a non-finite one would be written as null).
 func appendTotalsJSON(dst []byte, t Totals) []byte {
-	dst = append(dst, `{"count":`...)
-	dst = strconv.AppendInt(dst, t.Count, 10)
-	dst = append(dst, `,"total":`...)
-	dst = appendNumber(dst, t.Total)
-	dst = append(dst, `,"max":`...)
-	dst = appendNumber(dst, t.Max)
-	return append(dst, '}')
+	dst = strconv.AppendInt(append(dst, `{"count":`...), t.Count, 10)
+	dst = appendNumber(append(dst, `,"total":`...), t.Total)
+	return append(appendNumber(append(dst, `,"max":`...), t.Max), '}')
 }
 
 // appendNumber appends v as a JSON number, or null when it is not finite.
