@@ -77,16 +77,12 @@ func WithBasicAuth(user, password string) Option {
 
 // WithUnknownMax bounds how many unknown schema ids are remembered
 // (default DefaultUnknownMax); the oldest is forgotten first.
-func WithUnknownMax(n int) Option {
-	return func(r *Registry) { r.unknown.max = max(n, 0) }
-}
+func WithUnknownMax(n int) Option { return func(r *Registry) { r.unknown.max = max(n, 0) } }
 
 // WithUnknownTTL sets how long an id the registry said it does not know is
 // answered from the cache with ErrUnknownSchema (default DefaultUnknownTTL;
 // 0 or less asks the registry every time).
-func WithUnknownTTL(d time.Duration) Option {
-	return func(r *Registry) { r.unknown.ttl = max(d, 0) }
-}
+func WithUnknownTTL(d time.Duration) Option { return func(r *Registry) { r.unknown.ttl = max(d, 0) } }
 
 // NewRegistry returns a client of the registry at rawURL (http or https,
 // e.g. "http://localhost:8081"). It sends no request; call Ping to check
@@ -134,11 +130,9 @@ func (r *Registry) Ping(ctx context.Context) error {
 }
 
 // Register registers schema (Avro JSON) under subject, as the Confluent
-// serializer does with auto-registration ("<topic>-value" subjects, see
-// ValueSubject), and returns its id. It is idempotent: registering the
-// same schema again returns the same id, from the cache after the first
-// success. Errors wrap ErrRegistryUnavailable, ErrSchemaRejected or the
-// context's error.
+// serializer does with auto-registration (see ValueSubject), and returns
+// its id, from the cache after the first success. Errors wrap
+// ErrRegistryUnavailable, ErrSchemaRejected or the context's error.
 func (r *Registry) Register(ctx context.Context, subject, schema string) (int, error) {
 	key := subjectSchema{subject, schema}
 	if id, ok := (*r.ids.Load())[key]; ok {
@@ -162,50 +156,44 @@ func (r *Registry) Register(ctx context.Context, subject, schema string) (int, e
 	})
 }
 
-// writerOf splits a Confluent-framed record into its usable writer schema
-// and Avro payload. Errors are those of Unframe and writer, or the
-// schema's ErrDecode.
+// writerOf splits a Confluent-framed record into its writer schema, fetched
+// on a miss, and Avro payload. Errors are those of Unframe, or wrap
+// ErrUnknownSchema, ErrRegistryUnavailable, ctx's error or (the schema is
+// unusable) ErrDecode.
 func (r *Registry) writerOf(ctx context.Context, b []byte) (*writerSchema, []byte, error) {
 	id, payload, err := Unframe(b)
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := r.writer(ctx, id)
+	w, err, ok := r.cachedWriter(id)
+	if !ok && id < 0 {
+		err = fmt.Errorf("%w: schema id %d is negative", ErrUnknownSchema, id)
+	} else if !ok {
+		w, err = shared(ctx, r, "id\x00"+strconv.Itoa(id), func(fctx context.Context) (*writerSchema, error) {
+			// A flight that ended just before this one may have filled the cache.
+			if w, err, ok := r.cachedWriter(id); ok {
+				return w, err
+			}
+			op := "fetch schema id " + strconv.Itoa(id)
+			got, err := call(fctx, r, op, false, func(c *client) (*srclient.Schema, error) { return c.GetSchema(id) })
+			if err != nil {
+				if errors.Is(err, ErrUnknownSchema) {
+					r.unknown.add(id, time.Now())
+				}
+				r.log.Debug("schema fetch failed", "id", id, "err", err)
+				return nil, err
+			}
+			w := newWriterSchema(id, got)
+			publish(&r.mu, &r.schemas, id, w)
+			r.unknown.forget(id)
+			r.log.Debug("fetched schema", "id", id, "usable", w.err == nil)
+			return w, nil
+		})
+	}
 	if err == nil {
 		err = w.err
 	}
 	return w, payload, err
-}
-
-// writer returns the compiled writer schema of id, fetching it on a miss.
-// Errors wrap ErrUnknownSchema, ErrRegistryUnavailable or ctx's error.
-func (r *Registry) writer(ctx context.Context, id int) (*writerSchema, error) {
-	if w, err, ok := r.cachedWriter(id); ok {
-		return w, err
-	}
-	if id < 0 {
-		return nil, fmt.Errorf("%w: schema id %d is negative", ErrUnknownSchema, id)
-	}
-	return shared(ctx, r, "id\x00"+strconv.Itoa(id), func(fctx context.Context) (*writerSchema, error) {
-		// A flight that ended just before this one may have filled the cache.
-		if w, err, ok := r.cachedWriter(id); ok {
-			return w, err
-		}
-		op := "fetch schema id " + strconv.Itoa(id)
-		got, err := call(fctx, r, op, false, func(c *client) (*srclient.Schema, error) { return c.GetSchema(id) })
-		if err != nil {
-			if errors.Is(err, ErrUnknownSchema) {
-				r.unknown.add(id, time.Now())
-			}
-			r.log.Debug("schema fetch failed", "id", id, "err", err)
-			return nil, err
-		}
-		w := newWriterSchema(id, got)
-		publish(&r.mu, &r.schemas, id, w)
-		r.unknown.forget(id)
-		r.log.Debug("fetched schema", "id", id, "usable", w.err == nil)
-		return w, nil
-	})
 }
 
 // cachedWriter answers from the caches; ok is false on a miss.
@@ -319,4 +307,67 @@ func (r *Registry) classify(ctx context.Context, op string, registering bool, er
 		// a registry, or a wrong path), or a 2xx that does not parse.
 		return fmt.Errorf("%w: %s: %s answered HTTP %d: %v", ErrRegistryUnavailable, op, r.url, status, err)
 	}
+}
+
+// unknownCache remembers, for a TTL, schema ids the registry said it does
+// not know, so that a stream of records with such ids does not send one
+// request per record. It holds at most max ids: when full, the oldest
+// entry is forgotten first, so a producer writing random ids costs O(1)
+// memory and O(1) work per id, never a copy of the whole cache. Safe for
+// concurrent use.
+type unknownCache struct {
+	ttl time.Duration
+	max int
+
+	mu    sync.Mutex
+	until map[int]time.Time
+	order []int // ring of ids in insertion order; head is the oldest
+	head  int
+}
+
+func newUnknownCache(ttl time.Duration, max int) *unknownCache {
+	return &unknownCache{ttl: ttl, max: max, until: map[int]time.Time{}}
+}
+
+// has reports whether id is remembered as unknown at now.
+func (c *unknownCache) has(id int, now time.Time) bool {
+	if c.ttl <= 0 || c.max <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u, ok := c.until[id]
+	if ok && !now.Before(u) {
+		delete(c.until, id) // its ring slot is reused when its turn comes
+		return false
+	}
+	return ok
+}
+
+// add remembers id as unknown until now+ttl, forgetting the oldest entry
+// when the cache is full.
+func (c *unknownCache) add(id int, now time.Time) {
+	if c.ttl <= 0 || c.max <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.until[id]; !ok && len(c.order) < c.max {
+		c.order = append(c.order, id)
+	} else if !ok {
+		// Evict the oldest slot. Every map entry has a slot, so the map
+		// never holds more than max ids. An id can sit in the ring twice
+		// (expired, then added again): evicting its older slot forgets it
+		// early, which costs one more lookup, never memory.
+		delete(c.until, c.order[c.head])
+		c.order[c.head], c.head = id, (c.head+1)%c.max
+	}
+	c.until[id] = now.Add(c.ttl)
+}
+
+// forget drops id (the registry knows it now).
+func (c *unknownCache) forget(id int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.until, id)
 }
