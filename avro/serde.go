@@ -27,8 +27,7 @@ type Rating struct {
 	Rating  float64 // Avro field rating: 0 to 10 by convention, which the codec does not check
 }
 
-// CountAndSum is the aggregate of a movie's ratings
-// (io.confluent.demo.CountAndSum).
+// CountAndSum is the aggregate of a movie's ratings (io.confluent.demo.CountAndSum).
 type CountAndSum struct {
 	Count int64   // the number of ratings (Avro field count)
 	Sum   float64 // the sum of the ratings (Avro field sum)
@@ -45,9 +44,7 @@ func (r *Registry) EncodeRating(ctx context.Context, subject string, v Rating) (
 	return r.encodePair(ctx, subject, ratingFields, v.MovieID, v.Rating)
 }
 
-// EncodeCountAndSum returns v in the Confluent wire format under the schema
-// id of CountAndSumSchema in subject (registered on first use, then cached).
-// Errors are those of Register.
+// EncodeCountAndSum is EncodeRating for a CountAndSum, under CountAndSumSchema.
 func (r *Registry) EncodeCountAndSum(ctx context.Context, subject string, v CountAndSum) ([]byte, error) {
 	return r.encodePair(ctx, subject, countAndSumFields, v.Count, v.Sum)
 }
@@ -63,9 +60,8 @@ func (r *Registry) encodePair(ctx context.Context, subject string, p *pairFields
 
 // DecodeRating decodes a Confluent-framed rating with the writer schema its
 // id names: field movie_id (long or int) and field rating (double, float,
-// long or int); other fields are skipped. The writer schema is fetched once
-// per id; later calls touch no network, take no lock and allocate nothing.
-// ctx only matters when the registry must be asked. Errors wrap
+// long or int); other fields are skipped. After the first record of an id
+// it touches no network, takes no lock and allocates nothing. Errors wrap
 // ErrNotFramed, ErrDecode, ErrUnknownSchema (all permanent for the record),
 // ErrRegistryUnavailable (retry), or ctx's error. It never panics.
 func (r *Registry) DecodeRating(ctx context.Context, b []byte) (Rating, error) {
@@ -73,9 +69,8 @@ func (r *Registry) DecodeRating(ctx context.Context, b []byte) (Rating, error) {
 	return Rating{MovieID: id, Rating: num}, err
 }
 
-// DecodeCountAndSum decodes a Confluent-framed CountAndSum with the writer
-// schema its id names: field count (long or int) and field sum (double,
-// float, long or int). Caching, errors and concurrency are as DecodeRating.
+// DecodeCountAndSum is DecodeRating for a CountAndSum: field count (long or
+// int) and field sum (double, float, long or int).
 func (r *Registry) DecodeCountAndSum(ctx context.Context, b []byte) (CountAndSum, error) {
 	n, sum, err := r.decodePair(ctx, b, countAndSumFields)
 	return CountAndSum{Count: n, Sum: sum}, err
@@ -96,10 +91,7 @@ func (r *Registry) decodePair(ctx context.Context, b []byte, p *pairFields) (id 
 // DecodeNative decodes a Confluent-framed Avro record of any schema with
 // the writer schema its id names, into goavro's native form (a record is a
 // map[string]any; see github.com/linkedin/goavro/v2). Trailing bytes after
-// the record are an error. The writer schema is fetched once per id.
-// Errors wrap ErrNotFramed, ErrDecode, ErrUnknownSchema (the record is bad),
-// ErrRegistryUnavailable (retry), or ctx's error. It never panics. Safe for
-// concurrent use.
+// the record are an error. Caching and errors are as DecodeRating.
 func (r *Registry) DecodeNative(ctx context.Context, b []byte) (any, error) {
 	w, payload, err := r.writerOf(ctx, b)
 	if err != nil {
@@ -109,12 +101,11 @@ func (r *Registry) DecodeNative(ctx context.Context, b []byte) (any, error) {
 }
 
 // Decoder returns a decoder of Confluent-framed Avro records for a job's
-// input (engine.Job.Decode): each record is decoded with its writer
-// schema (DecodeNative), then convert turns the record's fields into a V.
-// A registry outage is retried by the engine (ErrRegistryUnavailable); a
-// record that is not an Avro record, fails to decode, or that convert
-// refuses is dead-lettered with the reason. Safe for concurrent use when
-// convert is.
+// input (engine.Job.Decode): DecodeNative, then convert turns the record's
+// fields into a V. A registry outage is retried by the engine; a record
+// that is not an Avro record, fails to decode, or that convert refuses
+// (ErrDecode) is dead-lettered with the reason. Safe for concurrent use
+// when convert is.
 func Decoder[V any](r *Registry, convert func(fields map[string]any) (V, error)) func(ctx context.Context, b []byte) (V, error) {
 	return func(ctx context.Context, b []byte) (V, error) {
 		var zero V

@@ -44,14 +44,6 @@ type writerSchema struct {
 	err   error       // wraps ErrDecode: the schema is unusable
 }
 
-type recordJSON struct {
-	Type   json.RawMessage `json:"type"`
-	Fields []struct {
-		Name string          `json:"name"`
-		Type json.RawMessage `json:"type"`
-	} `json:"fields"`
-}
-
 // newWriterSchema compiles the schema s the registry holds for id. A
 // schemaType that is absent or empty means Avro.
 func newWriterSchema(id int, s *srclient.Schema) *writerSchema {
@@ -67,19 +59,21 @@ func newWriterSchema(id int, s *srclient.Schema) *writerSchema {
 		return w
 	}
 	w.codec = codec
-	var rec recordJSON
-	var typ string
-	if json.Unmarshal([]byte(text), &rec) != nil || json.Unmarshal(rec.Type, &typ) != nil || typ != "record" {
+	var rec struct {
+		Type   any
+		Fields []struct {
+			Name string
+			Type any
+		}
+	}
+	if json.Unmarshal([]byte(text), &rec) != nil || rec.Type != "record" {
 		return w // not a plain record: goavro decodes it and the fields are checked at run time
 	}
 	names := make([]string, len(rec.Fields)) // unique: goavro checked
 	kinds := make([]kind, len(rec.Fields))
 	for i, f := range rec.Fields {
-		names[i] = f.Name
-		var prim string
-		if json.Unmarshal(f.Type, &prim) == nil {
-			kinds[i] = kindOf(prim) // 0 for a named type
-		}
+		prim, _ := f.Type.(string) // a complex type is kind 0, as a named one
+		names[i], kinds[i] = f.Name, kindOf(prim)
 	}
 	if !slices.Contains(kinds, 0) {
 		w.fast = kinds // non-nil even for a record of no fields
