@@ -30,11 +30,11 @@ const (
 
 // Registry is a Confluent Schema Registry client (srclient underneath) with
 // caches: schema id -> compiled writer schema, and subject+schema -> id.
-// Registry ids are immutable, so cached schemas never expire; after the
-// first lookup of an id, decoding needs no network and takes no lock. An id
-// the registry does not know is remembered for the unknown-TTL so that a
-// stream of such records does not hammer the registry. Concurrent misses of
-// one id or subject share one request. Safe for concurrent use.
+// Registry ids are immutable, so cached schemas never expire and decoding
+// needs no network and takes no lock after an id's first lookup. Unknown ids
+// are remembered for the unknown-TTL, so that a stream of them does not hammer
+// the registry. Concurrent misses of one id or subject share one request.
+// Safe for concurrent use.
 type Registry struct {
 	url            string
 	httpClient     *http.Client
@@ -84,12 +84,11 @@ func WithUnknownMax(n int) Option { return func(r *Registry) { r.unknown.max = m
 // 0 or less asks the registry every time).
 func WithUnknownTTL(d time.Duration) Option { return func(r *Registry) { r.unknown.ttl = max(d, 0) } }
 
-// NewRegistry returns a client of the registry at rawURL (http or https,
-// e.g. "http://localhost:8081"). It sends no request; call Ping to check
-// the registry answers. It fails only when rawURL is not an http(s) URL.
-// Credentials in rawURL ("http://key:secret@host") are taken out of it and
-// sent as basic auth unless WithBasicAuth is given; URL and every message
-// show the URL without them.
+// NewRegistry returns a client of the registry at rawURL, e.g.
+// "http://localhost:8081", or fails when rawURL is not an http(s) URL. It
+// sends no request (see Ping). Credentials in rawURL ("http://key:secret@host")
+// are taken out of it and sent as basic auth unless WithBasicAuth is given;
+// URL and messages never show them.
 func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 	clean, user, password := redact.Userinfo(rawURL)
 	u, err := url.Parse(clean)
@@ -245,8 +244,8 @@ func publish[K comparable, V any](mu *sync.Mutex, m *atomic.Pointer[map[K]V], k 
 type client = srclient.SchemaRegistryClient
 
 // callTransport binds the requests of one srclient call (srclient takes no
-// context) to ctx and remembers the last HTTP status it saw, which
-// classify needs because srclient drops it from non-JSON error answers.
+// context) to ctx and remembers the last HTTP status, which srclient drops
+// from non-JSON error answers.
 type callTransport struct {
 	ctx    context.Context
 	base   http.RoundTripper
@@ -310,11 +309,9 @@ func (r *Registry) classify(ctx context.Context, op string, registering bool, er
 }
 
 // unknownCache remembers, for a TTL, schema ids the registry said it does
-// not know, so that a stream of records with such ids does not send one
-// request per record. It holds at most max ids: when full, the oldest
-// entry is forgotten first, so a producer writing random ids costs O(1)
-// memory and O(1) work per id, never a copy of the whole cache. Safe for
-// concurrent use.
+// not know. It holds at most max ids, forgetting the oldest first, so a
+// producer writing random ids costs O(1) memory and O(1) work per id.
+// Safe for concurrent use.
 type unknownCache struct {
 	ttl time.Duration
 	max int

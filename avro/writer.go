@@ -10,8 +10,7 @@ import (
 )
 
 func init() {
-	// A writer schema with an array or map lets a record announce up to
-	// MaxBlockCount items, which goavro allocates before reading them.
+	// goavro allocates the items a record announces before reading them.
 	goavro.MaxBlockCount = min(goavro.MaxBlockCount, 1<<20)
 }
 

@@ -47,9 +47,8 @@ var ErrBadOrder = errors.New("bad order")
 // orders of MaxAmount sum to about 1e31.
 const MaxAmount = 1e12
 
-// CustomersTable is the name of the job: its table (GET /tables/customers),
-// and the middle of its consumer group and internal topic names
-// (<application-id>-customers-changelog, ...).
+// CustomersTable is the name of the job: its table (GET /tables/customers), and the middle
+// of its consumer group and internal topic names (<application-id>-customers-changelog, ...).
 const CustomersTable = "customers"
 
 // CustomersJob is the orders example's job: JSON orders keyed by customer
@@ -110,10 +109,8 @@ func customerOf(o Order) (string, error) {
 	return o.CustomerID, nil
 }
 
-// appendTotalsJSON appends t as JSON ({"count":3,"total":40.5,"max":20}):
-// the value of the job's output records, keyed by customer id. It cannot
-// fail: decodeOrder admits only amounts in 0..MaxAmount, so every field is
-// a finite number (a non-finite one would be written as null).
+// appendTotalsJSON appends t as JSON ({"count":3,"total":40.5,"max":20}), the value of
+// the job's output records. decodeOrder's bounds keep every number finite, so it cannot fail.
 func appendTotalsJSON(dst []byte, t Totals) []byte {
 	dst = strconv.AppendInt(append(dst, `{"count":`...), t.Count, 10)
 	dst = appendNumber(append(dst, `,"total":`...), t.Total)

@@ -20,19 +20,16 @@ import (
 type produceConfig struct {
 	Brokers    []string
 	Topic      string
-	Count      int64   // orders to generate (0: until ctx ends)
-	Customers  int64   // distinct customer ids c-1..c-N, Zipf-skewed: a few order a lot, most a little
-	Rate       float64 // orders per second (0: as fast as possible)
-	Seed       uint64  // makes the generated sequence reproducible
-	BadEvery   int64   // makes every BadEvery-th order a bad one (see badOrders; 0: none)
-	Partitions int32   // of the topic if it must be created
-	// Stdin, when set, is read as lines sent as they are (one order per
-	// line) instead of generating orders.
-	Stdin io.Reader
+	Count      int64     // orders to generate (0: until ctx ends)
+	Customers  int64     // distinct customer ids c-1..c-N, Zipf-skewed: a few order a lot, most a little
+	Rate       float64   // orders per second (0: as fast as possible)
+	Seed       uint64    // makes the generated sequence reproducible
+	BadEvery   int64     // makes every BadEvery-th order a bad one (see badOrders; 0: none)
+	Partitions int32     // of the topic if it must be created
+	Stdin      io.Reader // when set, its lines are sent as they are instead of generated orders
 }
 
-// defaultProduce returns the produce defaults: 10000 orders over 500
-// customers into topic orders of the local broker.
+// defaultProduce returns 10000 orders over 500 customers into topic orders of the local broker.
 func defaultProduce() produceConfig {
 	return produceConfig{Brokers: []string{"localhost:9092"}, Topic: defaultInputTopic,
 		Count: 10000, Customers: 500, Seed: 1, Partitions: 3}
@@ -61,10 +58,8 @@ type generated struct {
 	valid      bool
 }
 
-// generator makes a reproducible sequence of orders. Amounts are multiples
-// of 0.25 from 0.25 to 100: sums of them are exact in float64, whatever
-// the order they are added in, so tests can compare totals exactly. Not
-// safe for concurrent use.
+// generator makes a reproducible sequence of orders. Amounts are multiples of 0.25 up to
+// 100: their sums are exact in float64 in any order, so tests compare totals exactly.
 type generator struct {
 	rnd      *rand.Rand
 	zipf     *rand.Zipf
@@ -103,9 +98,8 @@ func (g *generator) next() generated {
 		order: Order{OrderID: id, CustomerID: customer, Amount: amount}, valid: valid}
 }
 
-// produceOrders is `orders produce`: it sends generated orders (or the
-// lines of p.Stdin), keyed by customer id, and returns how many the broker
-// acknowledged.
+// produceOrders is `orders produce`: it sends generated orders (or the lines of p.Stdin),
+// keyed by customer id, and returns how many the broker acknowledged.
 func produceOrders(ctx context.Context, p produceConfig, log *slog.Logger) (int64, error) {
 	if err := p.validate(); err != nil {
 		return 0, err

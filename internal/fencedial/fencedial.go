@@ -27,9 +27,8 @@ import (
 // ErrFenced fails a dial to a fenced broker.
 var ErrFenced = errors.New("fenced by the cluster (left out of its metadata); not dialing it until it is back")
 
-// Dialer dials broker connections (its Dial fits sarama's
-// Net.Proxy.Dialer) and cuts those to fenced brokers. Safe for concurrent
-// use.
+// Dialer dials broker connections (its Dial fits sarama's Net.Proxy.Dialer)
+// and cuts those to fenced brokers. Safe for concurrent use.
 type Dialer struct {
 	d       net.Dialer
 	viewAge time.Duration
@@ -47,8 +46,7 @@ type view struct {
 	addrs map[string]bool
 }
 
-// New returns a Dialer that dials with d and counts an answer as recent
-// for viewAge.
+// New returns a Dialer that dials with d and counts an answer as recent for viewAge.
 func New(d net.Dialer, viewAge time.Duration) *Dialer {
 	return &Dialer{d: d, viewAge: viewAge, conns: map[string]map[*conn]struct{}{},
 		listed: map[string]bool{}, views: map[string]view{}, fenced: map[string]bool{}}
