@@ -262,9 +262,10 @@ func (t *callTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // call runs fn with a srclient whose requests are bound to ctx (plus the
-// registry timeout) and classifies its error. op names the operation for
-// messages ("fetch schema id 7", "register subject ratings-value");
-// registering is true when a refusal means the schema was rejected.
+// registry timeout) and maps its error to the package sentinels. op names
+// the operation for messages ("fetch schema id 7", "register subject
+// ratings-value"); registering is true when a refusal means the schema was
+// rejected.
 func call[T any](ctx context.Context, r *Registry, op string, registering bool,
 	fn func(*client) (T, error)) (T, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
@@ -278,34 +279,28 @@ func call[T any](ctx context.Context, r *Registry, op string, registering bool,
 		c.SetCredentials(r.user, r.password)
 	}
 	v, err := fn(c)
-	if err != nil {
-		err = r.classify(ctx, op, registering, err, int(tr.status.Load()))
+	if err == nil {
+		return v, nil
 	}
-	return v, err
-}
-
-// classify maps a srclient error to the package sentinels.
-func (r *Registry) classify(ctx context.Context, op string, registering bool, err error, status int) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("schema registry %s: %s: %w", r.url, op, ctxErr)
-	}
+	status := int(tr.status.Load())
 	var se srclient.Error
 	isRegistryErr := errors.As(err, &se)
 	rejected := status == http.StatusConflict || status == http.StatusUnprocessableEntity ||
 		se.Code/100 == 409 || se.Code/100 == 422
 	switch {
+	case ctx.Err() != nil:
+		return v, fmt.Errorf("schema registry %s: %s: %w", r.url, op, ctx.Err())
 	case isRegistryErr && se.Code/100 == 404:
 		// 40401 subject, 40402 version, 40403 schema not found.
-		return fmt.Errorf("%w: %s: registry %s answered %d: %s", ErrUnknownSchema, op, r.url, se.Code, se.Message)
+		return v, fmt.Errorf("%w: %s: registry %s answered %d: %s", ErrUnknownSchema, op, r.url, se.Code, se.Message)
 	case registering && isRegistryErr && rejected:
-		return fmt.Errorf("%w: %s: registry %s answered %d: %s", ErrSchemaRejected, op, r.url, se.Code, se.Message)
+		return v, fmt.Errorf("%w: %s: registry %s answered %d: %s", ErrSchemaRejected, op, r.url, se.Code, se.Message)
 	case status == 0:
-		return fmt.Errorf("%w: %s: %s: %v", ErrRegistryUnavailable, op, r.url, err)
-	default:
-		// 5xx, 408, 429, 401/403, a 404 without a registry error code (not
-		// a registry, or a wrong path), or a 2xx that does not parse.
-		return fmt.Errorf("%w: %s: %s answered HTTP %d: %v", ErrRegistryUnavailable, op, r.url, status, err)
+		return v, fmt.Errorf("%w: %s: %s: %v", ErrRegistryUnavailable, op, r.url, err)
 	}
+	// 5xx, 408, 429, 401/403, a 404 without a registry error code (not a
+	// registry, or a wrong path), or a 2xx that does not parse.
+	return v, fmt.Errorf("%w: %s: %s answered HTTP %d: %v", ErrRegistryUnavailable, op, r.url, status, err)
 }
 
 // unknownCache remembers, for a TTL, schema ids the registry said it does

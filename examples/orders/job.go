@@ -72,26 +72,20 @@ func CustomersJob() engine.Job[string, Order, Totals] {
 // decodeOrder reads one input record. It rejects what cannot be an order;
 // the customer id is checked by customerOf.
 func decodeOrder(_ context.Context, b []byte) (Order, error) {
-	var in struct {
-		OrderID    string   `json:"order_id"`
-		CustomerID string   `json:"customer_id"`
-		Amount     *float64 `json:"amount"`
-	}
-	if err := json.Unmarshal(b, &in); err != nil {
+	o := Order{Amount: math.NaN()} // JSON has no NaN: still NaN after decoding means no amount
+	if err := json.Unmarshal(b, &o); err != nil {
 		return Order{}, fmt.Errorf("%w: not a JSON order object: %w", ErrBadOrder, err)
 	}
-	o := Order{OrderID: in.OrderID, CustomerID: in.CustomerID}
-	switch {
-	case in.Amount == nil:
-		return o, fmt.Errorf("%w: order %q has no amount", ErrBadOrder, in.OrderID)
-	case math.IsNaN(*in.Amount) || math.IsInf(*in.Amount, 0):
-		return o, fmt.Errorf("%w: order %q amount %v is not a finite number", ErrBadOrder, in.OrderID, *in.Amount)
-	case *in.Amount < 0:
-		return o, fmt.Errorf("%w: order %q amount %v is negative", ErrBadOrder, in.OrderID, *in.Amount)
-	case *in.Amount > MaxAmount:
-		return o, fmt.Errorf("%w: order %q amount %v is above %g", ErrBadOrder, in.OrderID, *in.Amount, MaxAmount)
+	switch a := o.Amount; {
+	case math.IsNaN(a):
+		return Order{}, fmt.Errorf("%w: order %q has no amount", ErrBadOrder, o.OrderID)
+	case math.IsInf(a, 0):
+		return Order{}, fmt.Errorf("%w: order %q amount %v is not a finite number", ErrBadOrder, o.OrderID, a)
+	case a < 0:
+		return Order{}, fmt.Errorf("%w: order %q amount %v is negative", ErrBadOrder, o.OrderID, a)
+	case a > MaxAmount:
+		return Order{}, fmt.Errorf("%w: order %q amount %v is above %g", ErrBadOrder, o.OrderID, a, MaxAmount)
 	}
-	o.Amount = *in.Amount
 	return o, nil
 }
 

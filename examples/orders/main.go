@@ -138,8 +138,6 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs := flag.NewFlagSet("orders produce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	p := defaultProduce()
-	var fromStdin bool
-	logLevel := "info"
 	cli.BrokersFlag(fs, &p.Brokers)
 	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send orders to")
 	fs.Int64Var(&p.Count, "n", p.Count, "orders to generate (0: until interrupted)")
@@ -147,15 +145,15 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs.Float64Var(&p.Rate, "rate", p.Rate, "orders per second (0: as fast as possible)")
 	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the generator")
 	fs.Int64Var(&p.BadEvery, "bad-every", p.BadEvery, "make every Nth order a bad one, dead-lettered by the job (0: none)")
-	fs.BoolVar(&fromStdin, "stdin", false, `send the lines of stdin as they are, one order per line: {"order_id":"o-1","customer_id":"c-42","amount":12.5}`)
-	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	fromStdin := fs.Bool("stdin", false, `send the lines of stdin as they are, one order per line: {"order_id":"o-1","customer_id":"c-42","amount":12.5}`)
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if fromStdin {
+	if *fromStdin {
 		p.Stdin = stdin
 	}
-	log, err := app.NewLogger(stderr, logLevel)
+	log, err := app.NewLogger(stderr, *logLevel)
 	if err != nil {
 		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
 	}
