@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 )
 
 const (
@@ -63,14 +62,11 @@ const (
 )
 
 var (
-	// kindNames are the Avro names of the kinds; kind 0 is none of them.
+	// kindNames are the Avro names of the kinds; kind 0 is any other type.
 	kindNames = [...]string{"", "null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 	// kindSizes are the sizes of the fixed-size kinds.
 	kindSizes = [kindString + 1]int{kindBoolean: 1, kindFloat: 4, kindDouble: 8}
 )
-
-// kindOf returns the kind of an Avro type name, or 0 for any other name.
-func kindOf(name string) kind { return kind(max(slices.Index(kindNames[:], name), 0)) }
 
 // errShort is returned (wrapped into ErrDecode by callers) when the payload
 // ends inside a value.

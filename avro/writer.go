@@ -51,13 +51,11 @@ func newWriterSchema(id int, s *srclient.Schema) *writerSchema {
 		w.err = fmt.Errorf("%w: schema id %d is a %s schema, not Avro", ErrDecode, id, *t)
 		return w
 	}
-	text := s.Schema()
-	codec, err := goavro.NewCodec(text)
-	if err != nil {
+	var err error
+	if w.codec, err = goavro.NewCodec(s.Schema()); err != nil {
 		w.err = fmt.Errorf("%w: schema id %d does not compile: %v", ErrDecode, id, err)
 		return w
 	}
-	w.codec = codec
 	var rec struct {
 		Type   any
 		Fields []struct {
@@ -65,14 +63,14 @@ func newWriterSchema(id int, s *srclient.Schema) *writerSchema {
 			Type any
 		}
 	}
-	if json.Unmarshal([]byte(text), &rec) != nil || rec.Type != "record" {
+	if json.Unmarshal([]byte(s.Schema()), &rec) != nil || rec.Type != "record" {
 		return w // not a plain record: goavro decodes it and the fields are checked at run time
 	}
 	names := make([]string, len(rec.Fields)) // unique: goavro checked
 	kinds := make([]kind, len(rec.Fields))
 	for i, f := range rec.Fields {
-		prim, _ := f.Type.(string) // a complex type is kind 0, as a named one
-		names[i], kinds[i] = f.Name, kindOf(prim)
+		prim, _ := f.Type.(string) // a complex or named type is kind 0
+		names[i], kinds[i] = f.Name, kind(max(slices.Index(kindNames[:], prim), 0))
 	}
 	if !slices.Contains(kinds, 0) {
 		w.fast = kinds // non-nil even for a record of no fields

@@ -18,21 +18,19 @@ import (
 	"github.com/keepstate/keepstate/engine"
 )
 
-// Name is the job's name: its table and its HTTP routes.
-const Name = "movies"
-
-// Topic names a deployment of the movie job has always used, derived from
-// the application id as Kafka Streams' movie-ratings example names them.
-// Keeping them lets a data directory or a Redis database find its
-// changelog after an upgrade.
 const (
+	// Name is the job's name: its table and its HTTP routes.
+	Name = "movies"
+	// RepartitionSuffix and ChangelogSuffix end the topic names a deployment
+	// of the movie job has always used, after the application id, as Kafka
+	// Streams' movie-ratings example names them. Keeping them lets a data
+	// directory or a Redis database find its changelog after an upgrade.
 	RepartitionSuffix = "-ratings-by-movie-repartition"
 	ChangelogSuffix   = "-movie-stats-changelog"
+	// StreamKey is the Redis stream (under the store's prefix) that receives
+	// every new average of the movie table when the Redis store runs it.
+	StreamKey = "rating-averages-stream"
 )
-
-// StreamKey is the Redis stream (under the store's prefix) that receives
-// every new average of the movie table when the Redis store runs it.
-const StreamKey = "rating-averages-stream"
 
 // ErrBadRating is wrapped by ratings outside 0..10 or not finite; such a
 // record goes to the dead-letter topic with the error as its reason.
@@ -62,14 +60,12 @@ type Serde interface {
 	DecodeCountAndSum(ctx context.Context, b []byte) (avro.CountAndSum, error)
 }
 
-// Job returns the movie job: ratings decoded by serde (ratings outside
-// 0..10 dead-lettered), keyed by movie id (8 bytes big-endian, as Java's
-// LongSerializer writes it), counted and summed per movie, indexed by
-// average (descending queries order ties by movie id ascending), with each
-// new average written to the output topic (8-byte long key, 8-byte double
-// value, as Java's serializers write them). The table keeps each aggregate
-// as 16 bytes (Values); the changelog carries Avro CountAndSum values
-// registered under the changelog topic's subject.
+// Job returns the movie job: ratings decoded by serde (outside 0..10:
+// dead-lettered), keyed by movie id, counted and summed per movie, indexed
+// by average (ties by movie id ascending), each new average written to the
+// output topic. Keys and averages are 8 bytes big-endian, as Java's
+// serializers write a long and a double. The table keeps each aggregate as
+// 16 bytes (Values); the changelog, as an Avro CountAndSum.
 func Job(serde Serde) engine.Job[int64, avro.Rating, Agg] {
 	return engine.Job[int64, avro.Rating, Agg]{
 		Name: Name,
