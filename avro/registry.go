@@ -214,9 +214,7 @@ func shared[T any](ctx context.Context, r *Registry, key string, fetch func(cont
 	if err := ctx.Err(); err != nil {
 		return zero, fmt.Errorf("schema registry %s: %w", r.url, err)
 	}
-	ch := r.flight.DoChan(key, func() (any, error) {
-		return fetch(context.WithoutCancel(ctx))
-	})
+	ch := r.flight.DoChan(key, func() (any, error) { return fetch(context.WithoutCancel(ctx)) })
 	select {
 	case res := <-ch:
 		v, _ := res.Val.(T)

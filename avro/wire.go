@@ -42,8 +42,7 @@ func Unframe(b []byte) (id int, payload []byte, err error) {
 // schema id: a zigzag varint (binary.AppendVarint is zigzag + LEB128,
 // Avro's long encoding), then 8 bytes little-endian IEEE 754.
 func encodeFramed(id int, l int64, d float64) []byte {
-	b := appendHeader(make([]byte, 0, headerLen+binary.MaxVarintLen64+8), id)
-	b = binary.AppendVarint(b, l)
+	b := binary.AppendVarint(appendHeader(make([]byte, 0, headerLen+binary.MaxVarintLen64+8), id), l)
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(d))
 }
 
@@ -66,11 +65,9 @@ var (
 	kindNames = [...]string{"", "null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 	// kindSizes are the sizes of the fixed-size kinds.
 	kindSizes = [kindString + 1]int{kindBoolean: 1, kindFloat: 4, kindDouble: 8}
+	// errShort (wrapped into ErrDecode by callers) means the payload ends inside a value.
+	errShort = errors.New("payload truncated")
 )
-
-// errShort is returned (wrapped into ErrDecode by callers) when the payload
-// ends inside a value.
-var errShort = errors.New("payload truncated")
 
 // readLong reads a zigzag varint long exactly as goavro does (goavro is the
 // reference of the slow path; both must accept and reject the same bytes).

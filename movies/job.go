@@ -99,12 +99,9 @@ func Key(id int64) []byte { return engine.Int64Keys.Append(make([]byte, 0, 8), i
 // that parses back to the same float64). A document that is not a movie's
 // gives no fields. It neither keeps nor modifies d.
 func StreamFields(d engine.Doc) []any {
-	id, err := engine.Int64Keys.Decode(d.Key)
-	if err != nil {
-		return nil
-	}
-	a, err := Values{}.Decode(context.Background(), "", d.Value)
-	if err != nil {
+	id, kerr := engine.Int64Keys.Decode(d.Key)
+	a, verr := Values{}.Decode(context.Background(), "", d.Value)
+	if kerr != nil || verr != nil {
 		return nil
 	}
 	return []any{"movieId", strconv.FormatInt(id, 10), "avg", strconv.FormatFloat(a.Avg(), 'g', -1, 64), "count", strconv.FormatInt(a.Count, 10)}

@@ -16,23 +16,21 @@ import (
 	"github.com/keepstate/keepstate/app"
 )
 
-// produceConfig configures `orders produce`, the order generator.
+// produceConfig configures `orders produce`, the order generator, and
+// where it sends the orders (Sender: Rate 0 is as fast as possible).
 type produceConfig struct {
-	Brokers    []string
-	Topic      string
-	Count      int64     // orders to generate (0: until ctx ends)
-	Customers  int64     // distinct customer ids c-1..c-N, Zipf-skewed: a few order a lot, most a little
-	Rate       float64   // orders per second (0: as fast as possible)
-	Seed       uint64    // makes the generated sequence reproducible
-	BadEvery   int64     // makes every BadEvery-th order a bad one (see badOrders; 0: none)
-	Partitions int32     // of the topic if it must be created
-	Stdin      io.Reader // when set, its lines are sent as they are instead of generated orders
+	app.Sender
+	Count     int64     // orders to generate (0: until ctx ends)
+	Customers int64     // distinct customer ids c-1..c-N, Zipf-skewed: a few order a lot, most a little
+	Seed      uint64    // makes the generated sequence reproducible
+	BadEvery  int64     // makes every BadEvery-th order a bad one (see badOrders; 0: none)
+	Stdin     io.Reader // when set, its lines are sent as they are instead of generated orders
 }
 
 // defaultProduce returns 10000 orders over 500 customers into topic orders of the local broker.
 func defaultProduce() produceConfig {
-	return produceConfig{Brokers: []string{"localhost:9092"}, Topic: defaultInputTopic,
-		Count: 10000, Customers: 500, Seed: 1, Partitions: 3}
+	return produceConfig{Sender: app.Sender{Brokers: []string{"localhost:9092"}, Topic: defaultInputTopic,
+		Partitions: 3, ClientID: "keepstate-orders-produce"}, Count: 10000, Customers: 500, Seed: 1}
 }
 
 // validate checks the produce settings.
@@ -114,8 +112,8 @@ func produceOrders(ctx context.Context, p produceConfig, log *slog.Logger) (int6
 	if p.Stdin != nil {
 		next = rawLines(p.Stdin)
 	}
-	return app.SendRecords(ctx, app.Sender{Brokers: p.Brokers, Topic: p.Topic, Partitions: p.Partitions, Rate: p.Rate,
-		ClientID: "keepstate-orders-produce", Log: log}, func() (app.Record, bool, error) {
+	p.Log = log
+	return app.SendRecords(ctx, p.Sender, func() (app.Record, bool, error) {
 		g, ok, err := next()
 		return app.Record{Key: g.key, Value: g.value}, ok, err // g.key is nil when there is none
 	})

@@ -10,8 +10,7 @@
 // broker a recent answer leaves out is fenced, its connections are closed
 // (failing the requests waiting on them at once, so the clients retry on
 // the new leaders), and dials to it fail with ErrFenced until every recent
-// answer lists it again. The engine's broker watch and the test rig's
-// rating feed both dial through one.
+// answer lists it again.
 package fencedial
 
 import (
