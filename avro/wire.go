@@ -69,9 +69,8 @@ var (
 	errShort = errors.New("payload truncated")
 )
 
-// readLong reads a zigzag varint long exactly as goavro does (goavro is the
-// reference of the slow path; both must accept and reject the same bytes).
-// goavro reads an int with the same loop.
+// readLong reads a zigzag varint long (or int) exactly as goavro, the slow
+// path, does: both must accept and reject the same bytes.
 func readLong(b []byte) (int64, int, error) {
 	var value uint64
 	var shift uint
