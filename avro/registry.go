@@ -38,7 +38,6 @@ const (
 type Registry struct {
 	url            string
 	httpClient     *http.Client
-	transport      http.RoundTripper
 	timeout        time.Duration
 	unknown        *unknownCache
 	user, password string
@@ -107,7 +106,6 @@ func NewRegistry(rawURL string, opts ...Option) (*Registry, error) {
 		r.user, r.password = user, password
 	}
 	r.timeout = cmp.Or(r.timeout, r.httpClient.Timeout, DefaultTimeout)
-	r.transport = cmp.Or(r.httpClient.Transport, http.DefaultTransport)
 	r.log = cmp.Or(r.log, slog.New(slog.DiscardHandler))
 	r.schemas.Store(&map[int]*writerSchema{})
 	r.ids.Store(&map[subjectSchema]int{})
@@ -268,7 +266,7 @@ func call[T any](ctx context.Context, r *Registry, op string, registering bool,
 	fn func(*client) (T, error)) (T, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	tr := &callTransport{ctx: cctx, base: r.transport}
+	tr := &callTransport{ctx: cctx, base: cmp.Or(r.httpClient.Transport, http.DefaultTransport)}
 	hc := *r.httpClient
 	hc.Transport, hc.Timeout = tr, 0 // cctx carries the timeout
 	c := srclient.NewSchemaRegistryClient(r.url, srclient.WithClient(&hc))
