@@ -171,8 +171,8 @@ func (r *Registry) writerOf(ctx context.Context, b []byte) (*writerSchema, []byt
 			if w, err, ok := r.cachedWriter(id); ok {
 				return w, err
 			}
-			op := "fetch schema id " + strconv.Itoa(id)
-			got, err := call(fctx, r, op, false, func(c *client) (*srclient.Schema, error) { return c.GetSchema(id) })
+			got, err := call(fctx, r, "fetch schema id "+strconv.Itoa(id), false,
+				func(c *client) (*srclient.Schema, error) { return c.GetSchema(id) })
 			if err != nil {
 				if errors.Is(err, ErrUnknownSchema) {
 					r.unknown.add(id, time.Now())
