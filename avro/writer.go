@@ -3,28 +3,28 @@ package avro
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/linkedin/goavro/v2"
 	"github.com/riferrei/srclient"
 )
 
 func init() {
-	// A writer schema with an array or map lets a record announce up to
-	// MaxBlockCount items, which goavro allocates before reading them.
-	if goavro.MaxBlockCount > 1<<20 {
-		goavro.MaxBlockCount = 1 << 20
-	}
+	// goavro allocates the items a record announces before reading them.
+	goavro.MaxBlockCount = min(goavro.MaxBlockCount, 1<<20)
 }
 
 // pairFields names the two fields read from a record: an integer one and a
 // numeric one (Rating: movie_id, rating; CountAndSum: count, sum).
 type pairFields struct {
-	id, num string
+	what, id, num string // what names the record in messages
+	schema        string // ours, registered to encode
+	plan          int    // index of its plan in writerSchema.plans
 }
 
 var (
-	ratingFields      = pairFields{id: "movie_id", num: "rating"}
-	countAndSumFields = pairFields{id: "count", num: "sum"}
+	ratingFields      = &pairFields{"rating", "movie_id", "rating", RatingSchema, 0}
+	countAndSumFields = &pairFields{"count and sum", "count", "sum", CountAndSumSchema, 1}
 )
 
 // pairPlan locates a pairFields in a writer schema's fields.
@@ -36,20 +36,11 @@ type pairPlan struct {
 // writerSchema is a cached schema id: its codec and decoding plans, or the
 // permanent reason it cannot be used. Immutable once published.
 type writerSchema struct {
-	id          int
-	codec       *goavro.Codec
-	fast        fastRecord // nil: decode with goavro's generic codec
-	rating      pairPlan
-	countAndSum pairPlan
-	err         error // wraps ErrDecode: the schema is unusable
-}
-
-type recordJSON struct {
-	Type   json.RawMessage `json:"type"`
-	Fields []struct {
-		Name string          `json:"name"`
-		Type json.RawMessage `json:"type"`
-	} `json:"fields"`
+	id    int
+	codec *goavro.Codec
+	fast  fastRecord  // nil: decode with goavro's generic codec
+	plans [2]pairPlan // of ratingFields and countAndSumFields
+	err   error       // wraps ErrDecode: the schema is unusable
 }
 
 // newWriterSchema compiles the schema s the registry holds for id. A
@@ -60,54 +51,39 @@ func newWriterSchema(id int, s *srclient.Schema) *writerSchema {
 		w.err = fmt.Errorf("%w: schema id %d is a %s schema, not Avro", ErrDecode, id, *t)
 		return w
 	}
-	text := s.Schema()
-	codec, err := goavro.NewCodec(text)
-	if err != nil {
+	var err error
+	if w.codec, err = goavro.NewCodec(s.Schema()); err != nil {
 		w.err = fmt.Errorf("%w: schema id %d does not compile: %v", ErrDecode, id, err)
 		return w
 	}
-	w.codec = codec
-
-	var rec recordJSON
-	var typ string
-	if json.Unmarshal([]byte(text), &rec) != nil || json.Unmarshal(rec.Type, &typ) != nil || typ != "record" {
-		// Not a plain record: let goavro decode and check at run time.
-		w.rating = pairPlan{idIdx: -1, numIdx: -1}
-		w.countAndSum = w.rating
-		return w
+	var rec struct {
+		Type   any
+		Fields []struct {
+			Name string
+			Type any
+		}
 	}
-	names := make([]string, len(rec.Fields))
+	if json.Unmarshal([]byte(s.Schema()), &rec) != nil || rec.Type != "record" {
+		return w // not a plain record: goavro decodes it and the fields are checked at run time
+	}
+	names := make([]string, len(rec.Fields)) // unique: goavro checked
 	kinds := make([]kind, len(rec.Fields))
-	fast := true
 	for i, f := range rec.Fields {
-		names[i] = f.Name
-		var prim string
-		if json.Unmarshal(f.Type, &prim) == nil {
-			kinds[i] = kindNames[prim] // 0 for a named type
-		}
-		if kinds[i] == 0 {
-			fast = false
-		}
+		prim, _ := f.Type.(string) // a complex or named type is kind 0
+		names[i], kinds[i] = f.Name, kind(max(slices.Index(kindNames[:], prim), 0))
 	}
-	if fast {
+	if !slices.Contains(kinds, 0) {
 		w.fast = kinds // non-nil even for a record of no fields
 	}
-	w.rating = w.plan(names, kinds, ratingFields)
-	w.countAndSum = w.plan(names, kinds, countAndSumFields)
+	for _, p := range []*pairFields{ratingFields, countAndSumFields} {
+		w.plans[p.plan] = w.plan(names, kinds, p)
+	}
 	return w
 }
 
 // plan finds the fields of p; with a fast decoder it also checks their types.
-func (w *writerSchema) plan(names []string, kinds []kind, p pairFields) pairPlan {
-	pp := pairPlan{idIdx: -1, numIdx: -1}
-	for i, n := range names {
-		switch n {
-		case p.id:
-			pp.idIdx = i
-		case p.num:
-			pp.numIdx = i
-		}
-	}
+func (w *writerSchema) plan(names []string, kinds []kind, p *pairFields) pairPlan {
+	pp := pairPlan{idIdx: slices.Index(names, p.id), numIdx: slices.Index(names, p.num)}
 	switch {
 	case pp.idIdx < 0:
 		pp.err = fmt.Errorf("%w: schema id %d has no field %q", ErrDecode, w.id, p.id)
@@ -122,16 +98,13 @@ func (w *writerSchema) plan(names []string, kinds []kind, p pairFields) pairPlan
 	return pp
 }
 
-// decodePair decodes payload with the writer schema and returns fields p as
-// planned by pp. Every error wraps ErrDecode. It never panics.
-func (w *writerSchema) decodePair(payload []byte, pp *pairPlan, p pairFields) (int64, float64, error) {
-	if w.err != nil {
-		return 0, 0, w.err
-	}
-	if pp.err != nil {
+// decodePair decodes payload with the writer schema, which must be usable,
+// and returns fields p. Every error wraps ErrDecode. It never panics.
+func (w *writerSchema) decodePair(payload []byte, p *pairFields) (int64, float64, error) {
+	switch pp := &w.plans[p.plan]; {
+	case pp.err != nil:
 		return 0, 0, pp.err
-	}
-	if w.fast != nil {
+	case w.fast != nil:
 		id, num, err := w.fast.decodePair(payload, pp.idIdx, pp.numIdx)
 		if err != nil {
 			return 0, 0, fmt.Errorf("%w: schema id %d: %v", ErrDecode, w.id, err)
@@ -142,7 +115,7 @@ func (w *writerSchema) decodePair(payload []byte, pp *pairPlan, p pairFields) (i
 }
 
 // decodeGeneric is the slow path through goavro's native maps.
-func (w *writerSchema) decodeGeneric(payload []byte, p pairFields) (id int64, num float64, err error) {
+func (w *writerSchema) decodeGeneric(payload []byte, p *pairFields) (id int64, num float64, err error) {
 	native, err := w.native(payload)
 	if err != nil {
 		return 0, 0, err
@@ -174,12 +147,10 @@ func (w *writerSchema) decodeGeneric(payload []byte, p pairFields) (id int64, nu
 	return id, num, nil
 }
 
-// native decodes payload into goavro's native form; bytes after the record
-// are an error. Every error wraps ErrDecode. It never panics.
+// native decodes payload into goavro's native form with the writer schema,
+// which must be usable; bytes after the record are an error. Every error
+// wraps ErrDecode. It never panics.
 func (w *writerSchema) native(payload []byte) (v any, err error) {
-	if w.err != nil {
-		return nil, w.err
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			v, err = nil, fmt.Errorf("%w: schema id %d: decoder panic: %v", ErrDecode, w.id, r)

@@ -1,3 +1,8 @@
+// Package movies is keepstate's flagship job: Confluent-framed Avro ratings
+// from the Schema Registry, counted and summed per movie, indexed by their
+// average, with every new average written to the output topic as Kafka
+// Streams' own movie-ratings example does. It is an ordinary job of the
+// engine's Job API (see Job) whose state lives in the table "movies".
 package movies
 
 import (
@@ -6,22 +11,25 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/keepstate/keepstate/avro"
 	"github.com/keepstate/keepstate/engine"
 )
 
-// Name is the job's name: its table and its HTTP routes.
-const Name = "movies"
-
-// Topic names a deployment of the movie job has always used, derived from
-// the application id as Kafka Streams' movie-ratings example names them.
-// Keeping them lets a data directory or a Redis database find its
-// changelog after an upgrade.
 const (
+	// Name is the job's name: its table and its HTTP routes.
+	Name = "movies"
+	// RepartitionSuffix and ChangelogSuffix end the topic names a deployment
+	// of the movie job has always used, after the application id, as Kafka
+	// Streams' movie-ratings example names them. Keeping them lets a data
+	// directory or a Redis database find its changelog after an upgrade.
 	RepartitionSuffix = "-ratings-by-movie-repartition"
 	ChangelogSuffix   = "-movie-stats-changelog"
+	// StreamKey is the Redis stream (under the store's prefix) that receives
+	// every new average of the movie table when the Redis store runs it.
+	StreamKey = "rating-averages-stream"
 )
 
 // ErrBadRating is wrapped by ratings outside 0..10 or not finite; such a
@@ -52,26 +60,21 @@ type Serde interface {
 	DecodeCountAndSum(ctx context.Context, b []byte) (avro.CountAndSum, error)
 }
 
-// Job returns the movie job: ratings decoded by serde (ratings outside
-// 0..10 dead-lettered), keyed by movie id (8 bytes big-endian, as Java's
-// LongSerializer writes it), counted and summed per movie, indexed by
-// average (descending queries order ties by movie id ascending), with each
-// new average written to the output topic (8-byte long key, 8-byte double
-// value, as Java's serializers write them). The table keeps each aggregate
-// as 16 bytes (Values); the changelog carries Avro CountAndSum values
-// registered under the changelog topic's subject.
+// Job returns the movie job: ratings decoded by serde (outside 0..10:
+// dead-lettered), keyed by movie id, counted and summed per movie, indexed
+// by average (ties by movie id ascending), each new average written to the
+// output topic. Keys and averages are 8 bytes big-endian, as Java's
+// serializers write a long and a double. The table keeps each aggregate as
+// 16 bytes (Values); the changelog, as an Avro CountAndSum.
 func Job(serde Serde) engine.Job[int64, avro.Rating, Agg] {
 	return engine.Job[int64, avro.Rating, Agg]{
 		Name: Name,
 		Decode: func(ctx context.Context, b []byte) (avro.Rating, error) {
 			r, err := serde.DecodeRating(ctx, b)
-			if err != nil {
-				return r, err
+			if err == nil && !(r.Rating >= 0 && r.Rating <= 10) { // NaN fails both
+				err = fmt.Errorf("%w: movie %d rating %v (want 0..10)", ErrBadRating, r.MovieID, r.Rating)
 			}
-			if math.IsNaN(r.Rating) || math.IsInf(r.Rating, 0) || r.Rating < 0 || r.Rating > 10 {
-				return r, fmt.Errorf("%w: movie %d rating %v (want 0..10)", ErrBadRating, r.MovieID, r.Rating)
-			}
-			return r, nil
+			return r, err
 		},
 		Key:           func(r avro.Rating) (int64, error) { return r.MovieID, nil },
 		Keys:          engine.Int64Keys,
@@ -90,6 +93,19 @@ var Spec = engine.TableSpec{Name: Name, Indexes: []engine.IndexSpec{{Name: "avg"
 
 // Key returns the record and table key of movie id.
 func Key(id int64) []byte { return engine.Int64Keys.Append(make([]byte, 0, 8), id) }
+
+// StreamFields returns the fields of a movie's stream entry: "movieId",
+// "avg" and "count", as decimal strings (the average in the shortest form
+// that parses back to the same float64). A document that is not a movie's
+// gives no fields. It neither keeps nor modifies d.
+func StreamFields(d engine.Doc) []any {
+	id, kerr := engine.Int64Keys.Decode(d.Key)
+	a, verr := Values{}.Decode(context.Background(), "", d.Value)
+	if kerr != nil || verr != nil {
+		return nil
+	}
+	return []any{"movieId", strconv.FormatInt(id, 10), "avg", strconv.FormatFloat(a.Avg(), 'g', -1, 64), "count", strconv.FormatInt(a.Count, 10)}
+}
 
 // Values is the table codec of Agg: 16 bytes, the count and the sum's
 // IEEE-754 bits, big-endian. It is stateless and safe for concurrent use.
@@ -118,28 +134,20 @@ func (Values) Decode(_ context.Context, _ string, b []byte) (Agg, error) {
 // changelog codes changelog values as Confluent-framed Avro CountAndSum
 // through the Schema Registry.
 type changelog struct {
-	serde Serde
-	// subject caches avro.ValueSubject of the last topic.
-	subject atomic.Pointer[[2]string]
-}
-
-func (c *changelog) subjectOf(topic string) string {
-	if s := c.subject.Load(); s != nil && s[0] == topic {
-		return s[1]
-	}
-	s := &[2]string{topic, avro.ValueSubject(topic)}
-	c.subject.Store(s)
-	return s[1]
+	serde   Serde
+	subject atomic.Pointer[[2]string] // the last topic and its avro.ValueSubject
 }
 
 func (c *changelog) Encode(ctx context.Context, topic string, a Agg) ([]byte, error) {
-	return c.serde.EncodeCountAndSum(ctx, c.subjectOf(topic), avro.CountAndSum{Count: a.Count, Sum: a.Sum})
+	s := c.subject.Load()
+	if s == nil || s[0] != topic {
+		s = &[2]string{topic, avro.ValueSubject(topic)}
+		c.subject.Store(s)
+	}
+	return c.serde.EncodeCountAndSum(ctx, s[1], avro.CountAndSum(a))
 }
 
 func (c *changelog) Decode(ctx context.Context, _ string, b []byte) (Agg, error) {
 	cs, err := c.serde.DecodeCountAndSum(ctx, b)
-	if err != nil {
-		return Agg{}, err
-	}
-	return Agg{Count: cs.Count, Sum: cs.Sum}, nil
+	return Agg(cs), err
 }

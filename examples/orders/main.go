@@ -1,26 +1,14 @@
 // Command orders is keepstate's second example job, written on the job
-// API (engine.Job) in a few lines (job.go): JSON order events
-//
-//	{"order_id":"o-1","customer_id":"c-42","amount":12.5}
-//
-// are counted, summed and maxed per customer, the totals are kept in the
-// store (a table "customers" with an index on "total") and served at
+// API (engine.Job) in a few lines (job.go): JSON order events are counted,
+// summed and maxed per customer, the totals kept in the store (a table
+// "customers" with an index on "total") and served at
 // GET /tables/customers/{id} and GET /tables/customers?index=total&min=1000.
-//
-// Usage:
-//
-//	orders [run] [flags]   run the job (the flags of `keepstate run`)
-//	orders produce [flags] send generated orders, or lines from stdin
-//	orders reset [flags]   wipe the job's table (rebuilt from its changelog on the next start)
-//
-// Against the broker of `go run ./cmd/keepstate demo`, from the repository
-// root:
+// See usage for its commands and docs/jobs.md. Against the broker of
+// `go run ./cmd/keepstate demo`, from the repository root:
 //
 //	go run ./examples/orders
 //	go run ./examples/orders produce --n 10000 --customers 500
 //	curl localhost:7002/tables/customers/c-1
-//
-// See docs/jobs.md.
 package main
 
 import (
@@ -37,14 +25,8 @@ import (
 	"github.com/keepstate/keepstate/internal/cli"
 )
 
-// The defaults that differ from `keepstate run`, so that the example runs
-// next to `keepstate demo` (API on :7001, store in ./data/store).
-const (
-	defaultInputTopic  = "orders"
-	defaultOutputTopic = "customer-totals"
-	defaultHTTPAddr    = ":7002"
-	defaultDataDir     = "./data/orders"
-)
+// defaultInputTopic is the topic the job reads and `orders produce` writes.
+const defaultInputTopic = "orders"
 
 const usage = `orders — keepstate's example job: order totals per customer.
 
@@ -80,59 +62,48 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, rest = args[0], args[1:]
 	}
-	var err error
-	switch cmd {
-	case "run":
-		err = cmdRun(ctx, rest, stdout, stderr)
-	case "produce":
-		err = cmdProduce(ctx, rest, stdin, stdout, stderr)
-	case "reset":
-		err = cmdReset(ctx, rest, stdout, stderr)
-	default:
+	commands := map[string]func(context.Context, []string, io.Reader, io.Writer, io.Writer) error{
+		"run": cmdRun, "produce": cmdProduce, "reset": cmdReset,
+	}
+	if commands[cmd] == nil {
 		fmt.Fprintf(stderr, "orders: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
-	return cli.ExitCode(stderr, "orders", cmd, err)
+	return cli.ExitCode(stderr, "orders", cmd, commands[cmd](ctx, rest, stdin, stdout, stderr))
 }
 
 // defaultConfig is app.Default with the example's topics, API address and
-// data directory.
+// data directory, so that the example runs next to `keepstate demo` (API
+// on :7001, store in ./data/store).
 func defaultConfig() app.Config {
 	c := app.Default()
-	c.InputTopic, c.OutputTopic = defaultInputTopic, defaultOutputTopic
-	c.HTTPAddr, c.DataDir = defaultHTTPAddr, defaultDataDir
+	c.InputTopic, c.OutputTopic = defaultInputTopic, "customer-totals"
+	c.HTTPAddr, c.DataDir = ":7002", "./data/orders"
 	return c
 }
 
-// runFlags registers the flags of `orders run`: those of `keepstate run`,
-// with the topic flags describing this job's topics.
-func runFlags(fs *flag.FlagSet, c *app.Config) {
-	cli.CommonFlags(fs, c)
-	fs.Lookup("input-topic").Usage = `topic of JSON orders {"order_id":"o-1","customer_id":"c-42","amount":12.5}`
-	fs.Lookup("output-topic").Usage = `topic of each customer's new totals (key: customer id, value: {"count":..,"total":..,"max":..})`
-	fs.Lookup("schema-registry").Usage = "Schema Registry URL (unused: this job reads JSON)"
-}
-
-func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	cfg, log, job, err := jobFlags("orders run", args, stderr, nil)
 	if err != nil {
 		return err
 	}
-	ready := func(addr string) {
-		api := app.DisplayAddr(addr)
+	return app.RunJobs(ctx, cfg, log, func(addr string) {
 		fmt.Fprintf(stdout, "orders job running: %s -> table %s -> %s\n  API: http://%s  (try /tables/customers/c-1 and /tables/customers?index=total&min=1000)\n",
-			cfg.InputTopic, CustomersTable, cfg.OutputTopic, api)
-	}
-	return app.RunJobs(ctx, cfg, log, ready, job)
+			cfg.InputTopic, CustomersTable, cfg.OutputTopic, app.DisplayAddr(addr))
+	}, job)
 }
 
-// jobFlags parses args with the flags of `orders run` (and those extra
-// registers) and returns the configuration, its logger and the job.
+// jobFlags parses args with the flags of `orders run`: those of
+// `keepstate run`, the topic flags describing this job's topics (and those
+// extra registers). It returns the configuration, its logger and the job.
 func jobFlags(name string, args []string, stderr io.Writer, extra func(fs *flag.FlagSet)) (app.Config, *slog.Logger, app.Job, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := defaultConfig()
-	runFlags(fs, &cfg)
+	cli.CommonFlags(fs, &cfg)
+	fs.Lookup("input-topic").Usage = `topic of JSON orders {"order_id":"o-1","customer_id":"c-42","amount":12.5}`
+	fs.Lookup("output-topic").Usage = `topic of each customer's new totals (key: customer id, value: {"count":..,"total":..,"max":..})`
+	fs.Lookup("schema-registry").Usage = "Schema Registry URL (unused: this job reads JSON)"
 	if extra != nil {
 		extra(fs)
 	}
@@ -149,7 +120,7 @@ func jobFlags(name string, args []string, stderr io.Writer, extra func(fs *flag.
 
 // cmdReset is `orders reset`: app.ResetJobs for the customers job, with
 // the flags of `orders run` (they name the store, the topics and the group).
-func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdReset(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var reprocess *bool
 	cfg, log, job, err := jobFlags("orders reset", args, stderr, func(fs *flag.FlagSet) {
 		reprocess = fs.Bool("reprocess", false, "also delete the job's internal topics and its group's offsets: recompute everything from the earliest orders")
@@ -157,19 +128,16 @@ func cmdReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := app.ResetJobs(ctx, cfg, *reprocess, log, job); err != nil {
-		return err
+	if err = app.ResetJobs(ctx, cfg, *reprocess, log, job); err == nil {
+		fmt.Fprintln(stdout, "reset done")
 	}
-	fmt.Fprintln(stdout, "reset done")
-	return nil
+	return err
 }
 
 func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("orders produce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	p := defaultProduce()
-	var fromStdin bool
-	logLevel := "info"
 	cli.BrokersFlag(fs, &p.Brokers)
 	fs.StringVar(&p.Topic, "topic", p.Topic, "topic to send orders to")
 	fs.Int64Var(&p.Count, "n", p.Count, "orders to generate (0: until interrupted)")
@@ -177,15 +145,15 @@ func cmdProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs.Float64Var(&p.Rate, "rate", p.Rate, "orders per second (0: as fast as possible)")
 	fs.Uint64Var(&p.Seed, "seed", p.Seed, "random seed of the generator")
 	fs.Int64Var(&p.BadEvery, "bad-every", p.BadEvery, "make every Nth order a bad one, dead-lettered by the job (0: none)")
-	fs.BoolVar(&fromStdin, "stdin", false, `send the lines of stdin as they are, one order per line: {"order_id":"o-1","customer_id":"c-42","amount":12.5}`)
-	fs.StringVar(&logLevel, "log-level", logLevel, "debug, info, warn or error")
+	fromStdin := fs.Bool("stdin", false, `send the lines of stdin as they are, one order per line: {"order_id":"o-1","customer_id":"c-42","amount":12.5}`)
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if fromStdin {
+	if *fromStdin {
 		p.Stdin = stdin
 	}
-	log, err := app.NewLogger(stderr, logLevel)
+	log, err := app.NewLogger(stderr, *logLevel)
 	if err != nil {
 		return fmt.Errorf("%w: --log-level: %w", app.ErrConfig, err)
 	}

@@ -16,34 +16,21 @@ import (
 	"github.com/keepstate/keepstate/app"
 )
 
-// produceConfig configures `orders produce`, the order generator.
+// produceConfig configures `orders produce`, the order generator, and
+// where it sends the orders (Sender: Rate 0 is as fast as possible).
 type produceConfig struct {
-	Brokers []string
-	Topic   string
-	// Count is how many orders to generate (0: until ctx ends).
-	Count int64
-	// Customers is the number of distinct customer ids (c-1..c-N), their
-	// popularity Zipf-skewed: a few customers order a lot, most a little.
-	Customers int64
-	// Rate is orders per second (0: as fast as possible).
-	Rate float64
-	// Seed makes the generated sequence reproducible.
-	Seed uint64
-	// BadEvery makes every BadEvery-th generated order a bad one (no
-	// customer, negative amount, no amount, broken JSON; 0: none).
-	BadEvery int64
-	// Partitions of the topic if it must be created.
-	Partitions int32
-	// Stdin, when set, is read as lines sent as they are (one order per
-	// line) instead of generating orders.
-	Stdin io.Reader
+	app.Sender
+	Count     int64     // orders to generate (0: until ctx ends)
+	Customers int64     // distinct customer ids c-1..c-N, Zipf-skewed: a few order a lot, most a little
+	Seed      uint64    // makes the generated sequence reproducible
+	BadEvery  int64     // makes every BadEvery-th order a bad one (see badOrders; 0: none)
+	Stdin     io.Reader // when set, its lines are sent as they are instead of generated orders
 }
 
-// defaultProduce returns the produce defaults: 10000 orders over 500
-// customers into topic orders of the local broker.
+// defaultProduce returns 10000 orders over 500 customers into topic orders of the local broker.
 func defaultProduce() produceConfig {
-	return produceConfig{Brokers: []string{"localhost:9092"}, Topic: defaultInputTopic,
-		Count: 10000, Customers: 500, Seed: 1, Partitions: 3}
+	return produceConfig{Sender: app.Sender{Brokers: []string{"localhost:9092"}, Topic: defaultInputTopic,
+		Partitions: 3, ClientID: "keepstate-orders-produce"}, Count: 10000, Customers: 500, Seed: 1}
 }
 
 // validate checks the produce settings.
@@ -61,24 +48,32 @@ func (p produceConfig) validate() error {
 	return nil
 }
 
-// generated is one record the generator makes: its key and value, and for
-// a valid order the order itself.
+// generated is one record the generator makes: its key and value, the
+// order it was made from, and whether the job accepts it.
 type generated struct {
 	key, value []byte
 	order      Order
 	valid      bool
 }
 
-// generator makes a reproducible sequence of orders. Amounts are multiples
-// of 0.25 from 0.25 to 100: sums of them are exact in float64, whatever
-// the order they are added in, so tests can compare totals exactly. Not
-// safe for concurrent use.
+// generator makes a reproducible sequence of orders. Amounts are multiples of 0.25 up to
+// 100: their sums are exact in float64 in any order, so tests compare totals exactly.
 type generator struct {
 	rnd      *rand.Rand
 	zipf     *rand.Zipf
 	seed     uint64
 	n        int64
 	badEvery int64
+}
+
+// badOrders are the formats of the bad orders, of order id, customer id
+// and amount, that the generator takes turns at: no customer, a negative
+// amount, no amount, broken JSON.
+var badOrders = [...]string{
+	`{"order_id":%[1]q,"amount":%[3]g}`,
+	`{"order_id":%[1]q,"customer_id":%[2]q,"amount":-%[3]g}`,
+	`{"order_id":%[1]q,"customer_id":%[2]q}`,
+	`{"order_id":%[1]q,"customer_id":%[2]q,"amount":`,
 }
 
 // newGenerator returns a generator over customers c-1..c-<customers>.
@@ -93,69 +88,43 @@ func (g *generator) next() generated {
 	customer := "c-" + strconv.FormatUint(g.zipf.Uint64()+1, 10)
 	id := "o-" + strconv.FormatUint(g.seed, 10) + "-" + strconv.FormatInt(g.n, 10)
 	amount := float64(1+g.rnd.IntN(400)) / 4
+	format, valid := `{"order_id":%[1]q,"customer_id":%[2]q,"amount":%[3]g}`, true
 	if g.badEvery > 0 && g.n%g.badEvery == 0 {
-		var v string
-		switch (g.n / g.badEvery) % 4 {
-		case 0:
-			v = fmt.Sprintf(`{"order_id":%q,"amount":%g}`, id, amount)
-		case 1:
-			v = fmt.Sprintf(`{"order_id":%q,"customer_id":%q,"amount":%g}`, id, customer, -amount)
-		case 2:
-			v = fmt.Sprintf(`{"order_id":%q,"customer_id":%q}`, id, customer)
-		default:
-			v = fmt.Sprintf(`{"order_id":%q,"customer_id":%q,"amount":`, id, customer)
-		}
-		return generated{key: []byte(customer), value: []byte(v)}
+		format, valid = badOrders[(g.n/g.badEvery)%4], false
 	}
-	o := Order{OrderID: id, CustomerID: customer, Amount: amount}
-	v := fmt.Appendf(nil, `{"order_id":%q,"customer_id":%q,"amount":%s}`, id, customer, strconv.FormatFloat(amount, 'g', -1, 64))
-	return generated{key: []byte(customer), value: v, order: o, valid: true}
+	return generated{key: []byte(customer), value: fmt.Appendf(nil, format, id, customer, amount),
+		order: Order{OrderID: id, CustomerID: customer, Amount: amount}, valid: valid}
 }
 
-// produceOrders is `orders produce`: it sends generated orders (or the
-// lines of p.Stdin), keyed by customer id, and returns how many the broker
-// acknowledged.
+// produceOrders is `orders produce`: it sends generated orders (or the lines of p.Stdin),
+// keyed by customer id, and returns how many the broker acknowledged.
 func produceOrders(ctx context.Context, p produceConfig, log *slog.Logger) (int64, error) {
 	if err := p.validate(); err != nil {
 		return 0, err
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	next := generatedOrders(p)
-	if p.Stdin != nil {
-		next = rawLines(p.Stdin)
-	}
-	return app.SendRecords(ctx, app.Sender{Brokers: p.Brokers, Topic: p.Topic, Partitions: p.Partitions, Rate: p.Rate,
-		ClientID: "keepstate-orders-produce", Log: log}, func() (app.Record, bool, error) {
-		g, ok, err := next()
-		if err != nil || !ok {
-			return app.Record{}, ok, err
-		}
-		return app.Record{Key: g.key, Value: g.value}, true, nil // g.key is nil when there is none
-	})
-}
-
-// generatedOrders returns p.Count generated orders (endless when 0).
-func generatedOrders(p produceConfig) func() (generated, bool, error) {
 	g := newGenerator(p.Customers, p.Seed, p.BadEvery)
-	return func() (generated, bool, error) {
+	next := func() (generated, bool, error) { // p.Count orders, endless when 0
 		if p.Count > 0 && g.n >= p.Count {
 			return generated{}, false, nil
 		}
 		return g.next(), true, nil
 	}
+	if p.Stdin != nil {
+		next = rawLines(p.Stdin)
+	}
+	p.Log = log
+	return app.SendRecords(ctx, p.Sender, func() (app.Record, bool, error) {
+		g, ok, err := next()
+		return app.Record{Key: g.key, Value: g.value}, ok, err // g.key is nil when there is none
+	})
 }
-
-// maxLineBytes bounds one line of --stdin.
-const maxLineBytes = 1 << 20
 
 // rawLines returns the non-blank lines of r, each as a record value as it
 // is (so that bad orders can be sent too), keyed by its customer_id when
 // it has one.
 func rawLines(r io.Reader) func() (generated, bool, error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), maxLineBytes)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20) // a line is at most 1 MiB
 	return func() (generated, bool, error) {
 		for sc.Scan() {
 			b := bytes.TrimSpace(sc.Bytes())

@@ -4,21 +4,19 @@
 // A broker that stops answering without closing its connections (paused,
 // cut off) holds every request sent to it until the client's read timeout
 // (10 to 30 s), long after the controller fenced it (missed heartbeats for
-// broker.session.timeout.ms, 9 s by default), moved its leaderships and
-// coordinators and left it out of every metadata answer; a client may even
-// dial it again, as it still accepts connections. A Dialer is told each
-// broker's metadata answers (Observe): a broker a recent answer leaves out
-// is fenced, its connections are closed (failing the requests waiting on
-// them at once, so the clients retry on the new leaders), and dials to it
-// fail with ErrFenced until every recent answer lists it again.
-//
-// The engine's broker watch (engine/brokerwatch.go) and the test rig's
-// rating feed both dial through one.
+// broker.session.timeout.ms, 9 s by default) and left it out of every
+// metadata answer; a client may even dial it again, as it still accepts
+// connections. A Dialer is told each broker's metadata answers (Observe): a
+// broker a recent answer leaves out is fenced, its connections are closed
+// (failing the requests waiting on them at once, so the clients retry on
+// the new leaders), and dials to it fail with ErrFenced until every recent
+// answer lists it again.
 package fencedial
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -28,9 +26,8 @@ import (
 // ErrFenced fails a dial to a fenced broker.
 var ErrFenced = errors.New("fenced by the cluster (left out of its metadata); not dialing it until it is back")
 
-// Dialer dials broker connections (its Dial fits sarama's
-// Net.Proxy.Dialer) and cuts those to fenced brokers. Safe for concurrent
-// use.
+// Dialer dials broker connections (its Dial fits sarama's Net.Proxy.Dialer)
+// and cuts those to fenced brokers. Safe for concurrent use.
 type Dialer struct {
 	d       net.Dialer
 	viewAge time.Duration
@@ -48,17 +45,10 @@ type view struct {
 	addrs map[string]bool
 }
 
-// New returns a Dialer that dials with d and counts an answer as recent
-// for viewAge.
+// New returns a Dialer that dials with d and counts an answer as recent for viewAge.
 func New(d net.Dialer, viewAge time.Duration) *Dialer {
-	return &Dialer{
-		d:       d,
-		viewAge: viewAge,
-		conns:   map[string]map[*conn]struct{}{},
-		listed:  map[string]bool{},
-		views:   map[string]view{},
-		fenced:  map[string]bool{},
-	}
+	return &Dialer{d: d, viewAge: viewAge, conns: map[string]map[*conn]struct{}{},
+		listed: map[string]bool{}, views: map[string]view{}, fenced: map[string]bool{}}
 }
 
 // Dial connects to addr, unless the cluster has fenced it (ErrFenced).
@@ -98,12 +88,7 @@ func (f *Dialer) Fenced(addr string) bool {
 func (f *Dialer) Listed() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]string, 0, len(f.listed))
-	for a := range f.listed {
-		out = append(out, a)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(f.listed))
 }
 
 // Observe takes the brokers of one answer, given by broker from (at now),
@@ -114,15 +99,12 @@ func (f *Dialer) Listed() []string {
 // order, so one that still lists a fenced broker is only behind.
 func (f *Dialer) Observe(from string, addrs []string, now time.Time) (cut []string) {
 	v := view{at: now, addrs: map[string]bool{}}
-	for _, a := range addrs {
-		v.addrs[a] = true
-	}
 	var cutConns []*conn
 	f.mu.Lock()
-	f.views[from] = v
-	for a := range v.addrs {
-		f.listed[a] = true
+	for _, a := range addrs {
+		v.addrs[a], f.listed[a] = true, true
 	}
+	f.views[from] = v
 	for a := range f.listed {
 		out := false
 		for _, v := range f.views {
@@ -134,9 +116,7 @@ func (f *Dialer) Observe(from string, addrs []string, now time.Time) (cut []stri
 		case out && !f.fenced[a]:
 			f.fenced[a] = true
 			cut = append(cut, a)
-			for c := range f.conns[a] {
-				cutConns = append(cutConns, c)
-			}
+			cutConns = slices.AppendSeq(cutConns, maps.Keys(f.conns[a]))
 		case !out:
 			delete(f.fenced, a)
 		}

@@ -20,11 +20,9 @@ func URL(raw string) string {
 		u.User = url.User(Marker)
 		return u.String()
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		scheme, rest = "", raw
-	} else {
-		scheme += "://"
+	scheme, rest := "", raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		scheme, rest = raw[:i+3], raw[i+3:]
 	}
 	authority := rest
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
