@@ -2,6 +2,7 @@ package docstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -63,9 +64,9 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 		return nil, nil
 	}
 	// Key order (stable), so that a key's documents are adjacent and stored
-	// documents are read with one iterator walking forward.
-	docs = slices.Clone(docs)
-	slices.SortStableFunc(docs, func(a, b engine.Doc) int { return bytes.Compare(a.Key, b.Key) })
+	// documents are read with one iterator walking forward. Sorting
+	// positions moves 4 bytes a swap where a Doc is about 100.
+	docs = sortedByKey(docs)
 	var keys [][]byte
 	for i, d := range docs {
 		if i == 0 || !bytes.Equal(d.Key, docs[i-1].Key) {
@@ -119,6 +120,23 @@ func (t *table) writeDocs(b kvBatch, docs []engine.Doc, replay bool) (after func
 	}
 	after = func() { t.s.tcache.putAll(cache, learned, t.s.cacheMax) }
 	return after, t.addSize(b, w.fresh)
+}
+
+// sortedByKey returns a copy of docs in key order, documents of one key
+// in their order in docs.
+func sortedByKey(docs []engine.Doc) []engine.Doc {
+	at := make([]int32, len(docs))
+	for i := range at {
+		at[i] = int32(i)
+	}
+	slices.SortFunc(at, func(a, b int32) int {
+		return cmp.Or(bytes.Compare(docs[a].Key, docs[b].Key), cmp.Compare(a, b))
+	})
+	out := make([]engine.Doc, len(docs))
+	for i, j := range at {
+		out[i] = docs[j]
+	}
+	return out
 }
 
 // tableWriter writes one batch's documents of a table.
