@@ -55,6 +55,7 @@ type Engine struct {
 
 	stale   staleDropper
 	asg     *assignor
+	parked  parking      // tasks kept across a rebalance (park.go)
 	standby standbySet   // the partitions tailed here as replicas
 	copies  copies       // the checkpoint of each partition the store holds
 	meters  replayMeters // the records replayed into each
@@ -351,6 +352,7 @@ func (e *Engine) restartSession(reason string, err error) {
 }
 
 func (e *Engine) close() {
+	e.parked.release(nil, 0)
 	e.stale.stop()
 	if admin := e.route.setAdmin(nil); admin != nil {
 		_ = admin.Close()

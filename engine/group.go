@@ -21,6 +21,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.c.running.Store(0)
 	e.route.parts.setJoined()
 	e.route.owners.invalidate()
+	e.parked.release(ps, s.GenerationID())
 	e.onAssigned(ps, s.GenerationID())
 	was := e.startSession(s.GenerationID(), ps, s.Claims()[e.topics.Input])
 	standbys, warmups := e.asg.replicas(s.GenerationID())

@@ -35,11 +35,11 @@ func (t *task) restore(ctx context.Context) error {
 	e := t.e
 	began := time.Now()
 	if e.cfg.ProcessingGuarantee == ExactlyOnce {
-		pr, err := e.newTaskProducer(ctx, t.p)
+		pr, r, err := e.openTaskProducer(ctx, t.p)
 		if err != nil {
 			return err
 		}
-		t.producer = pr
+		t.producer, t.retry = pr, r
 	}
 	fenced := time.Since(began)
 	var cp int64

@@ -43,7 +43,7 @@ func TestSaramaConfigForCluster(t *testing.T) {
 	const failover = 9 * time.Second // Kafka's broker.session.timeout.ms default
 	for name, sc := range map[string]*sarama.Config{
 		"base":          e.saramaConfig(),
-		"transactional": e.txnProducerConfig("id", "-x", &txnRetry{ctx: context.Background()}),
+		"transactional": e.txnProducerConfig("id", "-x", newTxnRetry(context.Background())),
 	} {
 		if sc.Producer.RequiredAcks != sarama.WaitForAll || !sc.Producer.Idempotent {
 			t.Errorf("%s: acks %v idempotent %v, want WaitForAll and true", name, sc.Producer.RequiredAcks, sc.Producer.Idempotent)
@@ -57,7 +57,7 @@ func TestSaramaConfigForCluster(t *testing.T) {
 		t.Errorf("shared producer: produce retries span %v, want >= %v", span, failover)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tx := e.txnProducerConfig("id", "-x", &txnRetry{ctx: ctx})
+	tx := e.txnProducerConfig("id", "-x", newTxnRetry(ctx))
 	span := func() (d time.Duration) {
 		for i := 1; i <= tx.Producer.Retry.Max; i++ {
 			d += tx.Producer.Retry.BackoffFunc(i, tx.Producer.Retry.Max)

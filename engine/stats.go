@@ -56,6 +56,9 @@ type Stats struct {
 	// GroupRejoins counts the times a caught-up warm-up made this member
 	// rejoin the group, so that its active could move here.
 	GroupRejoins int64 `json:"groupRejoins"`
+	// PartitionsResumed counts partitions that stayed here across a
+	// rebalance and ran on at once, without a restore.
+	PartitionsResumed int64 `json:"partitionsResumed"`
 }
 
 // counters are the live, atomically updated values behind Stats.
@@ -63,7 +66,7 @@ type counters struct {
 	processed, rekeyed, duplicates, dead, restored, batches, docs, fenced atomic.Int64
 	changelogSkipped                                                      atomic.Int64
 	txnCommitted, txnAborted, restarts, leaseLapses                       atomic.Int64
-	assigned, running, standbys, standbyRead, rejoins                     atomic.Int64
+	assigned, running, standbys, standbyRead, rejoins, resumed            atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
@@ -86,6 +89,7 @@ func (c *counters) snapshot() Stats {
 		PartitionsStandby:     c.standbys.Load(),
 		StandbyRecords:        c.standbyRead.Load(),
 		GroupRejoins:          c.rejoins.Load(),
+		PartitionsResumed:     c.resumed.Load(),
 	}
 }
 

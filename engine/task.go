@@ -26,7 +26,10 @@ type task struct {
 	// producer is the partition's transactional producer (nil under
 	// at-least-once, which uses the engine's shared producer).
 	producer sarama.SyncProducer
+	retry    *txnRetry                 // producer's retry pacing
 	dead     []*sarama.ProducerMessage // dead letters for the next flush's transaction
+	// clean is set once the final flush committed everything (see park).
+	clean bool
 
 	cache docCache
 	dirty []*entry // changed since the last flush (each once: entry.dirty)
@@ -55,12 +58,14 @@ func newTask(e *Engine, s sarama.ConsumerGroupSession, c sarama.ConsumerGroupCla
 func (t *task) run() error {
 	e := t.e
 	ctx := t.sess.Context()
-	defer t.closeProducer()
-	if err := t.restore(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
+	defer t.park()
+	if !t.resume(ctx) {
+		if err := t.restore(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("restore partition %d: %w", t.p, err)
 		}
-		return fmt.Errorf("restore partition %d: %w", t.p, err)
 	}
 	e.route.parts.set(t.p, Running)
 	e.c.running.Add(1)
@@ -158,6 +163,7 @@ func (t *task) finalFlush() error {
 	if err == nil {
 		err = t.awaitPersist()
 	}
+	t.clean = err == nil
 	if err != nil {
 		lvl := slog.LevelWarn
 		if errors.Is(err, ErrFenced) {

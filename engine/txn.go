@@ -59,7 +59,14 @@ const (
 // newTaskProducer opens the transactional producer of aggregate partition
 // p (see newTxnProducer).
 func (e *Engine) newTaskProducer(ctx context.Context, p int32) (sarama.SyncProducer, error) {
-	return e.newTxnProducer(ctx, e.topics.TransactionalID(p), "-task-"+strconv.Itoa(int(p)))
+	pr, _, err := e.openTaskProducer(ctx, p)
+	return pr, err
+}
+
+// openTaskProducer is newTaskProducer, and also returns the producer's
+// retry pacing, whose context a task that keeps the producer moves on.
+func (e *Engine) openTaskProducer(ctx context.Context, p int32) (sarama.SyncProducer, *txnRetry, error) {
+	return e.openTxnProducer(ctx, e.topics.TransactionalID(p), "-task-"+strconv.Itoa(int(p)))
 }
 
 // newRekeyProducer opens the transactional producer of input partition p
@@ -73,14 +80,21 @@ func (e *Engine) newRekeyProducer(ctx context.Context, p int32) (sarama.SyncProd
 // broker to abort their open transaction. A txnRetry on ctx paces its
 // produce retries.
 func (e *Engine) newTxnProducer(ctx context.Context, id, clientSuffix string) (sarama.SyncProducer, error) {
-	r := &txnRetry{ctx: ctx}
+	pr, _, err := e.openTxnProducer(ctx, id, clientSuffix)
+	return pr, err
+}
+
+// openTxnProducer is newTxnProducer, and also returns the producer's
+// retry pacing.
+func (e *Engine) openTxnProducer(ctx context.Context, id, clientSuffix string) (sarama.SyncProducer, *txnRetry, error) {
+	r := newTxnRetry(ctx)
 	sc := e.txnProducerConfig(id, clientSuffix, r)
 	pr, err := e.kafka.NewSyncProducer(sc)
 	if err != nil {
-		return nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
+		return nil, nil, fmt.Errorf("transactional producer %s: %w", sc.Producer.Transaction.ID, err)
 	}
 	r.pr.Store(pr)
-	return pr, nil
+	return pr, r, nil
 }
 
 // txnQuickRetries is how many times a transactional produce is still
@@ -95,16 +109,26 @@ const txnQuickRetries = 5
 // (the session is ending and must not wait for a failover). Safe for
 // concurrent use.
 type txnRetry struct {
-	ctx context.Context
-	pr  atomic.Value // sarama.SyncProducer, once opened
+	ctx atomic.Pointer[context.Context] // the session's; see setContext
+	pr  atomic.Value                    // sarama.SyncProducer, once opened
 }
+
+func newTxnRetry(ctx context.Context) *txnRetry {
+	r := new(txnRetry)
+	r.setContext(ctx)
+	return r
+}
+
+// setContext makes ctx the context whose end makes retries quick: a
+// producer kept for the next session (park.go) follows that session.
+func (r *txnRetry) setContext(ctx context.Context) { r.ctx.Store(&ctx) }
 
 // backoff is the producer's Retry.BackoffFunc.
 func (r *txnRetry) backoff(retries, _ int) time.Duration {
 	if pr, ok := r.pr.Load().(sarama.SyncProducer); ok && pr.TxnStatus()&sarama.ProducerTxnFlagInError != 0 {
 		return 0
 	}
-	if r.ctx.Err() != nil && retries > txnQuickRetries {
+	if (*r.ctx.Load()).Err() != nil && retries > txnQuickRetries {
 		return 0
 	}
 	if retries <= 1 {

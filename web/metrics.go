@@ -42,6 +42,7 @@ var statMetrics = []statMetric{
 	{"keepstate_partitions_standby", "Partitions this instance keeps as standby replicas, warm-ups included.", prometheus.GaugeValue, func(s engine.Stats) int64 { return s.PartitionsStandby }},
 	{"keepstate_standby_records_total", "Changelog records standby replicas read into the store.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.StandbyRecords }},
 	{"keepstate_group_rejoins_total", "Times a caught-up warm-up made this instance rejoin the group so that its active could move here.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.GroupRejoins }},
+	{"keepstate_partitions_resumed_total", "Partitions that stayed on this instance across a rebalance and ran on without a restore.", prometheus.CounterValue, func(s engine.Stats) int64 { return s.PartitionsResumed }},
 }
 
 // Descriptions of the metrics of readiness and of the partitions held here.
