@@ -53,12 +53,14 @@ type Engine struct {
 	cancelSession context.CancelFunc
 	fatal         error // the first task error that stops Run (ErrCorrupt); guarded by mu
 
-	stale   staleDropper
-	asg     *assignor
-	parked  parking      // tasks kept across a rebalance (park.go)
-	standby standbySet   // the partitions tailed here as replicas
-	copies  copies       // the checkpoint of each partition the store holds
-	meters  replayMeters // the records replayed into each
+	stale  staleDropper
+	asg    *assignor
+	parked parking // tasks kept across a rebalance (park.go)
+	// parkedRekey are the rekey stages' producers kept likewise.
+	parkedRekey parking
+	standby     standbySet   // the partitions tailed here as replicas
+	copies      copies       // the checkpoint of each partition the store holds
+	meters      replayMeters // the records replayed into each
 	// actives and inputs are the aggregate and input partitions run here
 	// in the last session, of generation activesGen; guarded by mu.
 	actives, inputs []int32
@@ -353,6 +355,7 @@ func (e *Engine) restartSession(reason string, err error) {
 
 func (e *Engine) close() {
 	e.parked.release(nil, 0)
+	e.parkedRekey.release(nil, 0)
 	e.stale.stop()
 	if admin := e.route.setAdmin(nil); admin != nil {
 		_ = admin.Close()

@@ -22,6 +22,7 @@ func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
 	e.route.parts.setJoined()
 	e.route.owners.invalidate()
 	e.parked.release(ps, s.GenerationID())
+	e.parkedRekey.release(s.Claims()[e.topics.Input], s.GenerationID())
 	e.onAssigned(ps, s.GenerationID())
 	was := e.startSession(s.GenerationID(), ps, s.Claims()[e.topics.Input])
 	standbys, warmups := e.asg.replicas(s.GenerationID())

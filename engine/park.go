@@ -27,7 +27,11 @@ import (
 // task, so fencing is unchanged: an owner of a later generation fences
 // them as it would have fenced a new producer and claim of ours.
 
-// parkedTask is what a task kept for the next session.
+// The exactly-once rekey stage parks its input partition's producer the
+// same way (parkedRekey), and takes it back on the same terms.
+
+// parkedTask is what a task (or a rekey stage: producer and retry only)
+// kept for the next session.
 type parkedTask struct {
 	producer   sarama.SyncProducer // nil under at-least-once
 	retry      *txnRetry
@@ -70,12 +74,18 @@ func (k *parking) put(p int32, pt *parkedTask) {
 	k.m[p] = pt
 }
 
-// take removes and returns the task parked for p, nil if none.
-func (k *parking) take(p int32) *parkedTask {
+// take removes and returns the task parked for p if a session of
+// generation gen may take it back (see above), and closes it otherwise;
+// nil if none.
+func (k *parking) take(p, gen int32) *parkedTask {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	pt := k.m[p]
 	delete(k.m, p)
+	k.mu.Unlock()
+	if pt != nil && pt.gen+1 != gen {
+		pt.close(false)
+		return nil
+	}
 	return pt
 }
 
@@ -114,13 +124,9 @@ func (t *task) park() {
 // no restore.
 func (t *task) resume(ctx context.Context) bool {
 	e := t.e
-	pt := e.parked.take(t.p)
-	if pt == nil {
-		return false
-	}
 	gen := t.sess.GenerationID()
-	if pt.gen+1 != gen {
-		pt.close(false)
+	pt := e.parked.take(t.p, gen)
+	if pt == nil {
 		return false
 	}
 	cp, ok, err := e.table.Checkpoint(ctx, t.p)

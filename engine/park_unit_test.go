@@ -13,7 +13,8 @@ import (
 
 // TestUnitPartitionKeptAcrossRebalance: a partition that stays on its
 // member through a rebalance runs on at once: no restore (no changelog
-// read, no new transactional producer), the counts exact. Then a second
+// read, no new transactional producer, nor for the rekey stage), the
+// counts exact. Then a second
 // member takes some partitions (restored there) while the rest stay
 // (kept), and when it leaves, the partitions coming back are restored,
 // since the first member did not run them in the generation between.
@@ -162,12 +163,13 @@ func (c *claimCounter) snapshot() map[int32]int {
 	return maps.Clone(c.n)
 }
 
-// taskInits counts the initialisations of the three aggregate partitions'
-// transactional producers.
+// taskInits counts the initialisations of the transactional producers
+// of the three aggregate and the three input partitions.
 func taskInits(c *kcluster, topics engine.Topics) int {
 	n := 0
 	for p := range int32(3) {
 		n += countEvents(c, evInitProducer, topics.TransactionalID(p), false)
+		n += countEvents(c, evInitProducer, topics.RekeyTransactionalID(p), false)
 	}
 	return n
 }

@@ -33,6 +33,7 @@ type rekeyer struct {
 	forwarded  int64     // records forwarded in the open transaction
 	dead       int64     // dead letters in the open transaction
 	lastCommit time.Time
+	clean      bool // the final commit went through: the producer may be parked
 }
 
 // rekeyTxn runs the exactly-once rekey stage of a claimed input partition
@@ -41,19 +42,31 @@ type rekeyer struct {
 // read again from the last committed offset.
 func (e *Engine) rekeyTxn(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
 	ctx := s.Context()
-	pr, err := e.newRekeyProducer(ctx, c.Partition())
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	var pr sarama.SyncProducer
+	var retry *txnRetry
+	if pt := e.parkedRekey.take(c.Partition(), s.GenerationID()); pt != nil {
+		pr, retry = pt.producer, pt.retry // see park.go
+		retry.setContext(ctx)
+		e.log.Debug("rekey producer kept across the rebalance", "input_partition", c.Partition())
+	} else {
+		var err error
+		if pr, retry, err = e.openRekeyProducer(ctx, c.Partition()); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
 		}
-		return err
 	}
+	r := &rekeyer{e: e, sess: s, p: c.Partition(), pr: pr, next: -1, lastCommit: time.Now()}
 	defer func() {
+		if r.clean {
+			e.parkedRekey.put(r.p, &parkedTask{producer: pr, retry: retry, gen: s.GenerationID()})
+			return
+		}
 		if err := pr.Close(); err != nil {
 			e.log.Debug("closing rekey producer", "partition", c.Partition(), "err", err)
 		}
 	}()
-	r := &rekeyer{e: e, sess: s, p: c.Partition(), pr: pr, next: -1, lastCommit: time.Now()}
 	ticker := time.NewTicker(r.interval())
 	defer ticker.Stop()
 	f := newForwarder()
@@ -151,9 +164,11 @@ func (r *rekeyer) stop(err error) error {
 // valid, so this usually spares the next owner the work. A member that
 // lost the partition cannot commit; its transaction is aborted.
 func (r *rekeyer) final() error {
-	if err := r.commit(); err != nil {
+	err := r.commit()
+	if err != nil {
 		r.logUncommitted(err)
 	}
+	r.clean = err == nil
 	return nil
 }
 

@@ -72,7 +72,14 @@ func (e *Engine) openTaskProducer(ctx context.Context, p int32) (sarama.SyncProd
 // newRekeyProducer opens the transactional producer of input partition p
 // (see newTxnProducer).
 func (e *Engine) newRekeyProducer(ctx context.Context, p int32) (sarama.SyncProducer, error) {
-	return e.newTxnProducer(ctx, e.topics.RekeyTransactionalID(p), "-rekey-"+strconv.Itoa(int(p)))
+	pr, _, err := e.openRekeyProducer(ctx, p)
+	return pr, err
+}
+
+// openRekeyProducer is newRekeyProducer, and also returns the producer's
+// retry pacing (see openTaskProducer).
+func (e *Engine) openRekeyProducer(ctx context.Context, p int32) (sarama.SyncProducer, *txnRetry, error) {
+	return e.openTxnProducer(ctx, e.topics.RekeyTransactionalID(p), "-rekey-"+strconv.Itoa(int(p)))
 }
 
 // newTxnProducer opens a transactional producer with transactional id id,
