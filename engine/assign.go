@@ -450,14 +450,62 @@ func lendStandbys(ids []string, owner []string, replicas [][]string, nStandby ma
 	}
 }
 
-// planInputs spreads n stateless input partitions over the members, in
-// turn by sorted id.
-func planInputs(ids []string, n int32) map[string][]int32 {
+// planInputs spreads n stateless input partitions over the members,
+// sticky: every member gets n/len(ids) or one more (the members holding
+// the most get more), and keeps up to that many of the ones it read in
+// its last generation (states' Inputs, in their order), so that a member
+// joining or leaving moves only the partitions it must; a partition moved costs
+// its rekey stage a new producer (see park.go). The rest go in turn by
+// sorted id. The plan depends only on ids and states.
+func planInputs(ids []string, states map[string]memberState, n int32) map[string][]int32 {
 	ids = slices.Sorted(slices.Values(ids))
 	out := make(map[string][]int32, len(ids))
+	if len(ids) == 0 {
+		return out
+	}
+	taken := make([]bool, n)
+	prev := make(map[string][]int32, len(ids))
+	for _, id := range ids {
+		for _, p := range states[id].Inputs {
+			if p >= 0 && p < n && !taken[p] {
+				taken[p] = true
+				prev[id] = append(prev[id], p)
+			}
+		}
+	}
+	// The members holding the most get the larger quotas.
+	byHeld := slices.Clone(ids)
+	slices.SortStableFunc(byHeld, func(a, b string) int { return len(prev[b]) - len(prev[a]) })
+	quota := make(map[string]int, len(ids))
+	for i, id := range byHeld {
+		quota[id] = int(n) / len(ids)
+		if i < int(n)%len(ids) {
+			quota[id]++
+		}
+	}
+	clear(taken)
+	for _, id := range ids {
+		keep := prev[id][:min(len(prev[id]), quota[id])]
+		out[id] = slices.Clone(keep)
+		for _, p := range keep {
+			taken[p] = true
+		}
+	}
+	next := 0
 	for p := range n {
-		id := ids[int(p)%len(ids)]
-		out[id] = append(out[id], p)
+		if taken[p] {
+			continue
+		}
+		for len(out[ids[next]]) >= quota[ids[next]] {
+			next++
+		}
+		out[ids[next]] = append(out[ids[next]], p)
+	}
+	for _, id := range ids {
+		slices.Sort(out[id])
+		if len(out[id]) == 0 {
+			delete(out, id)
+		}
 	}
 	return out
 }

@@ -46,7 +46,7 @@ func (a *assignor) SubscriptionUserData([]string) ([]byte, error) {
 }
 
 // Plan is run by the group's leader: aggregate partitions by the rules of
-// assign.go, input partitions spread evenly.
+// assign.go, input partitions spread evenly and sticky (planInputs).
 func (a *assignor) Plan(members map[string]sarama.ConsumerGroupMemberMetadata, topics map[string][]int32) (sarama.BalanceStrategyPlan, error) {
 	e := a.e
 	ids := slices.Sorted(maps.Keys(members))
@@ -67,7 +67,7 @@ func (a *assignor) Plan(members map[string]sarama.ConsumerGroupMemberMetadata, t
 			plan.Add(id, e.topics.Repartition, mp.Actives...)
 		}
 	}
-	for id, ps := range planInputs(ids, int32(len(topics[e.topics.Input]))) {
+	for id, ps := range planInputs(ids, states, int32(len(topics[e.topics.Input]))) {
 		plan.Add(id, e.topics.Input, ps...)
 	}
 	a.mu.Lock()
