@@ -23,10 +23,13 @@ func (e *Engine) fenceTimeout() time.Duration {
 }
 
 // fenceTransactions initialises (and closes) the transactional producers
-// of aggregate partitions parts and input partitions inputs, several at a
-// time, and returns how many it could not, or had not when ctx ended
-// (sarama cannot cancel an initialisation: those go on in the background).
-func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, inputs []int32) (failed int) {
+// of those aggregate partitions parts and input partitions inputs whose
+// transaction may be open (see mayBeOpen), several at a time. It returns
+// how many it tried (open) and how many of those it could not, or had not
+// when ctx ended (sarama cannot cancel an initialisation: those go on in
+// the background).
+func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, inputs []int32) (open, failed int) {
+	parts, inputs = e.mayBeOpen(parts, inputs)
 	type job struct {
 		open  func(context.Context, int32) (sarama.SyncProducer, error)
 		stage string
@@ -68,10 +71,83 @@ func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, input
 				failed++
 			}
 		case <-ctx.Done():
-			return failed + len(jobs) - finished
+			return len(jobs), failed + len(jobs) - finished
 		}
 	}
-	return failed
+	return len(jobs), failed
+}
+
+// txnDescribeTimeout bounds how long mayBeOpen waits for the transaction
+// coordinators' answer before it takes every transaction for open.
+const txnDescribeTimeout = 500 * time.Millisecond
+
+// errTxnIDNotFound is Kafka's TRANSACTIONAL_ID_NOT_FOUND: the id has no
+// transaction state (never used, or expired).
+const errTxnIDNotFound sarama.KError = 105
+
+// finishedTxn holds the transaction states (KIP-664) in which no
+// transaction is open.
+var finishedTxn = map[string]bool{"Empty": true, "CompleteCommit": true, "CompleteAbort": true, "Dead": true}
+
+// mayBeOpen returns those of parts and inputs whose transaction the
+// transaction coordinators do not describe as finished (DescribeTransactions),
+// or all of them when the coordinators cannot be asked within
+// txnDescribeTimeout. A member that stopped cleanly committed its last
+// transaction, so its partitions need no producer initialisation, which
+// costs tens to hundreds of milliseconds while the group waits.
+//
+// Skipping a finished transaction is safe even if its producer (a paused
+// zombie) opens another afterwards: a fence here only spares the next
+// owner's offset fetch the wait for an open transaction; the next owner's
+// own producer, with the same transactional id, fences the zombie anyway.
+func (e *Engine) mayBeOpen(parts, inputs []int32) ([]int32, []int32) {
+	admin, ok := e.route.adminClient().(sarama.TransactionClusterAdmin)
+	if !ok || len(parts)+len(inputs) == 0 {
+		return parts, inputs
+	}
+	ids := make([]string, 0, len(parts)+len(inputs))
+	for _, p := range parts {
+		ids = append(ids, e.topics.TransactionalID(p))
+	}
+	for _, p := range inputs {
+		ids = append(ids, e.topics.RekeyTransactionalID(p))
+	}
+	got := make(chan map[string]sarama.TransactionState, 1) // buffered: a late answer never blocks
+	go func() {
+		// Partial answers are kept: an id missing from them counts as open.
+		states, _ := admin.DescribeTransactions(ids)
+		got <- states
+	}()
+	var states map[string]sarama.TransactionState
+	select {
+	case states = <-got:
+	case <-time.After(txnDescribeTimeout):
+		return parts, inputs
+	}
+	open := func(id string) bool {
+		st, ok := states[id]
+		switch {
+		case !ok:
+			return true
+		case st.ErrorCode == errTxnIDNotFound:
+			return false
+		case st.ErrorCode != sarama.ErrNoError:
+			return true
+		}
+		return !finishedTxn[st.TransactionState]
+	}
+	var openParts, openInputs []int32
+	for _, p := range parts {
+		if open(e.topics.TransactionalID(p)) {
+			openParts = append(openParts, p)
+		}
+	}
+	for _, p := range inputs {
+		if open(e.topics.RekeyTransactionalID(p)) {
+			openInputs = append(openInputs, p)
+		}
+	}
+	return openParts, openInputs
 }
 
 // abortPredecessor runs before a static member (--instance-id) joins: it
@@ -91,8 +167,9 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 	if len(parts)+len(inputs) == 0 {
 		return
 	}
-	e.fenceTransactions(ctx, "previous run of this instance", parts, inputs)
-	e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs)
+	open, failed := e.fenceTransactions(ctx, "previous run of this instance", parts, inputs)
+	e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs,
+		"open", open, "failed", failed)
 }
 
 // lastAssignment returns the aggregate and input partitions the group
@@ -170,7 +247,8 @@ func (e *Engine) fenceDeparted(states map[string]memberState, aggregates, inputs
 	ctx, cancel := context.WithTimeout(context.Background(), e.fenceTimeout())
 	defer cancel()
 	began := time.Now()
-	failed := e.fenceTransactions(ctx, "owner departed", parts, ins)
+	open, failed := e.fenceTransactions(ctx, "owner departed", parts, ins)
+	e.c.departedFences.Add(int64(open))
 	e.log.Info("fenced the transactions of partitions whose owner departed", "partitions", parts,
-		"input_partitions", ins, "failed", failed, "took", time.Since(began).Round(time.Millisecond))
+		"input_partitions", ins, "open", open, "failed", failed, "took", time.Since(began).Round(time.Millisecond))
 }

@@ -67,6 +67,7 @@ type counters struct {
 	changelogSkipped                                                      atomic.Int64
 	txnCommitted, txnAborted, restarts, leaseLapses                       atomic.Int64
 	assigned, running, standbys, standbyRead, rejoins, resumed            atomic.Int64
+	departedFences                                                        atomic.Int64 // transactions fenceDeparted initialised
 }
 
 func (c *counters) snapshot() Stats {
