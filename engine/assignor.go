@@ -70,6 +70,13 @@ func (a *assignor) Plan(members map[string]sarama.ConsumerGroupMemberMetadata, t
 	for id, ps := range planInputs(ids, states, int32(len(topics[e.topics.Input]))) {
 		plan.Add(id, e.topics.Input, ps...)
 	}
+	for _, id := range ids {
+		if plan[id] == nil {
+			// No partition to consume, yet maybe standbys: sarama sends a
+			// member missing from the plan an assignment without user data.
+			plan[id] = map[string][]int32{}
+		}
+	}
 	a.mu.Lock()
 	a.plans = plans
 	a.mu.Unlock()
