@@ -15,8 +15,18 @@ import (
 	"github.com/IBM/sarama"
 )
 
-// restoreBatchDocs bounds the documents of one replay batch.
+// restoreBatchDocs bounds the documents of one replay batch of a
+// partition the store has no copy of (a full restore, often into an empty
+// table, which the store loads in bulk).
 const restoreBatchDocs = 5000
+
+// catchUpBatchDocs bounds the documents of one replay batch onto a copy
+// (a standby's tail, a warm-up, a moved partition's catch-up). A store
+// applies a batch under its write lock, reading each key's stored
+// document, and the actives' flushes wait behind it: 5000 cold reads held
+// that lock for up to 1 s while partitions moved; 1000 hold it a fifth as
+// long at the same replay rate.
+const catchUpBatchDocs = 1000
 
 // restore brings the store's copy of the partition up to date with the
 // changelog. It is the RESTORING state of a task:
@@ -92,7 +102,11 @@ func (t *task) restore(ctx context.Context) error {
 		return nil
 	}
 	began = time.Now()
-	n, err := t.replay(ctx, start, end)
+	batch := restoreBatchDocs
+	if hasCP {
+		batch = catchUpBatchDocs
+	}
+	n, err := t.replay(ctx, start, end, batch)
 	if err != nil {
 		return err
 	}
@@ -100,10 +114,11 @@ func (t *task) restore(ctx context.Context) error {
 	return nil
 }
 
-// replay replays [start, end) of the task's partition (see Engine.replay);
-// the last batch moves the checkpoint to end, past the final marker.
-func (t *task) replay(ctx context.Context, start, end int64) (int64, error) {
-	n, _, err := t.e.replay(ctx, t.p, t.epoch, start, end, 0, &t.e.c.restored)
+// replay replays [start, end) of the task's partition in batches of at
+// most batch documents (see Engine.replay); the last batch moves the
+// checkpoint to end, past the final marker.
+func (t *task) replay(ctx context.Context, start, end int64, batch int) (int64, error) {
+	n, _, err := t.e.replay(ctx, t.p, t.epoch, start, end, 0, batch, &t.e.c.restored)
 	if err == nil {
 		t.checkpoint = end
 	}
@@ -115,11 +130,11 @@ var errReplayLimit = errors.New("replay limit reached")
 
 // replay applies the committed changelog records in [start, end) of
 // partition p to the store, under epoch, in replay batches of at most
-// restoreBatchDocs documents (the last version of each key). It returns
+// batch documents (the last version of each key). It returns
 // how many records it read (each adds one to counter) and the checkpoint
 // it wrote last: end, or, when it stopped after limit > 0 records, one
 // past the last record applied.
-func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit int64, counter *atomic.Int64) (read, checkpoint int64, err error) {
+func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit int64, batch int, counter *atomic.Int64) (read, checkpoint int64, err error) {
 	pending := map[string]Doc{}
 	checkpoint = start
 	meter := e.meters.get(p)
@@ -159,7 +174,7 @@ func (e *Engine) replay(ctx context.Context, p int32, epoch, start, end, limit i
 		if limit > 0 && read >= limit {
 			return cmp.Or(write(m.Offset+1), errReplayLimit)
 		}
-		if len(pending) >= restoreBatchDocs {
+		if len(pending) >= batch {
 			return write(m.Offset + 1)
 		}
 		return nil

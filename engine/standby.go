@@ -309,7 +309,7 @@ func (e *Engine) tail(ctx context.Context, r *replica, probe bool) (behind bool,
 		if probe {
 			return true, nil
 		}
-		if _, cp, err = e.replay(ctx, r.p, r.epoch, cp, end, standbyTurnRecords, &e.c.standbyRead); err != nil {
+		if _, cp, err = e.replay(ctx, r.p, r.epoch, cp, end, standbyTurnRecords, catchUpBatchDocs, &e.c.standbyRead); err != nil {
 			return false, err
 		}
 	}
