@@ -23,9 +23,9 @@ const restoreBatchDocs = 5000
 // catchUpBatchDocs bounds the documents of one replay batch onto a copy
 // (a standby's tail, a warm-up, a moved partition's catch-up). A store
 // applies a batch under its write lock, reading each key's stored
-// document, and the actives' flushes wait behind it: 5000 cold reads held
-// that lock for up to 1 s while partitions moved; 1000 hold it a fifth as
-// long at the same replay rate.
+// document, and the actives' flushes wait behind it: batches of 5000 cold
+// reads held that lock for up to 1 s while partitions moved; with 1000 the
+// flushes waited less than half as long (docs/design.md).
 const catchUpBatchDocs = 1000
 
 // restore brings the store's copy of the partition up to date with the
