@@ -23,13 +23,11 @@ func (e *Engine) fenceTimeout() time.Duration {
 }
 
 // fenceTransactions initialises (and closes) the transactional producers
-// of those aggregate partitions parts and input partitions inputs whose
-// transaction may be open (see mayBeOpen), several at a time. It returns
-// how many it tried (open) and how many of those it could not, or had not
-// when ctx ended (sarama cannot cancel an initialisation: those go on in
-// the background).
-func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, inputs []int32) (open, failed int) {
-	parts, inputs = e.mayBeOpen(parts, inputs)
+// of aggregate partitions parts and input partitions inputs, several at a
+// time. It returns how many it tried and how many of those it could not,
+// or had not when ctx ended (sarama cannot cancel an initialisation: those
+// go on in the background).
+func (e *Engine) fenceTransactions(ctx context.Context, why string, parts, inputs []int32) (tried, failed int) {
 	type job struct {
 		open  func(context.Context, int32) (sarama.SyncProducer, error)
 		stage string
@@ -167,9 +165,11 @@ func (e *Engine) abortPredecessor(ctx context.Context) {
 	if len(parts)+len(inputs) == 0 {
 		return
 	}
-	open, failed := e.fenceTransactions(ctx, "previous run of this instance", parts, inputs)
+	// Every one, open or not: the previous run may still be alive (a pod
+	// replaced while the old one runs on) and open one at any moment.
+	_, failed := e.fenceTransactions(ctx, "previous run of this instance", parts, inputs)
 	e.log.Info("aborted any transaction left open by this instance's previous run", "partitions", parts, "input_partitions", inputs,
-		"open", open, "failed", failed)
+		"failed", failed)
 }
 
 // lastAssignment returns the aggregate and input partitions the group
@@ -247,7 +247,8 @@ func (e *Engine) fenceDeparted(states map[string]memberState, aggregates, inputs
 	ctx, cancel := context.WithTimeout(context.Background(), e.fenceTimeout())
 	defer cancel()
 	began := time.Now()
-	open, failed := e.fenceTransactions(ctx, "owner departed", parts, ins)
+	openParts, openIns := e.mayBeOpen(parts, ins)
+	open, failed := e.fenceTransactions(ctx, "owner departed", openParts, openIns)
 	e.c.departedFences.Add(int64(open))
 	e.log.Info("fenced the transactions of partitions whose owner departed", "partitions", parts,
 		"input_partitions", ins, "open", open, "failed", failed, "took", time.Since(began).Round(time.Millisecond))
