@@ -321,8 +321,14 @@ func TestUnitFailedCommitDropsTheCache(t *testing.T) {
 			if aborted == 0 {
 				t.Errorf("aborted changelog records: got 0, want the failed batch's")
 			}
-			if got, want := s.RecordsProcessed, int64(len(first)+2*len(second)); got != want {
-				t.Errorf("RecordsProcessed (second batch applied twice: once dropped, once stored): got %d, want %d", got, want)
+			// The failed flush's records were dropped and processed again:
+			// all of the second batch, or, when a flush fell between its
+			// records (they reach the partition one by one), those of it
+			// the failed flush held. Kept instead of dropped, they would
+			// be skipped as duplicates after the restart.
+			once := int64(len(first) + len(second))
+			if got := s.RecordsProcessed; got <= once || got > once+int64(len(second)) {
+				t.Errorf("RecordsProcessed (the failed flush's records processed again): got %d, want %d to %d", got, once+1, once+int64(len(second)))
 			}
 		})
 	}
